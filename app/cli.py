@@ -1,0 +1,290 @@
+"""Admin command line (D6.8, D2.8): `flask --app wsgi db upgrade` and `flask --app wsgi keys ...`."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+from flask import Flask, current_app
+from flask.cli import AppGroup
+
+from app.keys import crud
+from app.keys.limits import TIERS
+from app.keys.records import ApiKey
+from app.services import current_services
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+keys_cli = AppGroup("keys", help="Create, list, show, revoke and rotate API keys.")
+db_cli = AppGroup("db", help="Database schema migrations.")
+
+
+def alembic_config() -> Any:
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["database_url"] = current_services().settings.database_url_for_sqlalchemy
+    return config
+
+
+@db_cli.command("upgrade")
+@click.argument("revision", default="head")
+def db_upgrade(revision: str) -> None:
+    """Apply migrations up to REVISION (default: head)."""
+    from alembic import command
+
+    settings = current_services().settings
+    if settings.sqlite_path is not None:
+        click.echo(f"Using SQLite database at {settings.sqlite_path}", err=True)
+    command.upgrade(alembic_config(), revision)
+    click.echo(f"Database schema is at {revision}.", err=True)
+
+
+def _fail(message: str) -> None:
+    raise click.ClickException(message)
+
+
+def _parse_expiry(raw: str | None) -> datetime | None:
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        _fail(f"--expires {raw!r} is not an ISO 8601 date-time (e.g. 2027-01-31T00:00:00Z)")
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+_DURATION = re.compile(r"^(\d+)\s*([smhd]?)$")
+
+
+def _parse_duration(raw: str) -> timedelta:
+    match = _DURATION.match(raw.strip().lower())
+    if not match:
+        _fail(f"--grace {raw!r} is not a duration like 0, 30m, 24h or 7d")
+    amount, unit = int(match.group(1)), match.group(2) or "s"
+    return timedelta(seconds=amount * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def key_summary(key: ApiKey) -> dict[str, Any]:
+    """Everything safe to show about a key: never the plain key, never its hash."""
+    now = datetime.now(UTC)
+    return {
+        "id": key.id,
+        "account_id": key.account_id,
+        "name": key.name,
+        "prefix": key.prefix,
+        "permissions": list(key.permissions),
+        "tier": key.tier,
+        "limits": {"per_minute": key.per_minute, "per_hour": key.per_hour, "per_day": key.per_day},
+        "status": key.status(now),
+        "created": _iso(key.created_at),
+        "expires": _iso(key.expires_at),
+        "revoked": _iso(key.revoked_at),
+        "usage_count": key.usage_count,
+        "last_used": _iso(key.last_used_at),
+        "rotated_to": key.rotated_to,
+    }
+
+
+def _print_key(key: ApiKey) -> None:
+    summary = key_summary(key)
+    limits = summary.pop("limits")
+    for field, value in summary.items():
+        if isinstance(value, list):
+            value = ",".join(value)
+        click.echo(f"{field:<12} {value if value is not None else '-'}")
+    click.echo(f"{'limits':<12} {limits['per_minute']}/minute, {limits['per_hour']}/hour, {limits['per_day']}/day")
+
+
+def _print_new_key(created: crud.CreatedKey, *, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({**key_summary(created.key), "key": created.plain_key}))
+        return
+    _print_key(created.key)
+    click.echo("")
+    click.echo("API key (shown once; only its SHA-256 hash is stored):")
+    click.echo(created.plain_key)
+
+
+@keys_cli.command("create")
+@click.option("--permissions", required=True, help="Comma-separated: read, write, admin, delete.")
+@click.option("--name", default="", help="A label for people.")
+@click.option("--account", "account_id", default=crud.DEFAULT_ACCOUNT, show_default=True)
+@click.option("--expires", default=None, help="ISO 8601 date-time after which the key is refused.")
+@click.option("--tier", type=click.Choice(sorted(TIERS)), default=None, help="Rate-limit tier (SPEC 8.3).")
+@click.option("--per-minute", type=click.IntRange(min=1), default=None)
+@click.option("--per-hour", type=click.IntRange(min=1), default=None)
+@click.option("--per-day", type=click.IntRange(min=1), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with id and key.")
+def keys_create(
+    permissions: str,
+    name: str,
+    account_id: str,
+    expires: str | None,
+    tier: str | None,
+    per_minute: int | None,
+    per_hour: int | None,
+    per_day: int | None,
+    as_json: bool,
+) -> None:
+    """Create a key and print it once."""
+    try:
+        with current_services().database.session() as session:
+            created = crud.create_key(
+                session,
+                permissions=crud.parse_permissions(permissions),
+                name=name,
+                account_id=account_id,
+                expires_at=_parse_expiry(expires),
+                tier=tier,
+                per_minute=per_minute,
+                per_hour=per_hour,
+                per_day=per_day,
+            )
+    except crud.KeyInputError as exc:
+        _fail(str(exc))
+    _print_new_key(created, as_json=as_json)
+
+
+@keys_cli.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def keys_list(as_json: bool) -> None:
+    """List keys (never the keys themselves)."""
+    with current_services().database.session() as session:
+        keys = crud.list_keys(session)
+    if as_json:
+        click.echo(json.dumps([key_summary(k) for k in keys]))
+        return
+    if not keys:
+        click.echo("No keys. Create one with: flask --app wsgi keys create --permissions read")
+        return
+    header = f"{'id':<21} {'name':<16} {'prefix':<12} {'permissions':<22} {'limits m/h/d':<20} {'status':<8} "
+    header += f"{'created':<21} {'expires':<21} {'usage':>8} {'last used':<21}"
+    click.echo(header)
+    for key in keys:
+        s = key_summary(key)
+        limits = f"{key.per_minute}/{key.per_hour}/{key.per_day}"
+        click.echo(
+            f"{s['id']:<21} {s['name'][:16]:<16} {s['prefix']:<12} {','.join(s['permissions']):<22} {limits:<20} "
+            f"{s['status']:<8} {s['created'] or '-':<21} {s['expires'] or '-':<21} {s['usage_count']:>8} "
+            f"{s['last_used'] or '-':<21}"
+        )
+
+
+@keys_cli.command("show")
+@click.argument("key_id")
+@click.option("--json", "as_json", is_flag=True)
+def keys_show(key_id: str, as_json: bool) -> None:
+    """Show one key."""
+    try:
+        with current_services().database.session() as session:
+            key = crud.get_key(session, key_id=key_id)
+    except crud.KeyInputError as exc:
+        _fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(key_summary(key)))
+    else:
+        _print_key(key)
+
+
+@keys_cli.command("revoke")
+@click.argument("key_id")
+def keys_revoke(key_id: str) -> None:
+    """Revoke a key at once (running servers refuse it within 5 s)."""
+    try:
+        with current_services().database.session() as session:
+            key = crud.revoke_key(session, key_id=key_id)
+    except crud.KeyInputError as exc:
+        _fail(str(exc))
+    click.echo(f"Revoked {key.id} at {_iso(key.revoked_at)}.")
+
+
+@keys_cli.command("rotate")
+@click.argument("key_id")
+@click.option("--grace", default="24h", show_default=True, help="How long the old key keeps working (0 = revoke now).")
+@click.option("--json", "as_json", is_flag=True)
+def keys_rotate(key_id: str, grace: str, as_json: bool) -> None:
+    """Make a replacement key with the same account, permissions and limits."""
+    try:
+        with current_services().database.session() as session:
+            created, old = crud.rotate_key(session, key_id=key_id, grace=_parse_duration(grace))
+    except crud.KeyInputError as exc:
+        _fail(str(exc))
+    ends = _iso(old.revoked_at) if old.revoked_at else _iso(old.expires_at)
+    click.echo(f"Old key {old.id} stops working at {ends}.", err=True)
+    _print_new_key(created, as_json=as_json)
+
+
+@keys_cli.command("set-limits")
+@click.argument("key_id")
+@click.option("--tier", type=click.Choice(sorted(TIERS)), default=None)
+@click.option("--per-minute", type=click.IntRange(min=1), default=None)
+@click.option("--per-hour", type=click.IntRange(min=1), default=None)
+@click.option("--per-day", type=click.IntRange(min=1), default=None)
+def keys_set_limits(
+    key_id: str, tier: str | None, per_minute: int | None, per_hour: int | None, per_day: int | None
+) -> None:
+    """Change a key's limits; running servers apply them within 5 s."""
+    if tier is None and per_minute is None and per_hour is None and per_day is None:
+        _fail("give --tier and/or --per-minute/--per-hour/--per-day")
+    try:
+        with current_services().database.session() as session:
+            key = crud.set_limits(
+                session, key_id=key_id, tier=tier, per_minute=per_minute, per_hour=per_hour, per_day=per_day
+            )
+    except crud.KeyInputError as exc:
+        _fail(str(exc))
+    click.echo(f"{key.id}: {key.per_minute}/minute, {key.per_hour}/hour, {key.per_day}/day")
+
+
+@keys_cli.command("bootstrap")
+@click.option("--url", default="http://127.0.0.1:8000", show_default=True)
+def keys_bootstrap(url: str) -> None:
+    """Create a first full-access key when the store is empty, and show how to call the service."""
+    with current_services().database.session() as session:
+        if crud.count_keys(session) > 0:
+            click.echo("Keys already exist (flask --app wsgi keys list); none created.")
+            return
+        created = crud.create_key(
+            session, permissions=("read", "write", "admin", "delete"), name="first key"
+        )
+    click.echo(f"Created the first API key {created.key.id} (full access). It is shown once; keep it safe:")
+    click.echo("")
+    click.echo(f"  {created.plain_key}")
+    click.echo("")
+    click.echo("Try it:")
+    click.echo(f"  curl -s {url}/verify -H 'Authorization: Bearer {created.plain_key}'")
+    click.echo(f"  curl -s {url}/forecast -H 'Authorization: Bearer {created.plain_key}' \\")
+    click.echo("    -H 'Content-Type: application/json' -d '" + json.dumps(_example_request()) + "'")
+    sys.stdout.flush()
+
+
+def _example_request() -> dict[str, Any]:
+    values = [10, 12, 14, 13, 15, 17, 16, 18, 20, 19, 21, 23]
+    return {
+        "series": [
+            {
+                "timestamps": [f"2026-01-{day:02d}T00:00:00" for day in range(1, len(values) + 1)],
+                "values": values,
+            }
+        ],
+        "forecast_horizon": 3,
+        "data_frequency": "Daily",
+        "forecast_frequency": "Daily",
+    }
+
+
+def register_cli(app: Flask) -> None:
+    app.cli.add_command(keys_cli)
+    app.cli.add_command(db_cli)
+    _ = current_app  # the commands run inside the app context Flask's CLI provides

@@ -1,0 +1,144 @@
+"""One exception hierarchy for every outcome a client can see, mapped to the SPEC 2.4 envelope here only."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, g, jsonify
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger("app.errors")
+
+
+class ApiError(Exception):
+    status = 500
+    code = "INTERNAL_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        self.headers = headers or {}
+
+
+class InvalidRequest(ApiError):
+    status = 400
+    code = "INVALID_REQUEST"
+
+
+class PayloadTooLarge(InvalidRequest):
+    status = 413
+
+
+class UnsupportedMediaType(InvalidRequest):
+    status = 415
+
+
+class NotFound(InvalidRequest):
+    status = 404
+
+
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+
+
+class DataValidationError(ApiError):
+    status = 422
+    code = "DATA_VALIDATION_ERROR"
+
+
+class Unauthorized(ApiError):
+    status = 401
+    code = "UNAUTHORIZED"
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, details=details, headers={"WWW-Authenticate": 'Bearer realm="forecast"'})
+
+
+class Forbidden(ApiError):
+    # D1: a missing permission is 403 but keeps the contract's UNAUTHORIZED code.
+    status = 403
+    code = "UNAUTHORIZED"
+
+
+class RateLimitExceeded(ApiError):
+    status = 429
+    code = "RATE_LIMIT_EXCEEDED"
+
+
+class InternalError(ApiError):
+    status = 500
+    code = "INTERNAL_ERROR"
+
+
+class ServiceUnavailable(InternalError):
+    """A dependency (database, Redis, forecast workers) did not answer; still a 500 by the contract (D1)."""
+
+
+def error_response(error: ApiError) -> Response:
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    details = dict(error.details or {})
+    if error.status >= 500:
+        details["request_id"] = g.get("request_id")
+    if details:
+        body["details"] = details
+    response = jsonify({"error": body})
+    response.status_code = error.status
+    for name, value in error.headers.items():
+        response.headers[name] = value
+    return response
+
+
+_HTTP_EXCEPTIONS: dict[int, type[ApiError]] = {
+    400: InvalidRequest,
+    404: NotFound,
+    405: MethodNotAllowed,
+    413: PayloadTooLarge,
+    415: UnsupportedMediaType,
+}
+
+_HTTP_MESSAGES = {
+    400: "The request could not be understood.",
+    404: "No such endpoint. The endpoints are POST /forecast, GET /verify and GET /models.",
+    405: "Method not allowed for this endpoint.",
+    413: "The request body is larger than the service accepts.",
+    415: "The request body must be JSON (Content-Type: application/json).",
+}
+
+
+def _from_http_exception(exc: HTTPException) -> ApiError:
+    status = exc.code or 500
+    error_type = _HTTP_EXCEPTIONS.get(status)
+    if error_type is None:
+        return InternalError("Unexpected server error.") if status >= 500 else InvalidRequest(
+            exc.description or "Invalid request."
+        )
+    headers = {}
+    if status == 405 and hasattr(exc, "valid_methods") and exc.valid_methods:
+        headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+    return error_type(_HTTP_MESSAGES[status], headers=headers)
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(ApiError)
+    def _api_error(error: ApiError) -> Response:
+        if error.status >= 500:
+            log.error("request failed: %s", error.message, exc_info=error.__cause__ is not None)
+        return error_response(error)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response:
+        return error_response(_from_http_exception(exc))
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        # D1.2: internals go to the log with the request id, never to the client.
+        log.exception("unhandled exception")
+        return error_response(InternalError("Unexpected server error. Quote the request id when reporting it."))

@@ -1,0 +1,80 @@
+"""Named point forecasters ``f(y, h, periods) -> h values`` on scale-normalised histories.
+
+``periods`` are the usable periods (at least two cycles in ``y``), ascending. "_s" candidates use the
+shortest period, "_l" the longest; without periods every candidate degrades to a non-seasonal method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from app.forecast.seasonal import (
+    acf_seasonal,
+    naive,
+    position_theta,
+    profile_level,
+    seasonal_naive,
+    weekly_profile,
+)
+from app.forecast.smoothing import ar_diff_forecast, damped_forecast, ses_forecast, theta_forecast
+
+Candidate = Callable[[np.ndarray, int, tuple[int, ...]], np.ndarray]
+
+
+def _short(periods: tuple[int, ...]) -> int:
+    return periods[0] if periods else 1
+
+
+def _long(periods: tuple[int, ...]) -> int:
+    return periods[-1] if periods else 1
+
+
+def _classical_indices(y: np.ndarray, m: int, multiplicative: bool) -> np.ndarray:
+    w = np.r_[0.5, np.ones(m - 1), 0.5] / m if m % 2 == 0 else np.ones(m) / m
+    ma = np.convolve(y, w, mode="valid")
+    off = (len(w) - 1) // 2
+    seg = y[off: off + len(ma)]
+    ratio = seg / ma if multiplicative else seg - ma
+    pos = np.arange(off, off + len(ma)) % m
+    idx = np.array([ratio[pos == i].mean() for i in range(m)])
+    return idx / idx.mean() if multiplicative else idx - idx.mean()
+
+
+def deseasonalised(base: Callable[[np.ndarray, int], np.ndarray]) -> Candidate:
+    """M4-benchmark style: classical decomposition (shortest period, when the 90% ACF test says
+    seasonal; multiplicative for positive data) around a non-seasonal forecaster."""
+
+    def f(y: np.ndarray, h: int, periods: tuple[int, ...]) -> np.ndarray:
+        m = _short(periods)
+        n = len(y)
+        if m < 2 or n < 3 * m or not acf_seasonal(y, m):
+            return base(y, h)
+        mult = bool(np.min(y) > 0)
+        idx = _classical_indices(y, m, mult)
+        if mult and np.all(idx > 0):
+            return base(y / idx[np.arange(n) % m], h) * idx[np.arange(n, n + h) % m]
+        idx = _classical_indices(y, m, False)
+        return base(y - idx[np.arange(n) % m], h) + idx[np.arange(n, n + h) % m]
+
+    return f
+
+
+CANDIDATES: dict[str, Candidate] = {
+    "naive": lambda y, h, p: naive(y, h),
+    "ses": lambda y, h, p: ses_forecast(y, h),
+    "theta": lambda y, h, p: theta_forecast(y, h),
+    "damped": lambda y, h, p: damped_forecast(y, h),
+    "arima": lambda y, h, p: ar_diff_forecast(y, h),
+    "theta_sa": deseasonalised(theta_forecast),
+    "damped_sa": deseasonalised(damped_forecast),
+    "snaive_s": lambda y, h, p: seasonal_naive(y, h, _short(p)),
+    "snaive_l": lambda y, h, p: seasonal_naive(y, h, _long(p)),
+    "ptheta_s": lambda y, h, p: position_theta(y, h, _short(p)),
+    "pses_s": lambda y, h, p: position_theta(y, h, _short(p), drift=0.0),
+    "ptheta_l": lambda y, h, p: position_theta(y, h, _long(p)),
+    "wprof_l": lambda y, h, p: weekly_profile(y, h, _long(p)),
+    "plevel": lambda y, h, p: profile_level(y, h, p),
+    "plevel_log": lambda y, h, p: profile_level(y, h, p, log=True),
+}

@@ -1,0 +1,226 @@
+"""Forecasts run in worker processes (D6.2): the web threads stay free, a stuck fit can be killed.
+
+Each worker is a spawned process with one BLAS thread that takes one job at a time over a pipe.
+A job past its timeout kills its worker, which is replaced in the background; so does a worker crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+log = logging.getLogger("app.forecast.pool")
+
+_BLAS_THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
+def pin_blas_threads() -> None:
+    # Threaded BLAS on 2 cores made an ARIMA fit 10x slower; must happen before numpy loads.
+    for name in _BLAS_THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
+
+
+@dataclass(frozen=True)
+class ForecastJob:
+    model_id: str
+    values: list[float]
+    horizon: int
+    confidence: float
+    periods: tuple[int, ...]
+
+
+class PoolError(Exception):
+    """A forecast could not be computed by the pool; the message is safe to show a client."""
+
+    retry_after: int | None = None
+
+
+class ForecastTimeout(PoolError):
+    pass
+
+
+class WorkerCrashed(PoolError):
+    pass
+
+
+class PoolBusy(PoolError):
+    retry_after = 5
+
+
+class ModelFailed(PoolError):
+    pass
+
+
+def _worker_main(connection: Connection) -> None:
+    pin_blas_threads()
+    from app.forecast.models import ForecastError, run_forecast
+
+    # Warm the import and first-call paths so the first real request is not the slow one.
+    run_forecast("forecast-model-2", [float(i % 7) for i in range(60)], 3, 0.9, (7,))
+    connection.send(("ready", os.getpid()))
+    while True:
+        try:
+            job: ForecastJob | None = connection.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        try:
+            result = run_forecast(job.model_id, job.values, job.horizon, job.confidence, job.periods)
+            connection.send(("ok", result))
+        except ForecastError as exc:
+            connection.send(("failed", str(exc)[:300]))
+        except Exception as exc:  # the parent answers 500; the worker stays useful
+            connection.send(("failed", f"{type(exc).__name__}: {str(exc)[:300]}"))
+
+
+class _Worker:
+    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
+        self.connection, child = context.Pipe(duplex=True)
+        self.process: BaseProcess = context.Process(target=_worker_main, args=(child,), daemon=True)
+        self.started_at = time.perf_counter()
+        self.process.start()
+        child.close()
+        self.startup_seconds: float | None = None
+
+    def wait_ready(self, timeout: float) -> bool:
+        if not self.connection.poll(timeout):
+            return False
+        message = self.connection.recv()
+        self.startup_seconds = time.perf_counter() - self.started_at
+        return message[0] == "ready"
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.connection.close()
+
+
+class ForecastPool:
+    def __init__(self, *, workers: int, timeout_seconds: float, queue_limit: int, startup_timeout: float = 120.0):
+        self.size = max(1, workers)
+        self.timeout_seconds = timeout_seconds
+        self.queue_limit = queue_limit
+        self.startup_timeout = startup_timeout
+        self._context = multiprocessing.get_context("spawn")
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._alive = 0
+        self._starting = 0
+        self._waiting = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self.startup_seconds: list[float] = []
+
+    def start(self, *, wait: bool = False) -> None:
+        threads = [self._spawn_in_background() for _ in range(self.size)]
+        if wait:
+            for thread in threads:
+                thread.join()
+
+    def _spawn_in_background(self) -> threading.Thread:
+        thread = threading.Thread(target=self._spawn, name="forecast-worker-spawn", daemon=True)
+        thread.start()
+        return thread
+
+    def _spawn(self) -> None:
+        pin_blas_threads()
+        with self._lock:
+            self._starting += 1
+        try:
+            worker = _Worker(self._context)
+            ready = worker.wait_ready(self.startup_timeout)
+        finally:
+            with self._lock:
+                self._starting -= 1
+        if ready and not self._closed:
+            with self._lock:
+                self._alive += 1
+                if worker.startup_seconds is not None:
+                    self.startup_seconds.append(worker.startup_seconds)
+            self._idle.put(worker)
+            return
+        worker.kill()
+        if not self._closed:
+            log.error("a forecast worker failed to start; retrying in 5 s")
+            time.sleep(5)
+            self._spawn_in_background()
+
+    @property
+    def ready_workers(self) -> int:
+        with self._lock:
+            return self._alive
+
+    def is_ready(self) -> bool:
+        return self.ready_workers > 0
+
+    def submit(self, job: ForecastJob) -> Any:
+        with self._lock:
+            if self._alive == 0 and self._starting == 0:
+                raise PoolBusy("No forecast workers are running.")
+            if self._waiting >= self.queue_limit + self.size:
+                raise PoolBusy("The forecast workers are saturated; retry shortly.")
+            self._waiting += 1
+        try:
+            worker = self._idle.get(timeout=self.timeout_seconds)
+        except queue.Empty as exc:
+            raise PoolBusy("No forecast worker became free in time; retry shortly.") from exc
+        finally:
+            with self._lock:
+                self._waiting -= 1
+        return self._run_on(worker, job)
+
+    def _run_on(self, worker: _Worker, job: ForecastJob) -> Any:
+        try:
+            worker.connection.send(job)
+            if not worker.connection.poll(self.timeout_seconds):
+                self._replace(worker, reason="timeout")
+                raise ForecastTimeout(f"The forecast did not finish within {self.timeout_seconds:g} seconds.")
+            status, payload = worker.connection.recv()
+        except (EOFError, OSError, BrokenPipeError) as exc:
+            self._replace(worker, reason="crash")
+            raise WorkerCrashed("The forecast worker stopped unexpectedly.") from exc
+        self._idle.put(worker)
+        if status == "failed":
+            raise ModelFailed(f"The model could not produce a forecast: {payload}")
+        return payload
+
+    def _replace(self, worker: _Worker, *, reason: str) -> None:
+        log.warning("replacing forecast worker", extra={"fields": {"pid": worker.process.pid, "reason": reason}})
+        with self._lock:
+            self._alive -= 1
+        worker.kill()
+        if not self._closed:
+            self._spawn_in_background()
+
+    def worker_pids(self) -> list[int]:
+        workers = list(self._idle.queue)
+        return [w.process.pid for w in workers if w.process.pid is not None]
+
+    def close(self) -> None:
+        self._closed = True
+        while True:
+            try:
+                worker = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                worker.connection.send(None)
+            except OSError:
+                pass
+            worker.process.join(timeout=2)
+            worker.kill()

@@ -1,0 +1,83 @@
+"""POST /forecast and GET /models: thin views over schemas, the worker pool and the models."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Blueprint, Response, jsonify, request
+
+from app.auth import requires
+from app.errors import DataValidationError, InternalError, UnsupportedMediaType
+from app.forecast.models import ForecastResult, describe_models, seasonal_periods
+from app.forecast.pool import ForecastJob, PoolError
+from app.forecast.schemas import RECOMMENDED_POINTS, check_series, load_request, parse_json_body
+from app.forecast.timestamps import TimestampError, future_timestamps
+from app.services import current_services
+
+bp = Blueprint("forecast", __name__)
+meta = Blueprint("meta", __name__)
+log = logging.getLogger("app.forecast")
+
+
+def _is_json_content_type(mimetype: str) -> bool:
+    return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
+
+
+@bp.post("/forecast")
+@requires("read")
+def forecast() -> Response:
+    if request.content_type and not _is_json_content_type(request.mimetype):
+        raise UnsupportedMediaType(
+            "The request body must be JSON (Content-Type: application/json).",
+            details={"field": "Content-Type", "issue": "Must be application/json", "provided": request.mimetype},
+        )
+    services = current_services()
+    forecast_request = load_request(parse_json_body(request.get_data(cache=False)), request.headers)
+    series = check_series(forecast_request, max_points=services.settings.max_points)
+
+    try:
+        timestamps = future_timestamps(series.axis, forecast_request.forecast_horizon)
+    except TimestampError as exc:
+        raise DataValidationError(
+            f"Invalid series data: {exc.issue}.",
+            details={"field": "series[0].timestamps", "issue": exc.issue, "provided": exc.provided, "index": exc.index},
+        ) from exc
+
+    job = ForecastJob(
+        model_id=forecast_request.model_id,
+        values=series.values,
+        horizon=forecast_request.forecast_horizon,
+        confidence=forecast_request.confidence,
+        periods=seasonal_periods(forecast_request.data_frequency, series.axis.step, len(series.values)),
+    )
+    try:
+        result: ForecastResult = services.forecasts.submit(job)
+    except PoolError as exc:
+        error = InternalError(str(exc))
+        if exc.retry_after:
+            error.headers["Retry-After"] = str(exc.retry_after)
+        raise error from exc
+
+    response = jsonify(
+        {
+            "forecast_timestamps": timestamps,
+            "lower_bound": result.lower,
+            "median": result.median,
+            "upper_bound": result.upper,
+        }
+    )
+    response.headers["X-Model-Id"] = forecast_request.model_id
+    if result.fallback:
+        response.headers["X-Forecast-Fallback"] = result.fallback
+    recommended = RECOMMENDED_POINTS[forecast_request.data_frequency]
+    if len(series.values) < recommended:
+        response.headers["X-Forecast-Warning"] = (
+            f"History of {len(series.values)} points is short for {forecast_request.data_frequency} data "
+            f"(at least {recommended} recommended); the forecast may be less reliable."
+        )
+    return response
+
+
+@meta.get("/models")
+def models() -> Response:
+    return jsonify({"models": describe_models()})

@@ -1,0 +1,144 @@
+"""Fast exponential-smoothing building blocks (numpy/scipy only, no Python loop over the series).
+
+Every recursion is written as a linear filter (scipy.signal.lfilter), so one likelihood evaluation on
+a few thousand points costs tens of microseconds and parameters can be optimised per request.
+Inputs are expected to be scale-normalised (order 1) by the caller.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import minimize, minimize_scalar
+from scipy.signal import lfilter, lfiltic
+
+
+def ses_levels(y: np.ndarray, alpha: float, l0: float) -> np.ndarray:
+    """Levels l_1..l_n of simple exponential smoothing, l_t = a*y_t + (1-a)*l_{t-1}."""
+    zi = lfiltic([alpha], [1.0, alpha - 1.0], [l0])
+    out, _ = lfilter([alpha], [1.0, alpha - 1.0], y, zi=zi)
+    return out
+
+
+def _ses_sse(alpha: float, y: np.ndarray) -> float:
+    lev = ses_levels(y, alpha, y[0])
+    e = y[1:] - lev[:-1]
+    return float(e @ e)
+
+
+def fit_ses(y: np.ndarray) -> tuple[float, float]:
+    """Return (alpha, final level) minimising the one-step squared error."""
+    if len(y) < 3 or np.ptp(y) == 0:
+        return 0.5, float(y[-1])
+    res = minimize_scalar(_ses_sse, bounds=(0.001, 0.999), args=(y,), method="bounded",
+                          options={"xatol": 1e-3})
+    alpha = float(res.x)
+    return alpha, float(ses_levels(y, alpha, y[0])[-1])
+
+
+def ses_forecast(y: np.ndarray, h: int) -> np.ndarray:
+    _, level = fit_ses(y)
+    return np.full(h, level)
+
+
+def theta_forecast(y: np.ndarray, h: int) -> np.ndarray:
+    """Standard Theta method (theta=2 line + SES), Hyndman & Billah (2003) form."""
+    n = len(y)
+    alpha, level = fit_ses(y)
+    if n < 3:
+        return np.full(h, level)
+    t = np.arange(n, dtype=float)
+    b0 = float(np.polyfit(t, y, 1)[0])
+    k = np.arange(1, h + 1, dtype=float)
+    drift = 0.5 * b0 * (k - 1 + 1.0 / alpha - (1.0 - alpha) ** n / alpha)
+    return level + drift
+
+
+def _damped_matrices(alpha: float, beta: float, phi: float) -> tuple[np.ndarray, np.ndarray]:
+    d = np.array([[1.0 - alpha, phi * (1.0 - alpha)], [-beta, phi * (1.0 - beta)]])
+    g = np.array([alpha, beta])
+    return d, g
+
+
+def damped_states(y: np.ndarray, alpha: float, beta: float, phi: float,
+                  x0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Level and trend (l_t, b_t), t=1..n, of additive damped-trend Holt smoothing.
+
+    x_t = D x_{t-1} + g y_t with D = F - g c'; each component is a second-order linear filter of y
+    plus the free response D^t x0 (Cayley-Hamilton recursion, also a linear filter).
+    """
+    d, g = _damped_matrices(alpha, beta, phi)
+    tr = d[0, 0] + d[1, 1]
+    det = d[0, 0] * d[1, 1] - d[0, 1] * d[1, 0]
+    den = np.array([1.0, -tr, det])
+    num_l = np.array([g[0], d[0, 1] * g[1] - d[1, 1] * g[0]])
+    num_b = np.array([g[1], d[1, 0] * g[0] - d[0, 0] * g[1]])
+    # the free response D^t x0 (t = 1, 2, ...) enters through the filters' initial conditions:
+    # for a DF2T filter with zero input, out_0 = zi_0 and out_1 = zi_1 - den_1 * out_0.
+    x1 = d @ x0
+    x2 = d @ x1
+    zi_l = np.array([x1[0], x2[0] + den[1] * x1[0]])
+    zi_b = np.array([x1[1], x2[1] + den[1] * x1[1]])
+    lev, _ = lfilter(num_l, den, y, zi=zi_l)
+    tre, _ = lfilter(num_b, den, y, zi=zi_b)
+    return lev, tre
+
+
+def _damped_sse(params: np.ndarray, y: np.ndarray, x0: np.ndarray) -> float:
+    alpha, beta_frac, phi = params
+    beta = alpha * beta_frac
+    lev, tre = damped_states(y, alpha, beta, phi, x0)
+    pred = np.empty_like(y)
+    pred[0] = x0[0] + phi * x0[1]
+    pred[1:] = lev[:-1] + phi * tre[:-1]
+    e = y - pred
+    v = float(e @ e)
+    return v if np.isfinite(v) else 1e300
+
+
+def fit_damped(y: np.ndarray) -> tuple[float, float, float, float, float]:
+    """(alpha, beta, phi, level_n, trend_n) of damped Holt fitted by least squares."""
+    n = len(y)
+    k = min(n, 10)
+    slope = float(np.polyfit(np.arange(k, dtype=float), y[:k], 1)[0]) if k >= 2 else 0.0
+    x0 = np.array([float(y[0]), slope])
+    if n < 4 or np.ptp(y) == 0:
+        return 0.5, 0.0, 0.9, float(y[-1]), 0.0
+    res = minimize(_damped_sse, np.array([0.3, 0.1, 0.95]), args=(y, x0), method="Nelder-Mead",
+                   bounds=[(0.01, 0.99), (0.0, 1.0), (0.8, 0.98)],
+                   options={"maxfev": 90, "xatol": 1e-2, "fatol": 1e-6})
+    alpha, beta_frac, phi = (float(v) for v in np.clip(res.x, [0.01, 0.0, 0.8], [0.99, 1.0, 0.98]))
+    beta = alpha * beta_frac
+    lev, tre = damped_states(y, alpha, beta, phi, x0)
+    return alpha, beta, phi, float(lev[-1]), float(tre[-1])
+
+
+def damped_forecast(y: np.ndarray, h: int) -> np.ndarray:
+    _, _, phi, level, trend = fit_damped(y)
+    k = np.arange(1, h + 1)
+    return level + trend * np.cumsum(phi ** k)
+
+
+def ar_diff_forecast(y: np.ndarray, h: int, p: int = 3) -> np.ndarray:
+    """ARIMA(p,1,0) with drift-free differences fitted by ridge-regularised least squares."""
+    n = len(y)
+    dy = np.diff(y)
+    p = min(p, max((len(dy) - 2) // 3, 0))
+    if p == 0:
+        return np.full(h, y[-1])
+    mu = float(np.mean(dy))
+    z = dy - mu
+    x = np.column_stack([z[p - i - 1:len(z) - i - 1] for i in range(p)])
+    t = z[p:]
+    lam = 1e-3 * len(t) * (float(np.var(z)) + 1e-12)
+    coef = np.linalg.solve(x.T @ x + lam * np.eye(p), x.T @ t)
+    if np.sum(np.abs(coef)) >= 0.98:
+        coef = coef * 0.98 / np.sum(np.abs(coef))
+    hist = list(z[-p:][::-1])
+    out = np.empty(h)
+    last = float(y[n - 1])
+    for k in range(h):
+        nxt = float(np.dot(coef, hist[:p]))
+        hist.insert(0, nxt)
+        last = last + nxt
+        out[k] = last
+    return out

@@ -1,0 +1,438 @@
+"""The time axis of a forecast request: validate the input timestamps and continue them (DECISIONS D5).
+
+Decisions this module makes where D5 is silent:
+
+- A fraction has 1 to 6 digits; 7 or more are refused ("invalid timestamp format") because datetime keeps
+  microseconds only, and silently dropping digits could merge two distinct timestamps into one.
+- The fraction may be written with a different number of digits (or left out) from one timestamp to the
+  next, since common serialisers (Python's isoformat) drop a zero fraction. All timestamps of a valid
+  series have the same fractional value anyway, because every step is a whole number of seconds.
+  Output uses the largest number of fraction digits seen in the input (none if no input had a fraction).
+- "Z" and "+00:00" are different suffix forms: mixing them is "mixed timestamp forms".
+- Seconds, Minutes, Hours, Daily and Weekly are fixed durations compared in UTC, so a Daily series at local
+  midnight that crosses a DST change (offset changes) is refused. Monthly, Quarterly and Yearly are
+  calendar steps taken on the wall clock the timestamps are written in (date and time of day as written,
+  offset ignored), so a monthly series on month ends in +02:00 is valid; order is still checked in UTC.
+- Calendar anchor rule: a series whose first timestamp is a month end is treated as a month-end series
+  (preferred, as D5 says), but when the data contradicts that while fitting "day of month of the first
+  timestamp, clamped", the day-of-month rule is used instead (e.g. quarterly on the 30th starting on
+  11-30: 11-30, 02-28, 05-30 is valid). When a whole series fits both rules, month end wins.
+- Errors name the first defective index; at one index the order of checks is: format, suffix form,
+  strictly increasing, spacing. An error at index 1 about the spacing says the gap is not a whole
+  number of units and gives the nearest sensible expected timestamp.
+- A forecast that would pass 9999-12-31 raises TimestampError at the last index.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from calendar import isleap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
+from itertools import islice
+from operator import lt, sub
+from typing import Any
+
+FREQUENCIES: tuple[str, ...] = (
+    "Seconds",
+    "Minutes",
+    "Hours",
+    "Daily",
+    "Weekly",
+    "Monthly",
+    "Quarterly",
+    "Yearly",
+)
+
+_FIXED_UNITS: dict[str, timedelta] = {
+    "Seconds": timedelta(seconds=1),
+    "Minutes": timedelta(minutes=1),
+    "Hours": timedelta(hours=1),
+    "Daily": timedelta(days=1),
+    "Weekly": timedelta(days=7),
+}
+_CALENDAR_MONTHS: dict[str, int] = {"Monthly": 1, "Quarterly": 3, "Yearly": 12}
+_UNIT_NAMES: dict[str, str] = {
+    "Seconds": "seconds",
+    "Minutes": "minutes",
+    "Hours": "hours",
+    "Daily": "days",
+    "Weekly": "weeks",
+    "Monthly": "months",
+    "Quarterly": "quarters",
+    "Yearly": "years",
+}
+
+# [0-9] rather than \d so that non-ASCII digits are refused; ranges here, day-in-month by datetime.
+_BODY = (
+    r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.([0-9]{1,6}))?"
+)
+_OFFSET = r"[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]"
+_TIMESTAMP_RE = re.compile(f"{_BODY}(Z|{_OFFSET})?")
+
+_NAIVE, _ZULU, _OFFSET_FORM = "naive", "Z", "offset"
+_FORM_RES = {
+    _NAIVE: re.compile(_BODY),
+    _ZULU: re.compile(f"{_BODY}Z"),
+    _OFFSET_FORM: re.compile(f"{_BODY}{_OFFSET}"),
+}
+# Length of a timestamp of each form without a fraction; anything longer is "." plus fraction digits.
+_BASE_LENGTH = {_NAIVE: 19, _ZULU: 20, _OFFSET_FORM: 25}
+_FORM_DESCRIPTIONS = {
+    _NAIVE: "no UTC offset",
+    _ZULU: "a 'Z' suffix",
+    _OFFSET_FORM: "a ±HH:MM offset",
+}
+
+_DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_PROVIDED_MAX = 64
+_MAX_YEAR = 9999
+
+
+class TimestampError(ValueError):
+    """One defect in the timestamps array; the API turns it into a 422 DATA_VALIDATION_ERROR."""
+
+    def __init__(self, issue: str, index: int, provided: object, expected: str | None = None) -> None:
+        super().__init__(f"{issue} (index {index})")
+        self.issue = issue
+        self.index = index
+        self.provided = _excerpt(provided)
+        self.expected = expected
+
+    def details(self, field: str = "timestamps") -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "field": field,
+            "issue": self.issue,
+            "provided": self.provided,
+            "index": self.index,
+        }
+        if self.expected is not None:
+            out["expected"] = self.expected
+        return out
+
+
+@dataclass(frozen=True)
+class TimeAxis:
+    frequency: str
+    step: int
+    count: int
+    # Calendar frequencies continue from the first timestamp so clamping never drifts.
+    first: datetime
+    last: datetime
+    last_text: str
+    suffix: str  # "", "Z" or the last timestamp's own "±HH:MM"
+    fraction_digits: int
+    month_end: bool = False
+
+
+def _excerpt(value: object) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= _PROVIDED_MAX:
+        return text
+    return text[: _PROVIDED_MAX - 3] + "..."
+
+
+def _form_of(suffix: str | None) -> str:
+    if suffix is None:
+        return _NAIVE
+    return _ZULU if suffix == "Z" else _OFFSET_FORM
+
+
+def _suffix_text(text: str, form: str) -> str:
+    if form == _NAIVE:
+        return ""
+    return "Z" if form == _ZULU else text[-6:]
+
+
+def _fraction_digits(texts: Sequence[str], form: str) -> int:
+    extra = max(map(len, texts)) - _BASE_LENGTH[form]
+    return extra - 1 if extra > 0 else 0
+
+
+def _render(wall: datetime, digits: int, suffix: str) -> str:
+    text = f"{wall.year:04d}-{wall.month:02d}-{wall.day:02d}T{wall.hour:02d}:{wall.minute:02d}:{wall.second:02d}"
+    if digits:
+        text += "." + f"{wall.microsecond:06d}"[:digits]
+    return text + suffix
+
+
+def _is_month_end(wall: datetime) -> bool:
+    return wall.day == calendar.monthrange(wall.year, wall.month)[1]
+
+
+def _add_months(anchor: datetime, months: int, month_end: bool) -> datetime | None:
+    """anchor's wall clock moved by whole months, day kept and clamped (or month end); None past 9999."""
+    year, month0 = divmod(anchor.year * 12 + anchor.month - 1 + months, 12)
+    if year > _MAX_YEAR:
+        return None
+    last_day = calendar.monthrange(year, month0 + 1)[1]
+    day = last_day if month_end else min(anchor.day, last_day)
+    return anchor.replace(year=year, month=month0 + 1, day=day, tzinfo=None)
+
+
+def parse_axis(timestamps: Sequence[str], frequency: str) -> TimeAxis:
+    """Validate the timestamps against D5 and return the axis to continue; raises TimestampError."""
+    if frequency not in _FIXED_UNITS and frequency not in _CALENDAR_MONTHS:
+        raise ValueError(f"unknown frequency {frequency!r}")
+    if len(timestamps) < 2:
+        raise ValueError("at least two timestamps are needed to infer the step")
+    parsed = _parse_all_fast(timestamps)
+    if parsed is None:
+        return _parse_slow(timestamps, frequency)
+    walls, form, shared_tz = parsed
+    if frequency in _FIXED_UNITS:
+        found = _fixed_fast(walls, frequency)
+    else:
+        found = _calendar_fast(walls, frequency)
+    if found is None:
+        dts = walls if shared_tz is None else [wall.replace(tzinfo=shared_tz) for wall in walls]
+        # The fast checks only say "valid"; the full walk finds and names the first defect.
+        return _validate(timestamps, dts, form, frequency)
+    step, month_end = found
+    ends = [walls[0].replace(tzinfo=shared_tz), walls[-1].replace(tzinfo=shared_tz)]
+    return _make_axis(timestamps, ends, len(walls), form, frequency, step, month_end)
+
+
+def _parse_all_fast(timestamps: Sequence[str]) -> tuple[list[datetime], str, tzinfo | None] | None:
+    """All elements parsed when all are well-formed and of one form, else None (the slow path explains).
+
+    When every element carries the same offset, the wall clocks are returned naive with that offset on
+    the side: checks on them equal checks in UTC, and naive arithmetic is several times faster.
+    """
+    first = timestamps[0]
+    match = _TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
+    if match is None:
+        return None
+    form = _form_of(match.group(2))
+    try:
+        if not all(map(_FORM_RES[form].fullmatch, timestamps)):
+            return None
+        if form == _NAIVE:
+            return list(map(datetime.fromisoformat, timestamps)), form, None
+        cut = 1 if form == _ZULU else 6
+        if form == _OFFSET_FORM and len({text[-6:] for text in timestamps}) != 1:
+            return list(map(datetime.fromisoformat, timestamps)), form, None
+        walls = [datetime.fromisoformat(text[:-cut]) for text in timestamps]
+        return walls, form, datetime.fromisoformat(first).tzinfo
+    except (TypeError, ValueError):
+        return None
+
+
+def _parse_slow(timestamps: Sequence[str], frequency: str) -> TimeAxis:
+    dts: list[datetime] = []
+    form0 = _NAIVE
+    failure: TimestampError | None = None
+    for index, text in enumerate(timestamps):
+        match = _TIMESTAMP_RE.fullmatch(text) if isinstance(text, str) else None
+        if match is None:
+            failure = TimestampError("invalid timestamp format", index, text)
+            break
+        form = _form_of(match.group(2))
+        if index == 0:
+            form0 = form
+        elif form != form0:
+            failure = TimestampError(
+                f"mixed timestamp forms: the series starts with {_FORM_DESCRIPTIONS[form0]}, "
+                f"this timestamp has {_FORM_DESCRIPTIONS[form]}",
+                index,
+                text,
+            )
+            break
+        try:
+            dts.append(datetime.fromisoformat(text))
+        except ValueError:
+            failure = TimestampError("invalid timestamp format", index, text)
+            break
+    # A spacing defect before the malformed element comes first in index order.
+    if len(dts) >= 2:
+        axis = _validate(timestamps[: len(dts)], dts, form0, frequency)
+        if failure is None:
+            return axis
+    if failure is None:  # pragma: no cover - the fast path would have succeeded
+        raise AssertionError("slow path found no defect")
+    raise failure
+
+
+def _make_axis(
+    timestamps: Sequence[str],
+    ends: list[datetime],
+    count: int,
+    form: str,
+    frequency: str,
+    step: int,
+    month_end: bool,
+) -> TimeAxis:
+    last_text = timestamps[-1]
+    return TimeAxis(
+        frequency=frequency,
+        step=step,
+        count=count,
+        first=ends[0],
+        last=ends[-1],
+        last_text=last_text,
+        suffix=_suffix_text(last_text, form),
+        fraction_digits=_fraction_digits(timestamps, form),
+        month_end=month_end,
+    )
+
+
+def _fixed_fast(dts: list[datetime], frequency: str) -> tuple[int, bool] | None:
+    unit = _FIXED_UNITS[frequency]
+    gap = dts[1] - dts[0]
+    if gap <= timedelta(0) or gap % unit:
+        return None
+    # timedelta arithmetic is exact, so one distinct consecutive gap is the same as anchor + i * gap.
+    if set(map(sub, islice(dts, 1, None), dts)) != {gap}:
+        return None
+    return gap // unit, False
+
+
+def _calendar_fast(dts: list[datetime], frequency: str) -> tuple[int, bool] | None:
+    first = dts[0]
+    months = (dts[1].year - first.year) * 12 + dts[1].month - first.month
+    unit_months = _CALENDAR_MONTHS[frequency]
+    if months <= 0 or months % unit_months:
+        return None
+    index0 = first.year * 12 + first.month - 1
+    time0 = first.time()
+    day0 = first.day
+    end_rule = _is_month_end(first)
+    day_rule = True
+    for i, dt in enumerate(dts):
+        year, month0 = divmod(index0 + i * months, 12)
+        if dt.month != month0 + 1 or dt.year != year or dt.time() != time0:
+            return None
+        last_day = _DAYS_IN_MONTH[month0] + (month0 == 1 and isleap(year))
+        day = dt.day
+        end_rule = end_rule and day == last_day
+        day_rule = day_rule and day == (day0 if day0 < last_day else last_day)
+        if not (end_rule or day_rule):
+            return None
+    if not all(map(lt, dts, islice(dts, 1, None))):
+        return None
+    return months // unit_months, end_rule
+
+
+def _validate(timestamps: Sequence[str], dts: list[datetime], form: str, frequency: str) -> TimeAxis:
+    """Walk the parsed series; return its axis or raise at the first index that breaks D5.2."""
+    # The step is read from the first gap, so that gap must be positive before anything else.
+    if not dts[1] > dts[0]:
+        raise TimestampError("timestamps must be strictly increasing", 1, timestamps[1])
+    if frequency in _FIXED_UNITS:
+        return _validate_fixed(timestamps, dts, form, frequency)
+    return _validate_calendar(timestamps, dts, form, frequency)
+
+
+def _expected_text(timestamps: Sequence[str], form: str, i: int, wall: datetime) -> str:
+    digits = _fraction_digits(timestamps[: i + 1], form)
+    return _render(wall, digits, _suffix_text(timestamps[i], form))
+
+
+def _not_whole_issue(frequency: str) -> str:
+    return f"the gap between the first two timestamps is not a whole number of {_UNIT_NAMES[frequency]}"
+
+
+def _validate_fixed(timestamps: Sequence[str], dts: list[datetime], form: str, frequency: str) -> TimeAxis:
+    unit = _FIXED_UNITS[frequency]
+    anchor = dts[0]
+
+    def expected_at(i: int, instant: datetime | None) -> str | None:
+        if instant is None:
+            return None
+        try:
+            # Written in the offending element's own offset, which is what the client compares against.
+            wall = instant.astimezone(dts[i].tzinfo) if form == _OFFSET_FORM else instant
+        except OverflowError:
+            return None
+        return _expected_text(timestamps, form, i, wall)
+
+    def shifted(units: int) -> datetime | None:
+        try:
+            return anchor + unit * units
+        except OverflowError:
+            return None
+
+    gap = dts[1] - anchor
+    if gap % unit:
+        nearest = max(1, round(gap / unit))
+        raise TimestampError(_not_whole_issue(frequency), 1, timestamps[1], expected_at(1, shifted(nearest)))
+    step = gap // unit
+    for i in range(2, len(dts)):
+        expected = shifted(i * step)
+        if dts[i] != expected:
+            if not dts[i] > dts[i - 1]:
+                raise TimestampError("timestamps must be strictly increasing", i, timestamps[i])
+            text = expected_at(i, expected)
+            issue = (
+                f"timestamps must be evenly spaced: expected {text}"
+                if text is not None
+                else f"timestamps must be evenly spaced: the expected timestamp is past year {_MAX_YEAR}"
+            )
+            raise TimestampError(issue, i, timestamps[i], text)
+    return _make_axis(timestamps, dts, len(dts), form, frequency, step, False)
+
+
+def _validate_calendar(timestamps: Sequence[str], dts: list[datetime], form: str, frequency: str) -> TimeAxis:
+    unit_months = _CALENDAR_MONTHS[frequency]
+    anchor = dts[0].replace(tzinfo=None)
+    second = dts[1].replace(tzinfo=None)
+    # Month end first: it is the rule D5 names, and the one kept when the data fits both.
+    live = [True, False] if _is_month_end(anchor) else [False]
+
+    def preferred(i: int) -> bool:
+        if i == 1:
+            return live[0] and _is_month_end(second)
+        return live[0]
+
+    def fail(i: int, months: int) -> TimestampError:
+        wall = _add_months(anchor, months, preferred(i))
+        text = None if wall is None else _expected_text(timestamps, form, i, wall)
+        if i == 1:
+            issue = _not_whole_issue(frequency)
+        elif text is None:
+            issue = f"timestamps must be evenly spaced: the expected timestamp is past year {_MAX_YEAR}"
+        else:
+            issue = f"timestamps must be evenly spaced: expected {text}"
+        return TimestampError(issue, i, timestamps[i], text)
+
+    months = (second.year - anchor.year) * 12 + second.month - anchor.month
+    if months <= 0 or months % unit_months:
+        nearest = max(1, round(months / unit_months)) * unit_months
+        raise fail(1, nearest)
+    for i in range(1, len(dts)):
+        if not dts[i] > dts[i - 1]:
+            raise TimestampError("timestamps must be strictly increasing", i, timestamps[i])
+        wall = dts[i].replace(tzinfo=None)
+        matching = [rule for rule in live if _add_months(anchor, i * months, rule) == wall]
+        if not matching:
+            raise fail(i, i * months)
+        live = matching
+    return _make_axis(timestamps, dts, len(dts), form, frequency, months // unit_months, month_end=live[0])
+
+
+def future_timestamps(axis: TimeAxis, horizon: int) -> list[str]:
+    """The next `horizon` timestamps after the series, in the input's own form (D5.3)."""
+    walls: list[datetime] = []
+    if axis.frequency in _FIXED_UNITS:
+        delta = _FIXED_UNITS[axis.frequency] * axis.step
+        for j in range(1, horizon + 1):
+            try:
+                # An aware `last` keeps its offset, so this is the UTC instant written in that offset.
+                walls.append(axis.last + delta * j)
+            except OverflowError:
+                raise _past_max_year(axis) from None
+    else:
+        months = _CALENDAR_MONTHS[axis.frequency] * axis.step
+        for j in range(1, horizon + 1):
+            wall = _add_months(axis.first, (axis.count - 1 + j) * months, axis.month_end)
+            if wall is None:
+                raise _past_max_year(axis)
+            walls.append(wall)
+    return [_render(wall, axis.fraction_digits, axis.suffix) for wall in walls]
+
+
+def _past_max_year(axis: TimeAxis) -> TimestampError:
+    return TimestampError(f"forecast would pass year {_MAX_YEAR}", axis.count - 1, axis.last_text)

@@ -1,0 +1,43 @@
+"""Liveness and readiness probes (D6.4); no key, not rate limited."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Blueprint, Response, jsonify
+
+from app.auth import public
+from app.ratelimit import current_limiter
+from app.services import current_services
+
+bp = Blueprint("health", __name__)
+log = logging.getLogger("app.health")
+
+
+@bp.get("/healthz")
+@public
+def healthz() -> Response:
+    return jsonify({"status": "ok"})
+
+
+@bp.get("/readyz")
+@public
+def readyz() -> Response:
+    services = current_services()
+    checks: dict[str, str] = {}
+    try:
+        services.database.ping()
+        checks["database"] = "ok"
+    except Exception:
+        log.warning("readiness: database unreachable", exc_info=True)
+        checks["database"] = "unreachable"
+    try:
+        checks["rate_limit_storage"] = "ok" if current_limiter().storage.check() else "unreachable"
+    except Exception:
+        checks["rate_limit_storage"] = "unreachable"
+    ready_workers = services.forecasts.ready_workers
+    checks["forecast_workers"] = f"{ready_workers}/{services.forecasts.size}"
+    ok = checks["database"] == "ok" and checks["rate_limit_storage"] == "ok" and ready_workers > 0
+    response = jsonify({"status": "ready" if ok else "not ready", "checks": checks})
+    response.status_code = 200 if ok else 503
+    return response

@@ -1,0 +1,213 @@
+"""Small keyword-only functions over the api_keys table; the CLI and the request path both use them."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from app.keys.limits import TIERS, KeyLimits, resolve_limits
+from app.keys.records import PERMISSIONS, ApiKey, ApiKeyRecord
+
+KEY_PREFIX = "ak_"
+KEY_HEX_LENGTH = 64
+DISPLAY_PREFIX_LENGTH = 11  # "ak_" + 8 hex: enough to tell keys apart, far too little to guess one
+DEFAULT_ACCOUNT = "default"
+
+
+class KeyInputError(ValueError):
+    """Bad input from an admin (unknown permission, past expiry, unknown key id)."""
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    key: ApiKey
+    plain_key: str
+
+
+def hash_key(plain_key: str) -> str:
+    return hashlib.sha256(plain_key.encode("utf-8")).hexdigest()
+
+
+def generate_plain_key() -> str:
+    return KEY_PREFIX + secrets.token_hex(KEY_HEX_LENGTH // 2)
+
+
+def parse_permissions(raw: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    items = raw.split(",") if isinstance(raw, str) else list(raw)
+    wanted = {item.strip().lower() for item in items if item.strip()}
+    unknown = sorted(wanted - set(PERMISSIONS))
+    if unknown:
+        raise KeyInputError(f"unknown permission(s) {', '.join(unknown)}; choose from {', '.join(PERMISSIONS)}")
+    if not wanted:
+        raise KeyInputError(f"a key needs at least one permission out of {', '.join(PERMISSIONS)}")
+    return tuple(p for p in PERMISSIONS if p in wanted)
+
+
+def _check_limits(limits: KeyLimits) -> None:
+    for label, value in (("per-minute", limits.per_minute), ("per-hour", limits.per_hour), ("per-day", limits.per_day)):
+        if value < 1:
+            raise KeyInputError(f"{label} limit must be at least 1, got {value}")
+
+
+def _check_tier(tier: str | None) -> None:
+    if tier is not None and tier not in TIERS:
+        raise KeyInputError(f"unknown tier {tier!r}; choose from {', '.join(TIERS)} (or give custom numbers)")
+
+
+def create_key(
+    session: Session,
+    *,
+    permissions: tuple[str, ...],
+    name: str = "",
+    account_id: str = DEFAULT_ACCOUNT,
+    expires_at: datetime | None = None,
+    tier: str | None = None,
+    per_minute: int | None = None,
+    per_hour: int | None = None,
+    per_day: int | None = None,
+    now: datetime | None = None,
+) -> CreatedKey:
+    now = now or datetime.now(UTC)
+    permissions = parse_permissions(permissions)
+    _check_tier(tier)
+    if expires_at is not None and expires_at <= now:
+        raise KeyInputError(f"expiry {expires_at.isoformat()} is not in the future")
+    limits = resolve_limits(
+        set(permissions), tier=tier, per_minute=per_minute, per_hour=per_hour, per_day=per_day
+    )
+    _check_limits(limits)
+    plain_key = generate_plain_key()
+    record = ApiKeyRecord(
+        id="key_" + secrets.token_hex(8),
+        account_id=account_id,
+        name=name,
+        key_hash=hash_key(plain_key),
+        prefix=plain_key[:DISPLAY_PREFIX_LENGTH],
+        permissions=",".join(permissions),
+        tier=tier,
+        per_minute=limits.per_minute,
+        per_hour=limits.per_hour,
+        per_day=limits.per_day,
+        created_at=now,
+        expires_at=expires_at,
+        usage_count=0,
+    )
+    session.add(record)
+    session.flush()
+    return CreatedKey(key=ApiKey.from_record(record), plain_key=plain_key)
+
+
+def find_by_hash(session: Session, *, key_hash: str) -> ApiKey | None:
+    record = session.scalars(select(ApiKeyRecord).where(ApiKeyRecord.key_hash == key_hash)).one_or_none()
+    return None if record is None else ApiKey.from_record(record)
+
+
+def _get_record(session: Session, key_id: str) -> ApiKeyRecord:
+    record = session.get(ApiKeyRecord, key_id)
+    if record is None:
+        raise KeyInputError(f"no key with id {key_id!r} (see: keys list)")
+    return record
+
+
+def get_key(session: Session, *, key_id: str) -> ApiKey:
+    return ApiKey.from_record(_get_record(session, key_id))
+
+
+def list_keys(session: Session, *, account_id: str | None = None) -> list[ApiKey]:
+    query = select(ApiKeyRecord).order_by(ApiKeyRecord.created_at, ApiKeyRecord.id)
+    if account_id is not None:
+        query = query.where(ApiKeyRecord.account_id == account_id)
+    return [ApiKey.from_record(record) for record in session.scalars(query)]
+
+
+def count_keys(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(ApiKeyRecord)) or 0
+
+
+def revoke_key(session: Session, *, key_id: str, now: datetime | None = None) -> ApiKey:
+    record = _get_record(session, key_id)
+    now = now or datetime.now(UTC)
+    if record.revoked_at is None or record.revoked_at > now:
+        record.revoked_at = now
+    session.flush()
+    return ApiKey.from_record(record)
+
+
+def rotate_key(
+    session: Session, *, key_id: str, grace: timedelta = timedelta(hours=24), now: datetime | None = None
+) -> tuple[CreatedKey, ApiKey]:
+    """D2.8: a new key with the same account, permissions and limits; the old one ends after the grace."""
+    now = now or datetime.now(UTC)
+    old = _get_record(session, key_id)
+    old_key = ApiKey.from_record(old)
+    if not old_key.is_active(now):
+        raise KeyInputError(f"key {key_id} is {old_key.status(now)}; only an active key can be rotated")
+    if grace < timedelta(0):
+        raise KeyInputError("grace must not be negative")
+    created = create_key(
+        session,
+        permissions=old_key.permissions,
+        name=old.name,
+        account_id=old.account_id,
+        expires_at=old.expires_at,
+        tier=old.tier,
+        per_minute=old.per_minute,
+        per_hour=old.per_hour,
+        per_day=old.per_day,
+        now=now,
+    )
+    if grace == timedelta(0):
+        old.revoked_at = now
+    else:
+        end = now + grace
+        old.expires_at = end if old.expires_at is None else min(old.expires_at, end)
+    old.rotated_to = created.key.id
+    session.flush()
+    return created, ApiKey.from_record(old)
+
+
+def set_limits(
+    session: Session,
+    *,
+    key_id: str,
+    tier: str | None = None,
+    per_minute: int | None = None,
+    per_hour: int | None = None,
+    per_day: int | None = None,
+) -> ApiKey:
+    record = _get_record(session, key_id)
+    _check_tier(tier)
+    if tier is not None:
+        base = resolve_limits(set(record.permissions.split(",")), tier=tier)
+        record.tier = tier
+    else:
+        base = KeyLimits(record.per_minute, record.per_hour, record.per_day)
+    limits = KeyLimits(
+        per_minute=per_minute if per_minute is not None else base.per_minute,
+        per_hour=per_hour if per_hour is not None else base.per_hour,
+        per_day=per_day if per_day is not None else base.per_day,
+    )
+    _check_limits(limits)
+    record.per_minute, record.per_hour, record.per_day = limits.per_minute, limits.per_hour, limits.per_day
+    session.flush()
+    return ApiKey.from_record(record)
+
+
+def add_usage(session: Session, *, key_id: str, count: int, last_used_at: datetime) -> None:
+    session.execute(
+        update(ApiKeyRecord)
+        .where(ApiKeyRecord.id == key_id)
+        .values(usage_count=ApiKeyRecord.usage_count + count)
+    )
+    # Two replicas may flush out of order; last_used_at only ever moves forward.
+    session.execute(
+        update(ApiKeyRecord)
+        .where(ApiKeyRecord.id == key_id)
+        .where((ApiKeyRecord.last_used_at.is_(None)) | (ApiKeyRecord.last_used_at < last_used_at))
+        .values(last_used_at=last_used_at)
+    )

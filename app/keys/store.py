@@ -1,0 +1,122 @@
+"""Key lookups with a short cache (D2.6) and batched usage counting (D2.5) that loses nothing."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from app.db import Database
+from app.keys import crud
+from app.keys.records import ApiKey
+
+log = logging.getLogger("app.keys")
+
+# Compared against when a key is unknown, so a miss costs what a hit costs.
+_DUMMY_HASH = crud.hash_key("ak_" + "0" * 64)
+
+
+class KeyStore:
+    def __init__(self, database: Database, *, cache_seconds: float, clock: Callable[[], float] = time.monotonic):
+        self._database = database
+        self._cache_seconds = cache_seconds
+        self._clock = clock
+        self._cache: dict[str, tuple[float, ApiKey]] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, plain_key: str) -> ApiKey | None:
+        """The key record for a presented key, or None; found by hash, confirmed in constant time."""
+        key_hash = crud.hash_key(plain_key)
+        now = self._clock()
+        with self._lock:
+            cached = self._cache.get(key_hash)
+        if cached is not None and now - cached[0] < self._cache_seconds:
+            return cached[1]
+        with self._database.session() as session:
+            key = crud.find_by_hash(session, key_hash=key_hash)
+        if key is None:
+            hmac.compare_digest(key_hash, _DUMMY_HASH)
+            return None
+        with self._lock:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[key_hash] = (now, key)
+        return key
+
+    def forget(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+
+class UsageRecorder:
+    """Counts requests per key in memory and adds them to the database in the background.
+
+    A failed flush keeps its counts for the next attempt, so an outage delays counts but loses none.
+    """
+
+    def __init__(self, database: Database, *, flush_seconds: float) -> None:
+        self._database = database
+        self._flush_seconds = flush_seconds
+        self._pending: dict[str, tuple[int, datetime]] = {}
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def record(self, key_id: str, at: datetime | None = None) -> None:
+        at = at or datetime.now(UTC)
+        with self._lock:
+            count, last = self._pending.get(key_id, (0, at))
+            self._pending[key_id] = (count + 1, max(last, at))
+        self._ensure_thread()
+
+    def pending(self) -> dict[str, int]:
+        with self._lock:
+            return {key_id: count for key_id, (count, _) in self._pending.items()}
+
+    def flush(self) -> bool:
+        """Writes pending counts; True when nothing is left pending."""
+        with self._flush_lock:
+            with self._lock:
+                batch, self._pending = self._pending, {}
+            if not batch:
+                return True
+            try:
+                with self._database.session() as session:
+                    for key_id, (count, last_used) in batch.items():
+                        crud.add_usage(session, key_id=key_id, count=count, last_used_at=last_used)
+            except Exception:
+                log.warning("usage flush failed; %d key(s) kept for the next attempt", len(batch), exc_info=True)
+                with self._lock:
+                    for key_id, (count, last_used) in batch.items():
+                        pending_count, pending_last = self._pending.get(key_id, (0, last_used))
+                        self._pending[key_id] = (pending_count + count, max(pending_last, last_used))
+                return False
+            return True
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="usage-flusher", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._flush_seconds):
+            self.flush()
+
+    def close(self, *, attempts: int = 5) -> None:
+        self._stop.set()
+        for attempt in range(attempts):
+            if self.flush():
+                return
+            time.sleep(min(0.2 * 2**attempt, 2.0))
+        lost = self.pending()
+        if lost:
+            log.error("usage counts could not be written at shutdown", extra={"fields": {"pending": lost}})

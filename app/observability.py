@@ -1,0 +1,89 @@
+"""Request ids (D1.2, D1.3) and JSON log lines (D6.7)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Flask, Response, g, request
+
+# A client id is echoed only when it cannot smuggle anything into headers or logs.
+_SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+access_log = logging.getLogger("app.access")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace(
+                "+00:00", "Z"
+            ),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        context = _request_context()
+        entry.update(context)
+        for key, value in getattr(record, "fields", {}).items():
+            entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def _request_context() -> dict[str, Any]:
+    from flask import has_request_context
+
+    if not has_request_context():
+        return {}
+    context: dict[str, Any] = {"request_id": g.get("request_id")}
+    key = g.get("api_key")
+    if key is not None:
+        context["key_id"] = key.id
+    return context
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def init_request_tracking(app: Flask) -> None:
+    @app.before_request
+    def _assign_request_id() -> None:
+        g.started_at = time.perf_counter()
+        offered = request.headers.get("X-Request-Id", "")
+        g.request_id = offered if _SANE_REQUEST_ID.match(offered) else uuid.uuid4().hex
+
+    @app.after_request
+    def _tag_and_log(response: Response) -> Response:
+        request_id = g.get("request_id") or uuid.uuid4().hex
+        response.headers["X-Request-Id"] = request_id
+        started = g.get("started_at")
+        duration_ms = (time.perf_counter() - started) * 1000 if started else None
+        access_log.info(
+            "%s %s %s",
+            request.method,
+            request.path,
+            response.status_code,
+            extra={
+                "fields": {
+                    "method": request.method,
+                    "path": request.path,
+                    "status": response.status_code,
+                    "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,
+                    "remote_addr": request.remote_addr,
+                }
+            },
+        )
+        return response

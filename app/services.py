@@ -1,0 +1,33 @@
+"""The long-lived components one app instance owns, reachable from a request through current_services()."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flask import current_app
+
+from app.db import Database
+from app.keys.store import KeyStore, UsageRecorder
+from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.forecast.pool import ForecastPool
+
+
+@dataclass
+class Services:
+    settings: Settings
+    database: Database
+    keys: KeyStore
+    usage: UsageRecorder
+    forecasts: ForecastPool
+
+    def close(self) -> None:
+        self.usage.close()
+        self.forecasts.close()
+        self.database.dispose()
+
+
+def current_services() -> Services:
+    return current_app.extensions["forecast_service"]

@@ -1,0 +1,102 @@
+"""Every setting the service reads, from the environment, in one place."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATA_DIR = Path.cwd() / "instance"
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise SystemExit(f"configuration error: {name} must be an integer, got {raw!r}") from exc
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise SystemExit(f"configuration error: {name} must be a number, got {raw!r}") from exc
+
+
+def _default_database_url() -> str:
+    data_dir = Path(os.environ.get("DATA_DIR") or DEFAULT_DATA_DIR).resolve()
+    return f"sqlite:///{data_dir / 'forecast.sqlite3'}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = field(default_factory=_default_database_url)
+    # None keeps rate counters in this process (exact only with one worker process, D6.2).
+    redis_url: str | None = None
+    require_https: bool = False
+    # How many proxies in front of us may set X-Forwarded-* (D6.6); 0 trusts none.
+    trusted_proxies: int = 0
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_points: int = 100_000
+    forecast_timeout_seconds: float = 30.0
+    forecast_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # Forecasts allowed to wait for a busy pool before new ones are turned away.
+    forecast_queue_limit: int = 32
+    # D2.7: failed authentications allowed per client address.
+    auth_failure_limit: str = "60/minute"
+    # D2.6: how long a replica may trust a cached key lookup.
+    key_cache_seconds: float = 5.0
+    # D2.5: usage counts reach the database at least this often.
+    usage_flush_seconds: float = 1.0
+    cors_origins: tuple[str, ...] = ()
+    log_level: str = "INFO"
+    testing: bool = False
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        settings = cls(
+            database_url=os.environ.get("DATABASE_URL") or _default_database_url(),
+            redis_url=os.environ.get("REDIS_URL") or None,
+            require_https=_bool("REQUIRE_HTTPS", False),
+            trusted_proxies=_int("TRUSTED_PROXIES", 0),
+            max_body_bytes=_int("MAX_BODY_BYTES", 16 * 1024 * 1024),
+            max_points=_int("MAX_POINTS", 100_000),
+            forecast_timeout_seconds=_float("FORECAST_TIMEOUT_SECONDS", 30.0),
+            forecast_workers=_int("FORECAST_WORKERS", os.cpu_count() or 1),
+            forecast_queue_limit=_int("FORECAST_QUEUE_LIMIT", 32),
+            auth_failure_limit=os.environ.get("AUTH_FAILURE_LIMIT") or "60/minute",
+            key_cache_seconds=min(_float("KEY_CACHE_SECONDS", 5.0), 5.0),
+            usage_flush_seconds=min(_float("USAGE_FLUSH_SECONDS", 1.0), 5.0),
+            cors_origins=tuple(o.strip() for o in os.environ.get("CORS_ORIGINS", "").split(",") if o.strip()),
+            log_level=os.environ.get("LOG_LEVEL", "INFO").upper(),
+        )
+        return replace(settings, **overrides)
+
+    @property
+    def database_url_for_sqlalchemy(self) -> str:
+        # Accept the postgres:// and postgresql:// URLs PaaS hosts hand out; we ship psycopg 3.
+        url = self.database_url
+        for prefix in ("postgres://", "postgresql://"):
+            if url.startswith(prefix):
+                return "postgresql+psycopg://" + url[len(prefix):]
+        return url
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        if self.database_url.startswith("sqlite:///"):
+            return Path(self.database_url[len("sqlite:///"):])
+        return None

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from app import create_app  # noqa: E402
+from app.keys import crud  # noqa: E402
+from app.services import Services  # noqa: E402
+from app.settings import Settings  # noqa: E402
+from tests.support import migrate, postgres_database, settings_for  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    with postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Runs a test once on SQLite and once on the real PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'keys.sqlite3'}"
+        return
+    url = request.getfixturevalue("postgres_url")
+    import psycopg
+
+    yield url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS api_keys, alembic_version")
+
+
+def build_app(settings: Settings, *, start_workers: bool = False) -> Flask:
+    migrate(settings)
+    app = create_app(settings, start_workers=start_workers)
+    if start_workers:
+        app.extensions["forecast_service"].forecasts.start(wait=True)
+    return app
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[Flask]:
+    application = build_app(settings_for(f"sqlite:///{tmp_path / 'keys.sqlite3'}"))
+    yield application
+    application.extensions["forecast_service"].close()
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def services_of(app: Flask) -> Services:
+    return app.extensions["forecast_service"]
+
+
+def new_key(app: Flask, permissions: tuple[str, ...] = ("read",), **kwargs: Any) -> tuple[str, str]:
+    """Creates a key through the same CRUD the CLI uses; returns (plain key, key id)."""
+    with services_of(app).database.session() as session:
+        created = crud.create_key(session, permissions=permissions, **kwargs)
+    return created.plain_key, created.key.id

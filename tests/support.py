@@ -1,0 +1,169 @@
+"""Shared helpers for tests: real services or a clear skip (a failure when REQUIRE_SERVICES=1)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def missing_service(reason: str) -> None:
+    if REQUIRE_SERVICES:
+        pytest.fail(f"required service missing (REQUIRE_SERVICES=1): {reason}")
+    pytest.skip(reason)
+
+
+def postgres_available() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL, connect_timeout=3):
+            return True
+    except Exception:
+        return False
+
+
+def redis_available(url: str = REDIS_URL) -> bool:
+    try:
+        import redis
+
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=2).ping())
+    except Exception:
+        return False
+
+
+def flush_redis(url: str = REDIS_URL) -> None:
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for one test session, dropped afterwards."""
+    import psycopg
+
+    if not postgres_available():
+        missing_service(f"PostgreSQL is not reachable at {POSTGRES_URL}")
+    name = "forecast_test_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = POSTGRES_URL.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def migrate(settings: Settings) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(ROOT / "migrations"))
+    config.attributes["database_url"] = settings.database_url_for_sqlalchemy
+    command.upgrade(config, "head")
+
+
+def settings_for(database_url: str, **overrides: Any) -> Settings:
+    base = Settings(
+        database_url=database_url,
+        redis_url=None,
+        forecast_workers=1,
+        forecast_timeout_seconds=30.0,
+        usage_flush_seconds=0.2,
+        testing=True,
+        log_level="INFO",
+    )
+    return replace(base, **overrides)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cli(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(VENV_BIN / "flask"), "--app", "wsgi", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"flask {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+class Server:
+    """A real gunicorn process serving wsgi:app, as an admin would start it."""
+
+    def __init__(self, env: dict[str, str], *, args: tuple[str, ...] = (), log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [str(VENV_BIN / "gunicorn"), "--bind", f"127.0.0.1:{self.port}", *args, "wsgi:app"],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 90.0, path: str = "/readyz") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"gunicorn exited ({self.process.returncode}):\n{self.log()}")
+            try:
+                if requests.get(self.url + path, timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"gunicorn not ready within {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}

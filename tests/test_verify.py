@@ -1,0 +1,82 @@
+"""GET /verify exactly per SPEC 2.5 / 4.2 and D3.6, plus the envelope and request ids (D1.2, D1.3)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from flask import Flask
+
+from tests.conftest import new_key
+from tests.support import bearer
+
+
+def test_verify_body_matches_the_contract(app: Flask) -> None:
+    plain, _ = new_key(app, permissions=("read", "write"))
+    response = app.test_client().get("/verify", headers=bearer(plain))
+    assert response.status_code == 200
+    body = response.get_json()
+    assert list(body) == ["success", "message", "timestamp", "apiKey", "rateLimit"]
+    assert body["success"] is True
+    assert isinstance(body["message"], str) and body["message"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", body["timestamp"])
+    assert body["apiKey"] == {"permissions": ["read", "write"]}
+    rate = body["rateLimit"]
+    assert rate["limit"] == "100"  # Read/Write level, per minute (SPEC 8.2)
+    assert rate["remaining"] == "100"  # /verify reports, it does not spend (D3.3)
+    reset_ms = int(rate["resetTime"])
+    assert abs(reset_ms / 1000 - (time.time() + 60)) < 5
+    assert response.headers["X-RateLimit-Limit"] == "100"
+    assert response.headers["X-RateLimit-Remaining"] == "100"
+    assert int(response.headers["X-RateLimit-Reset"]) == reset_ms // 1000
+
+
+def test_request_id_is_echoed_when_sane_and_made_otherwise(app: Flask) -> None:
+    plain, _ = new_key(app)
+    client = app.test_client()
+    echoed = client.get("/verify", headers={**bearer(plain), "X-Request-Id": "abc-123"})
+    assert echoed.headers["X-Request-Id"] == "abc-123"
+    for insane in ("bad id with spaces", "x" * 129, "<script>", "a;b"):
+        replaced = client.get("/verify", headers={**bearer(plain), "X-Request-Id": insane})
+        assert re.fullmatch(r"[0-9a-f]{32}", replaced.headers["X-Request-Id"])
+    unauthenticated = client.get("/verify")
+    assert re.fullmatch(r"[0-9a-f]{32}", unauthenticated.headers["X-Request-Id"])
+
+
+def test_flask_errors_use_the_envelope(app: Flask) -> None:
+    plain, _ = new_key(app)
+    client = app.test_client()
+    not_found = client.get("/nope", headers=bearer(plain))
+    assert not_found.status_code == 404
+    assert not_found.get_json()["error"]["code"] == "INVALID_REQUEST"
+    wrong_method = client.post("/verify", headers=bearer(plain))
+    assert wrong_method.status_code == 405
+    assert wrong_method.get_json()["error"]["code"] == "INVALID_REQUEST"
+    assert "GET" in wrong_method.headers["Allow"]
+
+
+def test_unexpected_exception_is_500_without_internals(app: Flask, monkeypatch, caplog) -> None:
+    plain, _ = new_key(app)
+    import app.verify as verify_module
+
+    def explode(_key):  # noqa: ANN202
+        raise RuntimeError("secret internal detail")
+
+    monkeypatch.setattr(verify_module, "most_constraining", explode)
+    response = app.test_client().get("/verify", headers=bearer(plain))
+    assert response.status_code == 500
+    error = response.get_json()["error"]
+    assert error["code"] == "INTERNAL_ERROR"
+    assert "secret internal detail" not in response.get_data(as_text=True)
+    assert error["details"]["request_id"] == response.headers["X-Request-Id"]
+    assert any("secret internal detail" in (r.exc_text or "") or r.exc_info for r in caplog.records)
+
+
+def test_health_endpoints_need_no_key(app: Flask) -> None:
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 200
+    ready = client.get("/readyz")
+    # This app runs without forecast workers, so it must not claim to be ready.
+    assert ready.status_code == 503
+    assert ready.get_json()["checks"]["database"] == "ok"
+    assert ready.get_json()["checks"]["forecast_workers"] == "0/1"
