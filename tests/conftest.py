@@ -41,7 +41,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 def build_app(settings: Settings, *, start_workers: bool = False) -> Flask:
     migrate(settings)
-    app = create_app(settings, start_workers=start_workers)
+    app = create_app(settings, start_workers=False)
     if start_workers:
         app.extensions["forecast_service"].forecasts.start(wait=True)
     return app
