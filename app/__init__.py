@@ -16,7 +16,7 @@ from app.settings import Settings  # noqa: E402
 
 
 def create_app(settings: Settings | None = None, *, start_workers: bool = True) -> Flask:
-    from app import auth, errors, health, observability, ratelimit, verify
+    from app import auth, errors, health, metrics, observability, openapi, ratelimit, verify
     from app.cli import register_cli
     from app.db import Database
     from app.forecast import routes as forecast_routes
@@ -55,11 +55,14 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True) 
     ratelimit.init_rate_limits(app)
     auth.init_permission_check(app)
     errors.register_error_handlers(app)
+    metrics.init_metrics(app)
 
     app.register_blueprint(health.bp)
     app.register_blueprint(verify.bp)
     app.register_blueprint(forecast_routes.bp)
     app.register_blueprint(forecast_routes.meta)
+    app.register_blueprint(openapi.bp)
+    app.register_blueprint(metrics.bp)
     register_cli(app)
 
     if start_workers and os.environ.get("FLASK_RUN_FROM_CLI") != "true" and not _running_cli_command():

@@ -24,7 +24,7 @@ AUTH_FAILURE_SCOPE = "auth-failures"
 WINDOW_NAMES = {60: "minute", 3600: "hour", 86400: "day"}
 
 # Endpoints that report or describe but do not spend (D3.3).
-UNCOUNTED_ENDPOINTS = {"verify.verify", "meta.models", "meta.openapi"}
+UNCOUNTED_ENDPOINTS = {"verify.verify", "meta.models", "openapi.openapi_document", "metrics.metrics"}
 
 
 def _current_key_id() -> str:

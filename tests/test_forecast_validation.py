@@ -168,6 +168,7 @@ def test_several_problems_are_all_listed(client: FlaskClient, key: str) -> None:
 def test_unknown_extra_fields_are_ignored(client: FlaskClient, key: str) -> None:
     # Shape passes, so the refusal comes from the data stage: extra fields did not cause a 400.
     body = with_changes(extra="x", forecast_horizon=5)
+    body["series"][0]["unit"] = "ms"
     body["series"][0]["values"] = body["series"][0]["values"][:-1]
     error_of(post(client, key, body), 422, "DATA_VALIDATION_ERROR")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -12,6 +13,7 @@ from app.forecast.models import ForecastResult, describe_models, seasonal_period
 from app.forecast.pool import ForecastJob, PoolError
 from app.forecast.schemas import RECOMMENDED_POINTS, check_series, load_request, parse_json_body
 from app.forecast.timestamps import TimestampError, future_timestamps
+from app.metrics import record_forecast
 from app.services import current_services
 
 bp = Blueprint("forecast", __name__)
@@ -50,13 +52,16 @@ def forecast() -> Response:
         confidence=forecast_request.confidence,
         periods=seasonal_periods(forecast_request.data_frequency, series.axis.step, len(series.values)),
     )
+    started = time.perf_counter()
     try:
         result: ForecastResult = services.forecasts.submit(job)
     except PoolError as exc:
+        record_forecast(job.model_id, type(exc).__name__, time.perf_counter() - started)
         error = InternalError(str(exc))
         if exc.retry_after:
             error.headers["Retry-After"] = str(exc.retry_after)
         raise error from exc
+    record_forecast(job.model_id, "ok", time.perf_counter() - started, fallback=result.fallback is not None)
 
     response = jsonify(
         {

@@ -54,8 +54,26 @@ class StrictFloat(fields.Float):
 
 
 class SeriesSchema(Schema):
-    timestamps = JsonArray(required=True)
-    values = JsonArray(required=True)
+    class Meta:
+        unknown = "exclude"  # D1.1
+
+    timestamps = JsonArray(
+        required=True,
+        metadata={
+            "description": "YYYY-MM-DDTHH:MM:SS, optionally with fractional seconds and Z or ±HH:MM (D5.1); "
+            "strictly increasing, evenly spaced at a whole number of data_frequency units.",
+            "items": {"type": "string", "format": "date-time", "example": "2026-01-01T00:00:00"},
+            "minItems": MIN_POINTS,
+        },
+    )
+    values = JsonArray(
+        required=True,
+        metadata={
+            "description": "Finite numbers, one per timestamp; no nulls.",
+            "items": {"type": "number"},
+            "minItems": MIN_POINTS,
+        },
+    )
 
 
 class ForecastRequestSchema(Schema):

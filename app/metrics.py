@@ -1,0 +1,76 @@
+"""Prometheus metrics (D6.4): requests per endpoint and status, forecasts per model and outcome."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from flask import Blueprint, Flask, Response, g, request
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from app.auth import requires
+from app.services import current_services
+
+bp = Blueprint("metrics", __name__)
+
+REQUESTS = Counter(
+    "forecast_http_requests_total", "HTTP requests answered.", ["endpoint", "method", "status"]
+)
+REQUEST_SECONDS = Histogram(
+    "forecast_http_request_duration_seconds",
+    "Time from the first hook to the response, per endpoint.",
+    ["endpoint"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+FORECASTS = Counter("forecast_forecasts_total", "Forecasts attempted.", ["model", "outcome"])
+FORECAST_SECONDS = Histogram(
+    "forecast_forecast_duration_seconds",
+    "Time a forecast spent in the worker pool, queueing included.",
+    ["model"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+FALLBACKS = Counter("forecast_fallbacks_total", "Forecasts answered by a fallback model (D4.4).", ["model"])
+WORKERS_READY = Gauge(
+    "forecast_workers_ready", "Forecast worker processes ready in this server process.", multiprocess_mode="livesum"
+)
+
+
+def record_forecast(model_id: str, outcome: str, seconds: float, *, fallback: bool = False) -> None:
+    FORECASTS.labels(model_id, outcome).inc()
+    FORECAST_SECONDS.labels(model_id).observe(seconds)
+    if fallback:
+        FALLBACKS.labels(model_id).inc()
+
+
+def init_metrics(app: Flask) -> None:
+    @app.after_request
+    def _count(response: Response) -> Response:
+        # Label by route, never by raw path: unknown paths must not grow the series without bound.
+        endpoint = request.url_rule.rule if request.url_rule is not None else "unrouted"
+        REQUESTS.labels(endpoint, request.method, str(response.status_code)).inc()
+        started = g.get("started_at")
+        if started is not None:
+            REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - started)
+        return response
+
+
+@bp.get("/metrics")
+@requires("admin")
+def metrics() -> Response:
+    WORKERS_READY.set(current_services().forecasts.ready_workers)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Several gunicorn processes: add up what each one wrote to the shared directory.
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        payload = generate_latest(registry)
+    else:
+        payload = generate_latest()
+    return Response(payload, mimetype=CONTENT_TYPE_LATEST)
