@@ -9,11 +9,13 @@ from typing import Any
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
-# A PaaS hands us PORT and expects every interface; locally we stay on loopback.
-if "PORT" in os.environ:
+# An explicit BIND wins; a PaaS hands us only PORT and expects every interface; otherwise loopback.
+if os.environ.get("BIND"):
+    bind = [os.environ["BIND"]]
+elif os.environ.get("PORT"):
     bind = [f"0.0.0.0:{os.environ['PORT']}"]
 else:
-    bind = [os.environ.get("BIND", "127.0.0.1:8000")]
+    bind = ["127.0.0.1:8000"]
 
 # D6.2: one process by default so in-memory rate limits are exact; threads give concurrency.
 workers = int(os.environ.get("WEB_CONCURRENCY", "1"))

@@ -56,6 +56,8 @@ def configure_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Alembic announces each of its plugins at INFO; the migration lines themselves stay.
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
 
 def init_request_tracking(app: Flask) -> None:
