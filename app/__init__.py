@@ -16,7 +16,7 @@ from app.settings import Settings  # noqa: E402
 
 
 def create_app(settings: Settings | None = None, *, start_workers: bool = True) -> Flask:
-    from app import auth, errors, health, metrics, observability, openapi, ratelimit, verify
+    from app import auth, cors, errors, health, metrics, observability, openapi, ratelimit, verify
     from app.cli import register_cli
     from app.db import Database
     from app.forecast import routes as forecast_routes
@@ -56,6 +56,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True) 
     auth.init_permission_check(app)
     errors.register_error_handlers(app)
     metrics.init_metrics(app)
+    cors.init_cors(app, settings.cors_origins)
 
     app.register_blueprint(health.bp)
     app.register_blueprint(verify.bp)

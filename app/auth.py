@@ -10,6 +10,7 @@ from typing import TypeVar
 from flask import Flask, g, request
 
 from app import ratelimit
+from app.cors import is_allowed_preflight
 from app.errors import Forbidden, Unauthorized
 from app.keys.records import ApiKey
 from app.services import current_services
@@ -83,7 +84,7 @@ def init_auth(app: Flask) -> None:
     @app.before_request
     def _identify_caller() -> None:
         g.api_key = None
-        if _is_public(app):
+        if _is_public(app) or is_allowed_preflight(current_services().settings.cors_origins):
             return
         try:
             key = _authenticate()

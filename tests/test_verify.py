@@ -80,3 +80,34 @@ def test_health_endpoints_need_no_key(app: Flask) -> None:
     assert ready.status_code == 503
     assert ready.get_json()["checks"]["database"] == "ok"
     assert ready.get_json()["checks"]["forecast_workers"] == "0/1"
+
+
+def test_cors_is_off_by_default(app: Flask) -> None:
+    plain, _ = new_key(app)
+    client = app.test_client()
+    response = client.get("/verify", headers={**bearer(plain), "Origin": "https://evil.example"})
+    assert "Access-Control-Allow-Origin" not in response.headers
+    preflight = client.options(
+        "/forecast", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
+    )
+    assert preflight.status_code == 401
+
+
+def test_cors_for_configured_origins_only(tmp_path) -> None:
+    from tests.conftest import build_app, services_of
+    from tests.support import settings_for
+
+    app = build_app(settings_for(f"sqlite:///{tmp_path / 'k.sqlite3'}", cors_origins=("https://app.example",)))
+    plain, _ = new_key(app)
+    client = app.test_client()
+    allowed = client.get("/verify", headers={**bearer(plain), "Origin": "https://app.example"})
+    assert allowed.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert "X-RateLimit-Remaining" in allowed.headers["Access-Control-Expose-Headers"]
+    preflight = client.options(
+        "/forecast", headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"}
+    )
+    assert preflight.status_code == 200
+    assert "Authorization" in preflight.headers["Access-Control-Allow-Headers"]
+    other = client.get("/verify", headers={**bearer(plain), "Origin": "https://evil.example"})
+    assert "Access-Control-Allow-Origin" not in other.headers
+    services_of(app).close()
