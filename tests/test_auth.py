@@ -176,3 +176,22 @@ def test_forwarded_proto_is_ignored_without_trusted_proxies(tmp_path: Path) -> N
     spoofed = app.test_client().get("/verify", headers={**bearer(plain), "X-Forwarded-Proto": "https"})
     assert spoofed.status_code == 403
     services_of(app).close()
+
+
+@pytest.mark.parametrize("trusted_proxies", [0, 1])
+def test_failed_auth_limit_cannot_be_dodged_with_x_forwarded_for(tmp_path: Path, trusted_proxies: int) -> None:
+    settings = settings_for(
+        f"sqlite:///{tmp_path / 'k.sqlite3'}", auth_failure_limit="3/minute", trusted_proxies=trusted_proxies
+    )
+    app = build_app(settings)
+    client = app.test_client()
+    bad = bearer("ak_" + "3" * 64)
+    statuses = []
+    for attempt in range(6):
+        # The attacker varies what it claims; a trusted proxy appends the real peer as the last hop.
+        claimed = f"203.0.113.{attempt}"
+        forwarded = claimed if trusted_proxies == 0 else f"{claimed}, 198.51.100.7"
+        response = client.get("/verify", headers={**bad, "X-Forwarded-For": forwarded})
+        statuses.append(response.status_code)
+    assert statuses == [401, 401, 401, 429, 429, 429]
+    services_of(app).close()
