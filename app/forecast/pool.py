@@ -10,6 +10,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -66,6 +67,10 @@ class ModelFailed(PoolError):
 
 
 def _worker_main(connection: Connection) -> None:
+    # A group-wide SIGTERM/SIGINT (systemd, Ctrl-C) must not kill forecasts gunicorn is still draining;
+    # the parent ends its workers itself, and a closed pipe ends them too.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     pin_blas_threads()
     from app.forecast.models import ForecastError, run_forecast
 
@@ -124,6 +129,7 @@ class ForecastPool:
         self._waiting = 0
         self._lock = threading.Lock()
         self._closed = False
+        self._workers: set[_Worker] = set()
         self.startup_seconds: list[float] = []
 
     def start(self, *, wait: bool = False) -> None:
@@ -143,6 +149,8 @@ class ForecastPool:
             self._starting += 1
         try:
             worker = _Worker(self._context)
+            with self._lock:
+                self._workers.add(worker)
             ready = worker.wait_ready(self.startup_timeout)
         finally:
             with self._lock:
@@ -154,7 +162,7 @@ class ForecastPool:
                     self.startup_seconds.append(worker.startup_seconds)
             self._idle.put(worker)
             return
-        worker.kill()
+        self._discard(worker)
         if not self._closed:
             log.error("a forecast worker failed to start; retrying in 5 s")
             time.sleep(5)
@@ -203,9 +211,14 @@ class ForecastPool:
         log.warning("replacing forecast worker", extra={"fields": {"pid": worker.process.pid, "reason": reason}})
         with self._lock:
             self._alive -= 1
-        worker.kill()
+        self._discard(worker)
         if not self._closed:
             self._spawn_in_background()
+
+    def _discard(self, worker: _Worker) -> None:
+        with self._lock:
+            self._workers.discard(worker)
+        worker.kill()
 
     def worker_pids(self) -> list[int]:
         workers = list(self._idle.queue)
@@ -223,4 +236,9 @@ class ForecastPool:
             except OSError:
                 pass
             worker.process.join(timeout=2)
+        # Workers ignore SIGTERM, so multiprocessing's exit-time terminate() would wait on them forever.
+        with self._lock:
+            remaining = list(self._workers)
+            self._workers.clear()
+        for worker in remaining:
             worker.kill()
