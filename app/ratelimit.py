@@ -95,9 +95,18 @@ def _status(item: RateLimitItem, *identifiers: str) -> WindowStatus:
 
 
 def most_constraining(key: ApiKey) -> WindowStatus:
-    """D3.4: the window with the fewest requests remaining, the shortest on a tie."""
+    """D3.4: the window with the fewest requests remaining, the shortest on a tie.
+
+    Read once per request: the limiter has already counted by the time anyone asks, and the body of
+    /verify and the headers must describe the same moment.
+    """
+    cached: WindowStatus | None = g.get("rate_window_status")
+    if cached is not None:
+        return cached
     statuses = [_status(item, KEY_PREFIX, key.id, KEY_SCOPE) for item in key_windows(key)]
-    return min(statuses, key=lambda s: (s.remaining, s.seconds))
+    status = min(statuses, key=lambda s: (s.remaining, s.seconds))
+    g.rate_window_status = status
+    return status
 
 
 def _auth_failure_item() -> RateLimitItem:
