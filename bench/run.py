@@ -1,0 +1,101 @@
+"""Performance benchmarks of the service (`make bench`, `make bench-quick`).
+
+    python bench/run.py [--quick] [--only verify,limiter,forecast,accuracy]
+
+Suites (each writes bench/results/<suite>.md and prints it):
+  verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
+  limiter   time the rate limiter adds per counted request (memory and Redis storage) and req/s with it
+  forecast  POST /forecast e2e latency per model and series length vs run_forecast in-process; worker start-up
+  accuracy  bench/accuracy.py --mode http against a gunicorn started here (--sample 20 with --quick)
+
+Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
+a suite whose service is missing fails on its own and the others still run. Exit status 1 if any failed.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common as c  # noqa: E402
+import latency  # noqa: E402
+
+SUITES = ["verify", "limiter", "forecast", "accuracy"]
+
+
+def suite_accuracy(quick: bool) -> str:
+    with c.temp_dir("bench-accuracy-") as tmp, c.database("sqlite", tmp) as url:
+        key = c.create_key(url)
+        with c.gunicorn(url, tmp, name="accuracy") as server:
+            out = tmp / "accuracy.md"
+            cmd = [c.PYTHON, str(c.BENCH / "accuracy.py"), "--mode", "http", "--url", server.url,
+                   "--output", str(out)]
+            if quick:
+                cmd += ["--sample", "20"]
+            t0 = time.perf_counter()
+            result = subprocess.run(cmd, cwd=c.ROOT, env=c.base_env(FORECAST_API_KEY=key), capture_output=True,
+                                    text=True, timeout=900 if quick else 5400)
+            elapsed = time.perf_counter() - t0
+            if result.returncode != 0:
+                raise RuntimeError(f"accuracy.py failed ({result.returncode}):\n{result.stdout[-2000:]}\n"
+                                   f"{result.stderr[-4000:]}")
+            body = out.read_text() if out.exists() else result.stdout
+    text = (f"| M4 accuracy through HTTP (bench/accuracy.py --mode http{' --sample 20' if quick else ''}, "
+            f"gunicorn default config, FORECAST_WORKERS=2) — {c.machine_line()}; {c.CODE_LINE}; "
+            f"run took {elapsed:.0f} s |\n"
+            f"|---|\n\n{body}")
+    c.RESULTS.mkdir(parents=True, exist_ok=True)
+    (c.RESULTS / "accuracy.md").write_text(text)
+    print(text, flush=True)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer requests and repetitions, for a fast check")
+    ap.add_argument("--only", default=",".join(SUITES), help="comma-separated subset of: " + ",".join(SUITES))
+    args = ap.parse_args(argv)
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in SUITES]
+    if unknown:
+        ap.error(f"unknown suite(s): {', '.join(unknown)}")
+    runners = {"verify": latency.suite_verify, "limiter": latency.suite_limiter,
+               "forecast": latency.suite_forecast, "accuracy": suite_accuracy}
+    failed = []
+    with c.code_snapshot() as code:
+        c.CODE_LINE = code
+        print(f"{c.machine_line()}\n{code} (copied to {c.APP_ROOT})\n", flush=True)
+        failed = _run(chosen, runners, args.quick)
+    if failed:
+        print(f"FAILED suites: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(chosen: list[str], runners: dict, quick: bool) -> list[str]:
+    failed = []
+    for name in chosen:
+        print(f"== {name} ==", flush=True)
+        t0 = time.perf_counter()
+        try:
+            runners[name](quick)
+        except Exception:  # one broken suite must not hide the others' numbers
+            traceback.print_exc()
+            failed.append(name)
+        print(f"== {name}: {time.perf_counter() - t0:.0f} s ==\n", flush=True)
+    return failed
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
