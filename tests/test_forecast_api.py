@@ -204,3 +204,16 @@ def test_pool_errors_reach_the_client_as_500(tmp_path: Path) -> None:
     assert error["code"] == "INTERNAL_ERROR" and error["details"]["request_id"] == response.headers["X-Request-Id"]
     assert response.headers["Retry-After"] == "5"
     services_of(app).close()
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_http_answer_equals_the_model_called_in_process(client: FlaskClient, key: str, model_id: str) -> None:
+    """What the benchmarks measure in-process is exactly what a client receives (bench/accuracy.py relies on it)."""
+    from app.forecast.models import run_forecast, seasonal_periods
+
+    body = {**hourly(300), "confidence": 0.8}
+    response = client.post("/forecast", headers={**bearer(key), "X-Model-Id": model_id}, json=body)
+    values = body["series"][0]["values"]
+    expected = run_forecast(model_id, values, 12, 0.8, seasonal_periods("Hours", 1, len(values)))
+    got = response.get_json()
+    assert (got["median"], got["lower_bound"], got["upper_bound"]) == (expected.median, expected.lower, expected.upper)
