@@ -55,7 +55,7 @@ class Settings:
     forecast_timeout_seconds: float = 30.0
     forecast_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     # Forecasts allowed to wait for a busy pool before new ones are turned away.
-    forecast_queue_limit: int = 32
+    forecast_queue_limit: int = 8
     # D2.7: failed authentications allowed per client address.
     auth_failure_limit: str = "60/minute"
     # D2.6: how long a replica may trust a cached key lookup.
@@ -77,7 +77,7 @@ class Settings:
             max_points=_int("MAX_POINTS", 100_000),
             forecast_timeout_seconds=_float("FORECAST_TIMEOUT_SECONDS", 30.0),
             forecast_workers=_int("FORECAST_WORKERS", os.cpu_count() or 1),
-            forecast_queue_limit=_int("FORECAST_QUEUE_LIMIT", 32),
+            forecast_queue_limit=_int("FORECAST_QUEUE_LIMIT", 8),
             auth_failure_limit=os.environ.get("AUTH_FAILURE_LIMIT") or "60/minute",
             key_cache_seconds=min(_float("KEY_CACHE_SECONDS", 5.0), 5.0),
             usage_flush_seconds=min(_float("USAGE_FLUSH_SECONDS", 1.0), 5.0),

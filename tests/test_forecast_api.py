@@ -217,3 +217,26 @@ def test_http_answer_equals_the_model_called_in_process(client: FlaskClient, key
     expected = run_forecast(model_id, values, 12, 0.8, seasonal_periods("Hours", 1, len(values)))
     got = response.get_json()
     assert (got["median"], got["lower_bound"], got["upper_bound"]) == (expected.median, expected.lower, expected.upper)
+
+
+def test_saturated_pool_answers_busy_with_retry_after() -> None:
+    import threading
+
+    pool = ForecastPool(workers=1, timeout_seconds=30, queue_limit=0)
+    pool.start(wait=True)
+    try:
+        slow = ForecastJob("forecast-model-3", [float(i % 24) + i * 1e-3 for i in range(100_000)], 100, 0.95, (24, 168))
+        first = threading.Thread(target=pool.submit, args=(slow,))
+        first.start()
+        deadline = time.monotonic() + 10
+        while pool._admitted == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        from app.forecast.pool import PoolBusy
+
+        with pytest.raises(PoolBusy) as busy:
+            pool.submit(JOB)
+        assert busy.value.retry_after == 5
+        first.join(timeout=60)
+        assert len(pool.submit(JOB).median) == 4  # admitted again once the first finished
+    finally:
+        pool.close()

@@ -142,6 +142,8 @@ def render_nginx(tmp_path: Path, upstream_port: int) -> tuple[Path, int, int, Pa
         site = site.replace("${" + name + "}", value)
     config = tmp_path / "nginx.conf"
     config.write_text(
+        # pytest's temp dirs are 0700; nginx's workers must write request bodies there, so they run as us.
+        "user root;\n"
         f"daemon off;\npid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/nginx-error.log;\nworker_processes 1;\n"
         "events { worker_connections 256; }\n"
         f"http {{\n access_log off;\n client_body_temp_path {tmp_path}/body;\n proxy_temp_path {tmp_path}/proxy;\n"

@@ -126,7 +126,7 @@ class ForecastPool:
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._alive = 0
         self._starting = 0
-        self._waiting = 0
+        self._admitted = 0
         self._lock = threading.Lock()
         self._closed = False
         self._workers: set[_Worker] = set()
@@ -177,20 +177,23 @@ class ForecastPool:
         return self.ready_workers > 0
 
     def submit(self, job: ForecastJob) -> Any:
+        # Forecasts admitted (running or queued) are capped below the web threads, so /verify and the
+        # other cheap endpoints always find a free thread however many forecasts arrive.
         with self._lock:
             if self._alive == 0 and self._starting == 0:
                 raise PoolBusy("No forecast workers are running.")
-            if self._waiting >= self.queue_limit + self.size:
+            if self._admitted >= self.size + self.queue_limit:
                 raise PoolBusy("The forecast workers are saturated; retry shortly.")
-            self._waiting += 1
+            self._admitted += 1
         try:
-            worker = self._idle.get(timeout=self.timeout_seconds)
-        except queue.Empty as exc:
-            raise PoolBusy("No forecast worker became free in time; retry shortly.") from exc
+            try:
+                worker = self._idle.get(timeout=self.timeout_seconds)
+            except queue.Empty as exc:
+                raise PoolBusy("No forecast worker became free in time; retry shortly.") from exc
+            return self._run_on(worker, job)
         finally:
             with self._lock:
-                self._waiting -= 1
-        return self._run_on(worker, job)
+                self._admitted -= 1
 
     def _run_on(self, worker: _Worker, job: ForecastJob) -> Any:
         try:

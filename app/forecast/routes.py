@@ -8,7 +8,7 @@ import time
 from flask import Blueprint, Response, jsonify, request
 
 from app.auth import requires
-from app.errors import DataValidationError, InternalError, UnsupportedMediaType
+from app.errors import DataValidationError, InternalError, PayloadTooLarge, UnsupportedMediaType
 from app.forecast.models import ForecastResult, describe_models, seasonal_periods
 from app.forecast.pool import ForecastJob, PoolError
 from app.forecast.schemas import RECOMMENDED_POINTS, check_series, load_request, parse_json_body
@@ -25,6 +25,17 @@ def _is_json_content_type(mimetype: str) -> bool:
     return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
 
 
+def _read_body(max_bytes: int) -> bytes:
+    """The body, or 413. A chunked body has no Content-Length, and werkzeug then stops reading at the cap
+    without complaint: the truncated prefix would be parsed as if it were the request."""
+    if request.content_length is not None:
+        return request.get_data(cache=False)  # werkzeug answers 413 from the declared length
+    raw = request.environ["wsgi.input"].read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge("The request body is larger than the service accepts.")
+    return raw
+
+
 @bp.post("/forecast")
 @requires("read")
 def forecast() -> Response:
@@ -34,7 +45,7 @@ def forecast() -> Response:
             details={"field": "Content-Type", "issue": "Must be application/json", "provided": request.mimetype},
         )
     services = current_services()
-    forecast_request = load_request(parse_json_body(request.get_data(cache=False)), request.headers)
+    forecast_request = load_request(parse_json_body(_read_body(services.settings.max_body_bytes)), request.headers)
     series = check_series(forecast_request, max_points=services.settings.max_points)
 
     try:

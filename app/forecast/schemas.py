@@ -19,6 +19,9 @@ from app.forecast.models import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.timestamps import FREQUENCIES, TimeAxis, TimestampError, parse_axis
 
 MIN_POINTS = 10
+# Finite but near float max (1e308), sums and spreads inside the models overflow and every model and its
+# fallback fail (500). Far above any real measurement (D4.6 names 1e12 as huge); such values answer 422.
+MAX_ABS_VALUE = 1e300
 # D5.4: the data-preparation guide's advice; shorter series still get a forecast, with a warning header.
 RECOMMENDED_POINTS = {
     "Seconds": 100,
@@ -313,6 +316,17 @@ def _check_values(values: list[Any], problems: list[dict[str, Any]]) -> list[flo
             number = math.inf
         if not math.isfinite(number):
             problems.append(problem("series[0].values", "value must be a finite number", str(value)[:64], index=index))
+            return floats
+        if abs(number) > MAX_ABS_VALUE:
+            problems.append(
+                problem(
+                    "series[0].values",
+                    f"value out of range: magnitude must be at most {MAX_ABS_VALUE:g}",
+                    value,
+                    index=index,
+                    maximum=MAX_ABS_VALUE,
+                )
+            )
             return floats
         floats.append(number)
     return floats
