@@ -167,3 +167,67 @@ class Server:
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+class RedisServer:
+    """A private redis-server on a free loopback port, no persistence; stop() and start() keep the port."""
+
+    def __init__(self, log_path: Path) -> None:
+        import shutil
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            missing_service("redis-server is not installed (apt-get install -y redis-server)")
+        self.binary = str(binary)
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self, timeout: float = 10.0) -> None:
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(
+                [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while not redis_available(self.url):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                missing_service(f"redis-server did not start on port {self.port}:\n{self.log_path.read_text()}")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+def child_pids(pid: int) -> list[int]:
+    """Processes whose parent is pid (as `ps --ppid pid`), read from /proc."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process went away while we looked
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return sorted(children)
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
