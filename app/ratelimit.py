@@ -13,6 +13,7 @@ from flask_limiter import RateLimitExceeded as LimiterBreach
 from limits import RateLimitItem, RateLimitItemPerDay, RateLimitItemPerHour, RateLimitItemPerMinute, parse
 from limits.errors import StorageError as LimitsStorageError
 
+from app.counted_window import STRATEGY_NAME, recorded_window
 from app.errors import RateLimitExceeded, ServiceUnavailable, error_response
 from app.keys.records import ApiKey
 
@@ -49,7 +50,7 @@ def build_limiter() -> Limiter:
         key_func=_current_key_id,
         application_limits=[_current_key_limits],
         application_limits_exempt_when=_not_counted,
-        strategy="moving-window",  # D3.2: rolling windows
+        strategy=STRATEGY_NAME,  # D3.2: rolling windows, counted atomically with each hit (D3.4)
         headers_enabled=False,  # D3.4 picks the header window differently; see _rate_limit_headers
         fail_on_first_breach=True,
         swallow_errors=False,  # D3.7: fail closed
@@ -87,6 +88,9 @@ def key_windows(key: ApiKey) -> list[RateLimitItem]:
 
 
 def _status(item: RateLimitItem, *identifiers: str) -> WindowStatus:
+    recorded = recorded_window(item, *identifiers)
+    if recorded is not None:
+        return WindowStatus(item.amount, max(0, recorded.remaining), recorded.reset_time, item.get_expiry())
     try:
         stats = current_limiter().limiter.get_window_stats(item, *identifiers)
     except LimitsStorageError as exc:
