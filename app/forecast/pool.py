@@ -103,9 +103,12 @@ class _Worker:
         self.startup_seconds: float | None = None
 
     def wait_ready(self, timeout: float) -> bool:
-        if not self.connection.poll(timeout):
+        try:
+            if not self.connection.poll(timeout):
+                return False
+            message = self.connection.recv()
+        except (EOFError, OSError):  # died while warming up (killed, or the server is stopping)
             return False
-        message = self.connection.recv()
         self.startup_seconds = time.perf_counter() - self.started_at
         return message[0] == "ready"
 
