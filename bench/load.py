@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/load.py [--seconds 60] [--clients 50]
 
-Starts its own throwaway SQLite database, gunicorn (gunicorn.conf.py as shipped: one worker process, 8 threads,
+Starts its own throwaway SQLite database, gunicorn (gunicorn.conf.py as shipped: one worker process, 32 threads,
 forecast workers = cores) and nginx from nginx/forecast.conf.template, all on 127.0.0.1. The clients are threads
 with one requests.Session each, in this process (separate from the server's processes). Each client loops for
 --seconds, picking GET /verify or POST /forecast (an hourly series of 500 points, horizon 24, X-Model-Id 1-4) at
@@ -340,7 +340,7 @@ def render(args: argparse.Namespace, duration: float, tally: Tally, usage: int, 
         f"(hourly, {args.points} points, horizon 24, X-Model-Id 1-4 uniform)",
         f"keys: 1 high-limit key (~59% of picks), {ORDINARY_KEYS} Free-tier keys at 10/minute (~40% of picks; a "
         "client sleeps 0.5 s after a 429 or a 500 with Retry-After), unknown key (~1%)",
-        f"server: gunicorn.conf.py as shipped (1 worker process, {args.gunicorn_threads or 8} threads"
+        f"server: gunicorn.conf.py as shipped (1 worker process, {args.gunicorn_threads or 32} threads"
         f"{' (GUNICORN_THREADS override)' if args.gunicorn_threads else ''}, forecast workers = cores), SQLite, "
         "in-memory limits; nginx worker_processes 1; everything on this machine with the clients",
         f"1-minute load average before / after the run: {load[0]:.2f} / {load[1]:.2f} (anything above the clients' "

@@ -6,6 +6,7 @@ Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
   limiter   time the rate limiter adds per counted request (memory and Redis storage) and req/s with it
   forecast  POST /forecast e2e latency per model and series length vs run_forecast in-process; worker start-up
+  load      bench/load.py: 50 clients for 60 s through nginx and gunicorn, /verify and /forecast mixed
   accuracy  bench/accuracy.py --mode http against a gunicorn started here (--sample 20 with --quick)
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 import latency  # noqa: E402
 
-SUITES = ["verify", "limiter", "forecast", "accuracy"]
+SUITES = ["verify", "limiter", "forecast", "load", "accuracy"]
 
 
 def suite_accuracy(quick: bool) -> str:
@@ -61,6 +62,16 @@ def suite_accuracy(quick: bool) -> str:
     return text
 
 
+def suite_load(quick: bool) -> str:
+    """bench/load.py: 50 clients through nginx (TLS) and gunicorn, /verify and /forecast mixed."""
+    cmd = [c.PYTHON, str(c.BENCH / "load.py"), "--seconds", "15" if quick else "60"]
+    result = subprocess.run(cmd, cwd=c.ROOT, env=c.base_env(), capture_output=True, text=True, timeout=900)
+    print(result.stdout[-6000:], flush=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"load.py failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result.stdout
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer requests and repetitions, for a fast check")
@@ -71,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown suite(s): {', '.join(unknown)}")
     runners = {"verify": latency.suite_verify, "limiter": latency.suite_limiter,
-               "forecast": latency.suite_forecast, "accuracy": suite_accuracy}
+               "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy}
     failed = []
     with c.code_snapshot() as code:
         c.CODE_LINE = code
