@@ -51,14 +51,17 @@ def _inprocess(task):
     return out, dt, res[0].fallback
 
 
-def _post(url: str, key: str, model_id: str, body: dict) -> dict:
+def _post(url: str, key: str, model_id: str, body: dict) -> tuple[dict, float, str | None]:
+    """(response body, seconds of the successful attempt, X-Forecast-Fallback header)."""
     data = json.dumps(body).encode()
     for _attempt in range(50):
         req = urllib.request.Request(f"{url}/forecast", data=data, method="POST", headers={
             "Content-Type": "application/json", "Authorization": f"Bearer {key}", "X-Model-Id": model_id})
+        t = time.perf_counter()
         try:
             with urllib.request.urlopen(req, timeout=120) as resp:
-                return json.loads(resp.read())
+                payload = json.loads(resp.read())
+                return payload, time.perf_counter() - t, resp.headers.get("X-Forecast-Fallback")
         except urllib.error.HTTPError as exc:
             if exc.code == 429:
                 time.sleep(float(exc.headers.get("Retry-After") or 1))
@@ -73,15 +76,16 @@ def _http(task):
     stamps = [(START + i * STEP[s.frequency]).strftime("%Y-%m-%dT%H:%M:%S") for i in range(len(s.history))]
     out = []
     dt = 0.0
+    fallback = None
     for c in confidences:
         body = {"series": [{"timestamps": stamps, "values": s.history.tolist()}],
                 "forecast_horizon": m4.HORIZON[s.frequency], "data_frequency": freq,
                 "forecast_frequency": freq, "confidence": c}
-        t = time.perf_counter()
-        r = _post(url, key, model_id, body)
-        dt += time.perf_counter() - t
+        r, seconds, fb = _post(url, key, model_id, body)
+        dt += seconds
+        fallback = fallback or fb
         out.append((np.array(r["median"]), np.array(r["lower_bound"]), np.array(r["upper_bound"])))
-    return out, dt / len(confidences), None
+    return out, dt / len(confidences), fallback
 
 
 def main(argv: list[str] | None = None) -> int:

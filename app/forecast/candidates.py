@@ -61,14 +61,46 @@ def deseasonalised(base: Callable[[np.ndarray, int], np.ndarray]) -> Candidate:
     return f
 
 
+def recent(name: str, cycles: int = 5, floor: int = 60) -> Candidate:
+    """Candidate ``name`` run on the last ``cycles`` cycles of the shortest period (>= ``floor`` points)."""
+
+    def f(y: np.ndarray, h: int, periods: tuple[int, ...]) -> np.ndarray:
+        cap = max(cycles * _short(periods), floor)
+        yc = y[-cap:]
+        return CANDIDATES[name](yc, h, tuple(p for p in periods if len(yc) >= 2 * p))
+
+    return f
+
+
+def seasonal_strength(y: np.ndarray, m: int, cycles: int = 10) -> float:
+    """1 - var(remainder)/var(detrended) of a classical additive decomposition over the last cycles."""
+    if m < 2:
+        return 0.0
+    x = y[-cycles * m:]
+    if len(x) < 3 * m:
+        return 0.0
+    w = np.r_[0.5, np.ones(m - 1), 0.5] / m if m % 2 == 0 else np.ones(m) / m
+    ma = np.convolve(x, w, mode="valid")
+    off = (len(w) - 1) // 2
+    det = x[off: off + len(ma)] - ma
+    pos = np.arange(off, off + len(ma)) % m
+    idx = np.bincount(pos, weights=det, minlength=m) / np.maximum(np.bincount(pos, minlength=m), 1)
+    v = float(np.var(det))
+    if v <= 0:
+        return 0.0
+    return max(0.0, 1.0 - float(np.var(det - idx[pos])) / v)
+
+
 CANDIDATES: dict[str, Candidate] = {
     "naive": lambda y, h, p: naive(y, h),
     "ses": lambda y, h, p: ses_forecast(y, h),
     "theta": lambda y, h, p: theta_forecast(y, h),
     "damped": lambda y, h, p: damped_forecast(y, h),
     "arima": lambda y, h, p: ar_diff_forecast(y, h),
+    "ses_sa": deseasonalised(ses_forecast),
     "theta_sa": deseasonalised(theta_forecast),
     "damped_sa": deseasonalised(damped_forecast),
+    "arima_sa": deseasonalised(ar_diff_forecast),
     "snaive_s": lambda y, h, p: seasonal_naive(y, h, _short(p)),
     "snaive_l": lambda y, h, p: seasonal_naive(y, h, _long(p)),
     "ptheta_s": lambda y, h, p: position_theta(y, h, _short(p)),
@@ -78,3 +110,13 @@ CANDIDATES: dict[str, Candidate] = {
     "plevel": lambda y, h, p: profile_level(y, h, p),
     "plevel_log": lambda y, h, p: profile_level(y, h, p, log=True),
 }
+CANDIDATES.update({
+    "ses_sa5": recent("ses_sa"),
+    "theta_sa5": recent("theta_sa"),
+    "damped_sa5": recent("damped_sa"),
+    "arima_sa5": recent("arima_sa"),
+})
+
+# Level/trend family (any series) and seasonal-position family (strongly seasonal series only).
+LEVEL_POOL = ("ses_sa", "theta_sa", "damped_sa", "arima_sa", "ses_sa5", "theta_sa5", "damped_sa5", "arima_sa5")
+SEASONAL_POOL = ("snaive_s", "snaive_l", "ptheta_s", "pses_s", "ptheta_l", "wprof_l", "plevel", "plevel_log")

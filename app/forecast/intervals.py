@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
+_Z80 = float(norm.ppf(0.9))  # two-sided 80% Gaussian quantile, reference point of the tail factor
 MIN_SAMPLES = 30  # below this many pooled errors, blend in a random-walk error model
 
 
@@ -43,10 +44,14 @@ class ErrorModel:
     absz: np.ndarray       # sorted
     spread: float          # RMS of z
     extra_scale: float = 1.0
+    tail: float = 0.0      # > 0: quantiles widened more at high confidence (heavier tails than measured)
+
+    def _factor(self, c: float) -> float:
+        return self.extra_scale * float((norm.ppf(0.5 + c / 2.0) / _Z80) ** self.tail)
 
     def half_widths(self, h: int, confidence: float) -> tuple[np.ndarray, np.ndarray]:
         """(down, up) distances from the median at steps 1..h, both >= 0, nondecreasing in confidence."""
-        prof = np.arange(1, h + 1, dtype=float) ** self.b * self.extra_scale
+        prof = np.arange(1, h + 1, dtype=float) ** self.b * self._factor(confidence)
         q = self._abs_quantile(confidence)
         return q * prof, q * prof
 
@@ -66,7 +71,7 @@ class ErrorModel:
     def asymmetric(self, h: int, confidence: float) -> tuple[np.ndarray, np.ndarray]:
         """Signed quantiles: (down, up) distances, each >= 0 and nondecreasing in confidence."""
         n = len(self.z)
-        prof = np.arange(1, h + 1, dtype=float) ** self.b * self.extra_scale
+        prof = np.arange(1, h + 1, dtype=float) ** self.b * self._factor(confidence)
         if n < MIN_SAMPLES:
             return self.half_widths(h, confidence)
         lo_p = (1.0 - confidence) / 2.0
@@ -79,7 +84,8 @@ class ErrorModel:
         return max(down, 0.0) * prof, max(up, 0.0) * prof
 
 
-def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: float = 1.0) -> ErrorModel:
+def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: float = 1.0,
+               tail: float = 0.0) -> ErrorModel:
     """Build the error model from an (origins x steps) matrix (NaN = not observed).
 
     ``fallback_step_scale`` is a one-step error scale (e.g. of naive differences) used to pad the sample
@@ -91,19 +97,22 @@ def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: floa
     hv = e.shape[1]
     k = np.arange(1, hv + 1, dtype=float)
     b = 0.5
-    if e.size and hv >= 3:
+    if e.size and hv >= 3 and np.isfinite(e).any():
+        cnt = np.isfinite(e).sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            rms = np.sqrt(np.nanmean(e * e, axis=0))
+            rms = np.sqrt(np.where(cnt > 0, np.nansum(e * e, axis=0) / np.maximum(cnt, 1), np.nan))
         ok = np.isfinite(rms) & (rms > 0)
         if ok.sum() >= 3:
             b = float(np.polyfit(np.log(k[ok]), np.log(rms[ok]), 1)[0])
             b = min(max(b, 0.0), 1.0)
     z = (e / k**b)[np.isfinite(e)]
-    if len(z) < MIN_SAMPLES and fallback_step_scale > 0:
-        # pad with Gaussian quantile points of the random-walk scale, deterministic
-        m = MIN_SAMPLES - len(z)
-        pts = norm.ppf((np.arange(m) + 0.5) / m) * fallback_step_scale
-        z = np.concatenate([z, pts])
+    if len(z) < MIN_SAMPLES:
+        # pad with deterministic Gaussian quantile points: of the observed errors' spread when there
+        # are a few (>= 5), else of the random-walk (first difference) scale
+        pad_scale = float(np.sqrt(np.mean(z * z))) if len(z) >= 5 else fallback_step_scale
+        if pad_scale > 0:
+            m = MIN_SAMPLES - len(z)
+            z = np.concatenate([z, norm.ppf((np.arange(m) + 0.5) / m) * pad_scale])
     z = np.sort(z)
     spread = float(np.sqrt(np.mean(z * z))) if len(z) else 0.0
-    return ErrorModel(b=b, z=z, absz=np.sort(np.abs(z)), spread=spread, extra_scale=extra_scale)
+    return ErrorModel(b=b, z=z, absz=np.sort(np.abs(z)), spread=spread, extra_scale=extra_scale, tail=tail)

@@ -1,0 +1,297 @@
+"""Model guarantees (DECISIONS D4.3-D4.6): property-based and explicit edge cases."""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from app.forecast import models  # noqa: E402
+from app.forecast.models import (  # noqa: E402
+    DEFAULT_MODEL_ID,
+    MODEL_IDS,
+    ForecastError,
+    ForecastResult,
+    describe_models,
+    run_forecast,
+    run_forecast_multi,
+    seasonal_periods,
+)
+
+FREQUENCIES = ("Seconds", "Minutes", "Hours", "Daily", "Weekly", "Monthly", "Quarterly", "Yearly")
+
+
+def check_result(res: ForecastResult, horizon: int) -> None:
+    assert isinstance(res, ForecastResult)
+    for arr in (res.median, res.lower, res.upper):
+        assert len(arr) == horizon
+        assert all(isinstance(v, float) for v in arr)
+        assert np.all(np.isfinite(arr))
+    lo, med, up = np.array(res.lower), np.array(res.median), np.array(res.upper)
+    assert np.all(lo <= med)
+    assert np.all(med <= up)
+
+
+@st.composite
+def series(draw: st.DrawFn, max_len: int = 5000, nonnegative: bool = False) -> np.ndarray:
+    """Random level + trend + seasonality + noise (+ spikes, steps, exact repeats), any magnitude."""
+    n = draw(st.integers(10, max_len))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    t = np.arange(n, dtype=float)
+    mag = 10.0 ** draw(st.integers(-9, 12))
+    period = draw(st.sampled_from([2, 4, 7, 12, 24, 52, 60, 168]))
+    y = (rng.normal() * 5 + rng.normal() * 0.01 * t + rng.uniform(0, 3) * np.sin(2 * np.pi * t / period)
+         + rng.uniform(0, 2) * rng.standard_normal(n))
+    kind = draw(st.sampled_from(["plain", "spikes", "step", "integers", "random_walk", "flat_tail"]))
+    if kind == "spikes":
+        idx = rng.integers(0, n, size=max(1, n // 50))
+        y[idx] += rng.uniform(20, 200, size=len(idx))
+    elif kind == "step":
+        y[n // 2:] += 30
+    elif kind == "integers":
+        y = np.round(y)
+    elif kind == "random_walk":
+        y = np.cumsum(rng.standard_normal(n))
+    elif kind == "flat_tail":
+        y[n // 2:] = y[n // 2]
+    if nonnegative:
+        y = np.abs(y)
+        if draw(st.booleans()):
+            y[rng.random(n) < 0.3] = 0.0  # intermittent / zero-inflated
+    return y * mag
+
+
+common = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+@common
+@given(y=series(), freq=st.sampled_from(FREQUENCIES), horizon=st.integers(1, 100),
+       c1=st.floats(0.1, 0.99), c2=st.floats(0.1, 0.99))
+def test_guarantees_property(model_id, y, freq, horizon, c1, c2):
+    periods = seasonal_periods(freq, 1, len(y))
+    lo_c, hi_c = sorted((c1, c2))
+    res_lo, res_hi = run_forecast_multi(model_id, y.tolist(), horizon, [lo_c, hi_c], periods)
+    for res in (res_lo, res_hi):
+        check_result(res, horizon)
+        assert res.fallback is None, res.fallback  # the model itself must cope with any such series
+    # higher confidence never narrower, same median
+    assert res_hi.median == res_lo.median
+    assert np.all(np.array(res_hi.lower) <= np.array(res_lo.lower))
+    assert np.all(np.array(res_hi.upper) >= np.array(res_lo.upper))
+    # run_forecast gives the same numbers, deterministically
+    again = run_forecast(model_id, y.tolist(), horizon, hi_c, periods)
+    assert again == res_hi
+
+
+@common
+@given(y=series(max_len=3000, nonnegative=True), freq=st.sampled_from(FREQUENCIES),
+       horizon=st.integers(1, 100), conf=st.floats(0.1, 0.99))
+def test_model4_never_negative(y, freq, horizon, conf):
+    res = run_forecast("forecast-model-4", y.tolist(), horizon, conf, seasonal_periods(freq, 1, len(y)))
+    check_result(res, horizon)
+    assert min(res.lower) >= 0.0
+
+
+def _edge_cases() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    spike = np.zeros(200)
+    spike[120] = 1e6
+    return {
+        "constant": np.full(300, 42.0),
+        "zeros": np.zeros(300),
+        "single_spike": spike,
+        "huge": 1e12 + 1e10 * rng.standard_normal(400),
+        "huge_constant_offset": 1e12 + rng.standard_normal(400),
+        "tiny": 1e-9 * (1 + 0.1 * rng.standard_normal(400)),
+        "extreme_1e300": 1e300 * (1 + 0.1 * rng.standard_normal(300)),
+        "negative": -50 - np.cumsum(rng.standard_normal(400)),
+        "exactly_10": np.array([3.0, 5, 4, 6, 5, 7, 6, 8, 7, 9]),
+        "ten_constant": np.full(10, -1.5),
+        "alternating": np.tile([0.0, 1e6], 150),
+    }
+
+
+EDGES = _edge_cases()
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+@pytest.mark.parametrize("case", sorted(EDGES))
+@pytest.mark.parametrize("freq", ["Hours", "Weekly", "Yearly"])
+def test_edge_cases(model_id, case, freq):
+    y = EDGES[case]
+    for horizon in (1, 48, 100):
+        res = run_forecast(model_id, y.tolist(), horizon, 0.95, seasonal_periods(freq, 1, len(y)))
+        check_result(res, horizon)
+        assert res.fallback is None
+        med = np.array(res.median)
+        span = max(float(np.ptp(y)), float(np.max(np.abs(y))), 1e-300)
+        # forecasts stay on the data's scale (no blow-up from normalisation)
+        assert np.all(np.abs(med - np.median(y)) <= 10 * span)
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_constant_series_forecast_is_the_constant(model_id):
+    for value in (0.0, 42.0, -3.5, 1e12, 1e-9):
+        res = run_forecast(model_id, [value] * 50, 5, 0.9, seasonal_periods("Daily", 1, 50))
+        assert res.median == pytest.approx([value] * 5, rel=1e-9, abs=1e-300)
+        assert res.lower[0] <= value <= res.upper[0]
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_scale_invariance(model_id):
+    rng = np.random.default_rng(3)
+    t = np.arange(500)
+    y = 100 + 10 * np.sin(2 * np.pi * t / 24) + rng.standard_normal(500)
+    per = seasonal_periods("Hours", 1, 500)
+    a = run_forecast(model_id, y.tolist(), 24, 0.8, per)
+    b = run_forecast(model_id, (y * 1e10).tolist(), 24, 0.8, per)
+    np.testing.assert_allclose(np.array(b.median) / 1e10, a.median, rtol=1e-6)
+    np.testing.assert_allclose(np.array(b.upper) / 1e10, a.upper, rtol=1e-6)
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_seasonal_pattern_is_followed(model_id):
+    """A clean daily cycle must be forecast far better than by its mean (the models can fail this)."""
+    rng = np.random.default_rng(11)
+    t = np.arange(24 * 30 + 48)
+    y = 50 + 20 * np.sin(2 * np.pi * t / 24) + 0.5 * rng.standard_normal(len(t))
+    hist, future = y[:-48], y[-48:]
+    res = run_forecast(model_id, hist.tolist(), 48, 0.9, seasonal_periods("Hours", 1, len(hist)))
+    mae = np.mean(np.abs(np.array(res.median) - future))
+    assert mae < 2.0
+    inside = np.mean((future >= np.array(res.lower)) & (future <= np.array(res.upper)))
+    assert inside >= 0.7
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_trend_is_followed(model_id):
+    y = 10 + 0.5 * np.arange(200) + np.random.default_rng(5).standard_normal(200) * 0.3
+    res = run_forecast(model_id, y.tolist(), 10, 0.9, seasonal_periods("Daily", 1, 200))
+    assert res.median[-1] > y[-1] + 1.0  # keeps going up
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_100k_points_capped(model_id):
+    rng = np.random.default_rng(1)
+    t = np.arange(100_000)
+    y = 100 + 10 * np.sin(2 * np.pi * t / 1440) + rng.standard_normal(len(t))
+    per = seasonal_periods("Minutes", 1, len(y))
+    assert per == (60, 1440)
+    res = run_forecast(model_id, y.tolist(), 100, 0.95, per)  # speed at this size: make bench
+    check_result(res, 100)
+    assert res.fallback is None
+
+
+def test_model4_clips_at_zero_only_for_nonnegative_history():
+    y = np.abs(np.random.default_rng(2).standard_normal(300)) * 0.1
+    y[::7] = 0.0
+    res = run_forecast("forecast-model-4", y.tolist(), 30, 0.99, ())
+    assert min(res.lower) >= 0.0
+    neg = y - 0.05
+    res2 = run_forecast("forecast-model-4", neg.tolist(), 30, 0.99, ())
+    assert min(res2.lower) < 0.0
+
+
+def test_model4_robust_to_spikes():
+    rng = np.random.default_rng(4)
+    t = np.arange(24 * 20)
+    y = 100 + 10 * np.sin(2 * np.pi * t / 24) + rng.standard_normal(len(t))
+    spiky = y.copy()
+    spiky[-30:][::6] += 5000  # recent huge spikes
+    per = seasonal_periods("Hours", 1, len(y))
+    clean = run_forecast("forecast-model-4", y.tolist(), 24, 0.9, per)
+    dirty = run_forecast("forecast-model-4", spiky.tolist(), 24, 0.9, per)
+    assert np.max(np.abs(np.array(dirty.median) - np.array(clean.median))) < 5.0
+
+
+# --------------------------------------------------------------------------------------------------
+# fallback (D4.4)
+
+
+class _Boom(models.ForecastModel):
+    def fit(self, values, horizon, periods):
+        raise RuntimeError("boom")
+
+
+class _NaN(models.ForecastModel):
+    def point(self, y, h, periods):
+        return np.full(h, np.nan)
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_fallback_is_used_and_reported(model_id, monkeypatch):
+    monkeypatch.setitem(models.REGISTRY, model_id, _Boom())
+    fb_name, fb_model = models.FALLBACKS[model_id]
+    if isinstance(fb_model, _Boom) or fb_name == model_id:
+        pytest.fail("fallback must be a different model")
+    res = run_forecast(model_id, list(range(50)), 5, 0.9, ())
+    check_result(res, 5)
+    assert res.fallback is not None
+    assert fb_name in res.fallback and "RuntimeError" in res.fallback
+    assert res.fallback.isascii() and "\n" not in res.fallback and len(res.fallback) < 200
+
+
+def test_bad_output_triggers_fallback(monkeypatch):
+    monkeypatch.setitem(models.REGISTRY, "forecast-model-2", _NaN())
+    res = run_forecast("forecast-model-2", [1.0, 2.0, 3.0] * 10, 4, 0.5, ())
+    check_result(res, 4)
+    assert res.fallback is not None
+
+
+def test_forecast_error_when_fallback_fails_too(monkeypatch):
+    monkeypatch.setitem(models.REGISTRY, "forecast-model-1", _Boom())
+    monkeypatch.setitem(models.FALLBACKS, "forecast-model-1", ("forecast-model-2", _Boom()))
+    with pytest.raises(ForecastError):
+        run_forecast("forecast-model-1", list(range(50)), 5, 0.9, ())
+
+
+def test_no_fallback_normally():
+    res = run_forecast(DEFAULT_MODEL_ID, list(range(50)), 5, 0.9, ())
+    assert res.fallback is None
+
+
+# --------------------------------------------------------------------------------------------------
+# interface
+
+
+def test_seasonal_periods():
+    assert seasonal_periods("Hours", 1, 1000) == (24, 168)
+    assert seasonal_periods("Hours", 1, 100) == (24,)
+    assert seasonal_periods("Hours", 1, 47) == ()
+    assert seasonal_periods("Hours", 2, 1000) == (12, 84)
+    assert seasonal_periods("Hours", 5, 1000) == ()
+    assert seasonal_periods("Minutes", 5, 10000) == (12, 288)
+    assert seasonal_periods("Minutes", 30, 100) == (2, 48)
+    assert seasonal_periods("Minutes", 60, 100) == (24,)
+    assert seasonal_periods("Seconds", 60, 1000) == ()
+    assert seasonal_periods("Seconds", 1, 120) == (60,)
+    assert seasonal_periods("Seconds", 1, 119) == ()
+    assert seasonal_periods("Daily", 1, 730) == (7, 365)
+    assert seasonal_periods("Daily", 7, 730) == ()
+    assert seasonal_periods("Weekly", 1, 104) == (52,)
+    assert seasonal_periods("Weekly", 2, 60) == (26,)
+    assert seasonal_periods("Monthly", 1, 24) == (12,)
+    assert seasonal_periods("Monthly", 3, 24) == (4,)
+    assert seasonal_periods("Monthly", 6, 24) == (2,)
+    assert seasonal_periods("Monthly", 12, 24) == ()
+    assert seasonal_periods("Quarterly", 1, 8) == (4,)
+    assert seasonal_periods("Yearly", 1, 1000) == ()
+
+
+def test_describe_models():
+    d = describe_models()
+    assert [m["id"] for m in d] == list(MODEL_IDS)
+    assert DEFAULT_MODEL_ID == MODEL_IDS[0]
+    for m in d:
+        assert set(m) == {"id", "description"}
+        assert m["description"] and "\n" not in m["description"] and m["description"].isascii()
+    assert len({m["description"] for m in d}) == 4
