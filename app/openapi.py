@@ -110,6 +110,33 @@ FORECAST_EXAMPLE_RESPONSE = {
 }
 
 
+def _keyed_get(
+    spec: APISpec,
+    path: str,
+    tag: str,
+    summary: str,
+    description: str,
+    media_type: str,
+    schema: str | dict[str, Any],
+    *,
+    headers: dict[str, Any],
+) -> None:
+    ok: dict[str, Any] = {"description": description, "content": {media_type: {"schema": schema}}}
+    if headers:
+        ok["headers"] = headers
+    spec.path(
+        path=path,
+        operations={
+            "get": {
+                "tags": [tag],
+                "summary": summary,
+                "security": [{"bearerAuth": []}],
+                "responses": {"200": ok, **_errors("401", "403", "429", "500")},
+            }
+        },
+    )
+
+
 @cache
 def build_spec() -> dict[str, Any]:
     plugin = MarshmallowPlugin()
@@ -178,49 +205,16 @@ def build_spec() -> dict[str, Any]:
             }
         },
     )
-    spec.path(
-        path="/verify",
-        operations={
-            "get": {
-                "tags": ["Authentication"],
-                "summary": "Check a key, its permissions and its rate-limit status",
-                "security": secured,
-                "responses": {
-                    "200": {"description": "The key is valid.", "headers": ok_headers,
-                            "content": {"application/json": {"schema": "VerifyResponse"}}},
-                    **_errors("401", "403", "429", "500"),
-                },
-            }
-        },
+    keyed_gets = (
+        ("/verify", "Authentication", "Check a key, its permissions and its rate-limit status",
+         "The key is valid.", "application/json", "VerifyResponse"),
+        ("/models", "Forecasting", "The four models and what each is for (not counted against limits)",
+         "The models.", "application/json", "ModelsResponse"),
+        ("/openapi.json", "Meta", "This document (not counted against limits)",
+         "OpenAPI 3 document.", "application/json", {"type": "object"}),
     )
-    spec.path(
-        path="/models",
-        operations={
-            "get": {
-                "tags": ["Forecasting"],
-                "summary": "The four models and what each is for (not counted against limits)",
-                "security": secured,
-                "responses": {
-                    "200": {"description": "The models.", "headers": ok_headers,
-                            "content": {"application/json": {"schema": "ModelsResponse"}}},
-                    **_errors("401", "403", "429", "500"),
-                },
-            }
-        },
-    )
-    spec.path(
-        path="/openapi.json",
-        operations={
-            "get": {
-                "tags": ["Meta"],
-                "summary": "This document (not counted against limits)",
-                "security": secured,
-                "responses": {"200": {"description": "OpenAPI 3 document.",
-                                      "content": {"application/json": {"schema": {"type": "object"}}}},
-                              **_errors("401", "403", "429", "500")},
-            }
-        },
-    )
+    for path, tag, summary, description, media_type, schema in keyed_gets:
+        _keyed_get(spec, path, tag, summary, description, media_type, schema, headers=ok_headers)
     for path, summary in (("/healthz", "Liveness"), ("/readyz", "Readiness: database, limiter storage, workers")):
         spec.path(
             path=path,
@@ -237,19 +231,8 @@ def build_spec() -> dict[str, Any]:
                 }
             },
         )
-    spec.path(
-        path="/metrics",
-        operations={
-            "get": {
-                "tags": ["Meta"],
-                "summary": "Prometheus metrics (key with admin permission; not counted)",
-                "security": secured,
-                "responses": {"200": {"description": "Prometheus text format",
-                                      "content": {"text/plain": {"schema": {"type": "string"}}}},
-                              **_errors("401", "403", "429", "500")},
-            }
-        },
-    )
+    _keyed_get(spec, "/metrics", "Meta", "Prometheus metrics (key with admin permission; not counted)",
+               "Prometheus text format", "text/plain", {"type": "string"}, headers={})
     return spec.to_dict()
 
 
