@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 MAX_BODY = 4 * 1024 * 1024  # small enough to hit cheaply; a 10^6-element array of "1," (2 MB) still fits
 MAX_POINTS = 100_000
-ANSWER_WITHIN = 5.0  # seconds, for every hostile request
+ANSWER_WITHIN = 20.0  # a hang detector, not a speed target (make bench measures speed)
 RSS_BOUND_KIB = int(1.5 * 1024 * 1024)  # 1.5 GiB: bounded memory is a correctness property
 CODES = {"UNAUTHORIZED", "INVALID_REQUEST", "DATA_VALIDATION_ERROR", "RATE_LIMIT_EXCEEDED", "INTERNAL_ERROR"}
 
@@ -36,7 +36,9 @@ class Hostile:
 
     def send(self, method: str, path: str, *, headers: dict[str, str] | None = None, data: Any = None,
              key: str | None = None) -> requests.Response:
-        all_headers = {**bearer(self.key if key is None else key), **(headers or {})}
+        # A fresh connection each time: a kept-alive one may be closed by the server's idle timeout just as it
+        # is reused, and a POST is not retried; that race is not what these tests are about.
+        all_headers = {**bearer(self.key if key is None else key), "Connection": "close", **(headers or {})}
         started = time.monotonic()
         response = self.session.request(
             method, self.server.url + path, headers=all_headers, data=data, timeout=ANSWER_WITHIN + 5
