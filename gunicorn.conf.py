@@ -54,6 +54,13 @@ def on_starting(server: Any) -> None:
         )
 
 
+def post_worker_init(worker: Any) -> None:
+    # Warm the forecast workers at start-up, so the first forecast does not pay their start.
+    services = getattr(worker.wsgi, "extensions", {}).get("forecast_service")
+    if services is not None:
+        services.pool.start()
+
+
 def worker_exit(server: Any, worker: Any) -> None:
     # D2.5: usage counts still in memory reach the database before the process goes.
     app = getattr(worker, "wsgi", None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import os
 
 from app.forecast.pool import pin_blas_threads
 
@@ -15,7 +14,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
 
-def create_app(settings: Settings | None = None, *, start_workers: bool = True) -> Flask:
+def create_app(settings: Settings | None = None, *, start_workers: bool = False) -> Flask:
     from app import auth, cors, errors, health, metrics, observability, openapi, ratelimit, verify
     from app.cli import register_cli
     from app.db import Database
@@ -41,7 +40,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True) 
         database=database,
         keys=KeyStore(database, cache_seconds=settings.key_cache_seconds),
         usage=UsageRecorder(database, flush_seconds=settings.usage_flush_seconds),
-        forecasts=ForecastPool(
+        pool=ForecastPool(
             workers=settings.forecast_workers,
             timeout_seconds=settings.forecast_timeout_seconds,
             queue_limit=settings.forecast_queue_limit,
@@ -66,14 +65,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True) 
     app.register_blueprint(metrics.bp)
     register_cli(app)
 
-    if start_workers and os.environ.get("FLASK_RUN_FROM_CLI") != "true" and not _running_cli_command():
-        services.forecasts.start()
+    if start_workers:
+        services.pool.start()
     atexit.register(services.close)
     return app
-
-
-def _running_cli_command() -> bool:
-    # `flask --app wsgi keys ...` imports the app; admin commands must not spawn forecast workers.
-    import sys
-
-    return os.path.basename(sys.argv[0]) == "flask"

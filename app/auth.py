@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
 
 from flask import Flask, g, request
 
@@ -17,28 +15,6 @@ from app.services import current_services
 
 _KEY_FORMAT = re.compile(r"^ak_[0-9a-f]{64}$")
 _ACCEPTED_FORM = "Send the key as 'Authorization: Bearer <API_KEY>'."
-
-# Endpoints reachable without a key: probes and metrics, never business data (D6.4).
-PUBLIC_ENDPOINTS: set[str] = set()
-
-F = TypeVar("F", bound=Callable[..., object])
-
-
-def public(view: F) -> F:
-    PUBLIC_ENDPOINTS.add(view.__name__)
-    view.public = True  # type: ignore[attr-defined]
-    return view
-
-
-def requires(permission: str) -> Callable[[F], F]:
-    """Marks a view as needing a permission; checked by the request hooks, not the view."""
-
-    def mark(view: F) -> F:
-        view.required_permission = permission  # type: ignore[attr-defined]
-        return view
-
-    return mark
-
 
 def _view_attribute(app: Flask, name: str) -> object | None:
     view = app.view_functions.get(request.endpoint or "")
@@ -66,9 +42,10 @@ def _authenticate() -> ApiKey:
     now = datetime.now(UTC)
     if key is None:
         raise Unauthorized("Invalid API key.")
-    if key.status(now) == "revoked":
+    status = key.status(now)
+    if status == "revoked":
         raise Unauthorized("This API key has been revoked.")
-    if key.status(now) == "expired":
+    if status == "expired":
         raise Unauthorized("This API key has expired.")
     return key
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from flask import Flask, current_app
+from flask import Flask
 from flask.cli import AppGroup
 
 from app.keys import crud
@@ -287,4 +287,3 @@ def _example_request() -> dict[str, Any]:
 def register_cli(app: Flask) -> None:
     app.cli.add_command(keys_cli)
     app.cli.add_command(db_cli)
-    _ = current_app  # the commands run inside the app context Flask's CLI provides

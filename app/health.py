@@ -6,7 +6,7 @@ import logging
 
 from flask import Blueprint, Response, jsonify
 
-from app.auth import public
+from app.pipeline import public
 from app.ratelimit import current_limiter
 from app.services import current_services
 
@@ -35,8 +35,9 @@ def readyz() -> Response:
         checks["rate_limit_storage"] = "ok" if current_limiter().storage.check() else "unreachable"
     except Exception:
         checks["rate_limit_storage"] = "unreachable"
-    ready_workers = services.forecasts.ready_workers
-    checks["forecast_workers"] = f"{ready_workers}/{services.forecasts.size}"
+    services.pool.start()  # a server started without gunicorn's hook (flask run) warms up here
+    ready_workers = services.pool.ready_workers
+    checks["forecast_workers"] = f"{ready_workers}/{services.pool.size}"
     ok = checks["database"] == "ok" and checks["rate_limit_storage"] == "ok" and ready_workers > 0
     response = jsonify({"status": "ready" if ok else "not ready", "checks": checks})
     response.status_code = 200 if ok else 503

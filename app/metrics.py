@@ -16,7 +16,7 @@ from prometheus_client import (
     multiprocess,
 )
 
-from app.auth import requires
+from app.pipeline import requires, uncounted
 from app.services import current_services
 
 bp = Blueprint("metrics", __name__)
@@ -63,9 +63,10 @@ def init_metrics(app: Flask) -> None:
 
 
 @bp.get("/metrics")
+@uncounted
 @requires("admin")
 def metrics() -> Response:
-    WORKERS_READY.set(current_services().forecasts.ready_workers)
+    WORKERS_READY.set(current_services().pool.ready_workers)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Several gunicorn processes: add up what each one wrote to the shared directory.
         registry = CollectorRegistry()

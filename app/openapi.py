@@ -10,13 +10,14 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Blueprint, Response, jsonify
 from marshmallow import Schema, fields
 
-from app.forecast.models import DEFAULT_MODEL_ID, MODEL_IDS
+from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.schemas import (
     ErrorSchema,
     ForecastRequestSchema,
     ForecastResponseSchema,
     JsonArray,
 )
+from app.pipeline import uncounted
 from app.verify import VerifyResponseSchema
 
 bp = Blueprint("openapi", __name__)
@@ -237,5 +238,6 @@ def build_spec() -> dict[str, Any]:
 
 
 @bp.get("/openapi.json")
+@uncounted
 def openapi_document() -> Response:
     return jsonify(build_spec())

@@ -24,8 +24,6 @@ KEY_PREFIX = "forecast"
 AUTH_FAILURE_SCOPE = "auth-failures"
 WINDOW_NAMES = {60: "minute", 3600: "hour", 86400: "day"}
 
-# Endpoints that report or describe but do not spend (D3.3).
-UNCOUNTED_ENDPOINTS = {"verify.verify", "meta.models", "openapi.openapi_document", "metrics.metrics"}
 
 
 def _current_key_id() -> str:
@@ -41,7 +39,10 @@ def _current_key_limits() -> str:
 
 
 def _not_counted() -> bool:
-    return g.get("api_key") is None or request.endpoint in UNCOUNTED_ENDPOINTS
+    if g.get("api_key") is None:
+        return True
+    view = current_app.view_functions.get(request.endpoint or "")
+    return bool(getattr(view, "uncounted", False))
 
 
 def build_limiter() -> Limiter:

@@ -21,11 +21,11 @@ class Services:
     database: Database
     keys: KeyStore
     usage: UsageRecorder
-    forecasts: ForecastPool
+    pool: ForecastPool
 
     def close(self) -> None:
         self.usage.close()
-        self.forecasts.close()
+        self.pool.close()
         self.database.dispose()
 
 

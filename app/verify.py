@@ -8,6 +8,7 @@ from flask import Blueprint, Response, g, jsonify
 from marshmallow import Schema, fields, validate
 
 from app.keys.records import PERMISSIONS, ApiKey
+from app.pipeline import uncounted
 from app.ratelimit import most_constraining
 
 bp = Blueprint("verify", __name__)
@@ -37,6 +38,7 @@ _response_schema = VerifyResponseSchema()
 
 
 @bp.get("/verify")
+@uncounted
 def verify() -> Response:
     key: ApiKey = g.api_key
     status = most_constraining(key)

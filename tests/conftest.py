@@ -43,7 +43,7 @@ def build_app(settings: Settings, *, start_workers: bool = False) -> Flask:
     migrate(settings)
     app = create_app(settings, start_workers=False)
     if start_workers:
-        app.extensions["forecast_service"].forecasts.start(wait=True)
+        app.extensions["forecast_service"].pool.start(wait=True)
     return app
 
 

@@ -15,8 +15,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.forecast.models import MODEL_IDS
-from app.forecast.pool import ForecastJob, ForecastPool, ForecastTimeout, WorkerCrashed
+from app.forecast.catalog import MODEL_IDS
+from app.forecast.jobs import ForecastJob
+from app.forecast.pool import ForecastPool, ForecastTimeout, WorkerCrashed
 from tests.conftest import build_app, new_key, services_of
 from tests.support import bearer, settings_for
 
@@ -196,8 +197,9 @@ def test_a_worker_that_dies_answers_500_and_is_replaced() -> None:
 
 
 def test_pool_errors_reach_the_client_as_500(tmp_path: Path) -> None:
-    app = build_app(settings_for(f"sqlite:///{tmp_path / 'k.sqlite3'}"))  # no workers started
+    app = build_app(settings_for(f"sqlite:///{tmp_path / 'k.sqlite3'}"))
     key, _ = new_key(app)
+    services_of(app).pool.close()  # as during shutdown: no worker will take the job
     response = app.test_client().post("/forecast", headers=bearer(key), json=hourly(50))
     assert response.status_code == 500
     error = response.get_json()["error"]

@@ -14,11 +14,11 @@ M4 training data (bench/accuracy.py --split valid).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from app.forecast.base import ForecastModel, usable_periods
+from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS, describe_models, seasonal_periods
 from app.forecast.estimators import (
     FallbackModel,
     MSTLForecaster,
@@ -26,6 +26,7 @@ from app.forecast.estimators import (
     RobustConformal,
     SelectionEnsemble,
 )
+from app.forecast.jobs import ForecastResult
 
 __all__ = [
     "DEFAULT_MODEL_ID",
@@ -42,45 +43,9 @@ __all__ = [
     "usable_periods",
 ]
 
-MODEL_IDS: tuple[str, ...] = ("forecast-model-1", "forecast-model-2", "forecast-model-3", "forecast-model-4")
-DEFAULT_MODEL_ID = "forecast-model-1"
-
-BASE_PERIODS: dict[str, tuple[int, ...]] = {
-    "Seconds": (60,),
-    "Minutes": (60, 1440),
-    "Hours": (24, 168),
-    "Daily": (7, 365),
-    "Weekly": (52,),
-    "Monthly": (12,),
-    "Quarterly": (4,),
-    "Yearly": (),
-}
-
-
-@dataclass(frozen=True)
-class ForecastResult:
-    median: list[float]
-    lower: list[float]
-    upper: list[float]
-    fallback: str | None = None
-
 
 class ForecastError(Exception):
     """The model and its fallback both failed."""
-
-
-def seasonal_periods(data_frequency: str, step: int, n_points: int) -> tuple[int, ...]:
-    """Seasonal periods in observations (D4.3) for a series spaced ``step`` units apart."""
-    if step < 1:
-        raise ValueError("step must be >= 1")
-    out = []
-    for p in BASE_PERIODS[data_frequency]:
-        if p % step:
-            continue
-        q = p // step
-        if q >= 2 and n_points >= 2 * q:
-            out.append(q)
-    return tuple(out)
 
 
 REGISTRY: dict[str, ForecastModel] = {
@@ -95,10 +60,6 @@ FALLBACKS: dict[str, tuple[str, ForecastModel]] = {
     "forecast-model-3": ("forecast-model-2", REGISTRY["forecast-model-2"]),
     "forecast-model-4": ("seasonal-naive", FallbackModel(max_history=3000, n_origins=12)),
 }
-
-
-def describe_models() -> list[dict[str, str]]:
-    return [{"id": mid, "description": REGISTRY[mid].description} for mid in MODEL_IDS]
 
 
 def _check(out: tuple[np.ndarray, np.ndarray, np.ndarray], h: int) -> None:

@@ -13,10 +13,9 @@ import queue
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger("app.forecast.pool")
 
@@ -35,13 +34,10 @@ def pin_blas_threads() -> None:
         os.environ.setdefault(name, "1")
 
 
-@dataclass(frozen=True)
-class ForecastJob:
-    model_id: str
-    values: list[float]
-    horizon: int
-    confidence: float
-    periods: tuple[int, ...]
+class Job(Protocol):
+    """Anything picklable whose run() computes in a worker (app.forecast.jobs)."""
+
+    def run(self) -> Any: ...
 
 
 class PoolError(Exception):
@@ -72,21 +68,20 @@ def _worker_main(connection: Connection) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pin_blas_threads()
-    from app.forecast.models import ForecastError, run_forecast
+    from app.forecast.jobs import warm_up
+    from app.forecast.models import ForecastError
 
-    # Warm the import and first-call paths so the first real request is not the slow one.
-    run_forecast("forecast-model-2", [float(i % 7) for i in range(60)], 3, 0.9, (7,))
+    warm_up()
     connection.send(("ready", os.getpid()))
     while True:
         try:
-            job: ForecastJob | None = connection.recv()
+            job: Job | None = connection.recv()
         except (EOFError, OSError):
             return
         if job is None:
             return
         try:
-            result = run_forecast(job.model_id, job.values, job.horizon, job.confidence, job.periods)
-            connection.send(("ok", result))
+            connection.send(("ok", job.run()))
         except ForecastError as exc:
             connection.send(("failed", str(exc)[:300]))
         except Exception as exc:  # the parent answers 500; the worker stays useful
@@ -133,9 +128,18 @@ class ForecastPool:
         self._lock = threading.Lock()
         self._closed = False
         self._workers: set[_Worker] = set()
+        self._started = False
         self.startup_seconds: list[float] = []
 
     def start(self, *, wait: bool = False) -> None:
+        """Spawns the workers (once; later calls only wait when asked). gunicorn's post_worker_init calls
+        this at server start; the first job or readiness probe calls it otherwise (flask run, tests)."""
+        with self._lock:
+            already, self._started = self._started or self._closed, True
+        if already:
+            if wait:
+                self._wait_until_ready()
+            return
         threads = [self._spawn_in_background() for _ in range(self.size)]
         if wait:
             for thread in threads:
@@ -171,6 +175,11 @@ class ForecastPool:
             time.sleep(5)
             self._spawn_in_background()
 
+    def _wait_until_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while self.ready_workers < self.size and time.monotonic() < deadline and not self._closed:
+            time.sleep(0.05)
+
     @property
     def ready_workers(self) -> int:
         with self._lock:
@@ -179,7 +188,8 @@ class ForecastPool:
     def is_ready(self) -> bool:
         return self.ready_workers > 0
 
-    def submit(self, job: ForecastJob) -> Any:
+    def submit(self, job: Job) -> Any:
+        self.start()
         # Forecasts admitted (running or queued) are capped below the web threads, so /verify and the
         # other cheap endpoints always find a free thread however many forecasts arrive.
         with self._lock:
@@ -198,7 +208,7 @@ class ForecastPool:
             with self._lock:
                 self._admitted -= 1
 
-    def _run_on(self, worker: _Worker, job: ForecastJob) -> Any:
+    def _run_on(self, worker: _Worker, job: Job) -> Any:
         try:
             worker.connection.send(job)
             if not worker.connection.poll(self.timeout_seconds):

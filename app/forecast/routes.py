@@ -7,13 +7,14 @@ import time
 
 from flask import Blueprint, Response, jsonify, request
 
-from app.auth import requires
 from app.errors import DataValidationError, InternalError, PayloadTooLarge, UnsupportedMediaType
-from app.forecast.models import ForecastResult, describe_models, seasonal_periods
-from app.forecast.pool import ForecastJob, PoolError
+from app.forecast.catalog import describe_models, seasonal_periods
+from app.forecast.jobs import ForecastJob, ForecastResult
+from app.forecast.pool import PoolError
 from app.forecast.schemas import RECOMMENDED_POINTS, check_series, load_request, parse_json_body
 from app.forecast.timestamps import TimestampError, future_timestamps
 from app.metrics import record_forecast
+from app.pipeline import requires, uncounted
 from app.services import current_services
 
 bp = Blueprint("forecast", __name__)
@@ -65,7 +66,7 @@ def forecast() -> Response:
     )
     started = time.perf_counter()
     try:
-        result: ForecastResult = services.forecasts.submit(job)
+        result: ForecastResult = services.pool.submit(job)
     except PoolError as exc:
         record_forecast(job.model_id, type(exc).__name__, time.perf_counter() - started)
         error = InternalError(str(exc))
@@ -95,5 +96,6 @@ def forecast() -> Response:
 
 
 @meta.get("/models")
+@uncounted
 def models() -> Response:
     return jsonify({"models": describe_models()})

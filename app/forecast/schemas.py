@@ -15,7 +15,7 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app.errors import DataValidationError, InvalidRequest
-from app.forecast.models import DEFAULT_MODEL_ID, MODEL_IDS
+from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.timestamps import FREQUENCIES, TimeAxis, TimestampError, parse_axis
 
 MIN_POINTS = 10

@@ -1,0 +1,42 @@
+"""Jobs the web process hands to the worker pool, and what comes back.
+
+A job is a picklable object whose ``run()`` executes inside a worker process; its numeric imports happen
+there, inside ``run()``, so this module (imported by the web process) loads nothing heavy. Any other
+capability that needs the numeric stack (anomaly detection, monitors) sends its own job class the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ForecastResult:
+    median: list[float]
+    lower: list[float]
+    upper: list[float]
+    fallback: str | None = None
+
+
+@dataclass(frozen=True)
+class ForecastJob:
+    model_id: str
+    values: Any  # a float64 numpy array or a list of floats
+    horizon: int
+    confidence: float
+    periods: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return self.model_id
+
+    def run(self) -> ForecastResult:
+        from app.forecast.models import run_forecast
+
+        return run_forecast(self.model_id, self.values, self.horizon, self.confidence, self.periods)
+
+
+def warm_up() -> None:
+    """Loads the numeric stack and runs one small fit, so a worker's first real job is not the slow one."""
+    ForecastJob("forecast-model-2", [float(i % 7) for i in range(60)], 3, 0.9, (7,)).run()
