@@ -1,0 +1,90 @@
+"""The monitor tables (migration 0002): monitors, their judged points, the alert queue and its delivery log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base
+from app.keys.records import UTCDateTime
+
+
+class MonitorRecord(Base):
+    __tablename__ = "monitors"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    account_id: Mapped[str] = mapped_column(String(64), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    data_frequency: Mapped[str] = mapped_column(String(16))
+    confidence: Mapped[float] = mapped_column(Float)
+    model: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    retention_points: Mapped[int] = mapped_column(Integer)
+    webhook_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    # Kept in the clear because signing needs it; it is never returned after creation or rotation.
+    webhook_secret: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    point_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    first_epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # Bumped by every change to the stored points, so a process's cached history knows when it is stale.
+    revision: Mapped[int] = mapped_column(BigInteger, default=0)
+    event_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Time of the first point of the anomaly run in progress, None when no run is open.
+    open_anomaly_epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class MonitorPointRecord(Base):
+    __tablename__ = "monitor_points"
+
+    monitor_id: Mapped[str] = mapped_column(String(32), ForeignKey("monitors.id", ondelete="CASCADE"), primary_key=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    timestamp: Mapped[str] = mapped_column(String(40))
+    value: Mapped[float] = mapped_column(Float)
+    expected: Mapped[float] = mapped_column(Float)
+    lower: Mapped[float] = mapped_column(Float)
+    upper: Mapped[float] = mapped_column(Float)
+    score: Mapped[float] = mapped_column(Float)
+    is_anomaly: Mapped[bool] = mapped_column(Boolean)
+    direction: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    warmup: Mapped[bool] = mapped_column(Boolean)
+
+
+class MonitorEventRecord(Base):
+    """One alert event; while ``status`` is "pending" it is a queue entry that any server's sender may take."""
+
+    __tablename__ = "monitor_events"
+    __table_args__ = (UniqueConstraint("monitor_id", "seq", name="uq_monitor_events_monitor_seq"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    monitor_id: Mapped[str] = mapped_column(String(32), ForeignKey("monitors.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[str] = mapped_column(Text)
+    webhook_url: Mapped[str] = mapped_column(String(2048))
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    last_status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(String(500), nullable=True)
+
+
+class DeliveryAttemptRecord(Base):
+    __tablename__ = "monitor_delivery_attempts"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    event_id: Mapped[str] = mapped_column(String(40), ForeignKey("monitor_events.id", ondelete="CASCADE"))
+    monitor_id: Mapped[str] = mapped_column(String(32), ForeignKey("monitors.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    attempted_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    duration_ms: Mapped[float] = mapped_column(Float)
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    sender: Mapped[str] = mapped_column(String(64))
