@@ -1,0 +1,55 @@
+"""The detection job the web process hands to the worker pool, and what comes back.
+
+Shared by POST /anomalies, the Azure-compatible routes and monitors. Nothing numeric is imported at
+module level: the web process imports this module, and the detectors load numpy inside ``run()``.
+
+Guarantees callers rely on:
+- Causal and deterministic: row i's verdict depends only on rows 0..i (values and times), so judging
+  rows [start, n) gives exactly the same numbers for those rows as judging [0, n).
+- The cost of judging [start, n) is proportional to (n - start) plus a bounded look-back window.
+- Every number is finite and lower <= expected <= upper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_DETECTOR = "anomaly-model-1"
+# The simpler detector answers when the default one fails; it can also be asked for by name.
+FALLBACK_DETECTOR = "anomaly-model-2"
+DETECTOR_IDS: tuple[str, ...] = (DEFAULT_DETECTOR, FALLBACK_DETECTOR)
+
+
+@dataclass(frozen=True)
+class DetectionResult:
+    """Plain Python lists, one entry per judged row (rows start..n-1)."""
+
+    expected: list[float]
+    lower: list[float]
+    upper: list[float]
+    score: list[float]  # in [0, 1]; is_anomaly == (score >= 0.5)
+    is_anomaly: list[bool]
+    direction: list[str | None]  # "up" | "down" | None (None for a row that is not an anomaly)
+    warmup_points: int  # how many of ALL n rows (from row 0) are warm-up
+    period: int | None  # seasonality used, in rows, or None
+    fallback: str | None = None  # why the fallback detector answered instead of the requested one
+
+
+@dataclass(frozen=True)
+class DetectJob:
+    epoch_seconds: Any  # int64 numpy array (or list[int]): every row's time, UTC seconds
+    values: Any  # float64 numpy array (or list[float]), same length
+    data_frequency: str  # "Seconds" ... "Yearly": the nominal spacing, which sets the seasonality tried
+    confidence: float  # 0.5 .. 0.9999: the share of normal points the expected range should hold
+    detector: str | None = None  # None = the default detector
+    start: int = 0  # judge rows start..n-1 only; the rows before are history
+
+    @property
+    def label(self) -> str:
+        return self.detector or DEFAULT_DETECTOR
+
+    def run(self) -> DetectionResult:
+        from app.detect.detectors import detect
+
+        return detect(self)
