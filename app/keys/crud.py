@@ -7,11 +7,18 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from app.keys.limits import TIERS, KeyLimits, resolve_limits
-from app.keys.records import PERMISSIONS, ApiKey, ApiKeyRecord
+from app.keys.records import (
+    OUTCOME_COLUMNS,
+    OUTCOMES,
+    PERMISSIONS,
+    ApiKey,
+    ApiKeyRecord,
+    KeyUsageBucketRecord,
+)
 
 KEY_PREFIX = "ak_"
 KEY_HEX_LENGTH = 64
@@ -88,6 +95,7 @@ def create_key(
         name=name,
         key_hash=hash_key(plain_key),
         prefix=plain_key[:DISPLAY_PREFIX_LENGTH],
+        last4=plain_key[-4:],
         permissions=",".join(permissions),
         tier=tier,
         per_minute=limits.per_minute,
@@ -116,6 +124,13 @@ def _get_record(session: Session, key_id: str) -> ApiKeyRecord:
 
 def get_key(session: Session, *, key_id: str) -> ApiKey:
     return ApiKey.from_record(_get_record(session, key_id))
+
+
+def rename_key(session: Session, *, key_id: str, name: str) -> ApiKey:
+    record = _get_record(session, key_id)
+    record.name = name
+    session.flush()
+    return ApiKey.from_record(record)
 
 
 def list_keys(session: Session, *, account_id: str | None = None) -> list[ApiKey]:
@@ -211,3 +226,67 @@ def add_usage(session: Session, *, key_id: str, count: int, last_used_at: dateti
         .where((ApiKeyRecord.last_used_at.is_(None)) | (ApiKeyRecord.last_used_at < last_used_at))
         .values(last_used_at=last_used_at)
     )
+
+
+def hour_of(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def add_usage_buckets(session: Session, *, key_id: str, hour: datetime, counts: dict[str, int]) -> None:
+    """Adds outcome counts to one key-hour bucket, creating it when it is new.
+
+    An upsert, because two replicas may flush the same key-hour at the same moment.
+    """
+    values = {OUTCOME_COLUMNS[outcome]: counts.get(outcome, 0) for outcome in OUTCOMES}
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+    else:  # pragma: no cover - the service ships for SQLite and PostgreSQL only
+        raise RuntimeError(f"usage buckets need SQLite or PostgreSQL, not {dialect}")
+    table = KeyUsageBucketRecord.__table__
+    statement = insert(table).values(key_id=key_id, hour=hour_of(hour), **values)
+    statement = statement.on_conflict_do_update(
+        index_elements=[table.c.key_id, table.c.hour],
+        set_={column: table.c[column] + statement.excluded[column] for column in values},
+    )
+    session.execute(statement)
+
+
+@dataclass(frozen=True)
+class UsageBucket:
+    hour: datetime
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def usage_history(session: Session, *, key_id: str, hours: int, now: datetime | None = None) -> list[UsageBucket]:
+    """One bucket per hour for the last ``hours`` hours (the current hour included), oldest first, zeros kept
+    so a chart's x axis is even."""
+    now = now or datetime.now(UTC)
+    end = hour_of(now)
+    start = end - timedelta(hours=hours - 1)
+    rows = session.scalars(
+        select(KeyUsageBucketRecord)
+        .where(KeyUsageBucketRecord.key_id == key_id)
+        .where(KeyUsageBucketRecord.hour >= start)
+        .where(KeyUsageBucketRecord.hour <= end)
+    )
+    found = {
+        row.hour: {outcome: int(getattr(row, column)) for outcome, column in OUTCOME_COLUMNS.items()} for row in rows
+    }
+    buckets = []
+    for offset in range(hours):
+        hour = start + timedelta(hours=offset)
+        buckets.append(UsageBucket(hour=hour, counts=found.get(hour, dict.fromkeys(OUTCOMES, 0))))
+    return buckets
+
+
+def prune_usage(session: Session, *, keep: timedelta, now: datetime | None = None) -> int:
+    cutoff = hour_of(now or datetime.now(UTC)) - keep
+    result = session.execute(delete(KeyUsageBucketRecord).where(KeyUsageBucketRecord.hour < cutoff))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]

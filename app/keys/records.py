@@ -1,11 +1,11 @@
-"""The api_keys table (D2.3) and the immutable snapshot the request path works with."""
+"""The api_keys table, its hourly usage buckets, dashboard sessions, and the snapshot requests work with."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import BigInteger, DateTime, Integer, String, TypeDecorator
+from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, String, TypeDecorator
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -50,6 +50,55 @@ class ApiKeyRecord(Base):
     usage_count: Mapped[int] = mapped_column(BigInteger, default=0)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     rotated_to: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Keys made before the dashboard existed have no stored tail; they show the prefix only.
+    last4: Mapped[str | None] = mapped_column(String(4), nullable=True)
+
+
+# The outcome classes a usage bucket splits requests into, in display order.
+OUTCOMES: tuple[str, ...] = ("2xx", "4xx", "429", "5xx")
+
+
+def outcome_of(status: int) -> str:
+    """The bucket column a response status counts in; 1xx and 3xx are answers too, so they count as 2xx."""
+    if status == 429:
+        return "429"
+    if status >= 500:
+        return "5xx"
+    if status >= 400:
+        return "4xx"
+    return "2xx"
+
+
+class KeyUsageBucketRecord(Base):
+    """Counted requests of one key in one UTC hour, by outcome."""
+
+    __tablename__ = "key_usage_buckets"
+
+    key_id: Mapped[str] = mapped_column(String(32), ForeignKey("api_keys.id", ondelete="CASCADE"), primary_key=True)
+    hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True, index=True)
+    ok: Mapped[int] = mapped_column(BigInteger, default=0)
+    client_error: Mapped[int] = mapped_column(BigInteger, default=0)
+    rate_limited: Mapped[int] = mapped_column(BigInteger, default=0)
+    server_error: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+# Bucket columns by outcome class.
+OUTCOME_COLUMNS: dict[str, str] = {"2xx": "ok", "4xx": "client_error", "429": "rate_limited", "5xx": "server_error"}
+
+
+class DashboardSessionRecord(Base):
+    """A signed-in dashboard browser. Only the hash of the cookie's token is stored, so a leaked table
+    cannot be replayed; revoking the row (sign-out) ends the session everywhere at once."""
+
+    __tablename__ = "dashboard_sessions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(32), ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    account_id: Mapped[str] = mapped_column(String(64))
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 @dataclass(frozen=True)
@@ -71,6 +120,7 @@ class ApiKey:
     usage_count: int
     last_used_at: datetime | None
     rotated_to: str | None
+    last4: str | None = None
 
     @classmethod
     def from_record(cls, record: ApiKeyRecord) -> ApiKey:
@@ -90,6 +140,7 @@ class ApiKey:
             usage_count=record.usage_count,
             last_used_at=record.last_used_at,
             rotated_to=record.rotated_to,
+            last4=record.last4,
         )
 
     def is_active(self, now: datetime) -> bool:

@@ -1,4 +1,4 @@
-"""Key lookups with a short cache (D2.6) and batched usage counting (D2.5) that loses nothing."""
+"""Key lookups with a short cache and batched usage counting (totals and hourly outcome buckets) that loses nothing."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from app.db import Database
 from app.keys import crud
-from app.keys.records import ApiKey
+from app.keys.records import OUTCOMES, ApiKey, outcome_of
 
 log = logging.getLogger("app.keys")
 
@@ -46,56 +46,125 @@ class KeyStore:
             self._cache[key_hash] = (now, key)
         return key
 
+    def get_by_id(self, key_id: str) -> ApiKey | None:
+        """The key with this id (for callers that hold a server-side reference, never the plain key)."""
+        now = self._clock()
+        cache_id = "id:" + key_id
+        with self._lock:
+            cached = self._cache.get(cache_id)
+        if cached is not None and now - cached[0] < self._cache_seconds:
+            return cached[1]
+        with self._database.session() as session:
+            try:
+                key = crud.get_key(session, key_id=key_id)
+            except crud.KeyInputError:
+                return None
+        with self._lock:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[cache_id] = (now, key)
+        return key
+
     def forget(self) -> None:
         with self._lock:
             self._cache.clear()
 
 
+USAGE_RETENTION = timedelta(days=90)
+# How often one process deletes buckets past the retention; any replica doing it is enough.
+_PRUNE_EVERY_SECONDS = 3600.0
+
+_Buckets = dict[tuple[str, datetime], dict[str, int]]
+
+
 class UsageRecorder:
     """Counts requests per key in memory and adds them to the database in the background.
 
-    A failed flush keeps its counts for the next attempt, so an outage delays counts but loses none.
+    Two things are counted: the key's running total (usage_count, last_used_at) and, when the response
+    status is known, the key's hourly bucket for that outcome. A failed flush keeps both for the next
+    attempt, so an outage delays counts but loses none.
     """
 
-    def __init__(self, database: Database, *, flush_seconds: float) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        flush_seconds: float,
+        retention: timedelta = USAGE_RETENTION,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._database = database
         self._flush_seconds = flush_seconds
+        self._retention = retention
+        self._clock = clock
+        self._pruned_at: float | None = None
         self._pending: dict[str, tuple[int, datetime]] = {}
+        self._pending_buckets: _Buckets = {}
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def record(self, key_id: str, at: datetime | None = None) -> None:
+    def record(self, key_id: str, at: datetime | None = None, *, status: int | None = None) -> None:
+        """Counts one request of ``key_id``; with its response ``status`` it also lands in an hourly bucket."""
         at = at or datetime.now(UTC)
         with self._lock:
             count, last = self._pending.get(key_id, (0, at))
             self._pending[key_id] = (count + 1, max(last, at))
+            if status is not None:
+                bucket = self._pending_buckets.setdefault((key_id, crud.hour_of(at)), dict.fromkeys(OUTCOMES, 0))
+                bucket[outcome_of(status)] += 1
         self._ensure_thread()
 
     def pending(self) -> dict[str, int]:
         with self._lock:
             return {key_id: count for key_id, (count, _) in self._pending.items()}
 
+    def pending_buckets(self) -> _Buckets:
+        with self._lock:
+            return {slot: dict(counts) for slot, counts in self._pending_buckets.items()}
+
     def flush(self) -> bool:
         """Writes pending counts; True when nothing is left pending."""
         with self._flush_lock:
             with self._lock:
                 batch, self._pending = self._pending, {}
-            if not batch:
+                buckets, self._pending_buckets = self._pending_buckets, {}
+            if not batch and not buckets:
+                self._maybe_prune()
                 return True
             try:
+                # One transaction: totals and buckets land together or are retried together.
                 with self._database.session() as session:
                     for key_id, (count, last_used) in batch.items():
                         crud.add_usage(session, key_id=key_id, count=count, last_used_at=last_used)
+                    for (key_id, hour), counts in buckets.items():
+                        crud.add_usage_buckets(session, key_id=key_id, hour=hour, counts=counts)
             except Exception:
                 log.warning("usage flush failed; %d key(s) kept for the next attempt", len(batch), exc_info=True)
                 with self._lock:
                     for key_id, (count, last_used) in batch.items():
                         pending_count, pending_last = self._pending.get(key_id, (0, last_used))
                         self._pending[key_id] = (pending_count + count, max(pending_last, last_used))
+                    for slot, counts in buckets.items():
+                        pending_counts = self._pending_buckets.setdefault(slot, dict.fromkeys(OUTCOMES, 0))
+                        for outcome, value in counts.items():
+                            pending_counts[outcome] += value
                 return False
+            self._maybe_prune()
             return True
+
+    def _maybe_prune(self) -> None:
+        now = self._clock()
+        if self._pruned_at is not None and now - self._pruned_at < _PRUNE_EVERY_SECONDS:
+            return
+        self._pruned_at = now
+        try:
+            with self._database.session() as session:
+                crud.prune_usage(session, keep=self._retention)
+        except Exception:
+            # Retention is housekeeping; the next hour tries again.
+            log.warning("pruning old usage buckets failed", exc_info=True)
 
     def _ensure_thread(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -118,5 +187,5 @@ class UsageRecorder:
                 return
             time.sleep(min(0.2 * 2**attempt, 2.0))
         lost = self.pending()
-        if lost:
+        if lost or self.pending_buckets():
             log.error("usage counts could not be written at shutdown", extra={"fields": {"pending": lost}})

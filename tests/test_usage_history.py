@@ -1,0 +1,121 @@
+"""Hourly usage buckets by outcome: batched like usage_count, nothing lost on a failed flush, 90 days kept."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from app.db import Database
+from app.keys import crud
+from app.keys.records import outcome_of
+from app.keys.store import UsageRecorder
+from tests.support import migrate, postgres_database, settings_for
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    if request.param == "sqlite":
+        settings = settings_for(f"sqlite:///{tmp_path / 'usage.sqlite3'}")
+        migrate(settings)
+        db = Database(settings)
+        yield db
+        db.dispose()
+        return
+    with postgres_database() as url:
+        settings = settings_for(url)
+        migrate(settings)
+        db = Database(settings)
+        yield db
+        db.dispose()
+
+
+def make_key(database: Database) -> str:
+    with database.session() as session:
+        return crud.create_key(session, permissions=("read",)).key.id
+
+
+def history(database: Database, key_id: str, hours: int = 3, now: datetime | None = None) -> list[crud.UsageBucket]:
+    with database.session() as session:
+        return crud.usage_history(session, key_id=key_id, hours=hours, now=now)
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"), [(200, "2xx"), (201, "2xx"), (304, "2xx"), (400, "4xx"), (404, "4xx"), (403, "4xx"),
+                            (422, "4xx"), (429, "429"), (500, "5xx"), (503, "5xx")],
+)
+def test_outcome_classes(status: int, outcome: str) -> None:
+    assert outcome_of(status) == outcome
+
+
+def test_buckets_split_by_outcome_and_hour(database: Database) -> None:
+    key_id = make_key(database)
+    recorder = UsageRecorder(database, flush_seconds=60)
+    now = datetime.now(UTC)
+    an_hour_ago = now - timedelta(hours=1)
+    for status in (200, 200, 200, 404, 429, 429, 500):
+        recorder.record(key_id, at=now, status=status)
+    recorder.record(key_id, at=an_hour_ago, status=200)
+    recorder.record(key_id, at=now)  # status unknown: counted in the total only
+    assert recorder.flush()
+    buckets = history(database, key_id, hours=3, now=now)
+    assert [b.hour for b in buckets] == [crud.hour_of(now) - timedelta(hours=h) for h in (2, 1, 0)]
+    assert buckets[0].counts == {"2xx": 0, "4xx": 0, "429": 0, "5xx": 0}
+    assert buckets[1].counts == {"2xx": 1, "4xx": 0, "429": 0, "5xx": 0}
+    assert buckets[2].counts == {"2xx": 3, "4xx": 1, "429": 2, "5xx": 1}
+    with database.session() as session:
+        assert crud.get_key(session, key_id=key_id).usage_count == 9
+
+    # A second flush adds to the same rows (an upsert, as another replica's flush would).
+    recorder.record(key_id, at=now, status=200)
+    recorder.record(key_id, at=now, status=429)
+    assert recorder.flush()
+    assert history(database, key_id, hours=1, now=now)[0].counts == {"2xx": 4, "4xx": 1, "429": 3, "5xx": 1}
+    recorder.close()
+
+
+def test_failed_flush_keeps_buckets_for_the_next_attempt(database: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    key_id = make_key(database)
+    recorder = UsageRecorder(database, flush_seconds=60)
+    now = datetime.now(UTC)
+    for status in (200, 500, 429):
+        recorder.record(key_id, at=now, status=status)
+
+    real = crud.add_usage_buckets
+
+    def outage(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("database went away")
+
+    monkeypatch.setattr(crud, "add_usage_buckets", outage)
+    assert not recorder.flush()
+    recorder.record(key_id, at=now, status=200)  # arrives during the outage
+    assert recorder.pending_buckets() == {(key_id, crud.hour_of(now)): {"2xx": 2, "4xx": 0, "429": 1, "5xx": 1}}
+    monkeypatch.setattr(crud, "add_usage_buckets", real)
+    recorder.close()  # the shutdown flush writes what the failed one kept
+    assert recorder.pending_buckets() == {}
+    assert history(database, key_id, hours=1, now=now)[0].counts == {"2xx": 2, "4xx": 0, "429": 1, "5xx": 1}
+    with database.session() as session:
+        # The totals rolled back with the buckets and were written once, not twice.
+        assert crud.get_key(session, key_id=key_id).usage_count == 4
+
+
+def test_buckets_older_than_90_days_are_pruned(database: Database) -> None:
+    key_id = make_key(database)
+    now = datetime.now(UTC)
+    with database.session() as session:
+        crud.add_usage_buckets(session, key_id=key_id, hour=now - timedelta(days=91), counts={"2xx": 5})
+        crud.add_usage_buckets(session, key_id=key_id, hour=now - timedelta(days=89), counts={"4xx": 2})
+    recorder = UsageRecorder(database, flush_seconds=60)
+    recorder.record(key_id, at=now, status=200)
+    assert recorder.flush()
+    with database.session() as session:
+        assert crud.prune_usage(session, keep=timedelta(days=90)) == 0  # the flush already pruned
+        kept = crud.usage_history(session, key_id=key_id, hours=24 * 92, now=now)
+    assert sum(b.total for b in kept) == 3
+    assert [b.counts for b in kept if b.total] == [
+        {"2xx": 0, "4xx": 2, "429": 0, "5xx": 0},
+        {"2xx": 1, "4xx": 0, "429": 0, "5xx": 0},
+    ]
+    recorder.close()
