@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from typing import Any
+
+from gunicorn.workers.gthread import ThreadWorker
 
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
@@ -22,7 +23,6 @@ else:
 # D6.2: one process by default so in-memory rate limits are exact; threads give concurrency.
 workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
 threads = int(os.environ.get("GUNICORN_THREADS", "32"))
-worker_class = "gthread"
 # Longer than the forecast timeout, so a slow forecast gets its 500 from us, not a killed worker.
 timeout = int(float(os.environ.get("FORECAST_TIMEOUT_SECONDS", "30"))) + 30
 graceful_timeout = timeout
@@ -33,6 +33,12 @@ keepalive = 5
 limit_request_field_size = 16384
 accesslog = None
 errorlog = "-"
+# Forwarding headers are believed in one place only: the app's ProxyFix, by TRUSTED_PROXIES hops. gunicorn's own
+# defaults would mark a request from loopback secure on its X-Forwarded-Proto before the app is consulted, so any
+# local process could pass REQUIRE_HTTPS with TRUSTED_PROXIES=0.
+forwarded_allow_ips = ""
+secure_scheme_headers: dict[str, str] = {}
+forwarder_headers = ""
 
 
 def on_starting(server: Any) -> None:
@@ -69,26 +75,64 @@ def worker_exit(server: Any, worker: Any) -> None:
         services.close()
 
 
-def post_request(worker: Any, req: Any, environ: dict[str, Any], resp: Any) -> None:
-    # An answer given before the app read the body (401, 403, 429, 413, 415, ...) leaves the rest of the body in
-    # the socket. On a kept-alive connection gthread then sees the socket readable, hands it to a thread that
-    # discards the leftover and blocks reading the next request (gunicorn issue #3301): idle keep-alive
-    # connections (nginx's upstream pool, or 8 hostile clients) pin every thread and the service stops
-    # answering. Reading the leftover here, in the thread that answered, leaves the socket idle in the poller,
-    # where the keepalive timeout applies. The parser would read the same bytes anyway, so this costs nothing.
-    body = getattr(req, "body", None)
-    if body is None:
-        return
-    # A lingering close, as nginx does: keep reading so a client still uploading gets to read our answer,
-    # but bounded in time and bytes so an endless chunked upload cannot hold this thread; past the bound the
-    # socket is shut, which the worker sees as the client closing.
-    budget, deadline = 64 * 1024 * 1024, time.monotonic() + 10
-    try:
-        while budget > 0 and time.monotonic() < deadline:
-            chunk = body.read(min(65536, budget))
-            if not chunk:
-                return
-            budget -= len(chunk)
-        resp.sock.shutdown(socket.SHUT_RDWR)
-    except Exception:  # the client went away mid-body: the connection closes on its own
-        return
+# How long, and how much, the thread that answered early keeps reading a body the app did not read (a lingering
+# close, as nginx does): a client still uploading gets to read our answer and keeps its connection, while a
+# client that stalls or streams without end releases the thread within these bounds.
+LINGER_SECONDS = 10.0
+LINGER_READ_SECONDS = float(keepalive)
+LINGER_BYTES = 64 * 1024 * 1024
+
+
+class KeepAliveThreadWorker(ThreadWorker):
+    """gthread, with a request's unread body discarded by the thread that answered it.
+
+    An answer given before the app read the body (401, 403, 404, 413, 415, 429) leaves the rest of the body on
+    the socket. Stock gthread (gunicorn #3301) hands the connection back to its poller; the leftover bytes make
+    the socket readable at once, and the thread that picks it up discards them and then blocks reading a next
+    request that may never come: idle keep-alive clients (nginx's upstream pool) pin every thread. Discarding the
+    body right after the answer fixes that, but gunicorn reads the socket in 8 KiB chunks, so the read that ends
+    the body can also take the start of the next request into the parser's buffer; the poller only watches the
+    socket and never wakes for bytes already read, so that request would wait for the keep-alive timeout and be
+    dropped unanswered. So this worker serves whatever the buffer already holds in the same thread, with the
+    same parser, before returning the connection to the poller.
+    """
+
+    def handle(self, conn: Any) -> tuple[bool, Any]:
+        while True:
+            keepalive, conn = super().handle(conn)
+            if not keepalive or not self._discard_unread_body(conn):
+                return False, conn
+            if not _already_received(conn):
+                return True, conn  # idle until the client sends more: the poller and keepalive timeout own it
+
+    def _discard_unread_body(self, conn: Any) -> bool:
+        """True when the body ended within the linger bounds (keep the connection), False to close it."""
+        body = conn.parser.mesg.body
+        deadline, budget = time.monotonic() + LINGER_SECONDS, LINGER_BYTES
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or budget <= 0:
+                    return False
+                conn.sock.settimeout(min(remaining, LINGER_READ_SECONDS))
+                chunk = body.read(min(65536, budget))
+                if not chunk:
+                    return True
+                budget -= len(chunk)
+        except Exception:  # a stalled, broken or gone client: closing is the answer to each
+            self.log.debug("Closing a connection whose unread request body did not end in time.")
+            return False
+        finally:
+            try:
+                conn.sock.settimeout(None)
+            except OSError:
+                pass
+
+
+def _already_received(conn: Any) -> bool:
+    """Bytes of a next request that were read (or decrypted) already, so the poller will not report them."""
+    pending = getattr(conn.sock, "pending", None)  # TLS: decrypted bytes waiting inside the SSL object
+    return conn.parser.unreader.buf.seek(0, os.SEEK_END) > 0 or bool(pending and pending())
+
+
+worker_class = KeepAliveThreadWorker
