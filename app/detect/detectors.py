@@ -33,7 +33,7 @@ log = logging.getLogger("app.detect")
 # row is still judged (Azure's last-point check needs that).
 WARMUP = 11
 LOCAL_MEAN_ROWS = 8
-CHOOSER_ROWS = 96  # recent errors that choose the predictor
+CHOOSER_ROWS = 288  # recent errors that choose the predictor (a day of five-minute rows)
 BAND_ROWS = 720  # recent errors that set the expected range
 BAND_MARGIN = 1.5
 SCORE_POWER = 2.0
@@ -165,7 +165,8 @@ def adaptive_detector(
         three = (values[np.maximum(season1, 0)] + values[np.maximum(season2, 0)] + values[np.maximum(season3, 0)]) / 3
         candidates.append(np.where(ok3, three, np.nan))
 
-    predictions = np.vstack(candidates)  # (k, m)
+    # Seasonal predictors first: on a tie (a flat night before a daily step) the season wins.
+    predictions = np.vstack(candidates[2:] + candidates[:2])  # (k, m)
     errors = np.abs(predictions - y)  # NaN where a predictor has no value
     # Recent mean error of each predictor over the CHOOSER_ROWS rows before i; NaN (never chosen) when
     # any of those rows lacked the predictor. Rows with a shorter history use what they have.

@@ -1,0 +1,1 @@
+"""POST /anomalies and POST /anomalies/last: causal anomaly detection on one series."""

@@ -1,0 +1,105 @@
+"""POST /anomalies and POST /anomalies/last: thin views over the schemas and the worker pool."""
+
+from __future__ import annotations
+
+import numpy as np
+from flask import Blueprint, Response, jsonify, request
+
+from app.anomalies.schemas import CheckedSeries, check_series, load_request
+from app.detect.jobs import DetectionResult, DetectJob
+from app.errors import InternalError, UnsupportedMediaType
+from app.forecast.pool import PoolError
+from app.forecast.routes import _is_json_content_type, _read_body
+from app.forecast.schemas import parse_json_body
+from app.pipeline import requires
+from app.services import current_services
+
+bp = Blueprint("anomalies", __name__)
+
+FALLBACK_HEADER = "X-Anomaly-Fallback"
+
+
+def require_json() -> None:
+    if request.content_type and not _is_json_content_type(request.mimetype):
+        raise UnsupportedMediaType(
+            "The request body must be JSON (Content-Type: application/json).",
+            details={"field": "Content-Type", "issue": "Must be application/json", "provided": request.mimetype},
+        )
+
+
+def read_json() -> object:
+    return parse_json_body(_read_body(current_services().settings.max_body_bytes))
+
+
+def run_detection(job: DetectJob) -> DetectionResult:
+    """The job's result from the worker pool; a pool failure is a 500 with the request id (and Retry-After)."""
+    try:
+        return current_services().pool.submit(job)
+    except PoolError as exc:
+        error = InternalError(f"Anomaly detection failed: {exc}")
+        if exc.retry_after:
+            error.headers["Retry-After"] = str(exc.retry_after)
+        raise error from exc
+
+
+def _job(series: CheckedSeries, data_frequency: str, confidence: float, detector: str, start: int = 0) -> DetectJob:
+    return DetectJob(
+        epoch_seconds=np.asarray(series.epoch_seconds, dtype=np.float64),
+        values=np.asarray(series.values, dtype=np.float64),
+        data_frequency=data_frequency,
+        confidence=confidence,
+        detector=detector,
+        start=start,
+    )
+
+
+def _headers(response: Response, detector: str, result: DetectionResult) -> Response:
+    response.headers["X-Model-Id"] = detector
+    if result.fallback:
+        response.headers[FALLBACK_HEADER] = result.fallback
+    return response
+
+
+@bp.post("/anomalies")
+@requires("read")
+def detect_series() -> Response:
+    require_json()
+    anomaly_request = load_request(read_json(), request.headers)
+    series = check_series(anomaly_request, max_points=current_services().settings.max_points)
+    job = _job(series, anomaly_request.data_frequency, anomaly_request.confidence, anomaly_request.detector)
+    result = run_detection(job)
+    body = {
+        "timestamps": anomaly_request.timestamps,
+        "expected": result.expected,
+        "lower_bound": result.lower,
+        "upper_bound": result.upper,
+        "anomaly_score": result.score,
+        "is_anomaly": result.is_anomaly,
+        "direction": result.direction,
+        "warmup_points": result.warmup_points,
+        "period": result.period,
+    }
+    return _headers(jsonify(body), anomaly_request.detector, result)
+
+
+@bp.post("/anomalies/last")
+@requires("read")
+def detect_last() -> Response:
+    require_json()
+    anomaly_request = load_request(read_json(), request.headers)
+    series = check_series(anomaly_request, max_points=current_services().settings.max_points)
+    last = len(series.values) - 1
+    job = _job(series, anomaly_request.data_frequency, anomaly_request.confidence, anomaly_request.detector, last)
+    result = run_detection(job)
+    body = {
+        "timestamp": anomaly_request.timestamps[last],
+        "expected": result.expected[0],
+        "lower_bound": result.lower[0],
+        "upper_bound": result.upper[0],
+        "anomaly_score": result.score[0],
+        "is_anomaly": result.is_anomaly[0],
+        "direction": result.direction[0],
+        "warmup_points": result.warmup_points,
+        "period": result.period,
+    }
+    return _headers(jsonify(body), anomaly_request.detector, result)

@@ -1,0 +1,202 @@
+"""Request and response shapes of POST /anomalies and /anomalies/last, and their checks.
+
+The checks follow /forecast: the request's shape answers 400 (every problem listed), the series data
+422 with the offending index. Differences: at least MIN_POINTS points, and the timestamps only have
+to be strictly increasing in one form (gaps and jitter are real and accepted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from marshmallow import Schema, ValidationError, fields, validate
+
+from app.anomalies.instants import epoch_seconds
+from app.detect.jobs import DEFAULT_DETECTOR, DETECTOR_IDS
+from app.errors import DataValidationError, InvalidRequest
+from app.forecast.schemas import (
+    FREQUENCY_ISSUE,
+    JsonArray,
+    StrictFloat,
+    _check_values,
+    _envelope,
+    _flatten,
+    problem,
+)
+from app.forecast.timestamps import FREQUENCIES, TimestampError
+
+MIN_POINTS = 12
+DEFAULT_CONFIDENCE = 0.99
+
+
+class AnomalySeriesSchema(Schema):
+    class Meta:
+        unknown = "exclude"
+
+    timestamps = JsonArray(
+        required=True,
+        metadata={
+            "description": "YYYY-MM-DDTHH:MM:SS, optionally with fractional seconds and Z or ±HH:MM, one form "
+            "throughout; strictly increasing. Missing intervals and jitter off the grid are accepted. "
+            "Timestamps without an offset are read as UTC.",
+            "items": {"type": "string", "format": "date-time", "example": "2026-01-01T00:00:00"},
+            "minItems": MIN_POINTS,
+        },
+    )
+    values = JsonArray(
+        required=True,
+        metadata={
+            "description": "Finite numbers, one per timestamp; no nulls.",
+            "items": {"type": "number"},
+            "minItems": MIN_POINTS,
+        },
+    )
+
+
+class AnomalyRequestSchema(Schema):
+    class Meta:
+        unknown = "exclude"
+
+    series = fields.List(
+        fields.Nested(AnomalySeriesSchema),
+        required=True,
+        validate=validate.Length(equal=1, error="Must contain exactly one series."),
+        metadata={"description": "Exactly one series."},
+    )
+    data_frequency = fields.String(
+        required=True,
+        validate=validate.OneOf(FREQUENCIES, error=FREQUENCY_ISSUE),
+        metadata={"description": "The nominal spacing of the series; it sets which seasonality is tried."},
+    )
+    confidence = StrictFloat(
+        load_default=DEFAULT_CONFIDENCE,
+        allow_nan=False,
+        validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999"),
+        metadata={
+            "description": "Share of normal points the expected range should hold; higher means a wider range "
+            "and fewer anomalies."
+        },
+    )
+
+
+class AnomalyResponseSchema(Schema):
+    timestamps = fields.List(fields.String(), required=True, metadata={"description": "The input timestamps."})
+    expected = fields.List(
+        fields.Float(), required=True, metadata={"description": "The value predicted from the rows before."}
+    )
+    lower_bound = fields.List(fields.Float(), required=True, metadata={"description": "Low end of the range."})
+    upper_bound = fields.List(fields.Float(), required=True, metadata={"description": "High end of the range."})
+    anomaly_score = fields.List(
+        fields.Float(),
+        required=True,
+        metadata={"description": "0 to 1, growing with the distance outside the range; 0.5 on its edge."},
+    )
+    is_anomaly = fields.List(fields.Boolean(), required=True, metadata={"description": "anomaly_score >= 0.5."})
+    direction = fields.List(
+        fields.String(allow_none=True),
+        required=True,
+        metadata={"description": '"up" or "down" for an anomaly, null otherwise.'},
+    )
+    warmup_points = fields.Integer(
+        required=True, metadata={"description": "Leading rows used only to learn (score 0, not an anomaly)."}
+    )
+    period = fields.Integer(
+        allow_none=True, required=True, metadata={"description": "Seasonality used, in rows; null when none."}
+    )
+
+
+class LastPointResponseSchema(Schema):
+    timestamp = fields.String(required=True, metadata={"description": "The last input timestamp."})
+    expected = fields.Float(required=True)
+    lower_bound = fields.Float(required=True)
+    upper_bound = fields.Float(required=True)
+    anomaly_score = fields.Float(required=True)
+    is_anomaly = fields.Boolean(required=True)
+    direction = fields.String(allow_none=True, required=True)
+    warmup_points = fields.Integer(required=True)
+    period = fields.Integer(allow_none=True, required=True)
+
+
+_request_schema = AnomalyRequestSchema()
+
+
+@dataclass(frozen=True)
+class AnomalyRequest:
+    timestamps: list[Any]
+    values: list[Any]
+    data_frequency: str
+    confidence: float
+    detector: str
+
+
+@dataclass(frozen=True)
+class CheckedSeries:
+    epoch_seconds: list[float]
+    values: list[float]
+
+
+def load_request(body: Any, headers: Mapping[str, str]) -> AnomalyRequest:
+    """The request's shape; 400 with every problem listed."""
+    problems: list[dict[str, Any]] = []
+    detector = headers.get("X-Model-Id")
+    if detector is not None:
+        detector = detector.strip()
+        if detector not in DETECTOR_IDS:
+            problems.append(problem("X-Model-Id", "Must be one of: " + ", ".join(DETECTOR_IDS), detector))
+    if not isinstance(body, dict):
+        problems.insert(0, problem("body", "Must be a JSON object", body))
+        raise InvalidRequest("The request body must be a JSON object.", details=_envelope(problems))
+    try:
+        data = _request_schema.load(body)
+    except ValidationError as exc:
+        schema_problems: list[dict[str, Any]] = []
+        _flatten(exc.messages, "", body, schema_problems)
+        problems = schema_problems + problems
+        data = None
+    if problems or data is None:
+        first = problems[0]
+        raise InvalidRequest(f"Invalid request: {first['field']}: {first['issue']}.", details=_envelope(problems))
+    series = data["series"][0]
+    return AnomalyRequest(
+        timestamps=series["timestamps"],
+        values=series["values"],
+        data_frequency=data["data_frequency"],
+        confidence=data["confidence"],
+        detector=detector or DEFAULT_DETECTOR,
+    )
+
+
+def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
+    """The series data; 422 with every defect found and the first one's index."""
+    timestamps, values = request.timestamps, request.values
+    problems: list[dict[str, Any]] = []
+    if len(timestamps) != len(values):
+        problems.append(
+            problem(
+                "series[0]",
+                "arrays must have equal length",
+                f"{len(timestamps)} timestamps, {len(values)} values",
+                timestamps=len(timestamps),
+                values=len(values),
+            )
+        )
+    shortest = min(len(timestamps), len(values))
+    if shortest < MIN_POINTS:
+        problems.append(problem("series[0]", "insufficient data points", f"{shortest} points", minimum=MIN_POINTS))
+    longest = max(len(timestamps), len(values))
+    if longest > max_points:
+        problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
+        raise DataValidationError(f"Invalid series data: {problems[0]['issue']}.", details=_envelope(problems))
+    floats = _check_values(values, problems)
+    instants: list[float] = []
+    if timestamps:
+        try:
+            instants = epoch_seconds(timestamps)
+        except TimestampError as exc:
+            problems.append(problem("series[0].timestamps", exc.issue, exc.provided, index=exc.index))
+    if problems:
+        first = problems[0]
+        raise DataValidationError(f"Invalid series data: {first['issue']}.", details=_envelope(problems))
+    return CheckedSeries(epoch_seconds=instants, values=floats)

@@ -1,0 +1,200 @@
+"""POST /anomalies and /anomalies/last answered by the real detector in real worker processes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from tests.conftest import build_app, new_key, services_of
+from tests.support import bearer, settings_for
+
+FIELDS = ("expected", "lower_bound", "upper_bound", "anomaly_score", "is_anomaly", "direction")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Flask, str]]:
+    path = tmp_path_factory.mktemp("anomalies") / "keys.sqlite3"
+    app = build_app(settings_for(f"sqlite:///{path}", forecast_workers=1, max_points=5000), start_workers=True)
+    key, _ = new_key(app, permissions=("read",), per_minute=10_000, per_hour=100_000, per_day=1_000_000)
+    yield app, key
+    services_of(app).close()
+
+
+@pytest.fixture
+def client(served: tuple[Flask, str]) -> FlaskClient:
+    return served[0].test_client()
+
+
+@pytest.fixture
+def key(served: tuple[Flask, str]) -> str:
+    return served[1]
+
+
+def five_minute(points: int, *, spike_at: int | None = None, gaps: bool = False) -> dict[str, Any]:
+    start = datetime(2026, 3, 1)
+    stamps, values, t = [], [], start
+    for i in range(points):
+        stamps.append(t.strftime("%Y-%m-%dT%H:%M:%S"))
+        values.append(100 + 20 * math.sin(2 * math.pi * i / 288) + (i * 7919 % 13) / 13)
+        # Holes and jitter, as road sensors deliver them.
+        t += timedelta(minutes=10 if gaps and i % 17 == 0 else 5, seconds=(i % 3) * 7 if gaps else 0)
+    if spike_at is not None:
+        values[spike_at] += 40
+    return {"series": [{"timestamps": stamps, "values": values}], "data_frequency": "Minutes"}
+
+
+def test_every_row_gets_a_verdict_and_the_spike_is_found(client: FlaskClient, key: str) -> None:
+    response = client.post("/anomalies", headers=bearer(key), json=five_minute(1000, spike_at=800))
+    assert response.status_code == 200, response.get_data(as_text=True)
+    body = response.get_json()
+    assert list(body) == ["timestamps", *FIELDS, "warmup_points", "period"]
+    assert body["timestamps"] == five_minute(1000)["series"][0]["timestamps"]
+    for name in FIELDS:
+        assert len(body[name]) == 1000
+    for low, mid, high, score, flag, direction in zip(
+        body["lower_bound"],
+        body["expected"],
+        body["upper_bound"],
+        body["anomaly_score"],
+        body["is_anomaly"],
+        body["direction"],
+        strict=True,
+    ):
+        assert low <= mid <= high and 0 <= score <= 1 and flag == (score >= 0.5)
+        assert direction in ((None,) if not flag else ("up", "down"))
+    assert body["is_anomaly"][800] and body["direction"][800] == "up"
+    assert body["warmup_points"] == 11 and body["anomaly_score"][:11] == [0] * 11
+    assert body["period"] == 288
+    assert response.headers["X-Model-Id"] == "anomaly-model-1"
+    assert "X-Anomaly-Fallback" not in response.headers
+
+
+def test_gaps_and_jitter_are_accepted(client: FlaskClient, key: str) -> None:
+    response = client.post("/anomalies", headers=bearer(key), json=five_minute(600, gaps=True))
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert len(response.get_json()["anomaly_score"]) == 600
+
+
+def test_last_equals_the_last_row_of_the_whole_series(client: FlaskClient, key: str) -> None:
+    request = five_minute(900, spike_at=899, gaps=True)
+    whole = client.post("/anomalies", headers=bearer(key), json=request).get_json()
+    last = client.post("/anomalies/last", headers=bearer(key), json=request)
+    assert last.status_code == 200, last.get_data(as_text=True)
+    body = last.get_json()
+    assert list(body) == ["timestamp", *FIELDS, "warmup_points", "period"]
+    assert body["timestamp"] == whole["timestamps"][-1]
+    for name in FIELDS:
+        assert body[name] == whole[name][-1], name
+    assert body["is_anomaly"] and body["direction"] == "up"
+
+
+def test_verdicts_do_not_look_ahead(client: FlaskClient, key: str) -> None:
+    whole = client.post("/anomalies", headers=bearer(key), json=five_minute(700)).get_json()
+    request = five_minute(700)
+    request["series"][0] = {name: values[:400] for name, values in request["series"][0].items()}
+    prefix = client.post("/anomalies", headers=bearer(key), json=request).get_json()
+    for name in FIELDS:
+        assert prefix[name] == whole[name][:400]
+
+
+def test_the_fallback_detector_can_be_chosen(client: FlaskClient, key: str) -> None:
+    response = client.post(
+        "/anomalies", headers={**bearer(key), "X-Model-Id": "anomaly-model-2"}, json=five_minute(300, spike_at=250)
+    )
+    assert response.status_code == 200
+    assert response.headers["X-Model-Id"] == "anomaly-model-2"
+    assert response.get_json()["is_anomaly"][250]
+
+
+def _post(client: FlaskClient, key: str, body: Any, path: str = "/anomalies", **headers: str) -> Any:
+    return client.post(path, headers={**bearer(key), **headers}, json=body)
+
+
+@pytest.mark.parametrize("path", ["/anomalies", "/anomalies/last"])
+def test_series_defects_answer_422_with_the_index(client: FlaskClient, key: str, path: str) -> None:
+    short = five_minute(11)
+    response = _post(client, key, short, path)
+    assert response.status_code == 422
+    error = response.get_json()["error"]
+    assert error["code"] == "DATA_VALIDATION_ERROR" and error["details"]["issue"] == "insufficient data points"
+    assert error["details"]["minimum"] == 12
+
+    repeated = five_minute(30)
+    repeated["series"][0]["timestamps"][17] = repeated["series"][0]["timestamps"][16]
+    details = _post(client, key, repeated, path).get_json()["error"]["details"]
+    assert details == {
+        "field": "series[0].timestamps",
+        "issue": "timestamps must be strictly increasing",
+        "provided": repeated["series"][0]["timestamps"][17],
+        "index": 17,
+    }
+
+    mixed = five_minute(30)
+    mixed["series"][0]["timestamps"] = [t + "Z" for t in mixed["series"][0]["timestamps"]]
+    mixed["series"][0]["timestamps"][9] = mixed["series"][0]["timestamps"][9][:-1]
+    details = _post(client, key, mixed, path).get_json()["error"]["details"]
+    assert details["index"] == 9 and details["issue"].startswith("mixed timestamp forms")
+
+    garbled = five_minute(30)
+    garbled["series"][0]["timestamps"][4] = "yesterday"
+    details = _post(client, key, garbled, path).get_json()["error"]["details"]
+    assert (details["index"], details["issue"]) == (4, "invalid timestamp format")
+
+    holes = five_minute(30)
+    holes["series"][0]["values"][21] = None
+    details = _post(client, key, holes, path).get_json()["error"]["details"]
+    assert (details["field"], details["index"], details["issue"]) == ("series[0].values", 21, "missing value (null)")
+
+    uneven = five_minute(30)
+    uneven["series"][0]["values"].pop()
+    assert _post(client, key, uneven, path).get_json()["error"]["details"]["issue"] == "arrays must have equal length"
+
+
+def test_too_many_points_is_422(client: FlaskClient, key: str) -> None:
+    response = _post(client, key, five_minute(5001))
+    assert response.status_code == 422
+    assert response.get_json()["error"]["details"]["maximum"] == 5000
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"confidence": 0.3}, "confidence"),
+        ({"confidence": 1.0}, "confidence"),
+        ({"confidence": "0.9"}, "confidence"),
+        ({"data_frequency": "Fortnightly"}, "data_frequency"),
+        ({"data_frequency": None}, "data_frequency"),
+        ({"series": []}, "series"),
+    ],
+)
+def test_request_shape_answers_400(client: FlaskClient, key: str, change: dict[str, Any], field: str) -> None:
+    body = {**five_minute(50), **change}
+    response = _post(client, key, body)
+    assert response.status_code == 400, response.get_data(as_text=True)
+    error = response.get_json()["error"]
+    assert error["code"] == "INVALID_REQUEST" and error["details"]["field"] == field
+
+
+def test_unknown_detector_missing_field_bad_json_and_media_type(client: FlaskClient, key: str) -> None:
+    response = _post(client, key, five_minute(50), **{"X-Model-Id": "anomaly-model-9"})
+    assert response.status_code == 400 and response.get_json()["error"]["details"]["field"] == "X-Model-Id"
+    missing = five_minute(50)
+    del missing["data_frequency"]
+    details = _post(client, key, missing).get_json()["error"]["details"]
+    assert details["field"] == "data_frequency" and details["issue"] == "Required field is missing"
+    broken = client.post("/anomalies", headers={**bearer(key), "Content-Type": "application/json"}, data=b"{")
+    assert broken.status_code == 400 and broken.get_json()["error"]["details"]["field"] == "body"
+    text = client.post("/anomalies", headers={**bearer(key), "Content-Type": "text/plain"}, data=b"{}")
+    assert text.status_code == 415
+
+
+def test_a_key_is_needed_and_read_permission(served: tuple[Flask, str], client: FlaskClient) -> None:
+    assert client.post("/anomalies", json=five_minute(50)).status_code == 401
+    writer, _ = new_key(served[0], permissions=("write",))
+    assert client.post("/anomalies/last", headers=bearer(writer), json=five_minute(50)).status_code == 403
