@@ -31,8 +31,11 @@ class KeyNotFound(LookupError):
 class Refused(Exception):
     """The request is well formed but asks for more than the actor may grant, or for an impossible change."""
 
-    def __init__(self, message: str, *, field: str, issue: str, provided: object = None) -> None:
+    def __init__(
+        self, message: str, *, field: str, issue: str, provided: object = None, beyond_actor: bool = False
+    ) -> None:
         super().__init__(message)
+        self.beyond_actor = beyond_actor
         self.message = message
         self.field = field
         self.issue = issue
@@ -67,6 +70,7 @@ def _check_permissions(actor: ApiKey, permissions: tuple[str, ...]) -> None:
             field="permissions",
             issue=f"not held by the acting key (it holds {', '.join(actor.permissions)})",
             provided=list(permissions),
+            beyond_actor=True,
         )
 
 
@@ -79,6 +83,7 @@ def _check_limits(actor: ApiKey, limits: KeyLimits) -> None:
                 field=name,
                 issue=f"must be at most {own}, the acting key's own limit",
                 provided=wanted,
+                beyond_actor=True,
             )
         if wanted < 1:
             raise Refused(f"The {name.replace('_', '-')} limit must be at least 1.", field=name,

@@ -1,0 +1,402 @@
+"""The /keys API: an admin key manages the keys of its own account over HTTP.
+
+Every call is authenticated and counted like any other; the rules (own account only, never grant
+more than the caller holds) live in app.keys.manage, shared with the dashboard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, validate, validates_schema
+
+from app.errors import Forbidden, InvalidRequest, NotFound, UnsupportedMediaType
+from app.keys import manage
+from app.keys.crud import KeyInputError, UsageBucket
+from app.keys.limits import TIERS
+from app.keys.records import OUTCOMES, PERMISSIONS, ApiKey
+from app.pipeline import current_key, requires
+from app.services import current_services
+
+bp = Blueprint("keys", __name__)
+
+MAX_HISTORY_HOURS = 90 * 24
+DEFAULT_HISTORY_HOURS = 168
+MAX_NAME_LENGTH = 200
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def display_form(key: ApiKey) -> str:
+    """How a key is shown to people: its prefix and, when stored, its last four characters."""
+    return f"{key.prefix}…{key.last4}" if key.last4 else f"{key.prefix}…"
+
+
+def key_body(key: ApiKey, now: datetime | None = None) -> dict[str, Any]:
+    """Everything safe to show about a key: never the plain key, never its hash."""
+    now = now or datetime.now(UTC)
+    return {
+        "id": key.id,
+        "name": key.name,
+        "prefix": key.prefix,
+        "last4": key.last4,
+        "display": display_form(key),
+        "permissions": list(key.permissions),
+        "tier": key.tier,
+        "limits": {"per_minute": key.per_minute, "per_hour": key.per_hour, "per_day": key.per_day},
+        "status": key.status(now),
+        "created": iso(key.created_at),
+        "expires": iso(key.expires_at),
+        "revoked": iso(key.revoked_at),
+        "last_used": iso(key.last_used_at),
+        "usage_count": key.usage_count,
+        "rotated_to": key.rotated_to,
+    }
+
+
+def bucket_body(bucket: UsageBucket) -> dict[str, Any]:
+    return {"hour": iso(bucket.hour), **bucket.counts, "total": bucket.total}
+
+
+# --- schemas -------------------------------------------------------------------------------------
+
+class LimitsSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    per_minute = fields.Integer(strict=True, validate=validate.Range(min=1))
+    per_hour = fields.Integer(strict=True, validate=validate.Range(min=1))
+    per_day = fields.Integer(strict=True, validate=validate.Range(min=1))
+
+
+class KeyLimitsOutSchema(Schema):
+    per_minute = fields.Integer(required=True)
+    per_hour = fields.Integer(required=True)
+    per_day = fields.Integer(required=True)
+
+
+class KeySchema(Schema):
+    id = fields.String(required=True, metadata={"example": "key_0123456789abcdef"})
+    name = fields.String(required=True)
+    prefix = fields.String(required=True, metadata={"description": "First 11 characters of the key."})
+    last4 = fields.String(allow_none=True, metadata={"description": "Last 4 characters (null for older keys)."})
+    display = fields.String(required=True, metadata={"example": "ak_1a2b3c4d…9f0e"})
+    permissions = fields.List(fields.String(validate=validate.OneOf(PERMISSIONS)), required=True)
+    tier = fields.String(allow_none=True, metadata={"enum": list(TIERS)})
+    limits = fields.Nested(KeyLimitsOutSchema, required=True)
+    status = fields.String(required=True, metadata={"enum": ["active", "expired", "revoked"]})
+    created = fields.String(required=True, metadata={"format": "date-time"})
+    expires = fields.String(allow_none=True, metadata={"format": "date-time"})
+    revoked = fields.String(allow_none=True, metadata={"format": "date-time"})
+    last_used = fields.String(allow_none=True, metadata={"format": "date-time"})
+    usage_count = fields.Integer(required=True)
+    rotated_to = fields.String(allow_none=True, metadata={"description": "Id of the key that replaced this one."})
+
+
+class KeyListSchema(Schema):
+    keys = fields.List(fields.Nested(KeySchema), required=True)
+
+
+class CreatedKeySchema(KeySchema):
+    key = fields.String(
+        required=True, metadata={"description": "The plain key. Shown in this response only; store it now."}
+    )
+
+
+class RotatedKeySchema(Schema):
+    new_key = fields.Nested(CreatedKeySchema, required=True)
+    old_key = fields.Nested(KeySchema, required=True)
+
+
+class CreateKeySchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    name = fields.String(load_default="", validate=validate.Length(max=MAX_NAME_LENGTH))
+    permissions = fields.List(
+        fields.String(validate=validate.OneOf(PERMISSIONS)),
+        required=True,
+        validate=validate.Length(min=1),
+        metadata={"description": "No permission the calling key lacks."},
+    )
+    tier = fields.String(load_default=None, allow_none=True, validate=validate.OneOf(list(TIERS)))
+    limits = fields.Nested(
+        LimitsSchema, load_default=None, allow_none=True,
+        metadata={"description": "Custom limits; each at most the calling key's own."},
+    )
+    expires_at = fields.AwareDateTime(load_default=None, allow_none=True, format="iso", default_timezone=UTC)
+
+
+class UpdateKeySchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    name = fields.String(validate=validate.Length(max=MAX_NAME_LENGTH))
+    tier = fields.String(validate=validate.OneOf(list(TIERS)))
+    limits = fields.Nested(LimitsSchema)
+
+    @validates_schema
+    def _something(self, data: Mapping[str, Any], **_: Any) -> None:
+        if not data:
+            raise ValidationError("Give at least one of name, tier, limits.", field_name="_schema")
+
+
+class RotateKeySchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    grace_seconds = fields.Integer(
+        strict=True,
+        load_default=int(manage.DEFAULT_GRACE.total_seconds()),
+        validate=validate.Range(min=0, max=int(manage.MAX_GRACE.total_seconds())),
+        metadata={"description": "How long the old key keeps working: 0 (now) to 604800 (7 days)."},
+    )
+
+
+class UsageQuerySchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    hours = fields.Integer(
+        load_default=DEFAULT_HISTORY_HOURS, validate=validate.Range(min=1, max=MAX_HISTORY_HOURS)
+    )
+
+
+class UsageBucketSchema(Schema):
+    hour = fields.String(required=True, metadata={"format": "date-time", "description": "Start of the UTC hour."})
+    total = fields.Integer(required=True)
+
+
+for _outcome in OUTCOMES:
+    UsageBucketSchema._declared_fields[_outcome] = fields.Integer(required=True)
+
+
+class RateWindowSchema(Schema):
+    window = fields.String(required=True, metadata={"enum": ["minute", "hour", "day"]})
+    limit = fields.Integer(required=True)
+    remaining = fields.Integer(required=True)
+    reset = fields.Integer(required=True, metadata={"description": "Epoch seconds when a request frees up."})
+
+
+class KeyUsageSchema(Schema):
+    key_id = fields.String(required=True)
+    hours = fields.Integer(required=True)
+    totals = fields.Dict(keys=fields.String(), values=fields.Integer(), required=True)
+    buckets = fields.List(fields.Nested(UsageBucketSchema), required=True)
+    rate_limits = fields.List(fields.Nested(RateWindowSchema), required=True)
+
+
+# --- request helpers -----------------------------------------------------------------------------
+
+
+def _first_issue(messages: Any, prefix: str = "") -> tuple[str, str]:
+    """The first (field path, message) out of marshmallow's nested error dict."""
+    if isinstance(messages, dict):
+        for name, inner in messages.items():
+            path = prefix if name == "_schema" else (f"{prefix}.{name}" if prefix else str(name))
+            return _first_issue(inner, path)
+    if isinstance(messages, list) and messages:
+        return _first_issue(messages[0], prefix)
+    return prefix or "body", str(messages).rstrip(".")
+
+
+def _provided(payload: Any, path: str) -> Any:
+    value = payload
+    for part in path.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def _load(schema: Schema, payload: Any) -> dict[str, Any]:
+    try:
+        return schema.load(payload)
+    except ValidationError as exc:
+        field, issue = _first_issue(exc.messages)
+        details: dict[str, Any] = {"field": field, "issue": issue}
+        provided = _provided(payload, field)
+        if provided is not None:
+            details["provided"] = provided
+        position = field.rsplit(".", 1)[-1]
+        if position.isdigit():
+            details["index"] = int(position)
+        raise InvalidRequest(f"Invalid request: {field}: {issue}.", details=details) from None
+
+
+def _json_body(*, optional: bool = False) -> Any:
+    raw = request.get_data(cache=True)
+    if not raw.strip():
+        if optional:
+            return {}
+        raise InvalidRequest("A JSON body is required.", details={"field": "body", "issue": "missing"})
+    if not (request.mimetype or "").endswith("json"):
+        raise UnsupportedMediaType("The request body must be JSON (Content-Type: application/json).")
+    payload = request.get_json(silent=True)
+    if not isinstance(payload, dict):
+        raise InvalidRequest("The body must be a JSON object.", details={"field": "body", "issue": "not a JSON object"})
+    return payload
+
+
+def _refused(error: manage.Refused) -> InvalidRequest | Forbidden:
+    details: dict[str, Any] = {"field": error.field, "issue": error.issue}
+    if error.provided is not None:
+        details["provided"] = error.provided
+    # Asking for more than the caller holds is a matter of authority (403); the rest is a bad request.
+    if error.beyond_actor:
+        return Forbidden(error.message, details=details)
+    return InvalidRequest(error.message, details=details)
+
+
+def _not_found(key_id: str) -> NotFound:
+    return NotFound(f"No key with id {key_id!r} in this account.", details={"field": "id", "provided": key_id})
+
+
+def rate_windows(key: ApiKey) -> list[dict[str, Any]]:
+    """The key's three live rolling windows as the rate limiter sees them now, without spending from them."""
+    from flask import current_app
+    from limits.errors import StorageError
+
+    from app.errors import ServiceUnavailable
+    from app.ratelimit import KEY_PREFIX, KEY_SCOPE, WindowStatus, key_windows
+
+    # Flask-Limiter registers itself here; its strategy reads a window without hitting it.
+    limiter = next(iter(current_app.extensions["limiter"]))
+    rows = []
+    try:
+        for item in key_windows(key):
+            status = WindowStatus.of(item, limiter.limiter.get_window_stats(item, KEY_PREFIX, key.id, KEY_SCOPE))
+            rows.append({"window": status.window, "limit": status.limit, "remaining": status.remaining,
+                         "reset": status.reset_seconds})
+    except StorageError as exc:
+        raise ServiceUnavailable("The rate-limit store is unreachable; try again shortly.") from exc
+    return rows
+
+
+# --- views ---------------------------------------------------------------------------------------
+
+
+@bp.get("/keys")
+@requires("admin")
+def list_keys() -> Response:
+    keys = manage.list_keys(current_services().database, current_key())
+    now = datetime.now(UTC)
+    return jsonify({"keys": [key_body(key, now) for key in keys]})
+
+
+@bp.post("/keys")
+@requires("admin")
+def create_key() -> Response:
+    data = _load(CreateKeySchema(), _json_body())
+    limits = data["limits"] or {}
+    try:
+        created = manage.create_key(
+            current_services().database,
+            current_key(),
+            permissions=tuple(data["permissions"]),
+            name=data["name"],
+            expires_at=data["expires_at"],
+            tier=data["tier"],
+            per_minute=limits.get("per_minute"),
+            per_hour=limits.get("per_hour"),
+            per_day=limits.get("per_day"),
+        )
+    except manage.Refused as error:
+        raise _refused(error) from None
+    except KeyInputError as error:
+        raise InvalidRequest(str(error), details={"field": "body", "issue": str(error)}) from None
+    response = jsonify({**key_body(created.key), "key": created.plain_key})
+    response.status_code = 201
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Location"] = f"/keys/{created.key.id}"
+    return response
+
+
+@bp.get("/keys/<key_id>")
+@requires("admin")
+def get_key(key_id: str) -> Response:
+    try:
+        key = manage.get_key(current_services().database, current_key(), key_id)
+    except manage.KeyNotFound:
+        raise _not_found(key_id) from None
+    return jsonify(key_body(key))
+
+
+@bp.post("/keys/<key_id>/revoke")
+@requires("admin")
+def revoke_key(key_id: str) -> Response:
+    try:
+        key = manage.revoke_key(current_services().database, current_key(), key_id)
+    except manage.KeyNotFound:
+        raise _not_found(key_id) from None
+    current_services().keys.forget()
+    return jsonify(key_body(key))
+
+
+@bp.post("/keys/<key_id>/rotate")
+@requires("admin")
+def rotate_key(key_id: str) -> Response:
+    data = _load(RotateKeySchema(), _json_body(optional=True))
+    try:
+        created, old = manage.rotate_key(
+            current_services().database, current_key(), key_id, grace=timedelta(seconds=data["grace_seconds"])
+        )
+    except manage.KeyNotFound:
+        raise _not_found(key_id) from None
+    except manage.Refused as error:
+        raise _refused(error) from None
+    current_services().keys.forget()
+    response = jsonify({"new_key": {**key_body(created.key), "key": created.plain_key}, "old_key": key_body(old)})
+    response.status_code = 201
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@bp.patch("/keys/<key_id>")
+@requires("admin")
+def update_key(key_id: str) -> Response:
+    data = _load(UpdateKeySchema(), _json_body())
+    limits = data.get("limits") or {}
+    try:
+        key = manage.update_key(
+            current_services().database,
+            current_key(),
+            key_id,
+            name=data.get("name"),
+            tier=data.get("tier"),
+            per_minute=limits.get("per_minute"),
+            per_hour=limits.get("per_hour"),
+            per_day=limits.get("per_day"),
+        )
+    except manage.KeyNotFound:
+        raise _not_found(key_id) from None
+    except manage.Refused as error:
+        raise _refused(error) from None
+    current_services().keys.forget()
+    return jsonify(key_body(key))
+
+
+@bp.get("/keys/<key_id>/usage")
+@requires("admin")
+def key_usage(key_id: str) -> Response:
+    query = _load(UsageQuerySchema(), request.args.to_dict())
+    try:
+        key, buckets = manage.usage(current_services().database, current_key(), key_id, hours=query["hours"])
+    except manage.KeyNotFound:
+        raise _not_found(key_id) from None
+    totals = {outcome: sum(b.counts[outcome] for b in buckets) for outcome in OUTCOMES}
+    return jsonify({
+        "key_id": key.id,
+        "hours": query["hours"],
+        "totals": {**totals, "total": sum(totals.values())},
+        "buckets": [bucket_body(b) for b in buckets],
+        "rate_limits": rate_windows(key),
+    })
