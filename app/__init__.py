@@ -15,7 +15,7 @@ from app.settings import Settings  # noqa: E402
 
 
 def create_app(settings: Settings | None = None, *, start_workers: bool = False) -> Flask:
-    from app import auth, cors, errors, health, metrics, observability, openapi, ratelimit, verify
+    from app import cors, errors, health, metrics, observability, openapi, pipeline, verify
     from app.anomalies import routes as anomaly_routes
     from app.cli import register_cli
     from app.db import Database
@@ -23,6 +23,8 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.forecast.pool import ForecastPool
     from app.keys import api as keys_api
     from app.keys.store import KeyStore, UsageRecorder
+    from app.monitors import routes as monitor_routes
+    from app.ratelimit import init_rate_limits
     from app.services import Services
 
     settings = settings or Settings.from_env()
@@ -47,14 +49,14 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
             timeout_seconds=settings.forecast_timeout_seconds,
             queue_limit=settings.forecast_queue_limit,
         ),
+        limits=init_rate_limits(app, settings),
     )
     app.extensions["forecast_service"] = services
 
-    # Hook order is the D1 check order: request id, HTTPS, key, rate limit, permission, then the view.
+    # The request id comes first so every later answer and log line carries it; app.pipeline then
+    # runs the checks in their documented order.
     observability.init_request_tracking(app)
-    auth.init_auth(app)
-    ratelimit.init_rate_limits(app)
-    auth.init_permission_check(app)
+    pipeline.init_pipeline(app)
     errors.register_error_handlers(app)
     metrics.init_metrics(app)
     cors.init_cors(app, settings.cors_origins)
@@ -67,6 +69,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     app.register_blueprint(anomaly_routes.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(metrics.bp)
+    monitor_routes.init_monitors(app, services, start_sender=start_workers)
     register_cli(app)
 
     if start_workers:

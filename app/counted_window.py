@@ -1,10 +1,11 @@
 """A moving-window strategy whose hit also tells how full the window is, read in the same atomic step.
 
-D3.4 wants X-RateLimit-Remaining to count down by one per counted request. Reading the window again
-after the hit mixes in requests that other threads or processes counted meanwhile, so two answers can
-show the same number. Here the count is taken with the hit: under a lock for in-memory storage (one
-process), inside one Lua script for Redis (every process). The data layout is limits' own, so its
-get_window_stats keeps reading the same windows.
+X-RateLimit-Remaining must count down by one per counted request. Reading the window again after the
+hit mixes in requests that other threads or processes counted meanwhile, so two answers could show the
+same number. Here the count is taken with the hit: under a lock for in-memory storage (one process),
+inside one Lua script for Redis (every process). The data layout is limits' own, so its
+get_window_stats keeps reading the same windows. Nothing here knows about Flask: the figures go back to
+the caller.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 
-from flask import g, has_app_context
 from limits import RateLimitItem
 from limits.errors import StorageError
 from limits.storage import RedisStorage, Storage
@@ -57,20 +57,6 @@ return {acquired, tostring(timestamp), 0}
 """
 
 
-def recorded_window(item: RateLimitItem, *identifiers: str) -> WindowStats | None:
-    """The window as this request's own hit left it, when this request hit it."""
-    if not has_app_context():
-        return None
-    return g.get("counted_windows", {}).get(item.key_for(*identifiers))
-
-
-def _record(item: RateLimitItem, identifiers: tuple[str, ...], stats: WindowStats) -> None:
-    if has_app_context():
-        if "counted_windows" not in g:
-            g.counted_windows = {}
-        g.counted_windows[item.key_for(*identifiers)] = stats
-
-
 class CountedMovingWindowRateLimiter(MovingWindowRateLimiter):
     def __init__(self, storage: Storage) -> None:
         super().__init__(storage)
@@ -79,19 +65,13 @@ class CountedMovingWindowRateLimiter(MovingWindowRateLimiter):
         if isinstance(storage, RedisStorage):
             self._script = storage.get_connection().register_script(_ACQUIRE_AND_COUNT)
 
-    def hit(self, item: RateLimitItem, *identifiers: str, cost: int = 1) -> bool:
+    def hit_counted(self, item: RateLimitItem, *identifiers: str, cost: int = 1) -> tuple[bool, WindowStats]:
+        """Spends ``cost`` when the window allows it; returns whether it did and the window right after."""
         if self._script is None:
             with self._lock:
                 acquired = super().hit(item, *identifiers, cost=cost)
-                stats = self.get_window_stats(item, *identifiers)
-        else:
-            acquired, stats = self._hit_redis(item, identifiers, cost)
-        _record(item, identifiers, stats)
-        return acquired
-
-    def _hit_redis(self, item: RateLimitItem, identifiers: tuple[str, ...], cost: int) -> tuple[bool, WindowStats]:
-        assert isinstance(self.storage, RedisStorage) and self._script is not None
-        key = self.storage.prefixed_key(item.key_for(*identifiers))
+                return acquired, self.get_window_stats(item, *identifiers)
+        key = self.storage.prefixed_key(item.key_for(*identifiers))  # type: ignore[attr-defined]
         now = time.time()
         expiry = item.get_expiry()
         try:
@@ -100,6 +80,9 @@ class CountedMovingWindowRateLimiter(MovingWindowRateLimiter):
             raise StorageError(exc) from exc
         reset = float(oldest) + expiry if int(count) else now + expiry
         return bool(acquired), WindowStats(reset, item.amount - int(count))
+
+    def hit(self, item: RateLimitItem, *identifiers: str, cost: int = 1) -> bool:
+        return self.hit_counted(item, *identifiers, cost=cost)[0]
 
 
 STRATEGIES[STRATEGY_NAME] = CountedMovingWindowRateLimiter  # type: ignore[assignment]

@@ -7,7 +7,6 @@ import logging
 from flask import Blueprint, Response, jsonify
 
 from app.pipeline import public
-from app.ratelimit import current_limiter
 from app.services import current_services
 
 bp = Blueprint("health", __name__)
@@ -32,7 +31,7 @@ def readyz() -> Response:
         log.warning("readiness: database unreachable", exc_info=True)
         checks["database"] = "unreachable"
     try:
-        checks["rate_limit_storage"] = "ok" if current_limiter().storage.check() else "unreachable"
+        checks["rate_limit_storage"] = "ok" if services.limits.storage_ok() else "unreachable"
     except Exception:
         checks["rate_limit_storage"] = "unreachable"
     services.pool.start()  # a server started without gunicorn's hook (flask run) warms up here

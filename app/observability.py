@@ -44,7 +44,8 @@ def _request_context() -> dict[str, Any]:
     if not has_request_context():
         return {}
     context: dict[str, Any] = {"request_id": g.get("request_id")}
-    key = g.get("api_key")
+    pipeline_context = g.get("request_context")
+    key = pipeline_context.key if pipeline_context is not None else None
     if key is not None:
         context["key_id"] = key.id
     return context

@@ -1,67 +1,37 @@
-"""Per-key rolling limits (D3) through Flask-Limiter, failed-auth limits per address (D2.7), D3.4 headers."""
+"""Rate limits: each key's rolling minute, hour and day windows, failed authentications per address,
+the X-RateLimit-* headers and the 429 body.
+
+Flask-Limiter owns the storage (memory, or Redis with REDIS_URL) and builds the strategy from
+app.counted_window; the request pipeline (app.pipeline) decides when a request is counted and calls
+``RateLimits`` here, which returns the window figures instead of stashing them anywhere.
+"""
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from flask import Flask, Response, current_app, g, request
+from flask import Flask, Response
 from flask_limiter import Limiter
-from flask_limiter import RateLimitExceeded as LimiterBreach
 from limits import RateLimitItem, RateLimitItemPerDay, RateLimitItemPerHour, RateLimitItemPerMinute, parse
 from limits.errors import StorageError as LimitsStorageError
+from limits.util import WindowStats
 
-from app.counted_window import STRATEGY_NAME, recorded_window
-from app.errors import RateLimitExceeded, ServiceUnavailable, error_response
+from app.counted_window import STRATEGY_NAME, CountedMovingWindowRateLimiter
+from app.errors import RateLimitExceeded, ServiceUnavailable
 from app.keys.records import ApiKey
+from app.settings import Settings
 
-# Flask-Limiter stores a key's three windows under this scope, shared by every endpoint.
-KEY_SCOPE = "global"
-# Namespaces our counters in a shared Redis; Flask-Limiter puts it first in every identifier.
+# Namespaces our counters in a shared Redis; every stored window's identifier starts with it.
 KEY_PREFIX = "forecast"
+# A key's three windows are shared by every endpoint.
+KEY_SCOPE = "global"
 AUTH_FAILURE_SCOPE = "auth-failures"
 WINDOW_NAMES = {60: "minute", 3600: "hour", 86400: "day"}
-
-
-
-def _current_key_id() -> str:
-    key: ApiKey | None = g.get("api_key")
-    return key.id if key is not None else ""
-
-
-def _current_key_limits() -> str:
-    key: ApiKey | None = g.get("api_key")
-    if key is None:
-        return ""
-    return f"{key.per_minute}/minute;{key.per_hour}/hour;{key.per_day}/day"
-
-
-def _not_counted() -> bool:
-    if g.get("api_key") is None:
-        return True
-    view = current_app.view_functions.get(request.endpoint or "")
-    return bool(getattr(view, "uncounted", False))
-
-
-def build_limiter() -> Limiter:
-    # One per app: Flask-Limiter keeps its storage on the instance, not on the app.
-    return Limiter(
-        key_func=_current_key_id,
-        application_limits=[_current_key_limits],
-        application_limits_exempt_when=_not_counted,
-        strategy=STRATEGY_NAME,  # D3.2: rolling windows, counted atomically with each hit (D3.4)
-        headers_enabled=False,  # D3.4 picks the header window differently; see _rate_limit_headers
-        fail_on_first_breach=True,
-        swallow_errors=False,  # D3.7: fail closed
-        # Unrouted paths (404) from a valid key still count (D3.3): give them an identity.
-        request_identifier=lambda: request.endpoint or "unrouted",
-    )
-
-
-def current_limiter() -> Limiter:
-    return current_app.extensions["forecast_limiter"]
 
 
 @dataclass(frozen=True)
@@ -79,8 +49,13 @@ class WindowStatus:
     def reset_seconds(self) -> int:
         return max(0, math.ceil(self.reset_epoch))
 
+    @classmethod
+    def of(cls, item: RateLimitItem, stats: WindowStats) -> WindowStatus:
+        return cls(item.amount, max(0, stats.remaining), stats.reset_time, item.get_expiry())
+
 
 def key_windows(key: ApiKey) -> list[RateLimitItem]:
+    # Checked in this order; the first window that is full stops the count.
     return [
         RateLimitItemPerMinute(key.per_minute),
         RateLimitItemPerHour(key.per_hour),
@@ -88,56 +63,76 @@ def key_windows(key: ApiKey) -> list[RateLimitItem]:
     ]
 
 
-def _status(item: RateLimitItem, *identifiers: str) -> WindowStatus:
-    recorded = recorded_window(item, *identifiers)
-    if recorded is not None:
-        return WindowStatus(item.amount, max(0, recorded.remaining), recorded.reset_time, item.get_expiry())
+def most_constraining(statuses: list[WindowStatus]) -> WindowStatus:
+    """The window with the fewest requests remaining, the shortest on a tie: what the headers describe."""
+    return min(statuses, key=lambda s: (s.remaining, s.seconds))
+
+
+@dataclass(frozen=True)
+class Count:
+    """What counting one request did: the window the headers show, and the full window if it was refused."""
+
+    status: WindowStatus
+    breached: WindowStatus | None
+
+
+class RateLimits:
+    def __init__(self, limiter: Limiter, *, auth_failure_limit: str) -> None:
+        self._limiter = limiter
+        self._auth_failure_item = parse(auth_failure_limit)
+
+    @property
+    def _strategy(self) -> CountedMovingWindowRateLimiter:
+        return self._limiter.limiter  # type: ignore[return-value]
+
+    def storage_ok(self) -> bool:
+        return bool(self._limiter.storage.check())
+
+    def count(self, key: ApiKey) -> Count:
+        """Spends one request from each of the key's windows, stopping at the first full one."""
+        statuses: list[WindowStatus] = []
+        breached: WindowStatus | None = None
+        with _fail_closed():
+            for item in key_windows(key):
+                if breached is None:
+                    acquired, stats = self._strategy.hit_counted(item, KEY_PREFIX, key.id, KEY_SCOPE)
+                    status = WindowStatus.of(item, stats)
+                    if not acquired:
+                        breached = status
+                else:
+                    status = WindowStatus.of(item, self._strategy.get_window_stats(item, KEY_PREFIX, key.id, KEY_SCOPE))
+                statuses.append(status)
+        return Count(most_constraining(statuses), breached)
+
+    def status(self, key: ApiKey) -> WindowStatus:
+        """The key's windows as they stand, without spending (for endpoints that are not counted)."""
+        with _fail_closed():
+            return most_constraining(
+                [
+                    WindowStatus.of(item, self._strategy.get_window_stats(item, KEY_PREFIX, key.id, KEY_SCOPE))
+                    for item in key_windows(key)
+                ]
+            )
+
+    def count_failed_authentication(self, address: str) -> Count:
+        """A failed authentication spends from the caller's address; past the limit the answer is 429."""
+        item = self._auth_failure_item
+        with _fail_closed():
+            acquired, stats = self._strategy.hit_counted(item, KEY_PREFIX, address, AUTH_FAILURE_SCOPE)
+        status = WindowStatus.of(item, stats)
+        return Count(status, None if acquired else status)
+
+
+@contextmanager
+def _fail_closed() -> Iterator[None]:
+    # An unreachable Redis is a 500, never an unlimited pass.
     try:
-        stats = current_limiter().limiter.get_window_stats(item, *identifiers)
+        yield
     except LimitsStorageError as exc:
-        raise ServiceUnavailable("The rate-limit store is unreachable.") from exc
-    return WindowStatus(item.amount, max(0, stats.remaining), stats.reset_time, item.get_expiry())
+        raise ServiceUnavailable("The rate-limit store is unreachable; try again shortly.") from exc
 
 
-def most_constraining(key: ApiKey) -> WindowStatus:
-    """D3.4: the window with the fewest requests remaining, the shortest on a tie.
-
-    Read once per request: the limiter has already counted by the time anyone asks, and the body of
-    /verify and the headers must describe the same moment.
-    """
-    cached: WindowStatus | None = g.get("rate_window_status")
-    if cached is not None:
-        return cached
-    statuses = [_status(item, KEY_PREFIX, key.id, KEY_SCOPE) for item in key_windows(key)]
-    status = min(statuses, key=lambda s: (s.remaining, s.seconds))
-    g.rate_window_status = status
-    return status
-
-
-def _auth_failure_item() -> RateLimitItem:
-    from app.services import current_services
-
-    return parse(current_services().settings.auth_failure_limit)
-
-
-def _client_address() -> str:
-    return request.remote_addr or "unknown"
-
-
-def count_failed_authentication() -> None:
-    """D2.7: a failed authentication spends from the caller's address; past the limit the answer is 429."""
-    g.auth_failed = True
-    item = _auth_failure_item()
-    try:
-        allowed = current_limiter().limiter.hit(item, KEY_PREFIX, _client_address(), AUTH_FAILURE_SCOPE)
-    except LimitsStorageError as exc:
-        raise ServiceUnavailable("The rate-limit store is unreachable.") from exc
-    if not allowed:
-        status = _status(item, KEY_PREFIX, _client_address(), AUTH_FAILURE_SCOPE)
-        raise _too_many(status, "Too many failed authentication attempts from this address.")
-
-
-def _too_many(status: WindowStatus, message: str) -> RateLimitExceeded:
+def too_many(status: WindowStatus, message: str) -> RateLimitExceeded:
     reset = datetime.fromtimestamp(status.reset_seconds, UTC)
     retry_after = max(1, status.reset_seconds - int(time.time()))
     return RateLimitExceeded(
@@ -151,17 +146,13 @@ def _too_many(status: WindowStatus, message: str) -> RateLimitExceeded:
     )
 
 
-def _headers_for_response() -> WindowStatus | None:
-    key: ApiKey | None = g.get("api_key")
-    if key is not None:
-        return most_constraining(key)
-    if g.get("auth_failed"):
-        return _status(_auth_failure_item(), KEY_PREFIX, _client_address(), AUTH_FAILURE_SCOPE)
-    return None
+def set_headers(response: Response, status: WindowStatus) -> None:
+    response.headers["X-RateLimit-Limit"] = str(status.limit)
+    response.headers["X-RateLimit-Remaining"] = str(status.remaining)
+    response.headers["X-RateLimit-Reset"] = str(status.reset_seconds)
 
 
-def init_rate_limits(app: Flask) -> None:
-    settings = app.extensions["forecast_service"].settings
+def init_rate_limits(app: Flask, settings: Settings) -> RateLimits:
     app.config["RATELIMIT_STORAGE_URI"] = settings.redis_url or "memory://"
     app.config["RATELIMIT_STORAGE_OPTIONS"] = (
         {"socket_connect_timeout": 2, "socket_timeout": 2, "health_check_interval": 10, "wrap_exceptions": True}
@@ -169,35 +160,13 @@ def init_rate_limits(app: Flask) -> None:
         else {}
     )
     app.config["RATELIMIT_KEY_PREFIX"] = KEY_PREFIX
-    limiter = build_limiter()
+    # No limits are declared to Flask-Limiter itself: its own hook then has nothing to check, and the
+    # pipeline counts each request exactly once, in the documented order.
+    limiter = Limiter(
+        key_func=lambda: "",
+        strategy=STRATEGY_NAME,
+        headers_enabled=False,
+        swallow_errors=False,
+    )
     limiter.init_app(app)
-    app.extensions["forecast_limiter"] = limiter
-
-    @app.errorhandler(LimiterBreach)
-    def _limit_breached(_exc: LimiterBreach) -> Response:
-        permission_error = g.get("permission_error")
-        if permission_error is not None:
-            return error_response(permission_error)
-        key: ApiKey = g.api_key
-        status = most_constraining(key)
-        return error_response(_too_many(status, f"Rate limit exceeded: {status.limit} requests per {status.window}."))
-
-    @app.errorhandler(LimitsStorageError)
-    def _storage_down(exc: LimitsStorageError) -> Response:
-        # D3.7: fail closed; never an unlimited pass while Redis is away.
-        error = ServiceUnavailable("The rate-limit store is unreachable; try again shortly.")
-        error.__cause__ = exc
-        return app.handle_user_exception(error)
-
-    @app.after_request
-    def _rate_limit_headers(response: Response) -> Response:
-        try:
-            status = _headers_for_response()
-        except ServiceUnavailable:
-            # The request already failed or succeeded on its own terms; a missing header beats a lie.
-            return response
-        if status is not None:
-            response.headers["X-RateLimit-Limit"] = str(status.limit)
-            response.headers["X-RateLimit-Remaining"] = str(status.remaining)
-            response.headers["X-RateLimit-Reset"] = str(status.reset_seconds)
-        return response
+    return RateLimits(limiter, auth_failure_limit=settings.auth_failure_limit)

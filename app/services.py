@@ -13,6 +13,7 @@ from app.settings import Settings
 
 if TYPE_CHECKING:
     from app.forecast.pool import ForecastPool
+    from app.ratelimit import RateLimits
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Services:
     keys: KeyStore
     usage: UsageRecorder
     pool: ForecastPool
+    limits: RateLimits
 
     def close(self) -> None:
         self.usage.close()

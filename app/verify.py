@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from flask import Blueprint, Response, g, jsonify
+from flask import Blueprint, Response, jsonify
 from marshmallow import Schema, fields, validate
 
-from app.keys.records import PERMISSIONS, ApiKey
-from app.pipeline import uncounted
-from app.ratelimit import most_constraining
+from app.keys.records import PERMISSIONS
+from app.pipeline import current_key, limit_status, uncounted
 
 bp = Blueprint("verify", __name__)
 
@@ -40,8 +39,8 @@ _response_schema = VerifyResponseSchema()
 @bp.get("/verify")
 @uncounted
 def verify() -> Response:
-    key: ApiKey = g.api_key
-    status = most_constraining(key)
+    key = current_key()
+    status = limit_status()
     now = datetime.now(UTC)
     body = {
         "success": True,

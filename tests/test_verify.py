@@ -59,10 +59,10 @@ def test_unexpected_exception_is_500_without_internals(app: Flask, monkeypatch, 
     plain, _ = new_key(app)
     import app.verify as verify_module
 
-    def explode(_key):  # noqa: ANN202
+    def explode():  # noqa: ANN202
         raise RuntimeError("secret internal detail")
 
-    monkeypatch.setattr(verify_module, "most_constraining", explode)
+    monkeypatch.setattr(verify_module, "limit_status", explode)
     response = app.test_client().get("/verify", headers=bearer(plain))
     assert response.status_code == 500
     error = response.get_json()["error"]
