@@ -63,6 +63,10 @@ class Settings:
     # D2.5: usage counts reach the database at least this often.
     usage_flush_seconds: float = 1.0
     cors_origins: tuple[str, ...] = ()
+    # Signs the dashboard's sign-in form tokens; when unset, a generated one is kept in the data directory
+    # so tokens survive restarts (set SECRET_KEY when replicas do not share that directory).
+    secret_key: str | None = None
+    data_dir: Path = field(default_factory=lambda: Path(os.environ.get("DATA_DIR") or DEFAULT_DATA_DIR).resolve())
     log_level: str = "INFO"
     testing: bool = False
 
@@ -82,6 +86,7 @@ class Settings:
             key_cache_seconds=min(_float("KEY_CACHE_SECONDS", 5.0), 5.0),
             usage_flush_seconds=min(_float("USAGE_FLUSH_SECONDS", 1.0), 5.0),
             cors_origins=tuple(o.strip() for o in os.environ.get("CORS_ORIGINS", "").split(",") if o.strip()),
+            secret_key=os.environ.get("SECRET_KEY") or None,
             log_level=os.environ.get("LOG_LEVEL", "INFO").upper(),
         )
         return replace(settings, **overrides)
@@ -94,6 +99,31 @@ class Settings:
             if url.startswith(prefix):
                 return "postgresql+psycopg://" + url[len(prefix):]
         return url
+
+    def resolved_secret_key(self) -> str:
+        """SECRET_KEY, or a random one generated once and kept (mode 0600) in the data directory."""
+        if self.secret_key:
+            return self.secret_key
+        path = self.data_dir / "secret_key"
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            pass
+        import secrets
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        candidate = path.with_suffix(f".{os.getpid()}.tmp")
+        descriptor = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(32))
+        # link() fails when another process won the race; everyone then reads the winner's secret.
+        try:
+            os.link(candidate, path)
+        except FileExistsError:
+            pass
+        finally:
+            candidate.unlink()
+        return path.read_text().strip()
 
     @property
     def sqlite_path(self) -> Path | None:
