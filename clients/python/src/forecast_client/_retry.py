@@ -1,0 +1,65 @@
+"""When to try a call again, and after how long."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import httpx
+
+from forecast_client._types import parse_retry_after
+
+# 502 and 504 come from a proxy in front of the service (nginx) when it briefly cannot reach it.
+_RETRIED_STATUSES = frozenset({429, 502, 503, 504})
+# Failures where the request may not have reached the service, or its answer was lost. Every call the
+# client makes has no side effect that a repeat would double (forecasts are deterministic), so all are safe.
+_RETRIED_EXCEPTIONS: tuple[type[Exception], ...] = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter (a uniform wait between 0 and ``backoff_base * 2**retry``, capped
+    at ``backoff_max``), except that a ``Retry-After`` from the service is waited out exactly.
+
+    ``max_retries`` caps the attempts after the first; ``budget`` caps the time: no retry is started that
+    would begin more than ``budget`` seconds after the call began, so a Retry-After longer than what is
+    left ends the call at once with the error that carried it.
+    """
+
+    max_retries: int = 3
+    budget: float = 60.0
+    backoff_base: float = 0.5
+    backoff_max: float = 30.0
+    rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        if self.budget < 0 or self.backoff_base < 0 or self.backoff_max < 0:
+            raise ValueError("budget, backoff_base and backoff_max must be >= 0")
+
+    def wants_retry(self, response: httpx.Response) -> bool:
+        if response.status_code in _RETRIED_STATUSES:
+            return True
+        # The service answers "workers saturated" as a 500 with Retry-After; any other 500 is final.
+        return response.status_code == 500 and parse_retry_after(response.headers.get("Retry-After")) is not None
+
+    @staticmethod
+    def wants_retry_after(exc: Exception) -> bool:
+        return isinstance(exc, _RETRIED_EXCEPTIONS)
+
+    def delay(self, retries_done: int, elapsed: float, retry_after: float | None) -> float | None:
+        """Seconds to wait before the next attempt, or None when the count or the time budget is spent."""
+        if retries_done >= self.max_retries:
+            return None
+        if retry_after is not None:
+            wait = retry_after
+        else:
+            wait = self.rng.uniform(0.0, min(self.backoff_max, self.backoff_base * 2**retries_done))
+        if elapsed + wait > self.budget:
+            return None
+        return wait

@@ -1,0 +1,409 @@
+"""The Python client (clients/python, package forecast_client) against a real gunicorn server.
+
+One server for the whole module. Its database holds three keys: a generous read key, a write-only key (for
+403) and a 3-per-minute key whose three requests are spent as the server starts, so that by the time the
+rate-limit test (last in this file) runs, most of its minute has already gone by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import forecast_client
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+from forecast_client import (
+    APIConnectionError,
+    APITimeoutError,
+    AsyncClient,
+    Client,
+    DataValidationError,
+    ForecastResult,
+    InvalidRequest,
+    PayloadTooLarge,
+    PermissionDenied,
+    RateLimited,
+    Unauthorized,
+)
+
+from tests.support import ROOT, Server, cli, free_port
+
+pytestmark = pytest.mark.slow
+EXAMPLE = ROOT / "clients" / "python" / "examples" / "forecast_csv.py"
+MAX_BODY_BYTES = 1_000_000
+
+
+@dataclass
+class Running:
+    server: Server
+    env: dict[str, str]
+    key: str
+    write_only_key: str
+    limited_key: str
+    limited_spent_at: float
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+def create_key(env: dict[str, str], *args: str) -> str:
+    return json.loads(cli("keys", "create", *args, "--json", env=env).stdout)["key"]
+
+
+def hourly_series(points: int = 240, *, start: str = "2026-01-05", tz: str | None = None) -> pd.Series:
+    index = pd.date_range(start, periods=points, freq="h", tz=tz)
+    t = np.arange(points)
+    values = 100 + 0.05 * t + 10 * np.sin(2 * np.pi * t / 24) + np.random.default_rng(7).normal(0, 1, points)
+    return pd.Series(np.round(values, 3), index=index, name="load")
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    directory = tmp_path_factory.mktemp("client")
+    env = {
+        "DATABASE_URL": f"sqlite:///{directory / 'keys.sqlite3'}",
+        "FORECAST_WORKERS": "1",
+        "USAGE_FLUSH_SECONDS": "1",
+        "MAX_BODY_BYTES": str(MAX_BODY_BYTES),
+        "LOG_LEVEL": "INFO",
+    }
+    cli("db", "upgrade", env=env)
+    key = create_key(env, "--permissions", "read", "--per-minute", "1000", "--per-hour", "5000")
+    write_only_key = create_key(env, "--permissions", "write")
+    limited_key = create_key(env, "--permissions", "read", "--per-minute", "3")
+    server = Server(env, log_path=directory / "gunicorn.log")
+    try:
+        server.wait_ready()
+        for _ in range(3):
+            # GET /models is not counted; a forecast is, whatever its answer.
+            assert httpx.post(server.url + "/forecast", json={}, headers={"Authorization": f"Bearer {limited_key}"},
+                              timeout=10).status_code == 400
+        yield Running(server, env, key, write_only_key, limited_key, time.monotonic())
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def client(running: Running) -> Iterator[Client]:
+    with Client(running.url, running.key, max_retries=2, backoff_base=0.05) as opened:
+        yield opened
+
+
+def raw_forecast(running: Running, body: dict, model: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {running.key}"}
+    if model:
+        headers["X-Model-Id"] = model
+    return httpx.post(running.url + "/forecast", json=body, headers=headers, timeout=60)
+
+
+def assert_ordered(result: ForecastResult, horizon: int) -> None:
+    assert len(result) == len(result.median) == len(result.lower) == len(result.upper) == horizon
+    for low, mid, high in zip(result.lower, result.median, result.upper, strict=True):
+        assert math.isfinite(low) and low <= mid <= high
+
+
+# -- the calls ---------------------------------------------------------------------------------------------
+
+
+def test_verify_reports_permissions_and_the_live_window(running: Running, client: Client) -> None:
+    before = time.time()
+    result = client.verify()
+    assert result.valid and result.permissions == ("read",)
+    assert result.rate_limit.limit == 1000
+    assert 0 <= result.rate_limit.remaining <= 1000
+    assert before - 1 <= result.rate_limit.reset <= before + 61
+    assert abs(result.timestamp.timestamp() - before) < 30
+    assert result.request_id and len(result.request_id) == 32
+    assert client.rate_limit is not None and client.rate_limit.limit == 1000  # from the headers
+
+
+def test_models_lists_every_model_the_service_offers(client: Client) -> None:
+    models = client.models()
+    assert [m.id for m in models] == [f"forecast-model-{n}" for n in range(1, 5)]
+    assert all(m.description for m in models)
+
+
+def test_hourly_series_round_trip_sends_exactly_the_service_form(running: Running, client: Client) -> None:
+    series = hourly_series()
+    result = client.forecast(series, 24, confidence=0.9)
+    assert_ordered(result, 24)
+    assert result.frequency == "Hours" and result.confidence == 0.9
+    assert result.model == "forecast-model-1" and result.fallback is None and result.warning is None
+    assert result.rate_limit is not None and result.rate_limit.limit == 1000
+    assert result.timestamps[0] == "2026-01-15T00:00:00"  # 240 hours after 2026-01-05T00:00:00, no suffix
+
+    frame = result.to_pandas()
+    expected_index = pd.date_range(series.index[-1] + pd.Timedelta(hours=1), periods=24, freq="h")
+    assert list(frame.columns) == ["median", "lower", "upper"]
+    assert frame.index.name == "timestamp" and frame.index.tz is None
+    assert (frame.index == expected_index).all()
+    assert frame["median"].tolist() == result.median
+
+    # The same request written by hand gives the same numbers: the client sent what the contract asks.
+    body = {
+        "series": [{"timestamps": [t.strftime("%Y-%m-%dT%H:%M:%S") for t in series.index],
+                    "values": series.tolist()}],
+        "forecast_horizon": 24, "data_frequency": "Hours", "forecast_frequency": "Hours", "confidence": 0.9,
+    }
+    by_hand = raw_forecast(running, body).json()
+    assert by_hand["median"] == result.median and by_hand["lower_bound"] == result.lower
+    assert by_hand["forecast_timestamps"] == result.timestamps
+
+
+def test_month_end_series_stays_on_month_ends(client: Client) -> None:
+    index = pd.date_range("2021-01-31", periods=48, freq="ME")
+    values = 50 + 5 * np.sin(2 * np.pi * np.arange(48) / 12) + np.arange(48) * 0.3
+    result = client.forecast(pd.Series(values, index=index), 12, model="forecast-model-2")
+    assert result.frequency == "Monthly" and result.model == "forecast-model-2"
+    assert result.timestamps[:3] == ["2025-01-31T00:00:00", "2025-02-28T00:00:00", "2025-03-31T00:00:00"]
+    frame = result.to_pandas()
+    assert frame.index.is_month_end.all()
+    assert (frame.index == pd.date_range("2025-01-31", periods=12, freq="ME")).all()
+
+
+def test_time_zoned_series_keeps_its_zone_across_daylight_saving_changes(client: Client) -> None:
+    # Ends two hours before Berlin falls back from +02:00 to +01:00, so the forecast crosses the change.
+    series = hourly_series(200, start="2026-10-16 18:00", tz="Europe/Berlin")
+    assert str(series.index[-1]) == "2026-10-25 01:00:00+02:00"
+    result = client.forecast(series, 48, model="forecast-model-2")
+    assert_ordered(result, 48)
+    assert result.timestamps[0] == "2026-10-25T02:00:00+02:00"  # the service continues in the last offset
+    frame = result.to_pandas()
+    assert str(frame.index.tz) == "Europe/Berlin"
+    expected = pd.date_range(series.index[-1] + pd.Timedelta(hours=1), periods=48, freq="h")
+    assert (frame.index == expected).all()
+    assert frame.index[2].utcoffset() == pd.Timedelta(hours=1)  # 02:00 again, now in winter time
+
+    # A series that crosses the spring change in its history is sent with both offsets and accepted.
+    spring = hourly_series(150, start="2026-03-25", tz="Europe/Berlin")
+    encoded_offsets = {t.strftime("%z") for t in spring.index}
+    assert encoded_offsets == {"+0100", "+0200"}
+    assert len(client.forecast(spring, 6, model="forecast-model-2")) == 6
+
+
+def test_utc_five_minute_series_is_sent_with_z_and_inferred_as_minutes(client: Client) -> None:
+    index = pd.date_range("2026-02-01", periods=300, freq="5min", tz="UTC")
+    values = 20 + np.sin(np.arange(300) / 12.0)
+    result = client.forecast(pd.Series(values, index=index), 12, model="forecast-model-2")
+    assert result.frequency == "Minutes"
+    assert result.timestamps[0] == "2026-02-02T01:00:00Z"
+    frame = result.to_pandas()
+    assert str(frame.index.tz) == "UTC"
+    assert (frame.index == pd.date_range("2026-02-02T01:00:00", periods=12, freq="5min", tz="UTC")).all()
+
+
+def test_pair_of_sequences_and_the_short_history_warning(client: Client) -> None:
+    timestamps = [f"2026-03-{day:02d}T00:00:00+05:30" for day in range(1, 21)]
+    values = [float(10 + day % 7) for day in range(20)]
+    result = client.forecast((timestamps, values), 5, model="forecast-model-4")
+    assert result.frequency == "Daily" and result.model == "forecast-model-4"
+    assert result.timestamps == [f"2026-03-{day:02d}T00:00:00+05:30" for day in range(21, 26)]
+    assert result.warning is not None and "20 points" in result.warning
+    assert result.datetimes[0].utcoffset().total_seconds() == 5.5 * 3600
+    # With one fixed offset in the text, the frame keeps that offset rather than switching to UTC.
+    assert result.to_pandas().index[0].isoformat() == "2026-03-21T00:00:00+05:30"
+
+
+# -- errors from real answers ------------------------------------------------------------------------------
+
+
+def test_unknown_key_raises_unauthorized_without_retrying_or_echoing_the_key(running: Running) -> None:
+    bogus = "ak_" + "0" * 64
+    with Client(running.url, bogus) as wrong:
+        with pytest.raises(Unauthorized) as caught:
+            wrong.verify()
+        assert "ak_" not in repr(wrong)
+    error = caught.value
+    assert error.status_code == 401 and error.code == "UNAUTHORIZED" and error.attempts == 1
+    assert isinstance(error.body, dict) and error.body["error"]["code"] == "UNAUTHORIZED"
+    assert bogus not in str(error) and bogus not in repr(error.body)
+
+
+def test_key_without_the_permission_raises_permission_denied(running: Running) -> None:
+    with Client(running.url, running.write_only_key) as writer, pytest.raises(PermissionDenied) as caught:
+        writer.forecast(hourly_series(), 3)
+    assert caught.value.status_code == 403 and caught.value.code == "UNAUTHORIZED"
+    assert caught.value.required_permission == "read" and caught.value.attempts == 1
+
+
+def test_bad_request_shape_raises_invalid_request_with_the_field(client: Client) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        client.forecast(hourly_series(), 0)
+    assert caught.value.status_code == 400 and caught.value.code == "INVALID_REQUEST"
+    assert caught.value.field == "forecast_horizon" and caught.value.provided == 0
+    assert caught.value.attempts == 1
+
+    with pytest.raises(InvalidRequest) as unknown_model:
+        client.forecast(hourly_series(), 3, model="forecast-model-9")
+    assert unknown_model.value.field == "X-Model-Id" and "forecast-model-1" in unknown_model.value.issue
+
+
+def test_body_over_the_limit_raises_payload_too_large(client: Client) -> None:
+    series = hourly_series(60_000)  # about 2 MB of JSON against a 1 MB limit
+    with pytest.raises(PayloadTooLarge) as caught:
+        client.forecast(series, 3)
+    assert caught.value.status_code == 413 and caught.value.code == "INVALID_REQUEST"
+    assert isinstance(caught.value, InvalidRequest) and caught.value.attempts == 1
+
+
+def test_bad_series_data_raises_data_validation_error_with_the_index(client: Client) -> None:
+    timestamps = [f"2026-01-{day:02d}T00:00:00" for day in (1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13)]
+    with pytest.raises(DataValidationError) as uneven:
+        client.forecast((timestamps, list(range(12))), 3, frequency="Daily")
+    error = uneven.value
+    assert error.status_code == 422 and error.code == "DATA_VALIDATION_ERROR" and error.attempts == 1
+    assert error.field == "series[0].timestamps" and error.index == 4
+    assert error.provided == "2026-01-06T00:00:00" and error.expected == "2026-01-05T00:00:00"
+
+    series = hourly_series(30)
+    series.iloc[17] = np.nan  # sent as null; the service names the element
+    with pytest.raises(DataValidationError) as missing:
+        client.forecast(series, 3)
+    assert missing.value.field == "series[0].values" and missing.value.index == 17
+    assert missing.value.issue == "missing value (null)"
+
+    with pytest.raises(DataValidationError) as short:
+        client.forecast(hourly_series(5), 3)
+    assert short.value.issue == "insufficient data points"
+
+
+# -- retries -----------------------------------------------------------------------------------------------
+
+
+def test_connection_refused_is_retried_then_raised(running: Running, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="forecast_client")
+    closed = f"http://127.0.0.1:{free_port()}"
+    with Client(closed, running.key, max_retries=2, backoff_base=0.05) as nowhere:
+        with pytest.raises(APIConnectionError) as caught:
+            nowhere.verify()
+    assert caught.value.attempts == 3 and not isinstance(caught.value, APITimeoutError)
+    retries = [r for r in caplog.records if r.name == "forecast_client" and r.levelno == logging.DEBUG]
+    assert len(retries) == 2
+    assert all("ConnectError" in r.getMessage() and caught.value.request_id in r.getMessage() for r in retries)
+    assert running.key not in caplog.text
+
+
+def test_silent_server_times_out_is_retried_then_raised(running: Running, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="forecast_client")
+    with socket.socket() as listener:  # accepts connections (the kernel's backlog) but never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        silent = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with Client(silent, running.key, timeout=0.3, max_retries=1, backoff_base=0.05) as waiting:
+            started = time.monotonic()
+            with pytest.raises(APITimeoutError) as caught:
+                waiting.models()
+    assert caught.value.attempts == 2 and time.monotonic() - started >= 0.6
+    assert [r.getMessage() for r in caplog.records if "ReadTimeout" in r.getMessage()]
+
+
+def test_async_client_twin(running: Running, client: Client, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="forecast_client")
+    series = hourly_series()
+    blocking = client.forecast(series, 12, model="forecast-model-2")
+
+    async def calls() -> None:
+        async with AsyncClient(running.url, running.key) as async_client:
+            verified = await async_client.verify()
+            assert verified.permissions == ("read",)
+            assert [m.id for m in await async_client.models()][0] == "forecast-model-1"
+            results = await asyncio.gather(
+                *(async_client.forecast(series, 12, model="forecast-model-2") for _ in range(3))
+            )
+            for result in results:
+                assert result.median == blocking.median and result.timestamps == blocking.timestamps
+            assert (results[0].to_pandas() == blocking.to_pandas()).all().all()
+            with pytest.raises(DataValidationError) as caught:
+                await async_client.forecast(hourly_series(5), 3)
+            assert caught.value.issue == "insufficient data points"
+        closed = f"http://127.0.0.1:{free_port()}"
+        async with AsyncClient(closed, running.key, max_retries=1, backoff_base=0.05) as nowhere:
+            with pytest.raises(APIConnectionError) as refused:
+                await nowhere.verify()
+            assert refused.value.attempts == 2
+
+    asyncio.run(calls())
+    assert any("ConnectError" in r.getMessage() for r in caplog.records)
+
+
+def test_example_script_writes_the_forecast_csv_and_a_chart(
+    running: Running, client: Client, tmp_path: Path
+) -> None:
+    series = hourly_series(200)
+    source = tmp_path / "history.csv"
+    pd.DataFrame({"time": [t.isoformat() for t in series.index], "load": series.to_numpy()}).to_csv(
+        source, index=False
+    )
+    output, chart = tmp_path / "forecast.csv", tmp_path / "forecast.png"
+    finished = subprocess.run(
+        [sys.executable, str(EXAMPLE), str(source), "--horizon", "12", "--output", str(output), "--chart",
+         str(chart), "--model", "forecast-model-2"],
+        env={**running.env, "FORECAST_URL": running.url, "FORECAST_API_KEY": running.key, "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert finished.returncode == 0, finished.stderr
+    written = pd.read_csv(output)
+    direct = client.forecast(series, 12, model="forecast-model-2")
+    assert written["timestamp"].tolist() == direct.timestamps
+    assert np.allclose(written["median"], direct.median) and np.allclose(written["upper"], direct.upper)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert not chart.exists() and "matplotlib is not installed" in finished.stderr
+    else:
+        assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 5000
+    assert running.key not in finished.stdout + finished.stderr
+
+
+def test_example_script_reports_a_service_error(running: Running, tmp_path: Path) -> None:
+    source = tmp_path / "short.csv"
+    source.write_text("time,value\n" + "".join(f"2026-01-0{d}T00:00:00,{d}\n" for d in range(1, 6)))
+    finished = subprocess.run(
+        [sys.executable, str(EXAMPLE), str(source), "--horizon", "3", "--output", str(tmp_path / "out.csv")],
+        env={**running.env, "FORECAST_URL": running.url, "FORECAST_API_KEY": running.key},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert finished.returncode == 1
+    assert "422 DATA_VALIDATION_ERROR" in finished.stderr and not (tmp_path / "out.csv").exists()
+
+
+# Last in the module: the limited key's three requests were spent when the server started.
+def test_rate_limited_call_waits_out_the_real_retry_after(running: Running, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="forecast_client")
+    series = hourly_series(50)
+    with Client(running.url, running.limited_key, max_retries=1, retry_budget=0.5) as impatient:
+        with pytest.raises(RateLimited) as caught:
+            impatient.forecast(series, 3, model="forecast-model-2")
+    error = caught.value
+    assert error.status_code == 429 and error.code == "RATE_LIMIT_EXCEEDED"
+    assert error.attempts == 1  # the Retry-After is longer than the budget: raised at once
+    assert error.limit == 3 and error.window == "minute"
+    assert error.retry_after is not None and 1 <= error.retry_after <= 61
+    assert error.reset_time is not None and abs(error.reset_time.timestamp() - time.time() - error.retry_after) <= 2
+    assert error.rate_limit is not None and error.rate_limit.remaining == 0
+
+    with Client(running.url, running.limited_key, max_retries=2, retry_budget=90) as patient:
+        started = time.monotonic()
+        result = patient.forecast(series, 3, model="forecast-model-2")
+    waited = time.monotonic() - started
+    assert len(result) == 3
+    retries = [r for r in caplog.records if r.name == "forecast_client" and "status 429" in r.getMessage()]
+    assert len(retries) == 1
+    record = retries[0]
+    assert "Retry-After" in record.getMessage() and record.request_id == result.request_id
+    assert waited >= record.delay >= 1
+    assert running.limited_key not in caplog.text
+    assert forecast_client.__version__ == "0.1.0"
