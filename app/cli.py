@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import click
 from flask import Flask
 from flask.cli import AppGroup
+from sqlalchemy.orm import Session
 
 from app.keys import crud
 from app.keys.limits import TIERS
@@ -27,10 +30,17 @@ db_cli = AppGroup("db", help="Database schema migrations.")
 def alembic_config() -> Any:
     from alembic.config import Config
 
-    config = Config()
+    # stdout is looked up now, not when alembic was imported, so output goes where click sends it.
+    config = Config(stdout=sys.stdout)
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.attributes["database_url"] = current_services().settings.database_url_for_sqlalchemy
     return config
+
+
+def _say_which_database() -> None:
+    settings = current_services().settings
+    if settings.sqlite_path is not None:
+        click.echo(f"Using SQLite database at {settings.sqlite_path}", err=True)
 
 
 @db_cli.command("upgrade")
@@ -39,15 +49,56 @@ def db_upgrade(revision: str) -> None:
     """Apply migrations up to REVISION (default: head)."""
     from alembic import command
 
-    settings = current_services().settings
-    if settings.sqlite_path is not None:
-        click.echo(f"Using SQLite database at {settings.sqlite_path}", err=True)
+    _say_which_database()
     command.upgrade(alembic_config(), revision)
     click.echo(f"Database schema is at {revision}.", err=True)
 
 
+@db_cli.command("downgrade")
+@click.argument("revision", default="-1")
+def db_downgrade(revision: str) -> None:
+    """Undo migrations down to REVISION (default: -1, the last one; "base" removes every table)."""
+    from alembic import command
+
+    _say_which_database()
+    command.downgrade(alembic_config(), revision)
+    click.echo(f"Database schema is at {revision}.", err=True)
+
+
+@db_cli.command("current")
+@click.option("--verbose", "-v", is_flag=True, help="Show each revision's details.")
+def db_current(verbose: bool) -> None:
+    """Show the revision the database is at ("(head)" when no migration is pending; nothing when empty)."""
+    from alembic import command
+
+    _say_which_database()
+    command.current(alembic_config(), verbose=verbose)
+
+
+@db_cli.command("history")
+@click.option("--verbose", "-v", is_flag=True, help="Show each revision's details.")
+def db_history(verbose: bool) -> None:
+    """List the migrations, newest first."""
+    from alembic import command
+
+    command.history(alembic_config(), verbose=verbose)
+
+
 def _fail(message: str) -> None:
     raise click.ClickException(message)
+
+
+@contextmanager
+def _key_store() -> Iterator[Session]:
+    """A session on the key store; a database that cannot answer is one clear line, not a traceback."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        with current_services().database.session() as session:
+            yield session
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        _fail(f"the key store cannot be used ({reason}). Is the database reachable and migrated (db upgrade)?")
 
 
 def _parse_expiry(raw: str | None) -> datetime | None:
@@ -139,7 +190,7 @@ def keys_create(
 ) -> None:
     """Create a key and print it once."""
     try:
-        with current_services().database.session() as session:
+        with _key_store() as session:
             created = crud.create_key(
                 session,
                 permissions=crud.parse_permissions(permissions),
@@ -160,7 +211,7 @@ def keys_create(
 @click.option("--json", "as_json", is_flag=True)
 def keys_list(as_json: bool) -> None:
     """List keys (never the keys themselves)."""
-    with current_services().database.session() as session:
+    with _key_store() as session:
         keys = crud.list_keys(session)
     if as_json:
         click.echo(json.dumps([key_summary(k) for k in keys]))
@@ -168,17 +219,55 @@ def keys_list(as_json: bool) -> None:
     if not keys:
         click.echo("No keys. Create one with: flask --app wsgi keys create --permissions read")
         return
-    header = f"{'id':<21} {'name':<16} {'prefix':<12} {'permissions':<22} {'limits m/h/d':<20} {'status':<8} "
-    header += f"{'created':<21} {'expires':<21} {'usage':>8} {'last used':<21}"
-    click.echo(header)
+    click.echo(_key_table(keys))
+
+
+# (title, right-aligned): usage is a number, the rest read left to right.
+_LIST_COLUMNS: tuple[tuple[str, bool], ...] = (
+    ("id", False),
+    ("name", False),
+    ("prefix", False),
+    ("permissions", False),
+    ("limits m/h/d", False),
+    ("status", False),
+    ("created", False),
+    ("expires", False),
+    ("usage", True),
+    ("last used", False),
+)
+_NAME_WIDTH = 24  # names may be 200 characters; the table shows their start
+
+
+def _key_table(keys: list[ApiKey]) -> str:
+    """One line per key; each column as wide as its widest cell, so any permissions or limits still align."""
+    rows = []
     for key in keys:
         s = key_summary(key)
-        limits = f"{key.per_minute}/{key.per_hour}/{key.per_day}"
-        click.echo(
-            f"{s['id']:<21} {s['name'][:16]:<16} {s['prefix']:<12} {','.join(s['permissions']):<22} {limits:<20} "
-            f"{s['status']:<8} {s['created'] or '-':<21} {s['expires'] or '-':<21} {s['usage_count']:>8} "
-            f"{s['last_used'] or '-':<21}"
+        rows.append(
+            [
+                s["id"],
+                s["name"][:_NAME_WIDTH] or "-",
+                s["prefix"],
+                ",".join(s["permissions"]),
+                f"{key.per_minute}/{key.per_hour}/{key.per_day}",
+                s["status"],
+                s["created"] or "-",
+                s["expires"] or "-",
+                str(s["usage_count"]),
+                s["last_used"] or "-",
+            ]
         )
+    titles = [title for title, _ in _LIST_COLUMNS]
+    widths = [max(len(cell) for cell in column) for column in zip(titles, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        padded = [
+            cell.rjust(width) if right else cell.ljust(width)
+            for cell, width, (_, right) in zip(cells, widths, _LIST_COLUMNS, strict=True)
+        ]
+        return " ".join(padded).rstrip()
+
+    return "\n".join(line(cells) for cells in [titles, *rows])
 
 
 @keys_cli.command("show")
@@ -187,7 +276,7 @@ def keys_list(as_json: bool) -> None:
 def keys_show(key_id: str, as_json: bool) -> None:
     """Show one key."""
     try:
-        with current_services().database.session() as session:
+        with _key_store() as session:
             key = crud.get_key(session, key_id=key_id)
     except crud.KeyInputError as exc:
         _fail(str(exc))
@@ -202,7 +291,7 @@ def keys_show(key_id: str, as_json: bool) -> None:
 def keys_revoke(key_id: str) -> None:
     """Revoke a key at once (running servers refuse it within 5 s)."""
     try:
-        with current_services().database.session() as session:
+        with _key_store() as session:
             key = crud.revoke_key(session, key_id=key_id)
     except crud.KeyInputError as exc:
         _fail(str(exc))
@@ -216,7 +305,7 @@ def keys_revoke(key_id: str) -> None:
 def keys_rotate(key_id: str, grace: str, as_json: bool) -> None:
     """Make a replacement key with the same account, permissions and limits."""
     try:
-        with current_services().database.session() as session:
+        with _key_store() as session:
             created, old = crud.rotate_key(session, key_id=key_id, grace=_parse_duration(grace))
     except crud.KeyInputError as exc:
         _fail(str(exc))
@@ -238,7 +327,7 @@ def keys_set_limits(
     if tier is None and per_minute is None and per_hour is None and per_day is None:
         _fail("give --tier and/or --per-minute/--per-hour/--per-day")
     try:
-        with current_services().database.session() as session:
+        with _key_store() as session:
             key = crud.set_limits(
                 session, key_id=key_id, tier=tier, per_minute=per_minute, per_hour=per_hour, per_day=per_day
             )
@@ -251,7 +340,7 @@ def keys_set_limits(
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True)
 def keys_bootstrap(url: str) -> None:
     """Create a first full-access key when the store is empty, and show how to call the service."""
-    with current_services().database.session() as session:
+    with _key_store() as session:
         if crud.count_keys(session) > 0:
             click.echo("Keys already exist (flask --app wsgi keys list); none created.")
             return

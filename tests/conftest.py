@@ -32,11 +32,27 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite:///{tmp_path / 'keys.sqlite3'}"
         return
     url = request.getfixturevalue("postgres_url")
+    yield url
+    drop_all_tables(url)
+
+
+def drop_all_tables(postgres_url: str) -> None:
+    """Empties the session's PostgreSQL database whatever tables the migrations have added since."""
     import psycopg
 
-    yield url
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS api_keys, alembic_version")
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA public CASCADE")
+        conn.execute("CREATE SCHEMA public")
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def module_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One database per test module, on SQLite and on the real PostgreSQL (a fresh database, dropped after)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'keys.sqlite3'}"
+        return
+    with postgres_database() as url:
+        yield url
 
 
 def build_app(settings: Settings, *, start_workers: bool = False) -> Flask:
@@ -50,6 +66,15 @@ def build_app(settings: Settings, *, start_workers: bool = False) -> Flask:
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[Flask]:
     application = build_app(settings_for(f"sqlite:///{tmp_path / 'keys.sqlite3'}"))
+    yield application
+    application.extensions["forecast_service"].close()
+
+
+@pytest.fixture(scope="module")
+def module_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
+    """One SQLite-backed app shared by a module's tests; a module aliases it as `app` where no test needs a
+    fresh database. Tests that share it make their own keys, so counters and usage never cross between them."""
+    application = build_app(settings_for(f"sqlite:///{tmp_path_factory.mktemp('app') / 'keys.sqlite3'}"))
     yield application
     application.extensions["forecast_service"].close()
 
