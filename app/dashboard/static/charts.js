@@ -1,0 +1,117 @@
+// Chart helpers over the vendored uPlot: sizes follow the container, so pages work at 390 px and 1280 px.
+(function () {
+  "use strict";
+  var COLORS = { "2xx": "#1a7f37", "4xx": "#9a6700", "429": "#8250df", "5xx": "#cf222e" };
+
+  function widthOf(el) {
+    return Math.max(280, Math.floor(el.getBoundingClientRect().width || el.parentElement.clientWidth || 600));
+  }
+
+  function keepSized(plot, el, height) {
+    var last = widthOf(el);
+    window.addEventListener("resize", function () {
+      var now = widthOf(el);
+      if (now !== last) { last = now; plot.setSize({ width: now, height: height }); }
+    });
+  }
+
+  function usageChart(el, series, spanHours) {
+    var height = 220;
+    var bars = uPlot.paths.bars({ size: [0.8, 40], gap: 1 });
+    var outcomes = ["2xx", "4xx", "429", "5xx"];
+    // Stacked: each drawn series is the sum of itself and those below it, so bars sit on top of each other.
+    var stacked = [];
+    var running = series.hours.map(function () { return 0; });
+    outcomes.forEach(function (o) {
+      running = running.map(function (v, i) { return v + series[o][i]; });
+      stacked.push(running.slice());
+    });
+    var data = [series.hours].concat(stacked.slice().reverse());
+    var drawn = outcomes.slice().reverse().map(function (o) {
+      return { label: o, stroke: COLORS[o], fill: COLORS[o], paths: bars, points: { show: false },
+               value: function (u, v, si, i) { return i == null ? "-" : series[o][i]; } };
+    });
+    var opts = {
+      width: widthOf(el), height: height,
+      series: [{ label: "Hour (UTC)" }].concat(drawn),
+      axes: [{ values: spanHours > 24 ? "{MM}-{DD}" : "{HH}:00" }, { label: "requests" }],
+      scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } },
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
+      legend: { live: true }
+    };
+    var plot = new uPlot(opts, data, el);
+    el.uplot = plot;
+    keepSized(plot, el, height);
+    return plot;
+  }
+
+  function forecastChart(el, history, forecast) {
+    var height = 320;
+    // One x axis for history and forecast; gaps (null) keep each line to its own part.
+    var xs = history.x.concat(forecast.x);
+    var nh = history.x.length, nf = forecast.x.length;
+    var pad = function (n) { var a = []; for (var i = 0; i < n; i++) a.push(null); return a; };
+    var data = [
+      xs,
+      history.y.concat(pad(nf)),
+      pad(nh).concat(forecast.median),
+      pad(nh).concat(forecast.lower),
+      pad(nh).concat(forecast.upper)
+    ];
+    var opts = {
+      width: widthOf(el), height: height,
+      series: [
+        { label: "Time" },
+        { label: "History", stroke: "#24292f", width: 1.5 },
+        { label: "Median", stroke: "#0969da", width: 2 },
+        { label: "Lower", stroke: "#54aeff", dash: [4, 4] },
+        { label: "Upper", stroke: "#54aeff", dash: [4, 4] }
+      ],
+      bands: [{ series: [4, 3], fill: "rgba(9, 105, 218, 0.15)" }],
+      scales: { x: { time: true } },
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
+    };
+    if (el.uplot) el.uplot.destroy();
+    el.innerHTML = "";
+    var plot = new uPlot(opts, data, el);
+    el.uplot = plot;
+    el.setAttribute("data-history-points", String(nh));
+    el.setAttribute("data-forecast-points", String(nf));
+    keepSized(plot, el, height);
+    return plot;
+  }
+
+  function epoch(ts) {
+    var zoned = /([zZ]|[+-]\d\d:?\d\d)$/.test(ts) ? ts : ts + "Z";
+    return Date.parse(zoned) / 1000;
+  }
+
+  function monitorChart(el, s) {
+    var height = 260;
+    var data = [
+      s.timestamps.map(epoch), s.value, s.expected, s.lower, s.upper,
+      s.value.map(function (v, i) { return s.anomaly[i] ? v : null; })
+    ];
+    var opts = {
+      width: widthOf(el), height: height,
+      series: [
+        { label: "Time" },
+        { label: "Value", stroke: "#24292f", width: 1.5 },
+        { label: "Expected", stroke: "#0969da", dash: [4, 4] },
+        { label: "Lower", stroke: "#54aeff", width: 1 },
+        { label: "Upper", stroke: "#54aeff", width: 1 },
+        { label: "Anomaly", stroke: "#cf222e", width: 0, paths: function () { return null; },
+          points: { show: true, size: 9, fill: "#cf222e", stroke: "#cf222e" } }
+      ],
+      bands: [{ series: [4, 3], fill: "rgba(9, 105, 218, 0.12)" }],
+      scales: { x: { time: true } },
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
+    };
+    var plot = new uPlot(opts, data, el);
+    el.uplot = plot;
+    keepSized(plot, el, height);
+    return plot;
+  }
+
+  window.dashboardCharts = { usageChart: usageChart, forecastChart: forecastChart, monitorChart: monitorChart };
+})();
