@@ -21,6 +21,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.db import Database
     from app.forecast import routes as forecast_routes
     from app.forecast.pool import ForecastPool
+    from app.dashboard import init_dashboard
     from app.keys import api as keys_api
     from app.keys.store import KeyStore, UsageRecorder
     from app.monitors import routes as monitor_routes
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     app.register_blueprint(health.bp)
     app.register_blueprint(verify.bp)
     app.register_blueprint(keys_api.bp)
+    init_dashboard(app, services)
     app.register_blueprint(forecast_routes.bp)
     app.register_blueprint(forecast_routes.meta)
     app.register_blueprint(anomaly_routes.bp)
