@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Flask, Response, g, jsonify
+from flask import Flask, Response, current_app, g, jsonify
 from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger("app.errors")
@@ -106,7 +106,6 @@ _HTTP_EXCEPTIONS: dict[int, type[ApiError]] = {
 
 _HTTP_MESSAGES = {
     400: "The request could not be understood.",
-    404: "No such endpoint. The endpoints are POST /forecast, GET /verify and GET /models.",
     405: "Method not allowed for this endpoint.",
     413: "The request body is larger than the service accepts.",
     415: "The request body must be JSON (Content-Type: application/json).",
@@ -123,7 +122,24 @@ def _from_http_exception(exc: HTTPException) -> ApiError:
     headers = {}
     if status == 405 and hasattr(exc, "valid_methods") and exc.valid_methods:
         headers["Allow"] = ", ".join(sorted(exc.valid_methods))
-    return error_type(_HTTP_MESSAGES[status], headers=headers)
+    message = _endpoint_list() if status == 404 else _HTTP_MESSAGES[status]
+    return error_type(message, headers=headers)
+
+
+def _endpoint_list() -> str:
+    # Read from the routes themselves, so the list names every endpoint as the service grows.
+    routes = sorted(
+        (rule.rule, method)
+        for rule in current_app.url_map.iter_rules()
+        if rule.endpoint != "static" and not rule.endpoint.endswith(".static")
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"})
+    )
+    return "No such endpoint. The endpoints are: " + ", ".join(f"{method} {path}" for path, method in routes) + "."
+
+
+def sentence(text: str) -> str:
+    """``text`` ending in exactly one full stop, for messages built around another message."""
+    return text if text.endswith((".", "?", "!")) else text + "."
 
 
 def register_error_handlers(app: Flask) -> None:
