@@ -69,6 +69,8 @@ class Settings:
     data_dir: Path = field(default_factory=lambda: Path(os.environ.get("DATA_DIR") or DEFAULT_DATA_DIR).resolve())
     log_level: str = "INFO"
     testing: bool = False
+    # Monitor webhooks to loopback, private or link-local addresses are refused unless this is set.
+    allow_private_webhooks: bool = False
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -88,6 +90,7 @@ class Settings:
             cors_origins=tuple(o.strip() for o in os.environ.get("CORS_ORIGINS", "").split(",") if o.strip()),
             secret_key=os.environ.get("SECRET_KEY") or None,
             log_level=os.environ.get("LOG_LEVEL", "INFO").upper(),
+            allow_private_webhooks=_bool("ALLOW_PRIVATE_WEBHOOKS", False),
         )
         return replace(settings, **overrides)
 

@@ -1,0 +1,104 @@
+"""A forecast of a monitor's next steps from its stored points, through the /forecast models and pool."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from datetime import datetime
+from typing import Any
+
+from app.errors import DataValidationError, InternalError
+from app.forecast.catalog import seasonal_periods
+from app.forecast.jobs import ForecastJob, ForecastResult
+from app.forecast.pool import ForecastPool, PoolError
+from app.forecast.timestamps import TimeAxis, TimestampError, future_timestamps, parse_axis
+
+# The most recent points a forecast fits on: two cycles of the longest season /forecast looks for at
+# minute spacing (a day), with room to spare, while keeping the fit's cost bounded.
+FORECAST_HISTORY_POINTS = 4000
+MIN_FORECAST_POINTS = 10
+MAX_FORECAST_CONFIDENCE = 0.99  # /forecast's own upper bound
+
+_FIXED_SECONDS = {"Seconds": 1, "Minutes": 60, "Hours": 3600, "Daily": 86_400, "Weekly": 604_800}
+_CALENDAR_MONTHS = {"Monthly": 1, "Quarterly": 3, "Yearly": 12}
+_SUFFIX_RE = re.compile(r"(Z|[+-][0-9]{2}:[0-9]{2})$")
+
+
+def _axis(frequency: str, epochs: list[int], texts: list[str]) -> TimeAxis:
+    """The axis to continue: the stored timestamps' own when they are on a regular grid, else one built
+    from the median spacing (monitors accept holes and jitter, /forecast's axis does not)."""
+    try:
+        return parse_axis(texts[-400:], frequency)
+    except (TimestampError, ValueError):
+        pass
+    last_text = texts[-1]
+    last = datetime.fromisoformat(last_text)
+    suffix_match = _SUFFIX_RE.search(last_text)
+    suffix = suffix_match.group(1) if suffix_match else ""
+    fraction = re.search(r"\.([0-9]+)", last_text)
+    if frequency in _FIXED_SECONDS:
+        gaps = [b - a for a, b in zip(epochs[-400:], epochs[-399:], strict=False)]
+        step = max(1, round(statistics.median(gaps) / _FIXED_SECONDS[frequency])) if gaps else 1
+    else:
+        walls = [datetime.fromisoformat(t) for t in texts[-400:]]
+        months = [(b.year - a.year) * 12 + b.month - a.month for a, b in zip(walls, walls[1:], strict=False)]
+        unit = _CALENDAR_MONTHS[frequency]
+        step = max(1, round(statistics.median(months) / unit)) if months else 1
+    return TimeAxis(
+        frequency=frequency,
+        step=step,
+        count=1,
+        first=last.replace(tzinfo=None) if frequency in _CALENDAR_MONTHS else last,
+        last=last,
+        last_text=last_text,
+        suffix=suffix,
+        fraction_digits=len(fraction.group(1)) if fraction else 0,
+        month_end=False,
+    )
+
+
+def forecast(
+    *,
+    pool: ForecastPool,
+    model_id: str,
+    data_frequency: str,
+    confidence: float,
+    horizon: int,
+    epochs: list[int],
+    texts: list[str],
+    values: list[float],
+) -> dict[str, Any]:
+    if len(values) < MIN_FORECAST_POINTS:
+        raise DataValidationError(
+            "A forecast needs more stored points.",
+            details={"field": "horizon", "issue": "insufficient data points", "provided": f"{len(values)} points",
+                     "minimum": MIN_FORECAST_POINTS},
+        )
+    axis = _axis(data_frequency, epochs, texts)
+    try:
+        timestamps = future_timestamps(axis, horizon)
+    except TimestampError as exc:
+        raise DataValidationError(f"Invalid forecast: {exc.issue}.", details=exc.details("horizon")) from exc
+    confidence = min(confidence, MAX_FORECAST_CONFIDENCE)
+    job = ForecastJob(
+        model_id=model_id,
+        values=values,
+        horizon=horizon,
+        confidence=confidence,
+        periods=seasonal_periods(data_frequency, axis.step, len(values)),
+    )
+    try:
+        result: ForecastResult = pool.submit(job)
+    except PoolError as exc:
+        error = InternalError(str(exc))
+        if exc.retry_after:
+            error.headers["Retry-After"] = str(exc.retry_after)
+        raise error from exc
+    return {
+        "model": model_id,
+        "confidence": confidence,
+        "forecast_timestamps": timestamps,
+        "lower_bound": result.lower,
+        "median": result.median,
+        "upper_bound": result.upper,
+    }

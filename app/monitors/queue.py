@@ -1,0 +1,227 @@
+"""The alert queue: events stored in the database, taken by any server's sender, one monitor in order.
+
+An event is "pending" until a sender claims it; a claim sets it to "sending" with a lease (its
+``next_attempt_at`` becomes the lease's end) and commits, so the HTTP call happens outside any
+transaction. A sender that dies mid-send leaves a lease that runs out, and the event is claimed again:
+delivery is at least once, and every event carries a stable id for the receiver to drop repeats.
+
+Order per monitor: only a monitor's oldest undelivered event (lowest ``seq`` among pending/sending) can
+be claimed, so a receiver sees a monitor's events in order even across retries and servers. On
+PostgreSQL the claim is ``SELECT ... FOR UPDATE SKIP LOCKED``: two servers never take the same event
+and never wait on each other. SQLite has one writer at a time, which serializes claims by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, exists, or_, select, update
+from sqlalchemy.orm import Session, aliased
+
+from app.db import Database
+from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorRecord
+from app.monitors.webhooks import DeliveryOutcome
+
+ACTIVE = ("pending", "sending")
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    return float(raw) if raw else default
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff from ``base_seconds``, each wait capped at ``max_delay_seconds``, giving up once
+    an event is ``max_age_seconds`` old. The environment may shorten them (tests and drills do)."""
+
+    base_seconds: float = 1.0
+    max_delay_seconds: float = 300.0
+    max_age_seconds: float = 3600.0
+    lease_seconds: float = 60.0
+    request_timeout_seconds: float = 10.0
+
+    @classmethod
+    def from_env(cls) -> RetryPolicy:
+        return cls(
+            base_seconds=_env_seconds("MONITOR_RETRY_BASE_SECONDS", 1.0),
+            max_delay_seconds=_env_seconds("MONITOR_RETRY_MAX_DELAY_SECONDS", 300.0),
+            max_age_seconds=_env_seconds("MONITOR_DELIVERY_MAX_AGE_SECONDS", 3600.0),
+            lease_seconds=_env_seconds("MONITOR_DELIVERY_LEASE_SECONDS", 60.0),
+            request_timeout_seconds=_env_seconds("MONITOR_WEBHOOK_TIMEOUT_SECONDS", 10.0),
+        )
+
+    def delay(self, attempt: int) -> float:
+        # Jitter spreads the retries of many events that failed together (a receiver outage).
+        raw = min(self.base_seconds * 2 ** max(0, attempt - 1), self.max_delay_seconds)
+        return raw * random.uniform(0.85, 1.0)
+
+
+def new_event_id() -> str:
+    return "evt_" + secrets.token_hex(16)
+
+
+def enqueue(
+    session: Session, *, monitor: MonitorRecord, seq: int, kind: str, payload: dict[str, Any], now: datetime
+) -> None:
+    """Adds one event in the caller's transaction (the one that stores the points that caused it)."""
+    session.add(
+        MonitorEventRecord(
+            id=payload["id"],
+            monitor_id=monitor.id,
+            seq=seq,
+            kind=kind,
+            payload=json.dumps(payload, separators=(",", ":")),
+            webhook_url=monitor.webhook_url or "",
+            status="pending",
+            attempts=0,
+            created_at=now,
+            next_attempt_at=now,
+        )
+    )
+
+
+@dataclass(frozen=True)
+class ClaimedEvent:
+    id: str
+    monitor_id: str
+    seq: int
+    attempt: int
+    body: bytes
+    url: str | None
+    secret: str
+    created_at: datetime
+
+
+def claim(database: Database, *, limit: int, policy: RetryPolicy, now: datetime | None = None) -> list[ClaimedEvent]:
+    now = now or datetime.now(UTC)
+    earlier = aliased(MonitorEventRecord)
+    blocked = exists().where(
+        and_(
+            earlier.monitor_id == MonitorEventRecord.monitor_id,
+            earlier.seq < MonitorEventRecord.seq,
+            earlier.status.in_(ACTIVE),
+        )
+    )
+    due = (
+        select(MonitorEventRecord.id)
+        .where(MonitorEventRecord.status.in_(ACTIVE), MonitorEventRecord.next_attempt_at <= now, ~blocked)
+        .order_by(MonitorEventRecord.next_attempt_at, MonitorEventRecord.seq)
+        .limit(limit)
+    )
+    is_postgres = database.engine.dialect.name == "postgresql"
+    if is_postgres:
+        due = due.with_for_update(skip_locked=True, of=MonitorEventRecord)
+    claimed: list[ClaimedEvent] = []
+    lease_end = now + timedelta(seconds=policy.lease_seconds)
+    with database.session() as session:
+        ids = list(session.execute(due).scalars())
+        for event_id in ids:
+            # The status/lease condition again: on SQLite another process may have claimed it since the
+            # SELECT (on PostgreSQL the row lock already excludes that).
+            result = session.execute(
+                update(MonitorEventRecord)
+                .where(
+                    MonitorEventRecord.id == event_id,
+                    MonitorEventRecord.status.in_(ACTIVE),
+                    MonitorEventRecord.next_attempt_at <= now,
+                )
+                .values(status="sending", next_attempt_at=lease_end, attempts=MonitorEventRecord.attempts + 1)
+            )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                continue
+            row = session.execute(
+                select(MonitorEventRecord, MonitorRecord.webhook_url, MonitorRecord.webhook_secret)
+                .join(MonitorRecord, MonitorRecord.id == MonitorEventRecord.monitor_id)
+                .where(MonitorEventRecord.id == event_id)
+            ).one_or_none()
+            if row is None:
+                continue
+            event, url, secret = row
+            claimed.append(
+                ClaimedEvent(
+                    id=event.id,
+                    monitor_id=event.monitor_id,
+                    seq=event.seq,
+                    attempt=event.attempts,
+                    body=event.payload.encode(),
+                    url=url,
+                    secret=secret,
+                    created_at=event.created_at,
+                )
+            )
+    return claimed
+
+
+def complete(
+    database: Database,
+    *,
+    event: ClaimedEvent,
+    outcome: DeliveryOutcome | None,
+    policy: RetryPolicy,
+    sender: str,
+    now: datetime | None = None,
+) -> str:
+    """Records one attempt and the event's next state; ``outcome`` None means the webhook was removed."""
+    now = now or datetime.now(UTC)
+    values: dict[str, Any] = {"last_attempt_at": now}
+    if outcome is None:
+        status = "cancelled"
+        values.update(status=status, last_error="the monitor no longer has a webhook")
+    elif outcome.acknowledged:
+        status = "delivered"
+        values.update(status=status, delivered_at=now, last_status_code=outcome.status_code, last_error=None)
+    else:
+        age = (now - event.created_at).total_seconds()
+        delay = policy.delay(event.attempt)
+        status = "failed" if age + delay > policy.max_age_seconds else "pending"
+        values.update(
+            status=status,
+            next_attempt_at=now + timedelta(seconds=delay),
+            last_status_code=outcome.status_code,
+            last_error=outcome.error,
+        )
+    if event.url:
+        values["webhook_url"] = event.url
+    with database.session() as session:
+        # Only while our lease holds: a sender whose lease ran out must not overwrite the new holder's state.
+        result = session.execute(
+            update(MonitorEventRecord)
+            .where(
+                MonitorEventRecord.id == event.id,
+                MonitorEventRecord.status == "sending",
+                MonitorEventRecord.attempts == event.attempt,
+            )
+            .values(**values)
+        )
+        if outcome is not None and result.rowcount == 1:  # type: ignore[attr-defined]
+            session.add(
+                DeliveryAttemptRecord(
+                    event_id=event.id,
+                    monitor_id=event.monitor_id,
+                    attempt=event.attempt,
+                    attempted_at=now,
+                    duration_ms=round(outcome.duration_ms, 3),
+                    status_code=outcome.status_code,
+                    error=outcome.error,
+                    sender=sender[:64],
+                )
+            )
+    return status
+
+
+def next_due(database: Database) -> datetime | None:
+    """When the earliest pending event falls due (the sender sleeps until then, or until woken)."""
+    with database.session() as session:
+        return session.execute(
+            select(MonitorEventRecord.next_attempt_at)
+            .where(or_(MonitorEventRecord.status == "pending", MonitorEventRecord.status == "sending"))
+            .order_by(MonitorEventRecord.next_attempt_at)
+            .limit(1)
+        ).scalar_one_or_none()

@@ -1,0 +1,223 @@
+"""The monitor endpoints: thin views over the schemas and the keyword-only service functions."""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from typing import Any
+
+from flask import Blueprint, Flask, Response, jsonify, request
+
+from app.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
+from app.forecast.schemas import parse_json_body, problem
+from app.monitors import forecasting, service
+from app.monitors.cache import HistoryCache, MonitorLocks
+from app.monitors.schemas import (
+    MonitorCreateSchema,
+    MonitorPatchSchema,
+    PointsRequestSchema,
+    check_points,
+    load,
+)
+from app.monitors.sender import DeliverySender
+from app.monitors.service import MonitorRuntime
+from app.monitors.webhooks import WebhookAddressError, check_url
+from app.pipeline import current_key, requires
+from app.services import Services, current_services
+
+bp = Blueprint("monitors", __name__)
+
+MAX_LIST_POINTS = 1000
+MAX_POINTS_QUERY = 10_000
+MAX_HORIZON = 100
+MAX_LIST_LIMIT = 1000
+MAX_DELIVERIES = 1000
+
+_create_schema = MonitorCreateSchema()
+_patch_schema = MonitorPatchSchema()
+_points_schema = PointsRequestSchema()
+
+
+def init_monitors(app: Flask, services: Services, *, start_sender: bool) -> MonitorRuntime:
+    """Registers the blueprint and this process's monitor runtime; starts the alert sender when serving.
+
+    The sender starts under gunicorn (each worker process builds its app after the fork) or when asked;
+    admin CLI commands, which build the app too, never send alerts.
+    """
+    runtime = MonitorRuntime(
+        cache=HistoryCache(),
+        locks=MonitorLocks(),
+        sender=DeliverySender(services.database, allow_private=services.settings.allow_private_webhooks),
+    )
+    app.extensions["monitors"] = runtime
+    app.register_blueprint(bp)
+    serving = start_sender or "gunicorn.arbiter" in sys.modules
+    if serving:
+        runtime.sender.start()
+
+        @app.before_request
+        def _sender_alive() -> None:
+            # An app built before a fork (gunicorn --preload) has no sender thread in the child.
+            if not runtime.sender.running():
+                runtime.sender.start()
+
+    atexit.register(runtime.sender.stop)
+    return runtime
+
+
+def _runtime() -> MonitorRuntime:
+    from flask import current_app
+
+    return current_app.extensions["monitors"]
+
+
+def _json_body() -> Any:
+    if request.content_type and not (
+        request.mimetype == "application/json"
+        or (request.mimetype.startswith("application/") and request.mimetype.endswith("+json"))
+    ):
+        raise UnsupportedMediaType(
+            "The request body must be JSON (Content-Type: application/json).",
+            details={"field": "Content-Type", "issue": "Must be application/json", "provided": request.mimetype},
+        )
+    max_bytes = current_services().settings.max_body_bytes
+    if request.content_length is not None:
+        raw = request.get_data(cache=False)
+    else:
+        raw = request.environ["wsgi.input"].read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise PayloadTooLarge("The request body is larger than the service accepts.")
+    return parse_json_body(raw)
+
+
+def _int_arg(name: str, default: int, low: int, high: int) -> int:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        issue = f"Must be an integer between {low} and {high}"
+        raise InvalidRequest(f"Invalid request: {name}: {issue}.", details=problem(name, issue, raw))
+    return value
+
+
+def _checked_webhook(fields: dict[str, Any]) -> None:
+    url = fields.get("webhook_url")
+    if url is None:
+        return
+    try:
+        check_url(url, allow_private=current_services().settings.allow_private_webhooks)
+    except WebhookAddressError as exc:
+        raise InvalidRequest(f"Invalid request: webhook_url: {exc}.", details=problem("webhook_url", str(exc), url)) \
+            from exc
+
+
+@bp.post("/monitors")
+@requires("write")
+def create() -> tuple[Response, int]:
+    fields = load(_create_schema, _json_body())
+    _checked_webhook(fields)
+    view = service.create_monitor(
+        database=current_services().database, account_id=current_key().account_id, fields=fields
+    )
+    response = jsonify(view)
+    response.headers["Location"] = f"/monitors/{view['id']}"
+    return response, 201
+
+
+@bp.get("/monitors")
+@requires("read")
+def list_all() -> Response:
+    points = _int_arg("points", 0, 0, MAX_LIST_POINTS)
+    limit = _int_arg("limit", 100, 1, MAX_LIST_LIMIT)
+    after = request.args.get("after") or None
+    views, next_after = service.list_monitors(
+        database=current_services().database, account_id=current_key().account_id, points=points, limit=limit,
+        after=after,
+    )
+    return jsonify({"monitors": views, "next_after": next_after})
+
+
+@bp.get("/monitors/<monitor_id>")
+@requires("read")
+def get_one(monitor_id: str) -> Response:
+    points = _int_arg("points", 10, 0, MAX_POINTS_QUERY)
+    horizon = _int_arg("horizon", 0, 0, MAX_HORIZON)
+    model_id = request.args.get("model") or DEFAULT_MODEL_ID
+    if model_id not in MODEL_IDS:
+        issue = "Must be one of: " + ", ".join(MODEL_IDS)
+        raise InvalidRequest(f"Invalid request: model: {issue}.", details=problem("model", issue, model_id))
+    services = current_services()
+    account_id = current_key().account_id
+    view = service.get_monitor(database=services.database, account_id=account_id, monitor_id=monitor_id,
+                               points=points)
+    view["forecast"] = None
+    if horizon:
+        monitor, epochs, texts, values = service.history_for_forecast(
+            database=services.database, account_id=account_id, monitor_id=monitor_id,
+            max_points=forecasting.FORECAST_HISTORY_POINTS,
+        )
+        view["forecast"] = forecasting.forecast(
+            pool=services.pool, model_id=model_id, data_frequency=monitor.data_frequency,
+            confidence=monitor.confidence, horizon=horizon, epochs=epochs, texts=texts, values=values,
+        )
+    return jsonify(view)
+
+
+@bp.patch("/monitors/<monitor_id>")
+@requires("write")
+def patch(monitor_id: str) -> Response:
+    changes = load(_patch_schema, _json_body())
+    _checked_webhook(changes)
+    view = service.update_monitor(
+        database=current_services().database, account_id=current_key().account_id, monitor_id=monitor_id,
+        changes=changes,
+    )
+    return jsonify(view)
+
+
+@bp.delete("/monitors/<monitor_id>")
+@requires("delete")
+def remove(monitor_id: str) -> tuple[str, int]:
+    service.delete_monitor(
+        database=current_services().database, runtime=_runtime(), account_id=current_key().account_id,
+        monitor_id=monitor_id,
+    )
+    return "", 204
+
+
+@bp.post("/monitors/<monitor_id>/points")
+@requires("write")
+def add_points(monitor_id: str) -> Response:
+    services = current_services()
+    body = load(_points_schema, _json_body())
+    points = check_points(body["timestamps"], body["values"], max_points=services.settings.max_points)
+    answer = service.append_points(
+        database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
+        monitor_id=monitor_id, points=points,
+    )
+    return jsonify(answer)
+
+
+@bp.post("/monitors/<monitor_id>/webhook-secret")
+@requires("write")
+def rotate(monitor_id: str) -> Response:
+    secret = service.rotate_secret(
+        database=current_services().database, account_id=current_key().account_id, monitor_id=monitor_id
+    )
+    return jsonify({"webhook_secret": secret})
+
+
+@bp.get("/monitors/<monitor_id>/deliveries")
+@requires("read")
+def list_deliveries(monitor_id: str) -> Response:
+    limit = _int_arg("limit", 100, 1, MAX_DELIVERIES)
+    items = service.deliveries(
+        database=current_services().database, account_id=current_key().account_id, monitor_id=monitor_id,
+        limit=limit,
+    )
+    return jsonify({"monitor_id": monitor_id, "deliveries": items})

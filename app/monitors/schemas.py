@@ -1,0 +1,273 @@
+"""Request and response shapes of the monitor endpoints, and the checks on points (422 naming the index).
+
+Shape problems (wrong types, ranges, a bad webhook URL) are 400; problems in the points themselves are 422,
+as for /forecast and /anomalies. Unknown fields are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from marshmallow import Schema, ValidationError, fields, validate
+
+from app.detect.jobs import DETECTOR_IDS
+from app.errors import DataValidationError, InvalidRequest
+from app.forecast.schemas import MAX_ABS_VALUE, JsonArray, StrictFloat, problem
+from app.forecast.timestamps import FREQUENCIES
+
+DEFAULT_RETENTION = 10_000
+MAX_RETENTION = 1_000_000
+MAX_NAME_LENGTH = 200
+FREQUENCY_ISSUE = "Must be one of: " + ", ".join(FREQUENCIES)
+DETECTOR_ISSUE = "Must be one of: " + ", ".join(DETECTOR_IDS)
+
+# The timestamp forms /forecast accepts: YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM].
+_TIMESTAMP_RE = re.compile(
+    r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?"
+)
+
+
+class StrictString(fields.String):
+    """A JSON string only (marshmallow's String is already strict; this also trims and refuses blank)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if not text.strip():
+            raise ValidationError("Must not be blank.")
+        return text.strip()
+
+
+class MonitorCreateSchema(Schema):
+    class Meta:
+        unknown = "exclude"
+
+    name = StrictString(required=True, validate=validate.Length(max=MAX_NAME_LENGTH))
+    data_frequency = fields.String(required=True, validate=validate.OneOf(FREQUENCIES, error=FREQUENCY_ISSUE))
+    confidence = StrictFloat(
+        load_default=0.99,
+        allow_nan=False,
+        validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999"),
+        metadata={"description": "The share of normal points the expected range holds, as in /anomalies."},
+    )
+    model = fields.String(
+        load_default=None,
+        allow_none=True,
+        validate=validate.OneOf(DETECTOR_IDS, error=DETECTOR_ISSUE),
+        metadata={"description": "The detector that judges the points, as X-Model-Id on /anomalies; null for "
+                  "the default."},
+    )
+    retention_points = fields.Integer(
+        load_default=DEFAULT_RETENTION,
+        strict=True,
+        validate=validate.Range(1, MAX_RETENTION, error=f"Must be between 1 and {MAX_RETENTION}"),
+        metadata={"description": "Points kept; the oldest are dropped beyond it."},
+    )
+    webhook_url = fields.String(
+        load_default=None,
+        allow_none=True,
+        metadata={"description": "https URL that receives signed alert events; null for none."},
+    )
+
+
+class MonitorPatchSchema(Schema):
+    class Meta:
+        unknown = "exclude"
+
+    name = StrictString(validate=validate.Length(max=MAX_NAME_LENGTH))
+    confidence = StrictFloat(
+        allow_nan=False, validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999")
+    )
+    webhook_url = fields.String(allow_none=True, metadata={"description": "null removes the webhook."})
+
+
+class PointsRequestSchema(Schema):
+    class Meta:
+        unknown = "exclude"
+
+    timestamps = JsonArray(
+        required=True,
+        metadata={"description": "Strictly increasing, in /forecast's timestamp form; holes and jitter are "
+                  "accepted. Whole seconds identify a point.", "items": {"type": "string", "format": "date-time"}},
+    )
+    values = JsonArray(required=True, metadata={"items": {"type": "number"}})
+
+
+class PointsResponseSchema(Schema):
+    monitor_id = fields.String(required=True)
+    timestamps = fields.List(fields.String(), required=True)
+    values = fields.List(fields.Float(), required=True)
+    expected = fields.List(fields.Float(), required=True)
+    lower_bound = fields.List(fields.Float(), required=True)
+    upper_bound = fields.List(fields.Float(), required=True)
+    anomaly_score = fields.List(fields.Float(), required=True)
+    is_anomaly = fields.List(fields.Boolean(), required=True)
+    direction = fields.List(fields.String(allow_none=True), required=True)
+    warmup_points = fields.Integer(required=True, metadata={"description": "Leading entries judged as warm-up."})
+    new_points = fields.Integer(required=True, metadata={"description": "Entries stored by this request."})
+    duplicate_points = fields.Integer(
+        required=True, metadata={"description": "Entries already stored with the same value (answered as stored)."}
+    )
+    point_count = fields.Integer(required=True)
+
+
+class PointSchema(Schema):
+    timestamp = fields.String(required=True)
+    value = fields.Float(required=True)
+    expected = fields.Float(required=True)
+    lower_bound = fields.Float(required=True)
+    upper_bound = fields.Float(required=True)
+    anomaly_score = fields.Float(required=True)
+    is_anomaly = fields.Boolean(required=True)
+    direction = fields.String(allow_none=True, required=True)
+    warmup = fields.Boolean(required=True)
+
+
+class ForecastSchema(Schema):
+    model = fields.String(required=True)
+    confidence = fields.Float(required=True)
+    forecast_timestamps = fields.List(fields.String(), required=True)
+    lower_bound = fields.List(fields.Float(), required=True)
+    median = fields.List(fields.Float(), required=True)
+    upper_bound = fields.List(fields.Float(), required=True)
+
+
+class MonitorSchema(Schema):
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    data_frequency = fields.String(required=True)
+    confidence = fields.Float(required=True)
+    model = fields.String(required=True)
+    retention_points = fields.Integer(required=True)
+    webhook_url = fields.String(allow_none=True, required=True)
+    created_at = fields.String(required=True)
+    updated_at = fields.String(required=True)
+    point_count = fields.Integer(required=True)
+    last_timestamp = fields.String(allow_none=True, required=True)
+    open_anomalies = fields.List(fields.Nested(PointSchema), required=True)
+    points = fields.List(fields.Nested(PointSchema), metadata={"description": "The last ?points=N points."})
+    forecast = fields.Nested(ForecastSchema, allow_none=True, metadata={"description": "With ?horizon=H."})
+    webhook_secret = fields.String(metadata={"description": "Only in the answer that creates or rotates it."})
+
+
+class MonitorListSchema(Schema):
+    monitors = fields.List(fields.Nested(MonitorSchema), required=True)
+    next_after = fields.String(allow_none=True, required=True)
+
+
+class DeliveryAttemptSchema(Schema):
+    attempt = fields.Integer(required=True)
+    attempted_at = fields.String(required=True)
+    duration_ms = fields.Float(required=True)
+    status_code = fields.Integer(allow_none=True, required=True)
+    error = fields.String(allow_none=True, required=True)
+
+
+class DeliverySchema(Schema):
+    event_id = fields.String(required=True)
+    type = fields.String(required=True)
+    sequence = fields.Integer(required=True)
+    status = fields.String(required=True, metadata={"enum": ["pending", "sending", "delivered", "failed",
+                                                                "cancelled"]})
+    created_at = fields.String(required=True)
+    next_attempt_at = fields.String(allow_none=True, required=True)
+    delivered_at = fields.String(allow_none=True, required=True)
+    attempts = fields.List(fields.Nested(DeliveryAttemptSchema), required=True)
+
+
+class DeliveriesSchema(Schema):
+    monitor_id = fields.String(required=True)
+    deliveries = fields.List(fields.Nested(DeliverySchema), required=True)
+
+
+class SecretSchema(Schema):
+    webhook_secret = fields.String(required=True)
+
+
+def load(schema: Schema, body: Any, *, partial: bool = False) -> dict[str, Any]:
+    """The body through ``schema``, or a 400 listing every shape problem (first one in field/issue)."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", details=problem("body", "Must be a JSON "
+                                                                                        "object", body))
+    try:
+        return schema.load(body, partial=partial)
+    except ValidationError as exc:
+        problems = []
+        for name, messages in sorted(exc.messages_dict.items()):
+            issue = "; ".join(str(m) for m in messages) if isinstance(messages, list) else str(messages)
+            if issue == "Missing data for required field.":
+                issue = "Required field is missing"
+            problems.append(problem(name, issue, body.get(name)))
+        details = dict(problems[0])
+        if len(problems) > 1:
+            details["errors"] = problems
+        raise InvalidRequest(f"Invalid request: {details['field']}: {details['issue']}.", details=details) from exc
+
+
+@dataclass(frozen=True)
+class IncomingPoints:
+    epochs: list[int]  # whole seconds since the Unix epoch, UTC
+    texts: list[str]
+    values: list[float]
+
+
+def _epoch_seconds(text: str) -> int:
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)  # a timestamp without an offset is UTC, as everywhere in the API
+    return math.floor(moment.timestamp())
+
+
+def _reject(issue: str, field: str, provided: Any, **extra: Any) -> DataValidationError:
+    return DataValidationError(f"Invalid points: {issue}.", details=problem(field, issue, provided, **extra))
+
+
+def check_points(timestamps: list[Any], values: list[Any], *, max_points: int) -> IncomingPoints:
+    """The points themselves: equal lengths, 1..max_points, valid strictly increasing timestamps, finite values."""
+    if len(timestamps) != len(values):
+        raise _reject("arrays must have equal length", "points", f"{len(timestamps)} timestamps, {len(values)} "
+                      "values", timestamps=len(timestamps), values=len(values))
+    if not timestamps:
+        raise _reject("at least one point is needed", "points", "0 points", minimum=1)
+    if len(timestamps) > max_points:
+        raise _reject("too many data points", "points", f"{len(timestamps)} points", maximum=max_points)
+    epochs: list[int] = []
+    floats: list[float] = []
+    form: str | None = None
+    for index, (text, value) in enumerate(zip(timestamps, values, strict=True)):
+        match = _TIMESTAMP_RE.fullmatch(text) if isinstance(text, str) else None
+        if match is None:
+            raise _reject("invalid timestamp format", "timestamps", text, index=index)
+        suffix = match.group(1) or ""
+        this_form = "Z" if suffix == "Z" else ("offset" if suffix else "naive")
+        if form is None:
+            form = this_form
+        elif this_form != form:
+            raise _reject("mixed timestamp forms", "timestamps", text, index=index)
+        try:
+            epoch = _epoch_seconds(text)
+        except (ValueError, OverflowError):
+            raise _reject("invalid timestamp format", "timestamps", text, index=index) from None
+        if epochs and epoch <= epochs[-1]:
+            raise _reject("timestamps must be strictly increasing (whole seconds identify a point)", "timestamps",
+                          text, index=index)
+        epochs.append(epoch)
+        if type(value) not in (int, float):
+            issue = "missing value (null)" if value is None else "value must be a number"
+            raise _reject(issue, "values", value, index=index)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise _reject("value must be a finite number", "values", str(value)[:64], index=index)
+        if abs(number) > MAX_ABS_VALUE:
+            raise _reject(f"value out of range: magnitude must be at most {MAX_ABS_VALUE:g}", "values", value,
+                          index=index, maximum=MAX_ABS_VALUE)
+        floats.append(number)
+    return IncomingPoints(epochs=epochs, texts=list(timestamps), values=floats)

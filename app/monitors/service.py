@@ -1,0 +1,641 @@
+"""Monitor operations. Every function is keyword-only and works in its own database transaction.
+
+Appending points is serialized per monitor: a process-local lock, plus on PostgreSQL a row lock on the
+monitor (``SELECT ... FOR UPDATE``) held from reading the stored state to the commit, so writers in other
+processes or hosts wait too. Every append also bumps the monitor's ``revision`` with a compare-and-set,
+which makes a lost race visible on any database (SQLite across processes included): the loser retries
+against the new state, so no point is lost and none is judged twice.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from bisect import bisect_right
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from app.db import Database
+from app.detect.detectors import LOOK_BACK, MAX_PERIOD_ROWS, WARMUP
+from app.detect.jobs import DEFAULT_DETECTOR, DetectionResult, DetectJob
+from app.errors import DataValidationError, InternalError, NotFound
+from app.forecast.pool import ForecastPool, PoolBusy, PoolError
+from app.monitors import queue
+from app.monitors.cache import History, HistoryCache, MonitorLocks
+from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorPointRecord, MonitorRecord
+from app.monitors.schemas import IncomingPoints
+from app.monitors.webhooks import new_secret
+
+# What the detector reads besides the rows it judges: its first rows fix the nominal spacing, and each
+# judged row looks back LOOK_BACK rows plus up to three seasons of at most MAX_PERIOD_ROWS rows.
+HEAD_ROWS = WARMUP
+TAIL_ROWS = LOOK_BACK + 3 * MAX_PERIOD_ROWS + 64
+# A saturated pool is a moment's queue, not a failure of the write: retry for this long before a 500.
+POOL_BUSY_PATIENCE_SECONDS = 10.0
+APPEND_ATTEMPTS = 5
+
+
+@dataclass
+class MonitorRuntime:
+    """What one process keeps for monitors: the judging-state cache, the per-monitor locks, the sender."""
+
+    cache: HistoryCache
+    locks: MonitorLocks
+    sender: Any  # DeliverySender; typed loosely so this module does not import threads it never starts
+
+
+class _StaleRevision(Exception):
+    """Another process changed the monitor between our read and our write."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _epoch_text(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_monitor_id() -> str:
+    return "mon_" + secrets.token_hex(12)
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def _owned(session: Session, *, account_id: str, monitor_id: str, for_update: bool = False) -> MonitorRecord:
+    statement = select(MonitorRecord).where(MonitorRecord.id == monitor_id)
+    if for_update:
+        statement = statement.with_for_update()
+    monitor = session.execute(statement).scalar_one_or_none()
+    # Another account's monitor is answered exactly like a missing one, so ids reveal nothing.
+    if monitor is None or monitor.account_id != account_id:
+        raise NotFound("No such monitor.", details={"field": "monitor_id", "issue": "not found", "provided":
+                                                    monitor_id[:64]})
+    return monitor
+
+
+def point_view(point: MonitorPointRecord) -> dict[str, Any]:
+    return {
+        "timestamp": point.timestamp,
+        "value": point.value,
+        "expected": point.expected,
+        "lower_bound": point.lower,
+        "upper_bound": point.upper,
+        "anomaly_score": point.score,
+        "is_anomaly": point.is_anomaly,
+        "direction": point.direction,
+        "warmup": point.warmup,
+    }
+
+
+def monitor_view(monitor: MonitorRecord, *, last_timestamp: str | None) -> dict[str, Any]:
+    return {
+        "id": monitor.id,
+        "name": monitor.name,
+        "data_frequency": monitor.data_frequency,
+        "confidence": monitor.confidence,
+        "model": monitor.model or DEFAULT_DETECTOR,
+        "retention_points": monitor.retention_points,
+        "webhook_url": monitor.webhook_url,
+        "created_at": _iso(monitor.created_at),
+        "updated_at": _iso(monitor.updated_at),
+        "point_count": monitor.point_count,
+        "last_timestamp": last_timestamp,
+    }
+
+
+def _last_points(session: Session, monitor_id: str, count: int) -> list[MonitorPointRecord]:
+    if count <= 0:
+        return []
+    rows = session.execute(
+        select(MonitorPointRecord)
+        .where(MonitorPointRecord.monitor_id == monitor_id)
+        .order_by(MonitorPointRecord.epoch.desc())
+        .limit(count)
+    ).scalars()
+    return list(reversed(list(rows)))
+
+
+def _open_anomalies(session: Session, monitor: MonitorRecord, limit: int = 100) -> list[dict[str, Any]]:
+    if monitor.open_anomaly_epoch is None:
+        return []
+    rows = session.execute(
+        select(MonitorPointRecord)
+        .where(
+            MonitorPointRecord.monitor_id == monitor.id,
+            MonitorPointRecord.epoch >= monitor.open_anomaly_epoch,
+            MonitorPointRecord.is_anomaly.is_(True),
+        )
+        .order_by(MonitorPointRecord.epoch)
+        .limit(limit)
+    ).scalars()
+    return [point_view(p) for p in rows]
+
+
+def describe_monitor(session: Session, monitor: MonitorRecord, *, points: int) -> dict[str, Any]:
+    last = _last_points(session, monitor.id, max(points, 1))
+    view = monitor_view(monitor, last_timestamp=last[-1].timestamp if last else None)
+    view["open_anomalies"] = _open_anomalies(session, monitor)
+    if points > 0:
+        view["points"] = [point_view(p) for p in last]
+    return view
+
+
+def get_monitor(*, database: Database, account_id: str, monitor_id: str, points: int) -> dict[str, Any]:
+    with database.session() as session:
+        monitor = _owned(session, account_id=account_id, monitor_id=monitor_id)
+        return describe_monitor(session, monitor, points=points)
+
+
+def list_monitors(
+    *, database: Database, account_id: str, points: int, limit: int, after: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    with database.session() as session:
+        statement = select(MonitorRecord).where(MonitorRecord.account_id == account_id)
+        if after:
+            statement = statement.where(MonitorRecord.id > after)
+        monitors = list(session.execute(statement.order_by(MonitorRecord.id).limit(limit + 1)).scalars())
+        more = len(monitors) > limit
+        monitors = monitors[:limit]
+        views = [describe_monitor(session, m, points=points) for m in monitors]
+    return views, (monitors[-1].id if more and monitors else None)
+
+
+def history_for_forecast(
+    *, database: Database, account_id: str, monitor_id: str, max_points: int
+) -> tuple[MonitorRecord, list[int], list[str], list[float]]:
+    with database.session() as session:
+        monitor = _owned(session, account_id=account_id, monitor_id=monitor_id)
+        rows = _last_points(session, monitor_id, max_points)
+    return monitor, [p.epoch for p in rows], [p.timestamp for p in rows], [p.value for p in rows]
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def create_monitor(*, database: Database, account_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+    now = _now()
+    secret = new_secret()
+    monitor = MonitorRecord(
+        id=new_monitor_id(),
+        account_id=account_id,
+        name=fields["name"],
+        data_frequency=fields["data_frequency"],
+        confidence=fields["confidence"],
+        model=fields.get("model"),
+        retention_points=fields["retention_points"],
+        webhook_url=fields.get("webhook_url"),
+        webhook_secret=secret,
+        created_at=now,
+        updated_at=now,
+        point_count=0,
+        first_epoch=None,
+        last_epoch=None,
+        revision=0,
+        event_seq=0,
+        open_anomaly_epoch=None,
+    )
+    with database.session() as session:
+        session.add(monitor)
+        session.flush()
+        view = describe_monitor(session, monitor, points=0)
+    view["webhook_secret"] = secret
+    return view
+
+
+def update_monitor(*, database: Database, account_id: str, monitor_id: str, changes: dict[str, Any]) -> dict[str,
+                                                                                                          Any]:
+    with database.session() as session:
+        monitor = _owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
+        for name in ("name", "confidence", "webhook_url"):
+            if name in changes:
+                setattr(monitor, name, changes[name])
+        monitor.updated_at = _now()
+        session.flush()
+        return describe_monitor(session, monitor, points=0)
+
+
+def rotate_secret(*, database: Database, account_id: str, monitor_id: str) -> str:
+    secret = new_secret()
+    with database.session() as session:
+        monitor = _owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
+        monitor.webhook_secret = secret
+        monitor.updated_at = _now()
+    return secret
+
+
+def delete_monitor(*, database: Database, runtime: MonitorRuntime, account_id: str, monitor_id: str) -> None:
+    with runtime.locks.lock_for(monitor_id), database.session() as session:
+        _owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
+        # Explicit deletes, children first: SQLite enforces no ON DELETE CASCADE without a pragma.
+        session.execute(delete(DeliveryAttemptRecord).where(DeliveryAttemptRecord.monitor_id == monitor_id))
+        session.execute(delete(MonitorEventRecord).where(MonitorEventRecord.monitor_id == monitor_id))
+        session.execute(delete(MonitorPointRecord).where(MonitorPointRecord.monitor_id == monitor_id))
+        session.execute(delete(MonitorRecord).where(MonitorRecord.id == monitor_id))
+    runtime.cache.drop(monitor_id)
+
+
+def deliveries(*, database: Database, account_id: str, monitor_id: str, limit: int) -> list[dict[str, Any]]:
+    with database.session() as session:
+        _owned(session, account_id=account_id, monitor_id=monitor_id)
+        events = list(
+            session.execute(
+                select(MonitorEventRecord)
+                .where(MonitorEventRecord.monitor_id == monitor_id)
+                .order_by(MonitorEventRecord.seq.desc())
+                .limit(limit)
+            ).scalars()
+        )
+        attempts: dict[str, list[DeliveryAttemptRecord]] = {}
+        if events:
+            for attempt in session.execute(
+                select(DeliveryAttemptRecord)
+                .where(DeliveryAttemptRecord.event_id.in_([e.id for e in events]))
+                .order_by(DeliveryAttemptRecord.id)
+            ).scalars():
+                attempts.setdefault(attempt.event_id, []).append(attempt)
+    return [
+        {
+            "event_id": event.id,
+            "type": event.kind,
+            "sequence": event.seq,
+            "status": event.status,
+            "created_at": _iso(event.created_at),
+            "next_attempt_at": _iso(event.next_attempt_at) if event.status in queue.ACTIVE else None,
+            "delivered_at": _iso(event.delivered_at),
+            "attempts": [
+                {
+                    "attempt": a.attempt,
+                    "attempted_at": _iso(a.attempted_at),
+                    "duration_ms": a.duration_ms,
+                    "status_code": a.status_code,
+                    "error": a.error,
+                }
+                for a in attempts.get(event.id, [])
+            ],
+        }
+        for event in events
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- points
+
+
+def _load_history(session: Session, monitor: MonitorRecord) -> History:
+    head = list(
+        session.execute(
+            select(MonitorPointRecord.epoch, MonitorPointRecord.value)
+            .where(MonitorPointRecord.monitor_id == monitor.id)
+            .order_by(MonitorPointRecord.epoch)
+            .limit(HEAD_ROWS)
+        )
+    )
+    tail: list[Any] = []
+    if head and monitor.point_count > len(head):
+        tail = list(
+            session.execute(
+                select(MonitorPointRecord.epoch, MonitorPointRecord.value)
+                .where(MonitorPointRecord.monitor_id == monitor.id, MonitorPointRecord.epoch > head[-1][0])
+                .order_by(MonitorPointRecord.epoch.desc())
+                .limit(TAIL_ROWS)
+            )
+        )
+        tail.reverse()
+    return History(
+        revision=monitor.revision,
+        head_epochs=[int(e) for e, _ in head],
+        head_values=[float(v) for _, v in head],
+        tail_epochs=[int(e) for e, _ in tail],
+        tail_values=[float(v) for _, v in tail],
+        after_head=max(0, monitor.point_count - len(head)),
+    )
+
+
+def _judge(pool: ForecastPool, job: DetectJob) -> DetectionResult:
+    deadline = time.monotonic() + POOL_BUSY_PATIENCE_SECONDS
+    pause = 0.005
+    while True:
+        try:
+            return pool.submit(job)
+        except PoolBusy as exc:
+            if time.monotonic() + pause > deadline:
+                error = InternalError(str(exc))
+                error.headers["Retry-After"] = str(exc.retry_after or 5)
+                raise error from exc
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+        except PoolError as exc:
+            raise InternalError(f"The points could not be judged: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    expected: float
+    lower: float
+    upper: float
+    score: float
+    is_anomaly: bool
+    direction: str | None
+    warmup: bool
+
+
+def _stored_verdicts(
+    session: Session, monitor: MonitorRecord, points: IncomingPoints, count: int
+) -> list[MonitorPointRecord]:
+    """The stored records of the first ``count`` incoming points (all at or before the newest stored one);
+    a 422 naming the index for one that conflicts or is older than the newest and not stored."""
+    stored = {
+        p.epoch: p
+        for p in session.execute(
+            select(MonitorPointRecord).where(
+                MonitorPointRecord.monitor_id == monitor.id,
+                MonitorPointRecord.epoch >= points.epochs[0],
+                MonitorPointRecord.epoch <= points.epochs[count - 1],
+            )
+        ).scalars()
+    }
+    out: list[MonitorPointRecord] = []
+    for index in range(count):
+        record = stored.get(points.epochs[index])
+        if record is None:
+            raise DataValidationError(
+                "Invalid points: timestamp is older than the newest stored point.",
+                details={"field": "timestamps", "issue": "older than the newest stored point and not stored",
+                         "provided": points.texts[index], "index": index,
+                         "newest_stored": _epoch_text(monitor.last_epoch or 0)},
+            )
+        if record.value != points.values[index]:
+            raise DataValidationError(
+                "Invalid points: timestamp already stored with a different value.",
+                details={"field": "values", "issue": "conflicts with the value stored for this timestamp",
+                         "provided": points.values[index], "index": index, "stored": record.value,
+                         "timestamp": record.timestamp},
+            )
+        out.append(record)
+    return out
+
+
+def append_points(
+    *,
+    database: Database,
+    pool: ForecastPool,
+    runtime: MonitorRuntime,
+    account_id: str,
+    monitor_id: str,
+    points: IncomingPoints,
+) -> dict[str, Any]:
+    for _ in range(APPEND_ATTEMPTS):
+        try:
+            return _append_once(
+                database=database, pool=pool, runtime=runtime, account_id=account_id, monitor_id=monitor_id,
+                points=points,
+            )
+        except _StaleRevision:
+            runtime.cache.drop(monitor_id)
+    raise InternalError("The monitor kept changing under concurrent writes; retry the request.")
+
+
+def _append_once(
+    *,
+    database: Database,
+    pool: ForecastPool,
+    runtime: MonitorRuntime,
+    account_id: str,
+    monitor_id: str,
+    points: IncomingPoints,
+) -> dict[str, Any]:
+    events_added = False
+    with runtime.locks.lock_for(monitor_id):
+        try:
+            with database.session() as session:
+                monitor = _owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
+                last = monitor.last_epoch
+                split = 0 if last is None else bisect_right(points.epochs, last)
+                old_records = _stored_verdicts(session, monitor, points, split) if split else []
+                new_epochs = points.epochs[split:]
+                new_values = points.values[split:]
+                new_texts = points.texts[split:]
+                verdicts: list[_Verdict] = []
+                history: History | None = None
+                if new_epochs:
+                    history = runtime.cache.get(monitor.id, monitor.revision)
+                    if history is None or not history.usable(TAIL_ROWS):
+                        history = _load_history(session, monitor)
+                    verdicts = _judge_new(pool, monitor, history, new_epochs, new_values)
+                    events_added = _store(session, monitor, new_epochs, new_texts, new_values, verdicts, history)
+        except BaseException:
+            # _store changes the cached history in place; a transaction that did not commit leaves it wrong.
+            runtime.cache.drop(monitor_id)
+            raise
+        if history is not None:
+            runtime.cache.put(monitor_id, history)
+    if events_added:
+        runtime.sender.notify()
+    return _points_answer(monitor, old_records, new_texts, new_values, verdicts)
+
+
+def _judge_new(
+    pool: ForecastPool, monitor: MonitorRecord, history: History, epochs: list[int], values: list[float]
+) -> list[_Verdict]:
+    hist_epochs, hist_values = history.series(TAIL_ROWS)
+    job = DetectJob(
+        epoch_seconds=np.asarray(hist_epochs + epochs, dtype=np.int64),
+        values=np.asarray(hist_values + values, dtype=np.float64),
+        data_frequency=monitor.data_frequency,
+        confidence=monitor.confidence,
+        detector=monitor.model,
+        start=len(hist_epochs),
+    )
+    result = _judge(pool, job)
+    return [
+        _Verdict(
+            expected=result.expected[i],
+            lower=result.lower[i],
+            upper=result.upper[i],
+            score=result.score[i],
+            is_anomaly=bool(result.is_anomaly[i]),
+            direction=result.direction[i],
+            warmup=len(hist_epochs) + i < result.warmup_points,
+        )
+        for i in range(len(epochs))
+    ]
+
+
+def _store(
+    session: Session,
+    monitor: MonitorRecord,
+    epochs: list[int],
+    texts: list[str],
+    values: list[float],
+    verdicts: list[_Verdict],
+    history: History,
+) -> bool:
+    """Writes the judged points, the events they raise, retention, and the monitor's new state; updates
+    ``history`` in place to the new revision (the caller caches it only once this transaction commits)."""
+    now = _now()
+    old_revision = monitor.revision
+    open_epoch = monitor.open_anomaly_epoch
+    seq = monitor.event_seq
+    planned: list[tuple[int, str, dict[str, Any]]] = []
+    run_count: int | None = None
+    for epoch, text, value, verdict in zip(epochs, texts, values, verdicts, strict=True):
+        if verdict.warmup:
+            continue
+        point = {"timestamp": text, "value": value, "expected": verdict.expected, "lower_bound": verdict.lower,
+                 "upper_bound": verdict.upper, "anomaly_score": verdict.score, "direction": verdict.direction}
+        if verdict.is_anomaly:
+            if open_epoch is None:
+                open_epoch, run_count = epoch, 0
+            elif run_count is None:
+                run_count = _anomalies_since(session, monitor.id, open_epoch)
+            run_count += 1
+            if monitor.webhook_url:
+                seq += 1
+                planned.append((seq, "anomaly", {"point": point}))
+        elif open_epoch is not None:
+            if run_count is None:
+                run_count = _anomalies_since(session, monitor.id, open_epoch)
+            if monitor.webhook_url:
+                seq += 1
+                run = {"started_at": _timestamp_at(session, monitor.id, open_epoch, epochs, texts),
+                       "ended_at": text, "anomalous_points": run_count}
+                planned.append((seq, "anomaly_ended", {"run": run, "point": point}))
+            open_epoch, run_count = None, None
+
+    stored_after = monitor.point_count + len(epochs)
+    dropped = max(0, stored_after - monitor.retention_points)
+    # The compare-and-set on revision comes first: on SQLite it also takes the write lock for the rest.
+    claimed = session.execute(
+        update(MonitorRecord)
+        .where(MonitorRecord.id == monitor.id, MonitorRecord.revision == old_revision)
+        .values(
+            revision=old_revision + 1,
+            point_count=stored_after - dropped,
+            first_epoch=monitor.first_epoch if monitor.first_epoch is not None else epochs[0],
+            last_epoch=epochs[-1],
+            event_seq=seq,
+            open_anomaly_epoch=open_epoch,
+            updated_at=now,
+        )
+    )
+    if claimed.rowcount != 1:  # type: ignore[attr-defined]
+        raise _StaleRevision
+    session.execute(
+        MonitorPointRecord.__table__.insert(),
+        [
+            {"monitor_id": monitor.id, "epoch": e, "timestamp": t, "value": v, "expected": d.expected,
+             "lower": d.lower, "upper": d.upper, "score": d.score, "is_anomaly": d.is_anomaly,
+             "direction": d.direction, "warmup": d.warmup}
+            for e, t, v, d in zip(epochs, texts, values, verdicts, strict=True)
+        ],
+    )
+    for event_seq, kind, extra in planned:
+        event_id = queue.new_event_id()
+        payload = {"id": event_id, "type": kind, "monitor_id": monitor.id, "monitor_name": monitor.name,
+                   "sequence": event_seq, "created_at": _iso(now), **extra}
+        queue.enqueue(session, monitor=monitor, seq=event_seq, kind=kind, payload=payload, now=now)
+    history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=TAIL_ROWS)
+    if dropped:
+        oldest = (
+            select(MonitorPointRecord.epoch)
+            .where(MonitorPointRecord.monitor_id == monitor.id)
+            .order_by(MonitorPointRecord.epoch)
+            .limit(dropped)
+            .scalar_subquery()
+        )
+        cutoff = session.execute(
+            select(func.max(MonitorPointRecord.epoch)).where(
+                MonitorPointRecord.monitor_id == monitor.id, MonitorPointRecord.epoch.in_(oldest)
+            )
+        ).scalar_one()
+        session.execute(
+            delete(MonitorPointRecord).where(MonitorPointRecord.monitor_id == monitor.id,
+                                             MonitorPointRecord.epoch <= cutoff)
+        )
+        head = list(
+            session.execute(
+                select(MonitorPointRecord.epoch, MonitorPointRecord.value)
+                .where(MonitorPointRecord.monitor_id == monitor.id)
+                .order_by(MonitorPointRecord.epoch)
+                .limit(HEAD_ROWS)
+            )
+        )
+        session.execute(
+            update(MonitorRecord).where(MonitorRecord.id == monitor.id).values(first_epoch=head[0][0] if head else None)
+        )
+        history.replace_head([int(e) for e, _ in head], [float(v) for _, v in head], stored_after - dropped)
+    history.revision = old_revision + 1
+    monitor.revision = old_revision + 1
+    monitor.point_count = stored_after - dropped
+    monitor.last_epoch = epochs[-1]
+    session.expunge(monitor)  # the values above are for the answer; the UPDATE already wrote them
+    return bool(planned)
+
+
+def _anomalies_since(session: Session, monitor_id: str, epoch: int) -> int:
+    return int(
+        session.execute(
+            select(func.count())
+            .select_from(MonitorPointRecord)
+            .where(
+                MonitorPointRecord.monitor_id == monitor_id,
+                MonitorPointRecord.epoch >= epoch,
+                MonitorPointRecord.is_anomaly.is_(True),
+            )
+        ).scalar_one()
+    )
+
+
+def _timestamp_at(session: Session, monitor_id: str, epoch: int, epochs: list[int], texts: list[str]) -> str:
+    position = bisect_right(epochs, epoch) - 1
+    if position >= 0 and epochs[position] == epoch:
+        return texts[position]
+    text = session.execute(
+        select(MonitorPointRecord.timestamp).where(
+            MonitorPointRecord.monitor_id == monitor_id, MonitorPointRecord.epoch == epoch
+        )
+    ).scalar_one_or_none()
+    return text or _epoch_text(epoch)
+
+
+def _points_answer(
+    monitor: MonitorRecord,
+    old_records: list[MonitorPointRecord],
+    texts: list[str],
+    values: list[float],
+    verdicts: list[_Verdict],
+) -> dict[str, Any]:
+    rows = [point_view(r) for r in old_records] + [
+        {"timestamp": t, "value": v, "expected": d.expected, "lower_bound": d.lower, "upper_bound": d.upper,
+         "anomaly_score": d.score, "is_anomaly": d.is_anomaly, "direction": d.direction, "warmup": d.warmup}
+        for t, v, d in zip(texts, values, verdicts, strict=True)
+    ]
+    warmup = 0
+    while warmup < len(rows) and rows[warmup]["warmup"]:
+        warmup += 1
+    return {
+        "monitor_id": monitor.id,
+        "timestamps": [r["timestamp"] for r in rows],
+        "values": [r["value"] for r in rows],
+        "expected": [r["expected"] for r in rows],
+        "lower_bound": [r["lower_bound"] for r in rows],
+        "upper_bound": [r["upper_bound"] for r in rows],
+        "anomaly_score": [r["anomaly_score"] for r in rows],
+        "is_anomaly": [r["is_anomaly"] for r in rows],
+        "direction": [r["direction"] for r in rows],
+        "warmup_points": warmup,
+        "new_points": len(verdicts),
+        "duplicate_points": len(old_records),
+        "point_count": monitor.point_count,
+    }
+
