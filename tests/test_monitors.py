@@ -1,0 +1,463 @@
+"""Monitors (issue 12) in-process, on the real worker pool: CRUD, permissions and accounts, judging equal to
+POST /anomalies, idempotent retries, conflicts, retention, concurrent writers, forecasts and alerts."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import func, select
+
+from app.monitors.records import MonitorEventRecord, MonitorPointRecord
+from app.monitors.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from tests.conftest import build_app, new_key, services_of
+from tests.support import free_port, settings_for
+
+BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
+
+
+class Receiver:
+    """A real HTTP receiver on 127.0.0.1 that records every delivery and checks its signature."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self.secrets: dict[str, str] = {}  # monitor id -> secret, for signature checks
+        self.deliveries: list[dict[str, Any]] = []
+        self.status = 200
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> Receiver:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                event = json.loads(body)
+                secret = receiver.secrets.get(event["monitor_id"], "")
+                timestamp = int(self.headers[TIMESTAMP_HEADER])
+                with receiver._lock:
+                    receiver.deliveries.append(
+                        {
+                            "event": event,
+                            "event_id_header": self.headers[EVENT_ID_HEADER],
+                            "signature_ok": verify(secret, timestamp, body, self.headers[SIGNATURE_HEADER]),
+                            "timestamp": timestamp,
+                            "status": receiver.status,
+                        }
+                    )
+                self.send_response(receiver.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def acknowledged(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [d["event"] for d in self.deliveries if 200 <= d["status"] < 300]
+
+    def wait_for(self, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            events = self.acknowledged()
+            if len(events) >= count:
+                return events
+            time.sleep(0.05)
+        raise AssertionError(f"expected {count} acknowledged events, got {len(self.acknowledged())}")
+
+
+def minute_series(count: int, start: int = 0) -> tuple[list[str], list[float]]:
+    stamps = [f"2026-01-{1 + (i // 1440):02d}T{(i // 60) % 24:02d}:{i % 60:02d}:00Z" for i in range(start, start
+                                                                                                     + count)]
+    values = [10 + 3 * math.sin(i / 15) + 0.2 * math.cos(i * 1.7) for i in range(start, start + count)]
+    return stamps, values
+
+
+@pytest.fixture(scope="module")
+def monitor_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
+    path = tmp_path_factory.mktemp("monitors") / "monitors.sqlite3"
+    app = build_app(settings_for(f"sqlite:///{path}", allow_private_webhooks=True, max_points=5000),
+                    start_workers=True)
+    yield app
+    app.extensions["monitors"].sender.stop()
+    services_of(app).close()
+
+
+@pytest.fixture(scope="module")
+def keys(monitor_app: Flask) -> dict[str, dict[str, str]]:
+    def key(permissions: tuple[str, ...], account: str = "acct-a") -> dict[str, str]:
+        plain, _ = new_key(monitor_app, permissions=permissions, account_id=account, **BIG_LIMITS)
+        return {"Authorization": f"Bearer {plain}"}
+
+    return {
+        "owner": key(("read", "write", "delete")),
+        "reader": key(("read",)),
+        "writer": key(("read", "write")),
+        "other": key(("read", "write", "delete"), account="acct-b"),
+    }
+
+
+@pytest.fixture
+def client(monitor_app: Flask) -> FlaskClient:
+    return monitor_app.test_client()
+
+
+def create(client: FlaskClient, headers: dict[str, str], **fields: Any) -> dict[str, Any]:
+    body = {"name": "cpu", "data_frequency": "Minutes", **fields}
+    response = client.post("/monitors", json=body, headers=headers)
+    assert response.status_code == 201, response.json
+    return response.json
+
+
+def post_points(client: FlaskClient, headers: dict[str, str], monitor_id: str, stamps: list[str],
+                values: list[float]) -> Any:
+    return client.post(f"/monitors/{monitor_id}/points", json={"timestamps": stamps, "values": values},
+                       headers=headers)
+
+
+def test_crud_round_trip_and_delete_removes_every_point(client: FlaskClient, keys: dict, monitor_app: Flask) -> None:
+    owner = keys["owner"]
+    created = create(client, owner, confidence=0.95, retention_points=500, unknown_field="ignored")
+    assert created["webhook_secret"].startswith("whsec_")
+    assert created["confidence"] == 0.95 and created["retention_points"] == 500
+    assert created["model"] == "anomaly-model-1" and created["point_count"] == 0
+    monitor_id = created["id"]
+
+    got = client.get(f"/monitors/{monitor_id}", headers=keys["reader"])
+    assert got.status_code == 200 and "webhook_secret" not in got.json
+    assert got.json["forecast"] is None and got.json["points"] == []
+    listed = client.get("/monitors", headers=keys["reader"]).json["monitors"]
+    assert monitor_id in [m["id"] for m in listed]
+
+    patched = client.patch(f"/monitors/{monitor_id}", json={"name": "cpu-2", "confidence": 0.999}, headers=owner)
+    assert patched.status_code == 200
+    assert patched.json["name"] == "cpu-2" and patched.json["confidence"] == 0.999
+
+    stamps, values = minute_series(40)
+    assert post_points(client, owner, monitor_id, stamps, values).status_code == 200
+    with services_of(monitor_app).database.session() as session:
+        count = session.execute(select(func.count()).select_from(MonitorPointRecord).where(
+            MonitorPointRecord.monitor_id == monitor_id)).scalar_one()
+    assert count == 40
+
+    assert client.delete(f"/monitors/{monitor_id}", headers=owner).status_code == 204
+    assert client.get(f"/monitors/{monitor_id}", headers=owner).status_code == 404
+    with services_of(monitor_app).database.session() as session:
+        count = session.execute(select(func.count()).select_from(MonitorPointRecord).where(
+            MonitorPointRecord.monitor_id == monitor_id)).scalar_one()
+    assert count == 0
+
+
+def test_permissions_and_accounts(client: FlaskClient, keys: dict) -> None:
+    monitor_id = create(client, keys["owner"])["id"]
+    stamps, values = minute_series(3)
+    assert client.post("/monitors", json={"name": "x", "data_frequency": "Hours"},
+                       headers=keys["reader"]).status_code == 403
+    assert post_points(client, keys["reader"], monitor_id, stamps, values).status_code == 403
+    assert client.delete(f"/monitors/{monitor_id}", headers=keys["writer"]).status_code == 403
+    assert post_points(client, keys["writer"], monitor_id, stamps, values).status_code == 200
+
+    # Another account's monitor is a 404 on every route, exactly like a missing one.
+    other = keys["other"]
+    for method, path, body in [
+        ("get", f"/monitors/{monitor_id}", None),
+        ("patch", f"/monitors/{monitor_id}", {"name": "stolen"}),
+        ("delete", f"/monitors/{monitor_id}", None),
+        ("post", f"/monitors/{monitor_id}/points", {"timestamps": stamps, "values": values}),
+        ("get", f"/monitors/{monitor_id}/deliveries", None),
+        ("post", f"/monitors/{monitor_id}/webhook-secret", None),
+    ]:
+        answer = getattr(client, method)(path, json=body, headers=other)
+        missing = getattr(client, method)(path.replace(monitor_id, "mon_doesnotexist"), json=body, headers=other)
+        assert answer.status_code == 404 and missing.status_code == 404, (method, path)
+        assert answer.json["error"]["message"] == missing.json["error"]["message"]
+    assert monitor_id not in [m["id"] for m in client.get("/monitors", headers=other).json["monitors"]]
+    assert client.get(f"/monitors/{monitor_id}", headers=keys["owner"]).json["name"] == "cpu"
+
+
+def test_points_are_judged_exactly_as_post_anomalies(client: FlaskClient, keys: dict) -> None:
+    owner = keys["owner"]
+    monitor_id = create(client, owner, confidence=0.99)["id"]
+    stamps, values = minute_series(400)
+    values[300] += 25  # a spike the judge must flag
+    values[350] -= 25
+    answers = [post_points(client, owner, monitor_id, stamps[:150], values[:150]).json]
+    for i in range(150, 400, 37):  # uneven batches, so batch edges land everywhere
+        answers.append(post_points(client, owner, monitor_id, stamps[i:i + 37], values[i:i + 37]).json)
+    streamed = {name: [x for a in answers for x in a[name]] for name in
+                ("anomaly_score", "expected", "lower_bound", "upper_bound", "is_anomaly", "direction")}
+    whole = client.post("/anomalies", json={"series": [{"timestamps": stamps, "values": values}],
+                                            "data_frequency": "Minutes", "confidence": 0.99}, headers=owner)
+    assert whole.status_code == 200, whole.json
+    for name, column in streamed.items():
+        assert column == whole.json[name], name
+    assert answers[0]["warmup_points"] == whole.json["warmup_points"]
+    assert streamed["is_anomaly"][300] and streamed["direction"][300] == "up"
+    assert streamed["is_anomaly"][350] and streamed["direction"][350] == "down"
+
+    view = client.get(f"/monitors/{monitor_id}?points=5", headers=owner).json
+    assert [p["timestamp"] for p in view["points"]] == stamps[-5:]
+    assert [p["anomaly_score"] for p in view["points"]] == whole.json["anomaly_score"][-5:]
+    assert view["point_count"] == 400 and view["last_timestamp"] == stamps[-1]
+
+
+def test_retries_are_idempotent_and_conflicts_name_the_index(client: FlaskClient, keys: dict) -> None:
+    owner = keys["owner"]
+    monitor_id = create(client, owner)["id"]
+    stamps, values = minute_series(60)
+    first = post_points(client, owner, monitor_id, stamps[:50], values[:50]).json
+    again = post_points(client, owner, monitor_id, stamps[40:50], values[40:50])
+    assert again.status_code == 200
+    assert again.json["new_points"] == 0 and again.json["duplicate_points"] == 10
+    assert again.json["anomaly_score"] == first["anomaly_score"][40:50]
+    assert again.json["expected"] == first["expected"][40:50]
+
+    # A retry that overlaps the stored end and carries new points stores only the new ones.
+    overlap = post_points(client, owner, monitor_id, stamps[45:60], values[45:60]).json
+    assert overlap["new_points"] == 10 and overlap["duplicate_points"] == 5 and overlap["point_count"] == 60
+
+    changed = values[45:48].copy()
+    changed[2] += 1.0
+    conflict = post_points(client, owner, monitor_id, stamps[45:48], changed)
+    assert conflict.status_code == 422
+    assert conflict.json["error"]["details"]["index"] == 2
+    assert conflict.json["error"]["details"]["field"] == "values"
+
+    # Older than the newest stored point and never stored: a hole cannot be back-filled.
+    older = post_points(client, owner, monitor_id, ["2026-01-01T00:30:30Z", stamps[59]], [1.0, values[59]])
+    assert older.status_code == 422 and older.json["error"]["details"]["index"] == 0
+
+    unordered = post_points(client, owner, monitor_id, ["2026-01-02T00:00:00Z", "2026-01-01T23:00:00Z"], [1, 2])
+    assert unordered.status_code == 422 and unordered.json["error"]["details"]["index"] == 1
+    assert client.get(f"/monitors/{monitor_id}", headers=owner).json["point_count"] == 60
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"timestamps": "x", "values": [1]}, 400, "timestamps"),
+        ({"values": [1]}, 400, "timestamps"),
+        ({"timestamps": ["2026-02-01T00:00:00Z"], "values": ["1"]}, 422, "values"),
+        ({"timestamps": ["2026-02-01T00:00:00Z", "2026-02-01T00:01:00"], "values": [1, 2]}, 422, "timestamps"),
+        ({"timestamps": ["2026-02-01 00:00:00"], "values": [1]}, 422, "timestamps"),
+        ({"timestamps": ["2026-02-01T00:00:00Z"], "values": [1, 2]}, 422, "points"),
+        ({"timestamps": [], "values": []}, 422, "points"),
+        ({"timestamps": [f"2026-02-01T00:00:{i % 60:02d}Z" for i in range(5001)], "values": [1] * 5001}, 422,
+         "points"),
+    ],
+)
+def test_bad_points(client: FlaskClient, keys: dict, body: dict, status: int, field: str) -> None:
+    monitor_id = create(client, keys["owner"])["id"]
+    answer = client.post(f"/monitors/{monitor_id}/points", json=body, headers=keys["owner"])
+    assert answer.status_code == status, answer.json
+    assert answer.json["error"]["details"]["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"name": 5}, "name"),
+        ({"data_frequency": "Hourly"}, "data_frequency"),
+        ({"confidence": 0.3}, "confidence"),
+        ({"confidence": "0.9"}, "confidence"),
+        ({"retention_points": 0}, "retention_points"),
+        ({"model": "forecast-model-1"}, "model"),
+        ({"webhook_url": "ftp://example.com/x"}, "webhook_url"),
+        ({"webhook_url": "not a url"}, "webhook_url"),
+    ],
+)
+def test_bad_monitor_fields(client: FlaskClient, keys: dict, fields: dict, field: str) -> None:
+    body = {"name": "cpu", "data_frequency": "Minutes", **fields}
+    answer = client.post("/monitors", json=body, headers=keys["owner"])
+    assert answer.status_code == 400, answer.json
+    assert answer.json["error"]["details"]["field"] == field
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://127.0.0.1/hook", "https://localhost/hook", "https://10.1.2.3/hook", "https://192.168.1.1/x",
+     "https://169.254.169.254/latest/meta-data", "https://[::1]/hook", "https://[fe80::1]/hook",
+     "http://127.0.0.1:9/hook", "https://0.0.0.0/hook"],
+)
+def test_private_webhooks_refused_unless_allowed(tmp_path: Path, url: str) -> None:
+    from app.monitors.webhooks import WebhookAddressError, check_url
+
+    with pytest.raises(WebhookAddressError):
+        check_url(url, allow_private=False)
+    check_url(url.replace("https://", "http://"), allow_private=True)  # the tests' own receivers use this
+
+
+def test_private_webhook_refused_by_a_server_without_the_setting(tmp_path: Path) -> None:
+    app = build_app(settings_for(f"sqlite:///{tmp_path / 'strict.sqlite3'}"))
+    try:
+        plain, _ = new_key(app, permissions=("read", "write"))
+        answer = app.test_client().post(
+            "/monitors", json={"name": "x", "data_frequency": "Minutes", "webhook_url": "http://127.0.0.1:9/h"},
+            headers={"Authorization": f"Bearer {plain}"},
+        )
+        assert answer.status_code == 400
+        assert answer.json["error"]["details"]["field"] == "webhook_url"
+        assert "ALLOW_PRIVATE_WEBHOOKS" in answer.json["error"]["details"]["issue"]
+    finally:
+        services_of(app).close()
+
+
+def test_retention_drops_the_oldest_points(client: FlaskClient, keys: dict, monitor_app: Flask) -> None:
+    owner = keys["owner"]
+    monitor_id = create(client, owner, retention_points=50)["id"]
+    stamps, values = minute_series(130)
+    post_points(client, owner, monitor_id, stamps[:45], values[:45])
+    for i in range(45, 130, 10):
+        assert post_points(client, owner, monitor_id, stamps[i:i + 10], values[i:i + 10]).status_code == 200
+    view = client.get(f"/monitors/{monitor_id}?points=200", headers=owner).json
+    assert view["point_count"] == 50
+    assert [p["timestamp"] for p in view["points"]] == stamps[-50:]
+    with services_of(monitor_app).database.session() as session:
+        stored = session.execute(select(func.count()).select_from(MonitorPointRecord).where(
+            MonitorPointRecord.monitor_id == monitor_id)).scalar_one()
+    assert stored == 50
+
+
+def test_forecast_continues_the_stored_series(client: FlaskClient, keys: dict) -> None:
+    owner = keys["owner"]
+    monitor_id = create(client, owner)["id"]
+    stamps, values = minute_series(120)
+    post_points(client, owner, monitor_id, stamps, values)
+    view = client.get(f"/monitors/{monitor_id}?horizon=5&model=forecast-model-2&points=0", headers=owner).json
+    forecast = view["forecast"]
+    assert forecast["model"] == "forecast-model-2"
+    assert forecast["forecast_timestamps"] == minute_series(5, start=120)[0]
+    assert len(forecast["median"]) == 5
+    assert all(lo <= mid <= hi for lo, mid, hi in zip(forecast["lower_bound"], forecast["median"],
+                                                      forecast["upper_bound"], strict=True))
+    assert "points" not in view
+    bad = client.get(f"/monitors/{monitor_id}?horizon=500", headers=owner)
+    assert bad.status_code == 400 and bad.json["error"]["details"]["field"] == "horizon"
+
+
+def test_many_writers_lose_no_point_and_judge_none_twice(client: FlaskClient, keys: dict) -> None:
+    owner = keys["owner"]
+    monitor_id = create(client, owner)["id"]
+    stamps, values = minute_series(120)
+
+    def writer(_: int) -> list[Any]:
+        # Every writer feeds the same stream (as retrying collectors do), one point at a time.
+        return [post_points(client, owner, monitor_id, [s], [v]) for s, v in zip(stamps, values, strict=True)]
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = [r for batch in pool.map(writer, range(6)) for r in batch]
+    assert all(r.status_code == 200 for r in results), [r.json for r in results if r.status_code != 200][:3]
+    assert sum(r.json["new_points"] for r in results) == 120  # each point judged exactly once
+    by_stamp: dict[str, set[float]] = {}
+    for r in results:
+        by_stamp.setdefault(r.json["timestamps"][0], set()).add(r.json["anomaly_score"][0])
+    assert all(len(scores) == 1 for scores in by_stamp.values())  # every writer got the one stored verdict
+    view = client.get(f"/monitors/{monitor_id}?points=200", headers=owner).json
+    assert view["point_count"] == 120 and [p["timestamp"] for p in view["points"]] == stamps
+
+
+def test_alerts_are_signed_ordered_and_logged(client: FlaskClient, keys: dict, monitor_app: Flask) -> None:
+    receiver = Receiver().start()
+    try:
+        monitor_app.extensions["monitors"].sender.start()
+        owner = keys["owner"]
+        created = create(client, owner, webhook_url=receiver.url)
+        monitor_id = created["id"]
+        receiver.secrets[monitor_id] = created["webhook_secret"]
+        stamps, values = minute_series(200)
+        values[150] += 30
+        values[151] += 30
+        values[180] -= 30
+        answer = post_points(client, owner, monitor_id, stamps, values).json
+        flagged = [i for i, a in enumerate(answer["is_anomaly"]) if a]
+        assert 150 in flagged and len(flagged) >= 2
+        runs = sum(1 for i in flagged if i - 1 not in flagged)
+        expected_events = len(flagged) + runs
+        events = receiver.wait_for(expected_events)
+        assert len(events) == expected_events
+        assert [e["sequence"] for e in events] == list(range(1, expected_events + 1))
+        assert all(d["signature_ok"] and d["event_id_header"] == d["event"]["id"] for d in receiver.deliveries)
+        first = events[0]
+        assert first["type"] == "anomaly" and first["point"]["timestamp"] == stamps[flagged[0]]
+        ended = [e for e in events if e["type"] == "anomaly_ended"]
+        assert len(ended) == runs and ended[0]["run"]["started_at"] == stamps[flagged[0]]
+
+        view = client.get(f"/monitors/{monitor_id}", headers=owner).json
+        assert view["open_anomalies"] == []
+
+        log = client.get(f"/monitors/{monitor_id}/deliveries", headers=keys["reader"]).json["deliveries"]
+        assert len(log) == expected_events
+        assert all(d["status"] == "delivered" and len(d["attempts"]) == 1 for d in log)
+        assert log[0]["attempts"][0]["status_code"] == 200
+
+        # Rotation: the new secret signs what follows; the old one no longer verifies.
+        rotated = client.post(f"/monitors/{monitor_id}/webhook-secret", headers=owner).json["webhook_secret"]
+        assert rotated != created["webhook_secret"]
+        receiver.secrets[monitor_id] = rotated
+        more_stamps, more_values = minute_series(2, start=200)
+        more_values[1] += 60
+        post_points(client, owner, monitor_id, more_stamps, more_values)
+        receiver.wait_for(expected_events + 1)
+        assert receiver.deliveries[-1]["signature_ok"]
+        assert client.get(f"/monitors/{monitor_id}", headers=owner).json["open_anomalies"][0]["timestamp"] == \
+            more_stamps[1]
+    finally:
+        receiver.stop()
+
+
+def test_failed_deliveries_are_retried_in_order(client: FlaskClient, keys: dict, monitor_app: Flask,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    sender = monitor_app.extensions["monitors"].sender
+    monkeypatch.setattr(sender, "policy", type(sender.policy)(base_seconds=0.1, max_delay_seconds=0.4))
+    sender.start()
+    receiver = Receiver()
+    receiver.status = 503
+    receiver.start()
+    try:
+        owner = keys["owner"]
+        created = create(client, owner, webhook_url=receiver.url)
+        monitor_id = created["id"]
+        receiver.secrets[monitor_id] = created["webhook_secret"]
+        stamps, values = minute_series(100)
+        for i in (60, 70, 80):
+            values[i] += 40
+        post_points(client, owner, monitor_id, stamps, values)
+        deadline = time.monotonic() + 20
+        while len(receiver.deliveries) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {d["event"]["sequence"] for d in receiver.deliveries} == {1}  # the head blocks its successors
+        receiver.status = 200
+        with services_of(monitor_app).database.session() as session:
+            total = session.execute(select(func.count()).select_from(MonitorEventRecord).where(
+                MonitorEventRecord.monitor_id == monitor_id)).scalar_one()
+        events = receiver.wait_for(total)
+        assert [e["sequence"] for e in events] == list(range(1, total + 1))
+        log = client.get(f"/monitors/{monitor_id}/deliveries", headers=owner).json["deliveries"]
+        head = next(d for d in log if d["sequence"] == 1)
+        assert head["status"] == "delivered" and len(head["attempts"]) >= 3
+        assert [a["status_code"] for a in head["attempts"]][:2] == [503, 503]
+    finally:
+        receiver.stop()
