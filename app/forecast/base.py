@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.forecast.intervals import MIN_SAMPLES, ErrorModel, fit_errors, origins
+from app.forecast.intervals import MIN_SAMPLES, ErrorModel, fit_errors, level_adjusted, origins, window
 
 
 def usable_periods(periods: Sequence[int], n: int) -> tuple[int, ...]:
@@ -60,6 +60,16 @@ def _normalise(values: Sequence[float], cap: int) -> tuple[np.ndarray, float]:
     return y / scale, scale
 
 
+def never_negative(values: Sequence[float]) -> bool:
+    """A history that never went below zero (counts, bytes, percentages): forecasts are kept >= 0."""
+    return bool(np.min(np.asarray(values, dtype=float)) >= 0)
+
+
+def level_span(periods: tuple[int, ...]) -> int:
+    """Points that define a series' level at an origin: one cycle of the shortest period, else 3."""
+    return periods[0] if periods else 3
+
+
 def _step_scale(y: np.ndarray) -> float:
     d = np.diff(y)
     return float(np.sqrt(np.mean(d * d))) if len(d) else 0.0
@@ -89,8 +99,10 @@ class ForecastModel:
         raise NotImplementedError
 
     def _min_train(self, n: int, periods: tuple[int, ...]) -> int:
-        need = 2 * max(periods) if periods else self.min_train
-        return max(self.min_train, min(need, n // 2))
+        if not periods:
+            # short non-seasonal histories (yearly data: 9-40 points) keep origins from 4 points on
+            return max(4, min(self.min_train, n // 2))
+        return max(self.min_train, min(2 * max(periods), n // 2))
 
     def _origin_step(self, hv: int) -> int:
         return hv
@@ -104,10 +116,11 @@ class ForecastModel:
         hv = max(1, min(horizon, n - mt))
         # enough origins for ~60 errors on short horizons, at most 6 (each one is a full refit)
         count = max(self.n_origins, min(6, math.ceil(2 * MIN_SAMPLES / hv)))
-        orgs, hv = origins(n, horizon, mt, count)
+        orgs, hv = origins(n, horizon, mt, count, short=True)
         errs = np.full((len(orgs), hv), np.nan)
         for j, o in enumerate(orgs):
             f = self.point(y[:o], hv, usable_periods(per, o))
-            errs[j] = y[o:o + hv] - f
+            errs[j] = window(y, o, hv) - f
+        errs = level_adjusted(errs, y, orgs, level_span(per))
         em = fit_errors(errs, _step_scale(y), *self.calibration)
-        return Fitted(med, em, scale)
+        return Fitted(med, em, scale, nonnegative=never_negative(values))

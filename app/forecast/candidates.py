@@ -20,6 +20,7 @@ from app.forecast.seasonal import (
 )
 from app.forecast.smoothing import ar_diff_forecast, damped_forecast, ses_forecast, theta_forecast
 
+ADDITIVE_MARGIN = 1.5  # multiplicative kept unless its remainder SSE exceeds the additive one by this factor
 Candidate = Callable[[np.ndarray, int, tuple[int, ...]], np.ndarray]
 
 
@@ -31,15 +32,31 @@ def _long(periods: tuple[int, ...]) -> int:
     return periods[-1] if periods else 1
 
 
-def _classical_indices(y: np.ndarray, m: int, multiplicative: bool) -> np.ndarray:
+def _classical(y: np.ndarray, m: int, multiplicative: bool) -> tuple[np.ndarray, float]:
+    """Seasonal indices of a classical decomposition and the sum of squared remainders it leaves."""
     w = np.r_[0.5, np.ones(m - 1), 0.5] / m if m % 2 == 0 else np.ones(m) / m
     ma = np.convolve(y, w, mode="valid")
     off = (len(w) - 1) // 2
     seg = y[off: off + len(ma)]
     ratio = seg / ma if multiplicative else seg - ma
     pos = np.arange(off, off + len(ma)) % m
-    idx = np.array([ratio[pos == i].mean() for i in range(m)])
-    return idx / idx.mean() if multiplicative else idx - idx.mean()
+    idx = np.bincount(pos, weights=ratio, minlength=m) / np.maximum(np.bincount(pos, minlength=m), 1)
+    idx = idx / idx.mean() if multiplicative else idx - idx.mean()
+    fit = ma * idx[pos] if multiplicative else ma + idx[pos]
+    return idx, float(np.sum((seg - fit) ** 2))
+
+
+def _classical_indices(y: np.ndarray, m: int, multiplicative: bool) -> np.ndarray:
+    return _classical(y, m, multiplicative)[0]
+
+
+def multiplicative_fits(y: np.ndarray, m: int) -> bool:
+    """Positive history whose classical multiplicative decomposition (period m) leaves remainders no
+    larger than ADDITIVE_MARGIN x the additive one's."""
+    if np.min(y) <= 0 or m < 2 or len(y) < 2 * m + 1:
+        return bool(np.min(y) > 0)
+    mult, mult_sse = _classical(y, m, True)
+    return bool(np.all(mult > 0) and mult_sse <= ADDITIVE_MARGIN * _classical(y, m, False)[1])
 
 
 def deseasonalised(base: Callable[[np.ndarray, int], np.ndarray]) -> Candidate:
@@ -51,12 +68,15 @@ def deseasonalised(base: Callable[[np.ndarray, int], np.ndarray]) -> Candidate:
         n = len(y)
         if m < 2 or n < 3 * m or not acf_seasonal(y, m):
             return base(y, h)
-        mult = bool(np.min(y) > 0)
-        idx = _classical_indices(y, m, mult)
-        if mult and np.all(idx > 0):
-            return base(y / idx[np.arange(n) % m], h) * idx[np.arange(n, n + h) % m]
-        idx = _classical_indices(y, m, False)
-        return base(y - idx[np.arange(n) % m], h) + idx[np.arange(n, n + h) % m]
+        add, add_sse = _classical(y, m, False)
+        if np.min(y) > 0:
+            # multiplicative unless the additive seasonal shape leaves clearly smaller remainders (a
+            # strong trend under a constant-amplitude season: ratios to the early, lower level would
+            # inflate the season at today's level); margin measured on M4 / M1 / Tourism development data
+            mult, mult_sse = _classical(y, m, True)
+            if np.all(mult > 0) and mult_sse <= ADDITIVE_MARGIN * add_sse:
+                return base(y / mult[np.arange(n) % m], h) * mult[np.arange(n, n + h) % m]
+        return base(y - add[np.arange(n) % m], h) + add[np.arange(n, n + h) % m]
 
     return f
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from statsmodels.tsa.seasonal import MSTL, STL
 
+from app.forecast.candidates import multiplicative_fits
 from app.forecast.seasonal import position_theta
 from app.forecast.smoothing import damped_forecast
 
@@ -35,7 +36,7 @@ def mstl_forecast(y: np.ndarray, h: int, periods: tuple[int, ...], position: boo
     per = tuple(p for p in periods if n >= 2 * p)
     if not per or np.ptp(y) == 0:
         return damped_forecast(y, h)
-    mult = log and bool(np.min(y) > 0)
+    mult = log and bool(np.min(y) > 0) and multiplicative_fits(y, per[0])
     x = np.log(y) if mult else y
     if len(per) == 1:
         seas = [STL(x, period=per[0], **_stl_kwargs(per, seasonal)).fit().seasonal]

@@ -1,9 +1,18 @@
-"""Prediction intervals from rolling-origin (conformal) errors measured inside the history.
+"""Prediction intervals from rolling-origin errors measured inside the history.
 
-A model is re-run at a few forecast origins inside the history; the errors E[j, k] (origin j, step k)
-are divided by a horizon profile k**b (b fitted on the errors, clipped to [0, 1]), pooled, and their
-empirical quantiles (finite-sample conformal rank) give the interval half-widths. Beyond the largest
-observed rank the quantile is extrapolated with a Gaussian tail of the same spread, never below the
+A model is re-run at forecast origins inside the history; the errors E[j, k] (origin j, step k) are
+divided by a horizon profile k**b (b fitted on the errors, clipped to [0, 1]) and pooled. The interval
+half-width at confidence c is the larger of two quantiles of those standardised errors:
+
+- the empirical (split-conformal) quantile, rank ceil((n + 1) c) of the n pooled errors;
+- a Student-t predictive quantile, spread * t_{c, nu} * sqrt(1 + 1 / n_eff), where n_eff is the number
+  of *independent* errors the origins hold (errors of one origin share its forecast path, so they
+  count as fewer: one-way intra-class correlation of the standardised errors) and nu = n_eff - 1.
+
+With many independent errors the empirical quantile rules (no distributional assumption); with few
+(short histories allow few origins) the t quantile widens the interval by exactly the uncertainty of
+a scale estimated from n_eff errors, instead of trusting a handful of errors or a blanket factor.
+Beyond the largest observed rank only the t quantile (a parametric tail) remains, never below the
 largest observed error, so a higher confidence is never narrower.
 """
 
@@ -14,16 +23,24 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import norm
+from scipy.stats import t as student_t
 
 _Z80 = float(norm.ppf(0.9))  # two-sided 80% Gaussian quantile, reference point of the tail factor
-MIN_SAMPLES = 30  # below this many pooled errors, blend in a random-walk error model
+MIN_SAMPLES = 30  # enough pooled errors for the empirical quantiles at the usual confidences
+MIN_ERRORS = 5  # below this many observed errors the spread comes from a random-walk (naive) model
+T_LIMIT = 60.0  # n_eff at which the t quantile is no longer taken (it is then within 1% of Gaussian)
+SHORT_ORIGINS = 12  # origins a short history gets (evenly spread, windows cut at the end of the history)
 
 
-def origins(n: int, h: int, min_train: int, count: int, step: int | None = None) -> tuple[list[int], int]:
-    """Forecast origins (newest first) and the evaluated window length.
+def origins(n: int, h: int, min_train: int, count: int, step: int | None = None,
+            short: bool = False) -> tuple[list[int], int]:
+    """Forecast origins (newest first) and the evaluated window length hv.
 
-    The window is ``h`` when the history allows, else shorter (at least 1), so short series still
-    get some measured errors.
+    The window is ``h`` when the history allows, else shorter (at least 1). Origins are ``step`` apart
+    with whole windows inside the history. With ``short`` and a history too short for ``count`` such
+    origins, up to SHORT_ORIGINS origins are spread evenly from the newest point back to ``min_train``,
+    and windows are cut where the history ends (callers mark those steps NaN): a short series then
+    still yields errors at many origins, the near steps most often.
     """
     hv = max(1, min(h, n - min_train))
     step = max(1, step if step is not None else hv)
@@ -32,7 +49,62 @@ def origins(n: int, h: int, min_train: int, count: int, step: int | None = None)
     while o >= min_train and len(out) < count:
         out.append(o)
         o -= step
+    if short and len(out) < count and n - 1 >= min_train:
+        k = min(n - min_train, max(count, SHORT_ORIGINS))
+        out = [int(v) for v in np.unique(np.linspace(n - 1, min_train, k).round())[::-1]]
     return out, hv
+
+
+def window(y: np.ndarray, o: int, hv: int) -> np.ndarray:
+    """Actuals y[o:o+hv], NaN-padded past the end of the history."""
+    out = np.full(hv, np.nan)
+    seg = y[o:o + hv]
+    out[: len(seg)] = seg
+    return out
+
+
+def level_adjusted(errors: np.ndarray, y: np.ndarray, orgs: list[int], span: int) -> np.ndarray:
+    """Errors rescaled to the current level for a positive history: row j times level(n) / level(o_j).
+
+    A positive series that grows (or shrinks) has errors proportional to its level, so errors measured
+    at early origins understate the errors at today's level (M1 yearly: 1.5x at the median series).
+    The level is the mean of the last ``span`` points before an origin; a history that is not
+    positive, or whose levels are not all positive, keeps absolute errors.
+    """
+    if not len(orgs) or np.min(y) <= 0:
+        return errors
+    span = max(1, span)
+    now = float(np.mean(y[-span:]))
+    lev = np.array([float(np.mean(y[max(0, o - span):o])) for o in orgs])
+    if now <= 0 or np.any(lev <= 0):
+        return errors
+    return errors * (now / lev)[:, None]
+
+
+def effective_count(z: np.ndarray) -> float:
+    """Independent errors in an (origins x steps) matrix of standardised errors (NaN = not observed).
+
+    Errors of one origin are correlated (a level or trend error persists over its window); with the
+    one-way intra-class correlation rho of the rows, a row of m errors counts as m / (1 + (m - 1) rho).
+    rho is estimated on the rows with at least two errors (ANOVA estimator), and taken as 1 when fewer
+    than two such rows exist.
+    """
+    cnt = np.isfinite(z).sum(axis=1)
+    rows = z[cnt >= 2]
+    rho = 1.0
+    if len(rows) >= 2:
+        k = np.isfinite(rows).sum(axis=1).astype(float)
+        means = np.nansum(rows, axis=1) / k
+        grand = float(np.nansum(rows) / k.sum())
+        ssw = float(np.nansum((rows - means[:, None]) ** 2))
+        ssb = float(np.sum(k * (means - grand) ** 2))
+        dfw, dfb = k.sum() - len(rows), len(rows) - 1
+        msw = ssw / dfw if dfw > 0 else 0.0
+        msb = ssb / dfb
+        k0 = (k.sum() - float(np.sum(k * k)) / k.sum()) / dfb
+        den = msb + (k0 - 1.0) * msw
+        rho = min(max((msb - msw) / den, 0.0), 1.0) if den > 0 else 1.0
+    return float(np.sum(cnt / (1.0 + (cnt - 1.0) * rho)))
 
 
 @dataclass(frozen=True)
@@ -43,6 +115,7 @@ class ErrorModel:
     z: np.ndarray          # signed, sorted
     absz: np.ndarray       # sorted
     spread: float          # RMS of z
+    n_eff: float = math.inf  # independent errors behind z (see effective_count)
     extra_scale: float = 1.0
     tail: float = 0.0      # > 0: quantiles widened more at high confidence (heavier tails than measured)
 
@@ -55,30 +128,38 @@ class ErrorModel:
         q = self._abs_quantile(confidence)
         return q * prof, q * prof
 
+    def _param(self, p: float) -> float:
+        """Quantile p of the predictive distribution of one new standardised error: Student-t with
+        n_eff - 1 degrees of freedom, scaled by sqrt(1 + 1/n_eff); Gaussian once n_eff is large."""
+        if self.n_eff >= T_LIMIT:
+            return self.spread * float(norm.ppf(p))
+        nu = max(self.n_eff - 1.0, 1.0)
+        return self.spread * float(student_t.ppf(p, nu)) * math.sqrt(1.0 + 1.0 / max(self.n_eff, 1.0))
+
     def _abs_quantile(self, c: float) -> float:
         n = len(self.absz)
         if n == 0:
             return 0.0
         r = math.ceil((n + 1) * c)
-        gauss = self.spread * float(norm.ppf(0.5 + c / 2.0))
+        param = self._param(0.5 + c / 2.0)
         if r <= n:
             emp = float(self.absz[r - 1])
-            if n < MIN_SAMPLES:
-                return max(emp, gauss)
+            if n < MIN_SAMPLES or self.n_eff < T_LIMIT:
+                return max(emp, param)
             return emp
-        return max(float(self.absz[-1]), gauss)
+        return max(float(self.absz[-1]), param)
 
     def asymmetric(self, h: int, confidence: float) -> tuple[np.ndarray, np.ndarray]:
         """Signed quantiles: (down, up) distances, each >= 0 and nondecreasing in confidence."""
         n = len(self.z)
         prof = np.arange(1, h + 1, dtype=float) ** self.b * self._factor(confidence)
-        if n < MIN_SAMPLES:
+        if n < MIN_SAMPLES or self.n_eff < T_LIMIT:
             return self.half_widths(h, confidence)
         lo_p = (1.0 - confidence) / 2.0
         hi_p = (1.0 + confidence) / 2.0
         r_lo = math.floor((n + 1) * lo_p)
         r_hi = math.ceil((n + 1) * hi_p)
-        tail = self.spread * float(norm.ppf(hi_p))
+        tail = self._param(hi_p)
         down = -float(self.z[r_lo - 1]) if r_lo >= 1 else max(-float(self.z[0]), tail)
         up = float(self.z[r_hi - 1]) if r_hi <= n else max(float(self.z[-1]), tail)
         return max(down, 0.0) * prof, max(up, 0.0) * prof
@@ -105,14 +186,15 @@ def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: floa
         if ok.sum() >= 3:
             b = float(np.polyfit(np.log(k[ok]), np.log(rms[ok]), 1)[0])
             b = min(max(b, 0.0), 1.0)
-    z = (e / k**b)[np.isfinite(e)]
-    if len(z) < MIN_SAMPLES:
-        # pad with deterministic Gaussian quantile points: of the observed errors' spread when there
-        # are a few (>= 5), else of the random-walk (first difference) scale
-        pad_scale = float(np.sqrt(np.mean(z * z))) if len(z) >= 5 else fallback_step_scale
-        if pad_scale > 0:
-            m = MIN_SAMPLES - len(z)
-            z = np.concatenate([z, norm.ppf((np.arange(m) + 0.5) / m) * pad_scale])
-    z = np.sort(z)
+    zm = e / k**b
+    z = zm[np.isfinite(zm)]
+    n_eff = effective_count(zm) if e.size else 0.0
     spread = float(np.sqrt(np.mean(z * z))) if len(z) else 0.0
-    return ErrorModel(b=b, z=z, absz=np.sort(np.abs(z)), spread=spread, extra_scale=extra_scale, tail=tail)
+    if len(z) < MIN_ERRORS:
+        # too few errors to say anything: the random-walk (first difference) scale, as few as observed
+        spread = max(spread, fallback_step_scale)
+        z = np.concatenate([z, norm.ppf((np.arange(MIN_ERRORS) + 0.5) / MIN_ERRORS) * spread])
+        n_eff = max(float(len(z) - MIN_ERRORS), 1.0)
+    z = np.sort(z)
+    return ErrorModel(b=b, z=z, absz=np.sort(np.abs(z)), spread=spread, n_eff=max(n_eff, 1.0),
+                      extra_scale=extra_scale, tail=tail)
