@@ -13,7 +13,7 @@ deviation. Fewer moving parts; it answers when the default detector fails.
 
 Every feature of row i is computed from a fixed-width window of rows before i (never a running sum
 from row 0), so judging rows [start, n) reproduces judging [0, n) exactly, at a cost bounded by a
-look-back of LOOK_BACK rows plus the seasonal look-ups.
+look-back of BAND_ROWS + CHOOSER_ROWS rows plus the seasonal look-ups.
 """
 
 from __future__ import annotations
@@ -34,11 +34,15 @@ log = logging.getLogger("app.detect")
 WARMUP = 11
 LOCAL_MEAN_ROWS = 8
 CHOOSER_ROWS = 288  # recent errors that choose the predictor (a day of five-minute rows)
-BAND_ROWS = 720  # recent errors that set the expected range
+BAND_ROWS = 1200  # recent errors that set the expected range
 BAND_MARGIN = 1.5
+RECENT_ROWS = 12
+# Errors are compared through a small power, so one huge miss does not disqualify an otherwise close predictor.
+CHOOSER_POWER = 0.25
+RECENT_FACTOR = 1.0
 SCORE_POWER = 2.0
 MAX_PERIOD_ROWS = 2016
-LOOK_BACK = BAND_ROWS + CHOOSER_ROWS + LOCAL_MEAN_ROWS + 2
+BAND_BLOCK = 8
 
 DAY = 86_400.0
 _PERIOD_CANDIDATES: dict[str, tuple[float, ...]] = {
@@ -125,79 +129,96 @@ def adaptive_detector(
     start = max(0, min(start, n))
     step = nominal_step(times)
     period = period_seconds(data_frequency, step)
-    # Rows needed: the band of row i looks at residuals of BAND_ROWS rows, each chosen over CHOOSER_ROWS.
-    lo = max(0, start - LOOK_BACK)
+    # What judging rows [start, n) needs, walking back: the band of row i reads the errors of the
+    # BAND_ROWS rows before its block start; each of those rows was predicted by the predictor with the
+    # smallest error over the CHOOSER_ROWS rows before it.
+    band_from = max(0, (start // BAND_BLOCK) * BAND_BLOCK - BAND_ROWS)
+    lo = max(0, band_from - CHOOSER_ROWS)
     rows = np.arange(lo, n)
     y = values[lo:n]
     m = len(rows)
 
-    candidates: list[np.ndarray] = []
+    predictions = _candidates(times, values, rows, period, step)
+    errors = np.abs(predictions - y) ** CHOOSER_POWER  # NaN where a predictor has no value
+    # Mean error of each predictor over the CHOOSER_ROWS rows before i, for rows band_from..n-1; inf (never
+    # chosen) when any of those rows lacked the predictor. The first rows of a series use what they have.
+    first = band_from - lo
+    recent = np.full((len(predictions), m - first), np.inf)
+    full_from = max(first, CHOOSER_ROWS + 1 - lo) if lo == 0 else first
+    if full_from < m:
+        windows = sliding_window_view(errors[:, full_from - CHOOSER_ROWS : m - 1], CHOOSER_ROWS, axis=1)
+        means = windows.mean(axis=2)
+        recent[:, full_from - first :] = np.where(np.isnan(means), np.inf, means)
+    for j in range(max(first, 2), min(full_from, m)):
+        with np.errstate(invalid="ignore"):
+            means = errors[:, 1:j].mean(axis=1)
+        recent[:, j - first] = np.where(np.isnan(means), np.inf, means)
+    choice = np.argmin(recent, axis=0)
+    # With nothing scored yet (the first rows), the last value is the prediction.
+    choice[~np.isfinite(recent.min(axis=0))] = len(predictions) - 2
+    expected = predictions[choice, np.arange(first, m)]
+    observed = y[first:]
+    expected = np.where(np.isnan(expected), observed, expected)
+    magnitude = np.abs(observed - expected)  # rows band_from..n-1
+
+    # The band is recomputed at every BAND_BLOCK-th row (rows before the block start only), which keeps
+    # a whole-series request cheap; the recent-surprise term below reacts row by row.
+    judged = np.arange(start, n)
+    block_ends = (judged // BAND_BLOCK) * BAND_BLOCK
+    band = np.zeros(len(judged))
+    for block_end in np.unique(block_ends):
+        window = magnitude[max(1, block_end - BAND_ROWS) - band_from : block_end - band_from]
+        if len(window):
+            band[block_ends == block_end] = BAND_MARGIN * np.quantile(window, confidence, method="higher")
+    halfwidth = band
+    if RECENT_ROWS > 0:
+        # A surprise no larger than one just seen is not news: after a spike or a step the range widens
+        # to the recent errors, so one incident is one anomaly, not a run of them.
+        padded = np.concatenate([np.zeros(max(0, RECENT_ROWS - (start - band_from))), magnitude])
+        offset = len(padded) - len(magnitude)
+        recent_max = sliding_window_view(padded[:-1], RECENT_ROWS).max(axis=1)
+        halfwidth = np.maximum(halfwidth, RECENT_FACTOR * recent_max[judged - band_from + offset - RECENT_ROWS])
+    halfwidth = np.maximum(halfwidth, _floor(values, start, n))
+    return _result(values[start:n], expected[start - band_from :], halfwidth, 0, start, period, step)
+
+
+def _candidates(
+    times: np.ndarray, values: np.ndarray, rows: np.ndarray, period: float | None, step: float
+) -> np.ndarray:
+    """One-step predictions of every predictor for `rows` (one row per predictor, NaN where it has none).
+
+    Seasonal predictors come first: on a tie (a flat night before a daily step) the season wins.
+    """
+    lo, n = int(rows[0]), int(rows[-1]) + 1
+    m = len(rows)
     last = np.full(m, np.nan)
-    last[1:] = y[:-1]
-    if lo > 0:
-        last[0] = values[lo - 1]
-    candidates.append(last)
+    last[rows >= 1] = values[rows[rows >= 1] - 1]
     mean_local = np.full(m, np.nan)
-    # Mean of the LOCAL_MEAN_ROWS rows before i; windows taken from the full array keep edges identical.
-    base = max(0, lo - LOCAL_MEAN_ROWS)
-    windows = sliding_window_view(values[base:n], LOCAL_MEAN_ROWS)  # window k covers base+k .. base+k+W-1
+    # Mean of the LOCAL_MEAN_ROWS rows before i, each window taken whole from the full array.
     first_full = max(lo, LOCAL_MEAN_ROWS)
     if first_full < n:
-        idx = np.arange(first_full, n)
-        mean_local[idx - lo] = windows[idx - LOCAL_MEAN_ROWS - base].mean(axis=1)
+        base = first_full - LOCAL_MEAN_ROWS
+        windows = sliding_window_view(values[base : n - 1], LOCAL_MEAN_ROWS)
+        mean_local[first_full - lo :] = windows.mean(axis=1)
     for i in range(max(lo, 1), min(first_full, n)):
         mean_local[i - lo] = values[:i].mean()
-    candidates.append(mean_local)
+    local = [last, mean_local]
+    if period is None:
+        return np.vstack(local)
 
-    if period is not None:
-        tolerance = 0.5 * step
-        season1 = _seasonal_rows(times, rows, period, tolerance)
-        prev_rows = np.maximum(rows - 1, 0)
-        season1_prev = _seasonal_rows(times, prev_rows, period, tolerance)
-        season2 = _seasonal_rows(times, rows, 2 * period, tolerance)
-        season3 = _seasonal_rows(times, rows, 3 * period, tolerance)
-        naive = np.where(season1 >= 0, values[np.maximum(season1, 0)], np.nan)
-        candidates.append(naive)
-        prev_naive = np.where(season1_prev >= 0, values[np.maximum(season1_prev, 0)], np.nan)
-        level = np.where((rows >= 1) & (season1_prev >= 0), last + naive - prev_naive, np.nan)
-        candidates.append(level)
-        ok3 = (season1 >= 0) & (season2 >= 0) & (season3 >= 0)
-        three = (values[np.maximum(season1, 0)] + values[np.maximum(season2, 0)] + values[np.maximum(season3, 0)]) / 3
-        candidates.append(np.where(ok3, three, np.nan))
-
-    # Seasonal predictors first: on a tie (a flat night before a daily step) the season wins.
-    predictions = np.vstack(candidates[2:] + candidates[:2])  # (k, m)
-    errors = np.abs(predictions - y)  # NaN where a predictor has no value
-    # Recent mean error of each predictor over the CHOOSER_ROWS rows before i; NaN (never chosen) when
-    # any of those rows lacked the predictor. Rows with a shorter history use what they have.
-    recent = np.full(predictions.shape, np.inf)
-    if m > CHOOSER_ROWS:
-        full = sliding_window_view(errors[:, :-1], CHOOSER_ROWS, axis=1).mean(axis=2)  # (k, m-CHOOSER_ROWS)
-        recent[:, CHOOSER_ROWS:] = np.where(np.isnan(full), np.inf, full)
-    if lo == 0:
-        # The first rows have a shorter history; they are only ever computed from row 0, so this stays exact.
-        for j in range(2, min(m, CHOOSER_ROWS + 1)):
-            with np.errstate(invalid="ignore"):
-                means = errors[:, 1:j].mean(axis=1)
-            recent[:, j] = np.where(np.isnan(means), np.inf, means)
-    choice = np.argmin(recent, axis=0)
-    choice[~np.isfinite(recent.min(axis=0))] = 0
-    expected = predictions[choice, np.arange(m)]
-    expected = np.where(np.isnan(expected), y, expected)
-    residual = y - expected
-    magnitude = np.abs(residual)
-
-    halfwidth = np.zeros(m)
-    floor_scale = _floor(values, lo, n)
-    if m > BAND_ROWS:
-        window = sliding_window_view(magnitude[:-1], BAND_ROWS)
-        halfwidth[BAND_ROWS:] = BAND_MARGIN * np.quantile(window, confidence, axis=1, method="higher")
-    if lo == 0:
-        for j in range(WARMUP, min(m, BAND_ROWS + 1)):
-            halfwidth[j] = BAND_MARGIN * np.quantile(magnitude[1:j], confidence, method="higher")
-    halfwidth = np.maximum(halfwidth, floor_scale)
-
-    return _result(y, expected, halfwidth, start - lo, lo, period, step)
+    tolerance = 0.5 * step
+    season1 = _seasonal_rows(times, rows, period, tolerance)
+    season1_prev = _seasonal_rows(times, np.maximum(rows - 1, 0), period, tolerance)
+    season2 = _seasonal_rows(times, rows, 2 * period, tolerance)
+    season3 = _seasonal_rows(times, rows, 3 * period, tolerance)
+    naive = np.where(season1 >= 0, values[np.maximum(season1, 0)], np.nan)
+    prev_naive = np.where(season1_prev >= 0, values[np.maximum(season1_prev, 0)], np.nan)
+    level = np.where((rows >= 1) & (season1_prev >= 0), last + naive - prev_naive, np.nan)
+    ok3 = (season1 >= 0) & (season2 >= 0) & (season3 >= 0)
+    lags = np.vstack([values[np.maximum(season, 0)] for season in (season1, season2, season3)])
+    # The median of three seasons ignores one odd day, so an anomaly is not echoed a period later.
+    median3 = np.where(ok3, np.median(lags, axis=0), np.nan)
+    return np.vstack([naive, level, median3, *local])
 
 
 def _floor(values: np.ndarray, lo: int, n: int) -> np.ndarray:
