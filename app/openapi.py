@@ -17,6 +17,7 @@ from app.forecast.schemas import (
     ForecastResponseSchema,
     JsonArray,
 )
+from app.keys import api as keys_api
 from app.pipeline import uncounted
 from app.verify import VerifyResponseSchema
 
@@ -234,6 +235,7 @@ def build_spec() -> dict[str, Any]:
         )
     _keyed_get(spec, "/metrics", "Meta", "Prometheus metrics (key with admin permission; not counted)",
                "Prometheus text format", "text/plain", {"type": "string"}, headers={})
+    keys_api.document(spec, _errors, RATE_LIMIT_HEADERS)
     return spec.to_dict()
 
 
