@@ -1,8 +1,8 @@
 """The Python client (clients/python, package forecast_client) against a real gunicorn server.
 
-One server for the whole module. Its database holds three keys: a generous read key, a write-only key (for
-403) and a 3-per-minute key whose three requests are spent as the server starts, so that by the time the
-rate-limit test (last in this file) runs, most of its minute has already gone by.
+One server for the whole module. Its database holds four keys: a generous read key, a write-only key (for
+403), an admin key (for the /keys calls) and a 3-per-minute key whose three requests are spent as the server
+starts, so that by the time the rate-limit test (last in this file) runs, most of its minute has gone by.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from forecast_client import (
     DataValidationError,
     ForecastResult,
     InvalidRequest,
+    NotFound,
     PayloadTooLarge,
     PermissionDenied,
     RateLimited,
@@ -52,7 +53,7 @@ class Running:
     key: str
     write_only_key: str
     limited_key: str
-    limited_spent_at: float
+    admin_key: str
 
     @property
     def url(self) -> str:
@@ -84,6 +85,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     key = create_key(env, "--permissions", "read", "--per-minute", "1000", "--per-hour", "5000")
     write_only_key = create_key(env, "--permissions", "write")
     limited_key = create_key(env, "--permissions", "read", "--per-minute", "3")
+    admin_key = create_key(env, "--permissions", "read,write,admin", "--per-minute", "1000")
     server = Server(env, log_path=directory / "gunicorn.log")
     try:
         server.wait_ready()
@@ -91,7 +93,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             # GET /models is not counted; a forecast is, whatever its answer.
             assert httpx.post(server.url + "/forecast", json={}, headers={"Authorization": f"Bearer {limited_key}"},
                               timeout=10).status_code == 400
-        yield Running(server, env, key, write_only_key, limited_key, time.monotonic())
+        yield Running(server, env, key, write_only_key, limited_key, admin_key)
     finally:
         server.stop()
 
@@ -215,6 +217,102 @@ def test_pair_of_sequences_and_the_short_history_warning(client: Client) -> None
     assert result.datetimes[0].utcoffset().total_seconds() == 5.5 * 3600
     # With one fixed offset in the text, the frame keeps that offset rather than switching to UTC.
     assert result.to_pandas().index[0].isoformat() == "2026-03-21T00:00:00+05:30"
+
+
+def five_minute_series(points: int, *, spike_at: int, gaps: bool = False) -> pd.Series:
+    """Road-sensor-like data: a daily cycle every 288 rows, optionally with holes and jitter."""
+    stamps, values, t = [], [], pd.Timestamp("2026-03-01")
+    for i in range(points):
+        stamps.append(t)
+        values.append(100 + 20 * math.sin(2 * math.pi * i / 288) + (i * 7919 % 13) / 13)
+        t += pd.Timedelta(minutes=10 if gaps and i % 17 == 0 else 5, seconds=(i % 3) * 7 if gaps else 0)
+    values[spike_at] += 40
+    return pd.Series(values, index=pd.DatetimeIndex(stamps))
+
+
+def test_detect_anomalies_finds_the_spike_in_a_gappy_series(running: Running, client: Client) -> None:
+    series = five_minute_series(600, spike_at=500, gaps=True)
+    assert series.index.freq is None and pd.infer_freq(series.index) is None  # holes and jitter
+    result = client.detect_anomalies(series)
+    assert result.frequency == "Minutes" and result.model == "anomaly-model-1" and result.confidence == 0.99
+    assert len(result) == 600 and 500 in result.anomalies and result.direction[500] == "up"
+    assert result.timestamps[0] == "2026-03-01T00:00:00" and result.rate_limit is not None
+    frame = result.to_pandas()
+    assert list(frame.columns) == ["value", "expected", "lower", "upper", "score", "is_anomaly", "direction"]
+    assert (frame.index == series.index).all() and frame["value"].tolist() == series.tolist()
+    assert bool(frame["is_anomaly"].iloc[500]) and frame["score"].iloc[500] >= 0.5
+
+    last = client.detect_last_anomaly(series.iloc[:501], model="anomaly-model-2", confidence=0.95)
+    assert last.timestamp == result.timestamps[500] and last.value == series.iloc[500]
+    assert last.is_anomaly and last.direction == "up" and last.model == "anomaly-model-2"
+    assert last.lower <= last.expected <= last.upper and last.confidence == 0.95
+
+    with pytest.raises(DataValidationError) as short:
+        client.detect_anomalies(series.iloc[:5])
+    assert short.value.issue == "insufficient data points"
+
+
+def test_key_management_calls(running: Running) -> None:
+    with Client(running.url, running.admin_key, max_retries=1) as admin:
+        created = admin.create_key(["read"], name="reporting", per_minute=20)
+        assert created.key.startswith("ak_") and len(created.key) == 67
+        assert created.key not in repr(created) and created.key[3:] not in repr(created)
+        assert created.permissions == ("read",) and created.limits.per_minute == 20 and created.status == "active"
+        assert created.id in [k.id for k in admin.list_keys()]
+        assert admin.get_key(created.id).name == "reporting"
+
+        updated = admin.update_key(created.id, name="reports", per_minute=30)
+        assert updated.name == "reports" and updated.limits.per_minute == 30
+
+        with Client(running.url, created.key) as made:
+            assert made.verify().permissions == ("read",)
+            usage = admin.key_usage(created.id, hours=2)
+            assert usage.key_id == created.id and usage.hours == 2
+            assert [w.window for w in usage.rate_limits] == ["minute", "hour", "day"]
+            assert usage.rate_limits[0].limit == 30
+
+            rotated = admin.rotate_key(created.id, grace_seconds=0)
+            assert rotated.old_key.id == created.id and rotated.old_key.rotated_to == rotated.new_key.id
+            assert rotated.new_key.key != created.key and rotated.new_key.limits.per_minute == 30
+            deadline = time.monotonic() + 10  # running servers trust a key lookup for up to 5 s
+            while True:
+                try:
+                    made.verify()
+                except Unauthorized:
+                    break
+                assert time.monotonic() < deadline, "rotated key still accepted"
+                time.sleep(0.2)
+        with Client(running.url, rotated.new_key.key) as replacement:
+            assert replacement.verify().permissions == ("read",)
+            with pytest.raises(PermissionDenied) as not_admin:
+                replacement.list_keys()
+            assert not_admin.value.required_permission == "admin"
+        assert admin.revoke_key(rotated.new_key.id).status == "revoked"
+
+        with pytest.raises(NotFound) as missing:
+            admin.get_key("key_does_not_exist")
+        assert missing.value.status_code == 404 and missing.value.code == "INVALID_REQUEST"
+        with pytest.raises(PermissionDenied):
+            admin.create_key(["read", "delete"])  # more than the admin key itself holds
+
+
+def test_creating_a_key_is_not_repeated_once_the_request_may_have_arrived(running: Running) -> None:
+    with socket.socket() as listener:  # accepts connections but never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        silent = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with Client(silent, running.admin_key, timeout=0.3, max_retries=3, backoff_base=0.05) as admin:
+            with pytest.raises(APITimeoutError) as lost:
+                admin.create_key(["read"])  # sent; the answer never came: it may exist, so no second one
+            assert lost.value.attempts == 1
+            with pytest.raises(APITimeoutError) as read:
+                admin.list_keys()  # a read is safe to repeat
+            assert read.value.attempts == 4
+    closed = f"http://127.0.0.1:{free_port()}"
+    with Client(closed, running.admin_key, max_retries=2, backoff_base=0.05) as admin:
+        with pytest.raises(APIConnectionError) as refused:
+            admin.create_key(["read"])  # never connected: nothing was sent, so retried
+        assert refused.value.attempts == 3
 
 
 # -- errors from real answers ------------------------------------------------------------------------------

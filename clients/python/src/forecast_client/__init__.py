@@ -19,7 +19,21 @@ from forecast_client._errors import (
 )
 from forecast_client._retry import RetryPolicy
 from forecast_client._series import FREQUENCIES, infer_frequency
-from forecast_client._types import ForecastResult, ModelInfo, RateLimit, VerifyResult
+from forecast_client._types import (
+    AnomalyResult,
+    CreatedKey,
+    ForecastResult,
+    KeyInfo,
+    KeyLimits,
+    KeyUsage,
+    LastPointResult,
+    ModelInfo,
+    RateLimit,
+    RateWindow,
+    RotatedKey,
+    UsageBucket,
+    VerifyResult,
+)
 
 __all__ = [
     "API_KEY_ENV",
@@ -27,13 +41,19 @@ __all__ = [
     "FREQUENCIES",
     "APIConnectionError",
     "APIError",
+    "AnomalyResult",
     "APITimeoutError",
     "AsyncClient",
     "Client",
+    "CreatedKey",
     "DataValidationError",
     "ForecastClientError",
     "ForecastResult",
     "InvalidRequest",
+    "KeyInfo",
+    "KeyLimits",
+    "KeyUsage",
+    "LastPointResult",
     "MethodNotAllowed",
     "ModelInfo",
     "NotFound",
@@ -41,11 +61,14 @@ __all__ = [
     "PermissionDenied",
     "RateLimit",
     "RateLimited",
+    "RateWindow",
     "RetryPolicy",
+    "RotatedKey",
     "ServerError",
     "Unauthorized",
     "UnexpectedResponse",
     "UnsupportedMediaType",
+    "UsageBucket",
     "VerifyResult",
     "__version__",
     "infer_frequency",

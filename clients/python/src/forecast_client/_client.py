@@ -8,10 +8,12 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -23,11 +25,25 @@ from forecast_client._errors import (
 )
 from forecast_client._retry import RetryPolicy
 from forecast_client._series import EncodedSeries, encode_series
-from forecast_client._types import ForecastResult, ModelInfo, RateLimit, VerifyResult, parse_retry_after
+from forecast_client._types import (
+    AnomalyResult,
+    CreatedKey,
+    ForecastResult,
+    KeyInfo,
+    KeyUsage,
+    LastPointResult,
+    ModelInfo,
+    RateLimit,
+    RotatedKey,
+    VerifyResult,
+    parse_retry_after,
+    read_usage,
+)
 
 __version__ = "0.1.0"
 log = logging.getLogger("forecast_client")
 
+T = TypeVar("T")
 API_KEY_ENV = "FORECAST_API_KEY"
 BASE_URL_ENV = "FORECAST_URL"
 
@@ -160,9 +176,9 @@ class _Common:
     # -- retries -------------------------------------------------------------------------------------------
 
     def _next_delay_after_response(
-        self, response: httpx.Response, retries_done: int, started: float, request_id: str
+        self, response: httpx.Response, retries_done: int, started: float, request_id: str, call: _Call[Any]
     ) -> float | None:
-        if not self.retry_policy.wants_retry(response):
+        if not self.retry_policy.wants_retry(response, idempotent=call.idempotent):
             return None
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
         delay = self.retry_policy.delay(retries_done, time.monotonic() - started, retry_after)
@@ -173,9 +189,9 @@ class _Common:
 
     def _next_delay_after_exception(
         self, exc: httpx.HTTPError, request: httpx.Request | None, retries_done: int, started: float,
-        request_id: str,
+        request_id: str, call: _Call[Any],
     ) -> float | None:
-        if not self.retry_policy.wants_retry_after(exc):
+        if not self.retry_policy.wants_retry_after(exc, idempotent=call.idempotent):
             return None
         delay = self.retry_policy.delay(retries_done, time.monotonic() - started, None)
         if delay is not None:
@@ -231,7 +247,224 @@ def _timeout(timeout: float | httpx.Timeout) -> httpx.Timeout:
     return httpx.Timeout(timeout, connect=min(timeout, 10.0))
 
 
-class Client(_Common):
+@dataclass(frozen=True)
+class _Call(Generic[T]):
+    """One API call, described without doing it: both clients send it and hand the answer to ``read``."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    content: bytes | None = None
+    headers: Mapping[str, str] | None = None
+    params: Mapping[str, Any] | None = None
+    # False for calls that create something (a key): a repeat after a lost answer would create it twice, so
+    # those are retried only when the service certainly did not act (429, or no connection was made).
+    idempotent: bool = True
+
+
+class _Calls(_Common):
+    """Every endpoint as a _Call; Client and AsyncClient only send them."""
+
+    def _verify_call(self) -> _Call[VerifyResult]:
+        return _Call("GET", "/verify", self._read_verify)
+
+    def _models_call(self) -> _Call[list[ModelInfo]]:
+        return _Call("GET", "/models", self._read_models)
+
+    def _forecast_call(
+        self, series: Any, horizon: int, frequency: str | None, confidence: float, model: str | None
+    ) -> _Call[ForecastResult]:
+        content, headers, encoded = self._forecast_body(series, horizon, frequency, confidence, model)
+        return _Call(
+            "POST", "/forecast", lambda r: self._read_forecast(r, encoded, confidence, model), content, headers
+        )
+
+    def _anomalies_body(
+        self, series: Any, frequency: str | None, confidence: float | None, model: str | None
+    ) -> tuple[bytes, dict[str, str], EncodedSeries]:
+        encoded = encode_series(series, frequency, gaps_allowed=True)
+        body: dict[str, Any] = {
+            "series": [{"timestamps": encoded.timestamps, "values": encoded.values}],
+            "data_frequency": encoded.frequency,
+        }
+        if confidence is not None:
+            body["confidence"] = confidence
+        headers = {"Content-Type": "application/json"}
+        if model is not None:
+            headers["X-Model-Id"] = model
+        return json.dumps(body, allow_nan=True).encode(), headers, encoded
+
+    def _detect_call(
+        self, series: Any, frequency: str | None, confidence: float | None, model: str | None
+    ) -> _Call[AnomalyResult]:
+        content, headers, encoded = self._anomalies_body(series, frequency, confidence, model)
+
+        def read(response: httpx.Response) -> AnomalyResult:
+            body = _json_object(response)
+            try:
+                return AnomalyResult(
+                    timestamps=[str(t) for t in body["timestamps"]],
+                    values=encoded.values,
+                    expected=[float(v) for v in body["expected"]],
+                    lower=[float(v) for v in body["lower_bound"]],
+                    upper=[float(v) for v in body["upper_bound"]],
+                    score=[float(v) for v in body["anomaly_score"]],
+                    is_anomaly=[bool(v) for v in body["is_anomaly"]],
+                    direction=list(body["direction"]),
+                    warmup_points=int(body["warmup_points"]),
+                    period=body["period"],
+                    model=response.headers.get("X-Model-Id") or model or "",
+                    frequency=encoded.frequency,
+                    confidence=_confidence_of(content),
+                    fallback=response.headers.get("X-Anomaly-Fallback"),
+                    rate_limit=self._note_rate_limit(response),
+                    request_id=response.headers.get("X-Request-Id"),
+                    input_tz=encoded.tz,
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UnexpectedResponse(f"anomalies response is missing or mangles {exc}", response) from exc
+
+        return _Call("POST", "/anomalies", read, content, headers)
+
+    def _detect_last_call(
+        self, series: Any, frequency: str | None, confidence: float | None, model: str | None
+    ) -> _Call[LastPointResult]:
+        content, headers, encoded = self._anomalies_body(series, frequency, confidence, model)
+
+        def read(response: httpx.Response) -> LastPointResult:
+            body = _json_object(response)
+            try:
+                return LastPointResult(
+                    timestamp=str(body["timestamp"]),
+                    value=encoded.values[-1] if encoded.values else None,
+                    expected=float(body["expected"]),
+                    lower=float(body["lower_bound"]),
+                    upper=float(body["upper_bound"]),
+                    score=float(body["anomaly_score"]),
+                    is_anomaly=bool(body["is_anomaly"]),
+                    direction=body["direction"],
+                    warmup_points=int(body["warmup_points"]),
+                    period=body["period"],
+                    model=response.headers.get("X-Model-Id") or model or "",
+                    frequency=encoded.frequency,
+                    confidence=_confidence_of(content),
+                    fallback=response.headers.get("X-Anomaly-Fallback"),
+                    rate_limit=self._note_rate_limit(response),
+                    request_id=response.headers.get("X-Request-Id"),
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UnexpectedResponse(f"anomalies/last response is missing or mangles {exc}", response) from exc
+
+        return _Call("POST", "/anomalies/last", read, content, headers)
+
+    # -- keys (an admin key manages its own account's keys) -------------------------------------------------
+
+    def _key_read(self, build: Callable[[dict[str, Any]], T]) -> Callable[[httpx.Response], T]:
+        def read(response: httpx.Response) -> T:
+            body = _json_object(response)
+            self._note_rate_limit(response)
+            try:
+                return build(body)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UnexpectedResponse(f"keys response is missing or mangles {exc}", response) from exc
+
+        return read
+
+    def _list_keys_call(self) -> _Call[list[KeyInfo]]:
+        return _Call("GET", "/keys", self._key_read(lambda b: [KeyInfo.from_body(k) for k in b["keys"]]))
+
+    def _get_key_call(self, key_id: str) -> _Call[KeyInfo]:
+        return _Call("GET", f"/keys/{_segment(key_id)}", self._key_read(KeyInfo.from_body))
+
+    def _create_key_call(
+        self,
+        permissions: Iterable[str],
+        name: str | None,
+        tier: str | None,
+        per_minute: int | None,
+        per_hour: int | None,
+        per_day: int | None,
+        expires_at: datetime | str | None,
+    ) -> _Call[CreatedKey]:
+        if isinstance(permissions, str):
+            permissions = [p.strip() for p in permissions.split(",") if p.strip()]
+        body: dict[str, Any] = {"permissions": list(permissions)}
+        if name is not None:
+            body["name"] = name
+        if tier is not None:
+            body["tier"] = tier
+        limits = _limits(per_minute, per_hour, per_day)
+        if limits:
+            body["limits"] = limits
+        if expires_at is not None:
+            body["expires_at"] = expires_at if isinstance(expires_at, str) else _aware_iso(expires_at)
+        return _Call(
+            "POST", "/keys", self._key_read(CreatedKey.from_body), _json_bytes(body), _JSON, idempotent=False
+        )
+
+    def _update_key_call(
+        self, key_id: str, name: str | None, tier: str | None, per_minute: int | None, per_hour: int | None,
+        per_day: int | None,
+    ) -> _Call[KeyInfo]:
+        body: dict[str, Any] = {}
+        if name is not None:
+            body["name"] = name
+        if tier is not None:
+            body["tier"] = tier
+        limits = _limits(per_minute, per_hour, per_day)
+        if limits:
+            body["limits"] = limits
+        return _Call("PATCH", f"/keys/{_segment(key_id)}", self._key_read(KeyInfo.from_body), _json_bytes(body), _JSON)
+
+    def _revoke_key_call(self, key_id: str) -> _Call[KeyInfo]:
+        # Revoking twice leaves the key revoked: safe to repeat.
+        return _Call("POST", f"/keys/{_segment(key_id)}/revoke", self._key_read(KeyInfo.from_body))
+
+    def _rotate_key_call(self, key_id: str, grace_seconds: int | None) -> _Call[RotatedKey]:
+        body = {} if grace_seconds is None else {"grace_seconds": grace_seconds}
+
+        def build(b: dict[str, Any]) -> RotatedKey:
+            return RotatedKey(new_key=CreatedKey.from_body(b["new_key"]), old_key=KeyInfo.from_body(b["old_key"]))
+
+        return _Call(
+            "POST", f"/keys/{_segment(key_id)}/rotate", self._key_read(build), _json_bytes(body), _JSON,
+            idempotent=False,
+        )
+
+    def _key_usage_call(self, key_id: str, hours: int | None) -> _Call[KeyUsage]:
+        params = None if hours is None else {"hours": hours}
+        return _Call("GET", f"/keys/{_segment(key_id)}/usage", self._key_read(read_usage), params=params)
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+def _json_bytes(body: Mapping[str, Any]) -> bytes:
+    return json.dumps(body).encode()
+
+
+def _confidence_of(content: bytes | None) -> float:
+    """The confidence the service used: the one sent, else its documented default for anomalies (0.99)."""
+    sent = json.loads(content or b"{}").get("confidence")
+    return float(sent) if sent is not None else 0.99
+
+
+def _limits(per_minute: int | None, per_hour: int | None, per_day: int | None) -> dict[str, int]:
+    given = {"per_minute": per_minute, "per_hour": per_hour, "per_day": per_day}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _segment(key_id: str) -> str:
+    return quote(key_id, safe="")
+
+
+def _aware_iso(value: datetime) -> str:
+    if value.tzinfo is None:
+        raise ValueError("expires_at must be timezone-aware (a naive datetime is ambiguous)")
+    return value.isoformat()
+
+
+class Client(_Calls):
     """A blocking client for the forecast service.
 
     >>> with Client("http://127.0.0.1:8000", api_key="ak_...") as client:
@@ -279,11 +512,11 @@ class Client(_Common):
 
     def verify(self) -> VerifyResult:
         """GET /verify: raises Unauthorized for a bad key; spends no rate limit."""
-        return self._read_verify(self._call("GET", "/verify"))
+        return self._send(self._verify_call())
 
     def models(self) -> list[ModelInfo]:
         """GET /models: the model ids to pass as ``model=``."""
-        return self._read_models(self._call("GET", "/models"))
+        return self._send(self._models_call())
 
     def forecast(
         self,
@@ -301,32 +534,104 @@ class Client(_Common):
         Seconds, Minutes, Hours, Daily, Weekly, Monthly, Quarterly, Yearly (or a pandas alias such as "5min");
         when None it is inferred from the index or the timestamps. ``model`` is a model id from ``models()``.
         """
-        content, headers, encoded = self._forecast_body(series, horizon, frequency, confidence, model)
-        response = self._call("POST", "/forecast", content=content, headers=headers)
-        return self._read_forecast(response, encoded, confidence, model)
+        return self._send(self._forecast_call(series, horizon, frequency, confidence, model))
 
-    def _call(
-        self, method: str, path: str, *, content: bytes | None = None, headers: Mapping[str, str] | None = None
-    ) -> httpx.Response:
+    def detect_anomalies(
+        self,
+        series: Any,
+        *,
+        frequency: str | None = None,
+        confidence: float | None = None,
+        model: str | None = None,
+    ) -> AnomalyResult:
+        """POST /anomalies: a verdict for every row. The series may have gaps and jitter; ``frequency`` is its
+        nominal spacing (inferred from the typical gap when None). ``confidence`` defaults to the service's
+        (0.99); ``model`` is a detector id."""
+        return self._send(self._detect_call(series, frequency, confidence, model))
+
+    def detect_last_anomaly(
+        self,
+        series: Any,
+        *,
+        frequency: str | None = None,
+        confidence: float | None = None,
+        model: str | None = None,
+    ) -> LastPointResult:
+        """POST /anomalies/last: the verdict on the last row, judged against the rows before it."""
+        return self._send(self._detect_last_call(series, frequency, confidence, model))
+
+    def list_keys(self) -> list[KeyInfo]:
+        """GET /keys (admin): the keys of this key's account."""
+        return self._send(self._list_keys_call())
+
+    def get_key(self, key_id: str) -> KeyInfo:
+        return self._send(self._get_key_call(key_id))
+
+    def create_key(
+        self,
+        permissions: Iterable[str],
+        *,
+        name: str | None = None,
+        tier: str | None = None,
+        per_minute: int | None = None,
+        per_hour: int | None = None,
+        per_day: int | None = None,
+        expires_at: datetime | str | None = None,
+    ) -> CreatedKey:
+        """POST /keys (admin): a new key with no permission or limit beyond the caller's. The plain key is in
+        ``.key``, this once."""
+        return self._send(
+            self._create_key_call(permissions, name, tier, per_minute, per_hour, per_day, expires_at)
+        )
+
+    def update_key(
+        self,
+        key_id: str,
+        *,
+        name: str | None = None,
+        tier: str | None = None,
+        per_minute: int | None = None,
+        per_hour: int | None = None,
+        per_day: int | None = None,
+    ) -> KeyInfo:
+        """PATCH /keys/{id} (admin): rename, change tier or custom limits."""
+        return self._send(self._update_key_call(key_id, name, tier, per_minute, per_hour, per_day))
+
+    def revoke_key(self, key_id: str) -> KeyInfo:
+        """POST /keys/{id}/revoke (admin): running servers refuse the key within seconds."""
+        return self._send(self._revoke_key_call(key_id))
+
+    def rotate_key(self, key_id: str, *, grace_seconds: int | None = None) -> RotatedKey:
+        """POST /keys/{id}/rotate (admin): a new key with the same permissions and limits; the old one keeps
+        working for ``grace_seconds`` (the service's default when None, 0 revokes it now)."""
+        return self._send(self._rotate_key_call(key_id, grace_seconds))
+
+    def key_usage(self, key_id: str, *, hours: int | None = None) -> KeyUsage:
+        """GET /keys/{id}/usage (admin): hourly request counts by outcome and the live rate-limit windows."""
+        return self._send(self._key_usage_call(key_id, hours))
+
+    def _send(self, call: _Call[T]) -> T:
         request_id = uuid.uuid4().hex
         # One id for every attempt of a call, so the service's log lines of all of them are found together.
-        request_headers = {**(headers or {}), "X-Request-Id": request_id}
+        headers = {**(call.headers or {}), "X-Request-Id": request_id}
         started = time.monotonic()
         retries_done = 0
         while True:
-            request = self._http.build_request(method, path, content=content, headers=request_headers)
+            request = self._http.build_request(
+                call.method, call.path, content=call.content, headers=headers, params=call.params
+            )
             try:
                 response = self._http.send(request)
             except httpx.HTTPError as exc:
-                delay = self._next_delay_after_exception(exc, request, retries_done, started, request_id)
+                delay = self._next_delay_after_exception(exc, request, retries_done, started, request_id, call)
                 if delay is None:
                     if isinstance(exc, httpx.TransportError):
                         raise self._connection_error(exc, request_id, retries_done + 1) from exc
                     raise
             else:
                 if response.is_success:
-                    return response
-                delay = self._next_delay_after_response(response, retries_done, started, request_id)
+                    return call.read(response)
+                delay = self._next_delay_after_response(response, retries_done, started, request_id, call)
                 if delay is None:
                     self._note_rate_limit(response)
                     raise error_from_response(response, attempts=retries_done + 1)
@@ -334,7 +639,7 @@ class Client(_Common):
             retries_done += 1
 
 
-class AsyncClient(_Common):
+class AsyncClient(_Calls):
     """The asyncio twin of Client: the same arguments, methods and errors, awaited."""
 
     def __init__(
@@ -373,10 +678,10 @@ class AsyncClient(_Common):
         await self._http.aclose()
 
     async def verify(self) -> VerifyResult:
-        return self._read_verify(await self._call("GET", "/verify"))
+        return await self._send(self._verify_call())
 
     async def models(self) -> list[ModelInfo]:
-        return self._read_models(await self._call("GET", "/models"))
+        return await self._send(self._models_call())
 
     async def forecast(
         self,
@@ -387,31 +692,91 @@ class AsyncClient(_Common):
         confidence: float = 0.95,
         model: str | None = None,
     ) -> ForecastResult:
-        content, headers, encoded = self._forecast_body(series, horizon, frequency, confidence, model)
-        response = await self._call("POST", "/forecast", content=content, headers=headers)
-        return self._read_forecast(response, encoded, confidence, model)
+        return await self._send(self._forecast_call(series, horizon, frequency, confidence, model))
 
-    async def _call(
-        self, method: str, path: str, *, content: bytes | None = None, headers: Mapping[str, str] | None = None
-    ) -> httpx.Response:
+    async def detect_anomalies(
+        self,
+        series: Any,
+        *,
+        frequency: str | None = None,
+        confidence: float | None = None,
+        model: str | None = None,
+    ) -> AnomalyResult:
+        return await self._send(self._detect_call(series, frequency, confidence, model))
+
+    async def detect_last_anomaly(
+        self,
+        series: Any,
+        *,
+        frequency: str | None = None,
+        confidence: float | None = None,
+        model: str | None = None,
+    ) -> LastPointResult:
+        return await self._send(self._detect_last_call(series, frequency, confidence, model))
+
+    async def list_keys(self) -> list[KeyInfo]:
+        return await self._send(self._list_keys_call())
+
+    async def get_key(self, key_id: str) -> KeyInfo:
+        return await self._send(self._get_key_call(key_id))
+
+    async def create_key(
+        self,
+        permissions: Iterable[str],
+        *,
+        name: str | None = None,
+        tier: str | None = None,
+        per_minute: int | None = None,
+        per_hour: int | None = None,
+        per_day: int | None = None,
+        expires_at: datetime | str | None = None,
+    ) -> CreatedKey:
+        return await self._send(
+            self._create_key_call(permissions, name, tier, per_minute, per_hour, per_day, expires_at)
+        )
+
+    async def update_key(
+        self,
+        key_id: str,
+        *,
+        name: str | None = None,
+        tier: str | None = None,
+        per_minute: int | None = None,
+        per_hour: int | None = None,
+        per_day: int | None = None,
+    ) -> KeyInfo:
+        return await self._send(self._update_key_call(key_id, name, tier, per_minute, per_hour, per_day))
+
+    async def revoke_key(self, key_id: str) -> KeyInfo:
+        return await self._send(self._revoke_key_call(key_id))
+
+    async def rotate_key(self, key_id: str, *, grace_seconds: int | None = None) -> RotatedKey:
+        return await self._send(self._rotate_key_call(key_id, grace_seconds))
+
+    async def key_usage(self, key_id: str, *, hours: int | None = None) -> KeyUsage:
+        return await self._send(self._key_usage_call(key_id, hours))
+
+    async def _send(self, call: _Call[T]) -> T:
         request_id = uuid.uuid4().hex
-        request_headers = {**(headers or {}), "X-Request-Id": request_id}
+        headers = {**(call.headers or {}), "X-Request-Id": request_id}
         started = time.monotonic()
         retries_done = 0
         while True:
-            request = self._http.build_request(method, path, content=content, headers=request_headers)
+            request = self._http.build_request(
+                call.method, call.path, content=call.content, headers=headers, params=call.params
+            )
             try:
                 response = await self._http.send(request)
             except httpx.HTTPError as exc:
-                delay = self._next_delay_after_exception(exc, request, retries_done, started, request_id)
+                delay = self._next_delay_after_exception(exc, request, retries_done, started, request_id, call)
                 if delay is None:
                     if isinstance(exc, httpx.TransportError):
                         raise self._connection_error(exc, request_id, retries_done + 1) from exc
                     raise
             else:
                 if response.is_success:
-                    return response
-                delay = self._next_delay_after_response(response, retries_done, started, request_id)
+                    return call.read(response)
+                delay = self._next_delay_after_response(response, retries_done, started, request_id, call)
                 if delay is None:
                     self._note_rate_limit(response)
                     raise error_from_response(response, attempts=retries_done + 1)

@@ -11,8 +11,8 @@ from forecast_client._types import parse_retry_after
 
 # 502 and 504 come from a proxy in front of the service (nginx) when it briefly cannot reach it.
 _RETRIED_STATUSES = frozenset({429, 502, 503, 504})
-# Failures where the request may not have reached the service, or its answer was lost. Every call the
-# client makes has no side effect that a repeat would double (forecasts are deterministic), so all are safe.
+# Failures where the request may not have reached the service, or its answer was lost. Retried for calls a
+# repeat cannot double (forecasts and detections are deterministic, reads read, revoking twice is revoking).
 _RETRIED_EXCEPTIONS: tuple[type[Exception], ...] = (
     httpx.TimeoutException,
     httpx.NetworkError,
@@ -42,14 +42,21 @@ class RetryPolicy:
         if self.budget < 0 or self.backoff_base < 0 or self.backoff_max < 0:
             raise ValueError("budget, backoff_base and backoff_max must be >= 0")
 
-    def wants_retry(self, response: httpx.Response) -> bool:
+    def wants_retry(self, response: httpx.Response, *, idempotent: bool = True) -> bool:
+        if response.status_code == 429:
+            return True  # refused before anything was done
+        if not idempotent:
+            return False  # a 5xx may come after the service acted (a key created, then the answer lost)
         if response.status_code in _RETRIED_STATUSES:
             return True
         # The service answers "workers saturated" as a 500 with Retry-After; any other 500 is final.
         return response.status_code == 500 and parse_retry_after(response.headers.get("Retry-After")) is not None
 
     @staticmethod
-    def wants_retry_after(exc: Exception) -> bool:
+    def wants_retry_after(exc: Exception, *, idempotent: bool = True) -> bool:
+        if not idempotent:
+            # Only failures before the request left: no connection, or no pooled connection free.
+            return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
         return isinstance(exc, _RETRIED_EXCEPTIONS)
 
     def delay(self, retries_done: int, elapsed: float, retry_after: float | None) -> float | None:

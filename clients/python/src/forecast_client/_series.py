@@ -49,7 +49,9 @@ class EncodedSeries:
     tz: tzinfo | None
 
 
-def encode_series(series: Any, frequency: str | None) -> EncodedSeries:
+def encode_series(series: Any, frequency: str | None, *, gaps_allowed: bool = False) -> EncodedSeries:
+    """``gaps_allowed``: the endpoint accepts missing rows and jitter (anomalies), so when the spacing is not
+    even the frequency is named after the typical spacing instead of refused."""
     raw_timestamps, values, pandas_index = _split(series)
     texts, datetimes, tz = _format_timestamps(raw_timestamps)
     if frequency is not None:
@@ -57,7 +59,13 @@ def encode_series(series: Any, frequency: str | None) -> EncodedSeries:
     else:
         resolved = _pandas_frequency(pandas_index) if pandas_index is not None else None
         if resolved is None:
-            resolved = infer_frequency(datetimes if datetimes is not None else _parse_texts(texts))
+            parsed = datetimes if datetimes is not None else _parse_texts(texts)
+            try:
+                resolved = infer_frequency(parsed)
+            except ValueError:
+                if not gaps_allowed or len(parsed) < 2:
+                    raise
+                resolved = typical_frequency(parsed)
     if pandas_index is not None and pandas_index.tz is not None:
         tz = pandas_index.tz  # pytz gives every element its own tzinfo; the index has the zone itself
     return EncodedSeries(timestamps=texts, values=values, frequency=resolved, tz=tz)
@@ -322,6 +330,23 @@ def infer_frequency(datetimes: list[datetime]) -> str:
         "cannot infer the frequency: the timestamps are not evenly spaced in seconds, minutes, hours, days, "
         "weeks, months, quarters or years; pass frequency= and the service will name the first bad timestamp"
     )
+
+
+# Calendar spacings, in days, told apart by their typical gap when rows are missing.
+_CALENDAR_DAYS: tuple[tuple[str, float], ...] = (("Yearly", 365.25), ("Quarterly", 91.31), ("Monthly", 30.44))
+
+
+def typical_frequency(datetimes: list[datetime]) -> str:
+    """The unit nearest the median spacing (on a log scale), for series with gaps or jitter: 5-minute data is
+    Minutes, hourly data a few seconds off the hour is Hours, monthly data with a missing month is Monthly."""
+    instants = sorted(_utc(value) for value in datetimes)
+    gaps = sorted((later - earlier).total_seconds() for earlier, later in zip(instants, instants[1:], strict=False))
+    median = gaps[len(gaps) // 2]
+    if median <= 0:
+        raise ValueError("cannot infer the frequency: the timestamps are not increasing; pass frequency=")
+    units = [(name, float(size)) for name, size in _FIXED_UNITS]
+    units += [(name, days * 86400) for name, days in _CALENDAR_DAYS]
+    return min(units, key=lambda unit: abs(math.log(median / unit[1])))[0]
 
 
 def _utc(value: datetime) -> datetime:

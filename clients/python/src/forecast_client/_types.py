@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -140,3 +140,196 @@ def _datetime_index(timestamps: list[str], input_tz: tzinfo | None) -> pd.Dateti
 
 def _has_offset(text: str) -> bool:
     return len(text) >= 6 and text[-6] in "+-" and text[-3] == ":"
+
+
+@dataclass(frozen=True)
+class AnomalyResult:
+    """POST /anomalies: a verdict for every input row. ``values`` are the values sent (None where missing);
+    rows before ``warmup_points`` only taught the detector (score 0)."""
+
+    timestamps: list[str]
+    values: list[float | None]
+    expected: list[float]
+    lower: list[float]
+    upper: list[float]
+    score: list[float]
+    is_anomaly: list[bool]
+    direction: list[str | None]
+    warmup_points: int
+    period: int | None
+    model: str
+    frequency: str
+    confidence: float
+    fallback: str | None = None
+    rate_limit: RateLimit | None = None
+    request_id: str | None = None
+    input_tz: tzinfo | None = field(default=None, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+    @property
+    def anomalies(self) -> list[int]:
+        """Positions of the rows judged anomalous."""
+        return [position for position, flagged in enumerate(self.is_anomaly) if flagged]
+
+    def to_pandas(self) -> pd.DataFrame:
+        """Columns value, expected, lower, upper, score, is_anomaly, direction; indexed like ForecastResult."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            {
+                "value": [float("nan") if v is None else v for v in self.values],
+                "expected": self.expected,
+                "lower": self.lower,
+                "upper": self.upper,
+                "score": self.score,
+                "is_anomaly": self.is_anomaly,
+                "direction": self.direction,
+            },
+            index=_datetime_index(self.timestamps, self.input_tz),
+        )
+
+
+@dataclass(frozen=True)
+class LastPointResult:
+    """POST /anomalies/last: the verdict on the series' last row only."""
+
+    timestamp: str
+    value: float | None
+    expected: float
+    lower: float
+    upper: float
+    score: float
+    is_anomaly: bool
+    direction: str | None
+    warmup_points: int
+    period: int | None
+    model: str
+    frequency: str
+    confidence: float
+    fallback: str | None = None
+    rate_limit: RateLimit | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class KeyLimits:
+    per_minute: int
+    per_hour: int
+    per_day: int
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What the service shows about a key: never the plain key nor its hash."""
+
+    id: str
+    name: str
+    prefix: str
+    last4: str | None
+    display: str
+    permissions: tuple[str, ...]
+    tier: str | None
+    limits: KeyLimits
+    status: str
+    created: datetime | None
+    expires: datetime | None
+    revoked: datetime | None
+    last_used: datetime | None
+    usage_count: int
+    rotated_to: str | None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> KeyInfo:
+        return cls(**_key_fields(body))
+
+
+@dataclass(frozen=True)
+class CreatedKey(KeyInfo):
+    """A new key. ``key`` is the plain key, given this once: store it now. It is left out of repr()."""
+
+    key: str = field(default="", repr=False)
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> CreatedKey:
+        return cls(**_key_fields(body), key=str(body["key"]))
+
+
+@dataclass(frozen=True)
+class RotatedKey:
+    new_key: CreatedKey
+    old_key: KeyInfo
+
+
+@dataclass(frozen=True)
+class UsageBucket:
+    hour: datetime
+    total: int
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class RateWindow:
+    window: str
+    limit: int
+    remaining: int
+    reset: int
+
+
+@dataclass(frozen=True)
+class KeyUsage:
+    """GET /keys/{id}/usage: requests per hour by outcome, and the key's three live windows."""
+
+    key_id: str
+    hours: int
+    totals: dict[str, int]
+    buckets: list[UsageBucket]
+    rate_limits: list[RateWindow]
+
+
+def _instant(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    return datetime.fromisoformat(_zulu_to_offset(str(value)))
+
+
+def _key_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    limits = body["limits"]
+    return {
+        "id": str(body["id"]),
+        "name": str(body.get("name") or ""),
+        "prefix": str(body["prefix"]),
+        "last4": body.get("last4"),
+        "display": str(body.get("display") or body["prefix"]),
+        "permissions": tuple(body["permissions"]),
+        "tier": body.get("tier"),
+        "limits": KeyLimits(int(limits["per_minute"]), int(limits["per_hour"]), int(limits["per_day"])),
+        "status": str(body["status"]),
+        "created": _instant(body.get("created")),
+        "expires": _instant(body.get("expires")),
+        "revoked": _instant(body.get("revoked")),
+        "last_used": _instant(body.get("last_used")),
+        "usage_count": int(body.get("usage_count") or 0),
+        "rotated_to": body.get("rotated_to"),
+    }
+
+
+def read_usage(body: Mapping[str, Any]) -> KeyUsage:
+    return KeyUsage(
+        key_id=str(body["key_id"]),
+        hours=int(body["hours"]),
+        totals={str(k): int(v) for k, v in body["totals"].items()},
+        buckets=[
+            UsageBucket(
+                hour=datetime.fromisoformat(_zulu_to_offset(str(b["hour"]))),
+                total=int(b["total"]),
+                counts={str(k): int(v) for k, v in b.items() if k not in ("hour", "total")},
+            )
+            for b in body["buckets"]
+        ],
+        rate_limits=[
+            RateWindow(str(w["window"]), int(w["limit"]), int(w["remaining"]), int(w["reset"]))
+            for w in body["rate_limits"]
+        ],
+    )
