@@ -14,11 +14,18 @@ from tests.conftest import build_app, new_key, services_of
 from tests.support import bearer, settings_for
 
 
-@pytest.fixture
-def db_app(database_url: str) -> Iterator[Flask]:
-    app = build_app(settings_for(database_url))
+@pytest.fixture(scope="module")
+def db_app(module_database_url: str) -> Iterator[Flask]:
+    """For outcomes that depend on what the database stores and returns: run on SQLite and on PostgreSQL."""
+    app = build_app(settings_for(module_database_url))
     yield app
     services_of(app).close()
+
+
+@pytest.fixture(scope="module")
+def app(module_app: Flask) -> Flask:
+    """For outcomes decided before the database is asked (or not about the database): SQLite only."""
+    return module_app
 
 
 def assert_unauthorized(response, fragment: str) -> None:
@@ -30,26 +37,26 @@ def assert_unauthorized(response, fragment: str) -> None:
     assert response.headers["X-Request-Id"]
 
 
-def test_missing_key_is_401(db_app: Flask) -> None:
-    assert_unauthorized(db_app.test_client().get("/verify"), "Missing API key")
+def test_missing_key_is_401(app: Flask) -> None:
+    assert_unauthorized(app.test_client().get("/verify"), "Missing API key")
 
 
-def test_malformed_key_is_401(db_app: Flask) -> None:
-    client = db_app.test_client()
+def test_malformed_key_is_401(app: Flask) -> None:
+    client = app.test_client()
     for bad in ("ak_123", "ak_" + "g" * 64, "ak_" + "A" * 64, "xx_" + "a" * 64, "ak_" + "a" * 65):
         assert_unauthorized(client.get("/verify", headers=bearer(bad)), "Malformed")
 
 
-def test_key_without_bearer_word_says_the_accepted_form(db_app: Flask) -> None:
-    plain, _ = new_key(db_app)
-    response = db_app.test_client().get("/verify", headers={"Authorization": plain})
+def test_key_without_bearer_word_says_the_accepted_form(app: Flask) -> None:
+    plain, _ = new_key(app)
+    response = app.test_client().get("/verify", headers={"Authorization": plain})
     assert_unauthorized(response, "without the word Bearer")
     assert "Authorization: Bearer" in response.get_json()["error"]["message"]
 
 
-def test_bearer_word_is_case_insensitive(db_app: Flask) -> None:
-    plain, _ = new_key(db_app)
-    response = db_app.test_client().get("/verify", headers={"Authorization": f"bEaReR {plain}"})
+def test_bearer_word_is_case_insensitive(app: Flask) -> None:
+    plain, _ = new_key(app)
+    response = app.test_client().get("/verify", headers={"Authorization": f"bEaReR {plain}"})
     assert response.status_code == 200
 
 
@@ -97,9 +104,9 @@ def test_missing_permission_is_403_with_unauthorized_code(db_app: Flask) -> None
     assert error["details"]["required_permission"] == "read"
 
 
-def test_verify_needs_only_a_valid_key(db_app: Flask) -> None:
-    plain, _ = new_key(db_app, permissions=("delete",))
-    assert db_app.test_client().get("/verify", headers=bearer(plain)).status_code == 200
+def test_verify_needs_only_a_valid_key(app: Flask) -> None:
+    plain, _ = new_key(app, permissions=("delete",))
+    assert app.test_client().get("/verify", headers=bearer(plain)).status_code == 200
 
 
 def test_usage_counts_every_authenticated_request_but_not_401s(db_app: Flask) -> None:

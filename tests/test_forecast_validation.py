@@ -18,6 +18,12 @@ from tests.conftest import build_app, new_key, services_of
 from tests.support import bearer, settings_for
 
 
+@pytest.fixture(scope="module")
+def app(module_app: Flask) -> Flask:
+    """One app for the module: every test makes its own keys, so their counters never meet."""
+    return module_app
+
+
 def valid_body(points: int = 24, frequency: str = "Hours") -> dict[str, Any]:
     return {
         "series": [
@@ -307,7 +313,10 @@ def test_check_order_auth_before_shape(client: FlaskClient) -> None:
 
 
 def test_refused_requests_change_nothing_but_counters(app: Flask, client: FlaskClient, key: str) -> None:
-    before = copy.deepcopy(valid_body())
+    # Refused at the last stage before a model would run; a valid body would start forecast workers.
     body = valid_body()
-    post(client, key, body)
+    body["series"][0]["values"][3] = None
+    before = copy.deepcopy(body)
+    error_of(post(client, key, body), 422, "DATA_VALIDATION_ERROR")
     assert body == before
+    assert client.get("/verify", headers=bearer(key)).get_json()["rateLimit"]["remaining"] == "49"

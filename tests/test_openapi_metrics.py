@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from flask import Flask
 from openapi_spec_validator import validate
 
@@ -11,6 +12,12 @@ from app.forecast.schemas import ErrorSchema
 from app.verify import VerifyResponseSchema
 from tests.conftest import new_key
 from tests.support import bearer
+
+
+@pytest.fixture(scope="module")
+def app(module_app: Flask) -> Flask:
+    """One app for the module: every test makes its own keys, so their counters never meet."""
+    return module_app
 
 PLAIN_KEY = re.compile(r"ak_[0-9a-f]{64}")
 

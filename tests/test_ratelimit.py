@@ -18,6 +18,12 @@ from app.keys import crud
 from tests.conftest import build_app, new_key, services_of
 from tests.support import REDIS_URL, bearer, flush_redis, free_port, missing_service, redis_available, settings_for
 
+
+@pytest.fixture(scope="module")
+def app(module_app: Flask) -> Flask:
+    """One app for the module: every test makes its own keys, so their counters never meet."""
+    return module_app
+
 BAD_BODY = {"series": []}  # refused with 400 after the limiter has counted it
 
 

@@ -5,10 +5,17 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from flask import Flask
 
 from tests.conftest import new_key
 from tests.support import bearer
+
+
+@pytest.fixture(scope="module")
+def app(module_app: Flask) -> Flask:
+    """One app for the module: every test makes its own keys, so their counters never meet."""
+    return module_app
 
 
 def test_verify_body_matches_the_contract(app: Flask) -> None:
