@@ -1,0 +1,337 @@
+"""The dashboard as a person uses it: real headless Chromium against a real gunicorn.
+
+Sign in, create a key and see it once, use it from an HTTP client, see its usage appear, rotate it,
+revoke it and see it refused, run a forecast in the playground and find the chart drawn, sign out and
+be refused. Screenshots (1280 px wide) land in docs/screenshots/; one check runs at 390 px.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.support import ROOT, Server, bearer, cli, missing_service
+
+pytestmark = pytest.mark.slow
+
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+PLAIN_KEY = re.compile(r"ak_[0-9a-f]{64}")
+WIDE, NARROW = 1280, 390
+
+
+def chromium_paths() -> tuple[str, str]:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None:
+        missing_service("Chromium is not installed (apt-get install -y chromium chromium-driver)")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing_service("selenium is not installed (pip install selenium)")
+    return str(browser), str(driver)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    environment = {
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'dashboard.sqlite3'}",
+        "DATA_DIR": str(tmp_path),
+        "FORECAST_WORKERS": "1",
+        "USAGE_FLUSH_SECONDS": "1",
+        "KEY_CACHE_SECONDS": "1",
+        "LOG_LEVEL": "INFO",
+    }
+    cli("db", "upgrade", env=environment)
+    return environment
+
+
+@pytest.fixture
+def server(env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
+    running = Server(env, log_path=tmp_path / "gunicorn.log")
+    running.wait_ready()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    binary, driver_path = chromium_paths()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}",
+                 f"--window-size={WIDE},900"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path, log_output=str(tmp_path / "chromedriver.log")),
+                              options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def make_key(env: dict[str, str], permissions: str, *args: str) -> dict:
+    return json.loads(cli("keys", "create", "--permissions", permissions, *args, "--json", env=env).stdout)
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0, message: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(0.2)
+
+
+class Page:
+    """The handful of actions a person takes, over selenium."""
+
+    def __init__(self, driver: Any, base: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.driver = driver
+        self.base = base
+        self.by = By
+
+    def open(self, path: str) -> None:
+        self.driver.get(self.base + path)
+
+    def find(self, css: str) -> Any:
+        return self.driver.find_element(self.by.CSS_SELECTOR, css)
+
+    def all(self, css: str) -> list[Any]:
+        return self.driver.find_elements(self.by.CSS_SELECTOR, css)
+
+    def fill(self, css: str, text: str) -> None:
+        element = self.find(css)
+        element.clear()
+        element.send_keys(text)
+
+    def click(self, css: str) -> None:
+        self.find(css).click()
+
+    def text(self) -> str:
+        return self.find("body").text
+
+    def path(self) -> str:
+        return self.driver.current_url[len(self.base):]
+
+    def js(self, script: str, *args: Any) -> Any:
+        return self.driver.execute_script(script, *args)
+
+    def screenshot(self, name: str, width: int = WIDE) -> None:
+        """The whole page at ``width`` px, as docs/screenshots/<name>.png."""
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        self.driver.set_window_size(width, 900)
+        height = min(int(self.js("return document.documentElement.scrollHeight")), 4000)
+        self.driver.set_window_size(width, max(height, 600))
+        time.sleep(0.3)  # charts follow the resize
+        self.driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+        self.driver.set_window_size(width, 900)
+
+    def console_errors(self) -> list[str]:
+        return [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def sign_in(page: Page, key: str) -> None:
+    page.open("/dashboard/sign-in")
+    page.fill("#api_key", key)
+    page.click("form button[type=submit]")
+
+
+def test_a_person_manages_keys_and_forecasts_in_the_dashboard(
+    server: Server, env: dict[str, str], browser: Any
+) -> None:
+    page = Page(browser, server.url)
+    admin = make_key(env, "read,write,admin", "--name", "operations")
+    reader = make_key(env, "read", "--name", "reporting")
+
+    # A key without admin cannot sign in, and is told why.
+    page.open("/dashboard/")
+    assert page.path().startswith("/dashboard/sign-in")
+    page.screenshot("sign-in")
+    sign_in(page, reader["key"])
+    assert "needs the admin permission" in page.find("#api_key-error").text
+    assert page.find("#api_key").get_attribute("aria-invalid") == "true"
+
+    sign_in(page, admin["key"])
+    assert page.path() == "/dashboard/keys"
+    cookie = browser.get_cookie("dashboard_session")
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["secure"] is False
+    assert admin["key"] not in json.dumps(browser.get_cookies())  # the key was exchanged, never stored
+    rows = {row.get_attribute("data-key-id") for row in page.all("tr[data-key-id]")}
+    assert {admin["id"], reader["id"]} <= rows
+
+    # A form that asks for too much is answered next to the field.
+    page.fill("#create-per_minute", "100000")
+    page.click("#create-key-form button[type=submit]")
+    assert "than its creator (200)" in page.find("#create-per_minute-error").text
+
+    # Create a key: shown once, with a copy button and a warning.
+    page.fill("#name", "e2e client")
+    page.fill("#create-per_minute", "30")
+    page.click("#create-key-form button[type=submit]")
+    shown = page.find("#new-key-value").get_attribute("value")
+    assert PLAIN_KEY.fullmatch(shown)
+    new_id = page.find("#new-key-value").get_attribute("data-new-key-id")
+    assert "shown only this once" in page.text()
+    page.click("button.copy")
+    wait_for(lambda: page.find(".copy-status").text, message="the copy button's answer")
+    page.js("document.getElementById('new-key-value').value = 'ak_' + '•'.repeat(20);")  # no key in the docs
+    page.screenshot("key-created")
+    page.open("/dashboard/keys")
+    assert shown not in browser.page_source
+    page.screenshot("keys")
+
+    # Use it from an HTTP client; its usage appears on its page.
+    for _ in range(3):
+        assert requests.get(server.url + "/verify", headers=bearer(shown), timeout=10).status_code == 200
+    assert requests.get(server.url + "/nowhere", headers=bearer(shown), timeout=10).status_code == 404
+
+    def usage_shown() -> bool:
+        page.open(f"/dashboard/keys/{new_id}")
+        return page.find("#usage-count").text == "4"
+
+    wait_for(usage_shown, timeout=20, message="the usage count to reach 4")
+    caption = page.find("#usage-day figcaption").text
+    assert "3 2xx, 1 4xx, 0 429, 0 5xx" in caption
+    assert len(page.all("#usage-day canvas")) == 1 and len(page.all("#usage-week canvas")) == 1
+    assert page.js("return document.querySelector('#usage-day .chart-area').uplot.data[0].length") == 24
+    assert page.js("return document.querySelector('#usage-week .chart-area').uplot.data[0].length") == 168
+    minute = page.find("#window-minute")
+    assert minute.get_attribute("max") == "30" and minute.get_attribute("value") == "1"  # /verify is not counted
+    page.screenshot("key-usage")
+
+    # Rotate with no grace: the old key is refused at once, the replacement works.
+    page.click("#rotate-key-form input[value='0']")
+    page.click("#rotate-key-form button[type=submit]")
+    rotated = page.find("#new-key-value").get_attribute("value")
+    rotated_id = page.find("#new-key-value").get_attribute("data-new-key-id")
+    assert PLAIN_KEY.fullmatch(rotated) and rotated != shown
+    assert "no longer works" in page.text()
+    refused = wait_for(
+        lambda: requests.get(server.url + "/verify", headers=bearer(shown), timeout=10).status_code == 401,
+        timeout=10, message="the rotated-out key to be refused",
+    )
+    assert refused
+    assert requests.get(server.url + "/verify", headers=bearer(rotated), timeout=10).status_code == 200
+
+    # Revoke, with a confirmation step; then the key is refused.
+    page.open(f"/dashboard/keys/{rotated_id}")
+    page.click(".danger-zone a.button")
+    assert page.path() == f"/dashboard/keys/{rotated_id}/revoke"
+    assert "cannot be undone" in page.text()
+    page.click("#confirm-revoke")
+    assert "is revoked" in page.find(".notice").text
+    wait_for(
+        lambda: requests.get(server.url + "/verify", headers=bearer(rotated), timeout=10).json()["error"]["message"]
+        == "This API key has been revoked.",
+        timeout=10, message="the revoked key to be refused",
+    )
+
+    # A forged CSRF token is refused with 400 and changes nothing.
+    keys_before = len(page.all("tr[data-key-id]"))
+    page.js("document.querySelector('#create-key-form input[name=csrf_token]').value = 'forged';")
+    page.fill("#name", "forged")
+    page.click("#create-key-form button[type=submit]")
+    assert "security token" in page.text()
+    page.open("/dashboard/keys")
+    assert len(page.all("tr[data-key-id]")) == keys_before
+
+    # The playground: a bundled sample, a real /forecast with the session, the chart drawn.
+    page.open("/dashboard/playground")
+    from selenium.webdriver.support.ui import Select
+
+    Select(page.find("#sample")).select_by_value("daily-weekly-cycle")
+    wait_for(lambda: page.find("#csv").get_attribute("value").count("\n") == 120, message="the sample to load")
+    page.fill("#horizon", "14")
+    page.click("#run-forecast")
+    wait_for(lambda: page.find("#result").is_displayed() or page.find("#api-error").is_displayed(),
+             timeout=90, message="the forecast")
+    assert page.find("#result").is_displayed(), page.find("#api-error").text
+    chart = page.find("#forecast-chart .chart-area")
+    assert len(page.all("#forecast-chart canvas")) == 1
+    assert chart.get_attribute("data-history-points") == "120"
+    assert chart.get_attribute("data-forecast-points") == "14"
+    data = page.js("return document.querySelector('#forecast-chart .chart-area').uplot.data")
+    assert len(data[0]) == 134
+    assert sum(v is not None for v in data[2]) == 14  # the median
+    assert all(lo <= mid <= hi for lo, mid, hi in zip(data[3][120:], data[2][120:], data[4][120:], strict=True))
+    assert page.find("#download-csv").get_attribute("href").startswith("blob:")
+    page.screenshot("playground")
+
+    # An error from the API is shown as the API words it.
+    short = "timestamp,value\n" + "\n".join(f"2026-01-{d:02d}T00:00:00,{d}" for d in range(1, 6))
+    Select(page.find("#sample")).select_by_value("")
+    page.fill("#csv", short)
+    page.click("#run-forecast")
+    wait_for(lambda: page.find("#api-error").is_displayed(), timeout=30, message="the API error")
+    direct = requests.post(
+        server.url + "/forecast",
+        json={"series": [{"timestamps": [f"2026-01-{d:02d}T00:00:00" for d in range(1, 6)],
+                          "values": list(range(1, 6))}],
+              "forecast_horizon": 14, "data_frequency": "Daily", "forecast_frequency": "Daily", "confidence": 0.95},
+        headers=bearer(admin["key"]), timeout=30,
+    ).json()["error"]
+    assert page.find("#api-error-message").text == f"{direct['code']}: {direct['message']}"
+    shown_details = page.find("#api-error-details").text
+    for name, value in direct["details"].items():
+        assert name in shown_details and str(value) in shown_details
+
+    # The API reference renders offline from the vendored ReDoc.
+    page.open("/dashboard/reference")
+    wait_for(lambda: "Forecast one series" in page.text(), timeout=30, message="ReDoc to render")
+    assert "Replace a key; the old one keeps working" in page.text()
+    page.screenshot("api-reference")
+
+    if page.all("nav a[href='/dashboard/monitors']"):
+        page.open("/dashboard/monitors")
+        assert page.find("h1").text == "Monitors"
+        page.screenshot("monitors")
+
+    # Usable at 390 px: nothing wider than the screen, the create form reachable.
+    browser.set_window_size(NARROW, 800)
+    page.open("/dashboard/keys")
+    viewport = page.js("return document.documentElement.clientWidth")
+    assert page.js("return document.documentElement.scrollWidth") <= viewport + 1
+    submit = page.find("#create-key-form button[type=submit]")
+    assert submit.size["width"] <= viewport and submit.location["x"] >= 0
+    page.screenshot("keys-390px", width=NARROW)
+    browser.set_window_size(WIDE, 900)
+
+    assert not [m for m in page.console_errors() if "Content Security Policy" in m or "Refused" in m]
+
+    # Sign out: the session is gone server-side, so its cookie and token no longer work anywhere.
+    page.open("/dashboard/keys")
+    old_cookie = browser.get_cookie("dashboard_session")["value"]
+    csrf = page.find("input[name=csrf_token]").get_attribute("value")
+    with_session = {"cookies": {"dashboard_session": old_cookie}, "headers": {"X-CSRF-Token": csrf}}
+    assert requests.get(server.url + "/verify", timeout=10, **with_session).status_code == 200
+    page.click("form.sign-out button")
+    assert page.path().startswith("/dashboard/sign-in")
+    assert "signed out" in page.text()
+    page.open("/dashboard/keys")
+    assert page.path().startswith("/dashboard/sign-in")
+    assert requests.get(server.url + "/verify", timeout=10, **with_session).status_code == 401
+    replay = requests.get(server.url + "/dashboard/keys", cookies=with_session["cookies"], timeout=10,
+                          allow_redirects=False)
+    assert replay.status_code == 302 and "expired=1" in replay.headers["Location"]
+
+    # No plain key reached the server's log.
+    assert not PLAIN_KEY.search(server.log())
