@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -107,11 +108,14 @@ def test_buckets_older_than_90_days_are_pruned(database: Database) -> None:
     with database.session() as session:
         crud.add_usage_buckets(session, key_id=key_id, hour=now - timedelta(days=91), counts={"2xx": 5})
         crud.add_usage_buckets(session, key_id=key_id, hour=now - timedelta(days=89), counts={"4xx": 2})
-    recorder = UsageRecorder(database, flush_seconds=60)
-    recorder.record(key_id, at=now, status=200)
-    assert recorder.flush()
+    recorder = UsageRecorder(database, flush_seconds=0.05)
+    recorder.record(key_id, at=now, status=200)  # starts the flusher thread, which also prunes
+    deadline = time.monotonic() + 10
+    while sum(b.total for b in history(database, key_id, hours=24 * 92, now=now)) != 3:
+        assert time.monotonic() < deadline, "the flusher did not prune"
+        time.sleep(0.05)
     with database.session() as session:
-        assert crud.prune_usage(session, keep=timedelta(days=90)) == 0  # the flush already pruned
+        assert crud.prune_usage(session, keep=timedelta(days=90)) == 0  # the flusher already pruned
         kept = crud.usage_history(session, key_id=key_id, hours=24 * 92, now=now)
     assert sum(b.total for b in kept) == 3
     assert [b.counts for b in kept if b.total] == [

@@ -131,7 +131,6 @@ class UsageRecorder:
                 batch, self._pending = self._pending, {}
                 buckets, self._pending_buckets = self._pending_buckets, {}
             if not batch and not buckets:
-                self._maybe_prune()
                 return True
             try:
                 # One transaction: totals and buckets land together or are retried together.
@@ -151,10 +150,10 @@ class UsageRecorder:
                         for outcome, value in counts.items():
                             pending_counts[outcome] += value
                 return False
-            self._maybe_prune()
             return True
 
-    def _maybe_prune(self) -> None:
+    def prune_if_due(self) -> None:
+        """Deletes buckets past the retention, at most once an hour (from the flusher thread, never at exit)."""
         now = self._clock()
         if self._pruned_at is not None and now - self._pruned_at < _PRUNE_EVERY_SECONDS:
             return
@@ -179,6 +178,7 @@ class UsageRecorder:
     def _run(self) -> None:
         while not self._stop.wait(self._flush_seconds):
             self.flush()
+            self.prune_if_due()
 
     def close(self, *, attempts: int = 5) -> None:
         self._stop.set()
