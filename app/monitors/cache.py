@@ -9,33 +9,43 @@ from __future__ import annotations
 
 import threading
 import weakref
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
+
+import numpy as np
 
 
 @dataclass
 class History:
     """The monitor's first ``head`` points and its latest points after them.
 
-    The detector derives the series' nominal spacing from its first rows and looks back a bounded number
-    of rows (and up to three seasons) from the rows it judges, so head + the last ``tail_rows`` points
-    reproduce exactly what judging the whole stored series gives.
+    A detector may read a series' first rows (its nominal spacing) and a bounded look-back before the rows
+    it judges, so the first ``head`` points plus the last ``tail_rows`` points reproduce what judging the
+    whole stored series gives; when ``tail_rows`` covers the retention, the two together are every point.
+    Tails are typed arrays: 16 bytes a point, since a process may cache thousands of monitors.
     """
 
     revision: int
     head_epochs: list[int] = field(default_factory=list)
     head_values: list[float] = field(default_factory=list)
-    tail_epochs: list[int] = field(default_factory=list)
-    tail_values: list[float] = field(default_factory=list)
+    tail_epochs: array = field(default_factory=lambda: array("q"))
+    tail_values: array = field(default_factory=lambda: array("d"))
     after_head: int = 0  # stored points after the head (the tail holds the last of them)
+
+    @property
+    def size(self) -> int:
+        return len(self.head_epochs) + len(self.tail_epochs)
 
     def usable(self, tail_rows: int) -> bool:
         return len(self.tail_epochs) >= min(tail_rows, self.after_head)
 
-    def series(self, tail_rows: int) -> tuple[list[int], list[float]]:
+    def series(self, tail_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        tail_e = np.frombuffer(self.tail_epochs, dtype=np.int64) if self.tail_epochs else np.empty(0, np.int64)
+        tail_v = np.frombuffer(self.tail_values, dtype=np.float64) if self.tail_values else np.empty(0)
         return (
-            self.head_epochs + self.tail_epochs[-tail_rows:],
-            self.head_values + self.tail_values[-tail_rows:],
+            np.concatenate([np.asarray(self.head_epochs, dtype=np.int64), tail_e[-tail_rows:]]),
+            np.concatenate([np.asarray(self.head_values, dtype=np.float64), tail_v[-tail_rows:]]),
         )
 
     def append(self, epochs: list[int], values: list[float], *, head_rows: int, tail_rows: int) -> None:
@@ -47,8 +57,8 @@ class History:
         self.tail_epochs.extend(epochs[position:])
         self.tail_values.extend(values[position:])
         self.after_head += len(epochs) - position
-        # Trimming in chunks keeps an append amortised O(1) instead of shifting the lists every time.
-        if len(self.tail_epochs) > 2 * tail_rows:
+        # Trimming in chunks keeps an append amortised O(1) instead of shifting the arrays every time.
+        if len(self.tail_epochs) > tail_rows + max(64, tail_rows // 4):
             del self.tail_epochs[:-tail_rows]
             del self.tail_values[:-tail_rows]
 
@@ -64,12 +74,12 @@ class History:
 
 
 class HistoryCache:
-    """Bounded LRU of History by monitor id. Callers read and change an entry only while holding the
-    monitor's lock (MonitorLocks), so entries need no lock of their own."""
+    """LRU of History by monitor id, bounded by the points it holds. Callers read and change an entry only
+    while holding the monitor's lock (MonitorLocks), so entries need no lock of their own."""
 
-    def __init__(self, *, max_monitors: int = 5000) -> None:
+    def __init__(self, *, max_points: int = 4_000_000) -> None:
         self._entries: OrderedDict[str, History] = OrderedDict()
-        self._max_monitors = max_monitors
+        self._max_points = max_points
         self._lock = threading.Lock()
 
     def get(self, monitor_id: str, revision: int) -> History | None:
@@ -84,8 +94,11 @@ class HistoryCache:
         with self._lock:
             self._entries[monitor_id] = entry
             self._entries.move_to_end(monitor_id)
-            while len(self._entries) > self._max_monitors:
-                self._entries.popitem(last=False)
+            # Sizes change after put (appends), so the total is summed here; a few thousand entries at most.
+            total = sum(e.size for e in self._entries.values())
+            while total > self._max_points and len(self._entries) > 1:
+                _, evicted = self._entries.popitem(last=False)
+                total -= evicted.size
 
     def drop(self, monitor_id: str) -> None:
         with self._lock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from app.db import Database
-from app.detect.detectors import LOOK_BACK, MAX_PERIOD_ROWS, WARMUP
+from app.detect import jobs as detect_jobs
 from app.detect.jobs import DEFAULT_DETECTOR, DetectionResult, DetectJob
 from app.errors import DataValidationError, InternalError, NotFound
 from app.forecast.pool import ForecastPool, PoolBusy, PoolError
@@ -31,10 +32,18 @@ from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, Moni
 from app.monitors.schemas import IncomingPoints
 from app.monitors.webhooks import new_secret
 
-# What the detector reads besides the rows it judges: its first rows fix the nominal spacing, and each
-# judged row looks back LOOK_BACK rows plus up to three seasons of at most MAX_PERIOD_ROWS rows.
-HEAD_ROWS = WARMUP
-TAIL_ROWS = LOOK_BACK + 3 * MAX_PERIOD_ROWS + 64
+# The history sent with new points. A detector reads the series' first rows (its nominal spacing) and a
+# bounded look-back; when the detector module publishes that look-back (HISTORY_ROWS), the first HEAD_ROWS
+# points plus the last HISTORY_ROWS are sent, else every retained point, so a monitor's verdict is always
+# what POST /anomalies gives for the monitor's retained points.
+HEAD_ROWS = 16
+
+
+def tail_rows(monitor: MonitorRecord) -> int:
+    published = getattr(detect_jobs, "HISTORY_ROWS", None)
+    if isinstance(published, int) and published > 0:
+        return min(published, monitor.retention_points)
+    return monitor.retention_points
 # A saturated pool is a moment's queue, not a failure of the write: retry for this long before a 500.
 POOL_BUSY_PATIENCE_SECONDS = 10.0
 APPEND_ATTEMPTS = 5
@@ -307,7 +316,7 @@ def _load_history(session: Session, monitor: MonitorRecord) -> History:
                 select(MonitorPointRecord.epoch, MonitorPointRecord.value)
                 .where(MonitorPointRecord.monitor_id == monitor.id, MonitorPointRecord.epoch > head[-1][0])
                 .order_by(MonitorPointRecord.epoch.desc())
-                .limit(TAIL_ROWS)
+                .limit(tail_rows(monitor))
             )
         )
         tail.reverse()
@@ -315,8 +324,8 @@ def _load_history(session: Session, monitor: MonitorRecord) -> History:
         revision=monitor.revision,
         head_epochs=[int(e) for e, _ in head],
         head_values=[float(v) for _, v in head],
-        tail_epochs=[int(e) for e, _ in tail],
-        tail_values=[float(v) for _, v in tail],
+        tail_epochs=array("q", (int(e) for e, _ in tail)),
+        tail_values=array("d", (float(v) for _, v in tail)),
         after_head=max(0, monitor.point_count - len(head)),
     )
 
@@ -429,7 +438,7 @@ def _append_once(
                 history: History | None = None
                 if new_epochs:
                     history = runtime.cache.get(monitor.id, monitor.revision)
-                    if history is None or not history.usable(TAIL_ROWS):
+                    if history is None or not history.usable(tail_rows(monitor)):
                         history = _load_history(session, monitor)
                     verdicts = _judge_new(pool, monitor, history, new_epochs, new_values)
                     events_added = _store(session, monitor, new_epochs, new_texts, new_values, verdicts, history)
@@ -447,10 +456,10 @@ def _append_once(
 def _judge_new(
     pool: ForecastPool, monitor: MonitorRecord, history: History, epochs: list[int], values: list[float]
 ) -> list[_Verdict]:
-    hist_epochs, hist_values = history.series(TAIL_ROWS)
+    hist_epochs, hist_values = history.series(tail_rows(monitor))
     job = DetectJob(
-        epoch_seconds=np.asarray(hist_epochs + epochs, dtype=np.int64),
-        values=np.asarray(hist_values + values, dtype=np.float64),
+        epoch_seconds=np.concatenate([hist_epochs, np.asarray(epochs, dtype=np.int64)]),
+        values=np.concatenate([hist_values, np.asarray(values, dtype=np.float64)]),
         data_frequency=monitor.data_frequency,
         confidence=monitor.confidence,
         detector=monitor.model,
@@ -544,7 +553,7 @@ def _store(
         payload = {"id": event_id, "type": kind, "monitor_id": monitor.id, "monitor_name": monitor.name,
                    "sequence": event_seq, "created_at": _iso(now), **extra}
         queue.enqueue(session, monitor=monitor, seq=event_seq, kind=kind, payload=payload, now=now)
-    history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=TAIL_ROWS)
+    history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=tail_rows(monitor))
     if dropped:
         oldest = (
             select(MonitorPointRecord.epoch)
