@@ -76,10 +76,10 @@ def worker_exit(server: Any, worker: Any) -> None:
 
 
 # How long, and how much, the thread that answered early keeps reading a body the app did not read (a lingering
-# close, as nginx does): a client still uploading gets to read our answer and keeps its connection, while a
-# client that stalls or streams without end releases the thread within these bounds.
+# close, as nginx does): a client still uploading keeps its connection, while one that pauses over a second or
+# streams without end is closed (it has its answer already) and releases the thread within these bounds.
 LINGER_SECONDS = 10.0
-LINGER_READ_SECONDS = float(keepalive)
+LINGER_READ_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024 * 1024
 
 

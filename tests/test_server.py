@@ -6,10 +6,12 @@ import json
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -151,6 +153,39 @@ def render_nginx(tmp_path: Path, upstream_port: int) -> tuple[Path, int, int, Pa
         f"{site}\n}}\n"
     )
     return config, http_port, https_port, cert
+
+
+def nginx_binary() -> str:
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if nginx is None:
+        missing_service("nginx is not installed (apt-get install -y nginx-light)")
+    return str(nginx)
+
+
+@contextmanager
+def running_nginx(directory: Path, upstream_port: int) -> Iterator[tuple[str, int, Path]]:
+    """nginx from the shipped template in front of 127.0.0.1:upstream_port; yields (https base, http port, cert)."""
+    config, http_port, https_port, cert = render_nginx(directory, upstream_port)
+    proxy = subprocess.Popen([nginx_binary(), "-c", str(config), "-e", str(directory / "nginx-error.log")],
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", https_port), timeout=1).close()
+                break
+            except OSError:
+                assert proxy.poll() is None, (directory / "nginx-error.log").read_text()
+                assert time.monotonic() < deadline, (directory / "nginx-error.log").read_text()
+                time.sleep(0.1)
+        yield f"https://localhost:{https_port}", http_port, cert
+    finally:
+        proxy.send_signal(signal.SIGQUIT)
+        try:
+            proxy.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+            proxy.wait()
 
 
 def test_nginx_terminates_tls_in_front_of_gunicorn(server_env: dict[str, str], tmp_path: Path) -> None:
