@@ -1,8 +1,9 @@
 """The Python client (clients/python, package forecast_client) against a real gunicorn server.
 
-One server for the whole module. Its database holds four keys: a generous read key, a write-only key (for
-403), an admin key (for the /keys calls) and a 3-per-minute key whose three requests are spent as the server
-starts, so that by the time the rate-limit test (last in this file) runs, most of its minute has gone by.
+One server for the whole module. Its database holds five keys: a generous read key, a write-only key (for
+403), an admin key (the /keys calls), a read-write-delete key (the monitors) and a 3-per-minute key whose
+three requests are spent as the server starts, so that by the time the rate-limit test (last in this file)
+runs, most of its minute has gone by.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import math
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import forecast_client
@@ -54,6 +57,7 @@ class Running:
     write_only_key: str
     limited_key: str
     admin_key: str
+    owner_key: str
 
     @property
     def url(self) -> str:
@@ -80,12 +84,14 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         "USAGE_FLUSH_SECONDS": "1",
         "MAX_BODY_BYTES": str(MAX_BODY_BYTES),
         "LOG_LEVEL": "INFO",
+        "ALLOW_PRIVATE_WEBHOOKS": "1",  # the webhook receiver below listens on loopback
     }
     cli("db", "upgrade", env=env)
     key = create_key(env, "--permissions", "read", "--per-minute", "1000", "--per-hour", "5000")
     write_only_key = create_key(env, "--permissions", "write")
     limited_key = create_key(env, "--permissions", "read", "--per-minute", "3")
     admin_key = create_key(env, "--permissions", "read,write,admin", "--per-minute", "1000")
+    owner_key = create_key(env, "--permissions", "read,write,delete", "--per-minute", "1000")
     server = Server(env, log_path=directory / "gunicorn.log")
     try:
         server.wait_ready()
@@ -93,7 +99,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             # GET /models is not counted; a forecast is, whatever its answer.
             assert httpx.post(server.url + "/forecast", json={}, headers={"Authorization": f"Bearer {limited_key}"},
                               timeout=10).status_code == 400
-        yield Running(server, env, key, write_only_key, limited_key, admin_key)
+        yield Running(server, env, key, write_only_key, limited_key, admin_key, owner_key)
     finally:
         server.stop()
 
@@ -315,6 +321,79 @@ def test_creating_a_key_is_not_repeated_once_the_request_may_have_arrived(runnin
         assert refused.value.attempts == 3
 
 
+class WebhookReceiver:
+    """A real HTTP endpoint on loopback that accepts every alert the server sends it."""
+
+    def __init__(self) -> None:
+        received: list[dict] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+        self.received = received
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/alerts"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def test_monitor_calls(running: Running) -> None:
+    receiver = WebhookReceiver()
+    series = five_minute_series(400, spike_at=350)
+    try:
+        with Client(running.url, running.owner_key, max_retries=1) as owner:
+            monitor = owner.create_monitor("road sensor 7", "5min", webhook_url=receiver.url)
+            assert monitor.frequency == "Minutes" and monitor.model == "anomaly-model-1"
+            assert monitor.webhook_secret and monitor.webhook_secret not in repr(monitor)
+            assert monitor.point_count == 0 and monitor.last_timestamp is None
+
+            first = owner.add_points(monitor.id, series.iloc[:380])
+            assert first.new_points == 380 and first.point_count == 380 and 350 in first.anomalies
+            repeated = owner.add_points(monitor.id, series.iloc[370:380])  # a retry after a lost answer
+            assert repeated.new_points == 0 and repeated.duplicate_points == 10
+            assert repeated.score == first.score[370:] and repeated.is_anomaly == first.is_anomaly[370:]
+            rest = owner.add_points(monitor.id, series.iloc[380:])
+            assert (rest.to_pandas().index == series.index[380:]).all() and rest.point_count == 400
+
+            seen = owner.get_monitor(monitor.id, points=5, horizon=6, model="forecast-model-2")
+            assert seen.point_count == 400 and [p.timestamp for p in seen.points] == rest.timestamps[-5:]
+            assert seen.last_timestamp == rest.timestamps[-1] and seen.webhook_secret is None
+            assert seen.forecast is not None and seen.forecast.model == "forecast-model-2"
+            assert seen.forecast.to_pandas().index[0] == series.index[-1] + pd.Timedelta(minutes=5)
+            assert monitor.id in [m.id for m in owner.list_monitors(limit=50).monitors]
+
+            deadline = time.monotonic() + 30
+            while not (log := owner.deliveries(monitor.id)) or any(d.status != "delivered" for d in log):
+                assert time.monotonic() < deadline, f"alerts not delivered: {log}"
+                time.sleep(0.3)
+            assert "anomaly" in {d.type for d in log} and all(d.attempts[0].status_code == 200 for d in log)
+            assert {d.event_id for d in log} == {event["id"] for event in receiver.received}
+
+            secret = owner.rotate_webhook_secret(monitor.id)
+            assert secret != monitor.webhook_secret and secret.startswith("whsec_")
+            updated = owner.update_monitor(monitor.id, name="road sensor 7b", webhook_url=None)
+            assert updated.name == "road sensor 7b" and updated.webhook_url is None
+            assert owner.update_monitor(monitor.id, confidence=0.999).webhook_url is None  # untouched when not given
+
+            owner.delete_monitor(monitor.id)
+            with pytest.raises(NotFound):
+                owner.get_monitor(monitor.id)
+        with Client(running.url, running.key) as reader, pytest.raises(PermissionDenied) as denied:
+            reader.create_monitor("not mine", "Hours")
+        assert denied.value.required_permission == "write"
+    finally:
+        receiver.stop()
+
+
 # -- errors from real answers ------------------------------------------------------------------------------
 
 
@@ -427,6 +506,23 @@ def test_async_client_twin(running: Running, client: Client, caplog: pytest.LogC
             with pytest.raises(DataValidationError) as caught:
                 await async_client.forecast(hourly_series(5), 3)
             assert caught.value.issue == "insufficient data points"
+            spiky = five_minute_series(400, spike_at=380)
+            detected = await async_client.detect_anomalies(spiky)
+            assert 380 in detected.anomalies
+            last = await async_client.detect_last_anomaly(spiky.iloc[:381])
+            assert last.is_anomaly and last.timestamp == detected.timestamps[380]
+        async with AsyncClient(running.url, running.admin_key) as admin:
+            created = await admin.create_key(["read"], name="async")
+            assert (await admin.get_key(created.id)).name == "async"
+            assert (await admin.key_usage(created.id)).key_id == created.id
+            assert (await admin.revoke_key(created.id)).status == "revoked"
+        async with AsyncClient(running.url, running.owner_key) as owner:
+            monitor = await owner.create_monitor("async monitor", "Minutes")
+            stored = await owner.add_points(monitor.id, spiky.iloc[:50])
+            assert stored.new_points == 50
+            assert (await owner.get_monitor(monitor.id, points=3)).point_count == 50
+            assert monitor.id in [m.id for m in (await owner.list_monitors()).monitors]
+            await owner.delete_monitor(monitor.id)
         closed = f"http://127.0.0.1:{free_port()}"
         async with AsyncClient(closed, running.key, max_retries=1, backoff_base=0.05) as nowhere:
             with pytest.raises(APIConnectionError) as refused:

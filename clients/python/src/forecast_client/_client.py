@@ -9,7 +9,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
@@ -24,15 +24,19 @@ from forecast_client._errors import (
     error_from_response,
 )
 from forecast_client._retry import RetryPolicy
-from forecast_client._series import EncodedSeries, encode_series
+from forecast_client._series import EncodedSeries, encode_points, encode_series, normalize_frequency
 from forecast_client._types import (
     AnomalyResult,
     CreatedKey,
+    Delivery,
     ForecastResult,
     KeyInfo,
     KeyUsage,
     LastPointResult,
     ModelInfo,
+    Monitor,
+    MonitorPage,
+    PointsResult,
     RateLimit,
     RotatedKey,
     VerifyResult,
@@ -435,6 +439,116 @@ class _Calls(_Common):
         params = None if hours is None else {"hours": hours}
         return _Call("GET", f"/keys/{_segment(key_id)}/usage", self._key_read(read_usage), params=params)
 
+    # -- monitors ------------------------------------------------------------------------------------------
+
+    def _monitor_read(self, build: Callable[[dict[str, Any]], T]) -> Callable[[httpx.Response], T]:
+        def read(response: httpx.Response) -> T:
+            body = _json_object(response)
+            self._note_rate_limit(response)
+            try:
+                return build(body)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UnexpectedResponse(f"monitors response is missing or mangles {exc}", response) from exc
+
+        return read
+
+    def _create_monitor_call(
+        self, name: str, frequency: str, confidence: float | None, model: str | None, retention_points: int | None,
+        webhook_url: str | None,
+    ) -> _Call[Monitor]:
+        body: dict[str, Any] = {"name": name, "data_frequency": normalize_frequency(frequency)}
+        optional = {"confidence": confidence, "model": model, "retention_points": retention_points,
+                    "webhook_url": webhook_url}
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return _Call(
+            "POST", "/monitors", self._monitor_read(Monitor.from_body), _json_bytes(body), _JSON, idempotent=False
+        )
+
+    def _list_monitors_call(self, points: int | None, limit: int | None, after: str | None) -> _Call[MonitorPage]:
+        params = {k: v for k, v in {"points": points, "limit": limit, "after": after}.items() if v is not None}
+
+        def build(body: dict[str, Any]) -> MonitorPage:
+            return MonitorPage([Monitor.from_body(m) for m in body["monitors"]], body.get("next_after"))
+
+        return _Call("GET", "/monitors", self._monitor_read(build), params=params)
+
+    def _get_monitor_call(
+        self, monitor_id: str, points: int | None, horizon: int | None, model: str | None
+    ) -> _Call[Monitor]:
+        params = {k: v for k, v in {"points": points, "horizon": horizon, "model": model}.items() if v is not None}
+        return _Call("GET", f"/monitors/{_segment(monitor_id)}", self._monitor_read(Monitor.from_body), params=params)
+
+    def _update_monitor_call(
+        self, monitor_id: str, name: str | None, confidence: float | None, webhook_url: str | None | _Unset
+    ) -> _Call[Monitor]:
+        body: dict[str, Any] = {k: v for k, v in {"name": name, "confidence": confidence}.items() if v is not None}
+        if not isinstance(webhook_url, _Unset):
+            body["webhook_url"] = webhook_url  # None removes the webhook
+        return _Call(
+            "PATCH", f"/monitors/{_segment(monitor_id)}", self._monitor_read(Monitor.from_body), _json_bytes(body),
+            _JSON,
+        )
+
+    def _delete_monitor_call(self, monitor_id: str) -> _Call[None]:
+        # Not repeated after the request may have arrived: the repeat of a delete that worked would be a 404.
+        return _Call("DELETE", f"/monitors/{_segment(monitor_id)}", self._no_body, idempotent=False)
+
+    def _no_body(self, response: httpx.Response) -> None:
+        self._note_rate_limit(response)
+
+    def _add_points_call(self, monitor_id: str, series: Any) -> _Call[PointsResult]:
+        timestamps, values, tz = encode_points(series)
+        content = json.dumps({"timestamps": timestamps, "values": values}, allow_nan=True).encode()
+
+        def build(body: dict[str, Any]) -> PointsResult:
+            return PointsResult(
+                monitor_id=str(body["monitor_id"]),
+                timestamps=[str(t) for t in body["timestamps"]],
+                values=[float(v) for v in body["values"]],
+                expected=[float(v) for v in body["expected"]],
+                lower=[float(v) for v in body["lower_bound"]],
+                upper=[float(v) for v in body["upper_bound"]],
+                score=[float(v) for v in body["anomaly_score"]],
+                is_anomaly=[bool(v) for v in body["is_anomaly"]],
+                direction=list(body["direction"]),
+                warmup_points=int(body["warmup_points"]),
+                new_points=int(body["new_points"]),
+                duplicate_points=int(body["duplicate_points"]),
+                point_count=int(body["point_count"]),
+                rate_limit=self.rate_limit,
+                input_tz=tz,
+            )
+
+        def read(response: httpx.Response) -> PointsResult:
+            result = self._monitor_read(build)(response)
+            return replace(result, request_id=response.headers.get("X-Request-Id"))
+
+        # A repeat is answered from what is stored (duplicate_points): safe to retry.
+        return _Call("POST", f"/monitors/{_segment(monitor_id)}/points", read, content, _JSON)
+
+    def _rotate_secret_call(self, monitor_id: str) -> _Call[str]:
+        return _Call(
+            "POST", f"/monitors/{_segment(monitor_id)}/webhook-secret",
+            self._monitor_read(lambda b: str(b["webhook_secret"])), idempotent=False,
+        )
+
+    def _deliveries_call(self, monitor_id: str, limit: int | None) -> _Call[list[Delivery]]:
+        params = None if limit is None else {"limit": limit}
+        return _Call(
+            "GET", f"/monitors/{_segment(monitor_id)}/deliveries",
+            self._monitor_read(lambda b: [Delivery.from_body(d) for d in b["deliveries"]]), params=params,
+        )
+
+
+class _Unset:
+    """Marks an argument not given, where None means something (update_monitor's webhook_url=None removes it)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
+
 
 _JSON = {"Content-Type": "application/json"}
 
@@ -610,6 +724,63 @@ class Client(_Calls):
         """GET /keys/{id}/usage (admin): hourly request counts by outcome and the live rate-limit windows."""
         return self._send(self._key_usage_call(key_id, hours))
 
+    def create_monitor(
+        self,
+        name: str,
+        frequency: str,
+        *,
+        confidence: float | None = None,
+        model: str | None = None,
+        retention_points: int | None = None,
+        webhook_url: str | None = None,
+    ) -> Monitor:
+        """POST /monitors (write): a stored series judged point by point, alerting ``webhook_url`` (https) on
+        anomalies. The answer carries ``webhook_secret`` when a webhook is set: the only time it is shown."""
+        return self._send(
+            self._create_monitor_call(name, frequency, confidence, model, retention_points, webhook_url)
+        )
+
+    def list_monitors(
+        self, *, points: int | None = None, limit: int | None = None, after: str | None = None
+    ) -> MonitorPage:
+        """GET /monitors (read): one page; ``points`` last points of each, next page with ``after=next_after``."""
+        return self._send(self._list_monitors_call(points, limit, after))
+
+    def get_monitor(
+        self, monitor_id: str, *, points: int | None = None, horizon: int | None = None, model: str | None = None
+    ) -> Monitor:
+        """GET /monitors/{id} (read): with the last ``points`` points and, when ``horizon`` is given, a forecast
+        of that many steps from the stored history by ``model`` (a forecast model id)."""
+        return self._send(self._get_monitor_call(monitor_id, points, horizon, model))
+
+    def update_monitor(
+        self,
+        monitor_id: str,
+        *,
+        name: str | None = None,
+        confidence: float | None = None,
+        webhook_url: str | None | _Unset = UNSET,
+    ) -> Monitor:
+        """PATCH /monitors/{id} (write); ``webhook_url=None`` removes the webhook."""
+        return self._send(self._update_monitor_call(monitor_id, name, confidence, webhook_url))
+
+    def delete_monitor(self, monitor_id: str) -> None:
+        """DELETE /monitors/{id} (delete permission): the monitor, its points and its alert history."""
+        self._send(self._delete_monitor_call(monitor_id))
+
+    def add_points(self, monitor_id: str, series: Any) -> PointsResult:
+        """POST /monitors/{id}/points (write): ``series`` as for forecast() (a Series or a (timestamps, values)
+        pair), newer than what is stored; every point gets its verdict."""
+        return self._send(self._add_points_call(monitor_id, series))
+
+    def rotate_webhook_secret(self, monitor_id: str) -> str:
+        """POST /monitors/{id}/webhook-secret (write): a new signing secret, shown this once."""
+        return self._send(self._rotate_secret_call(monitor_id))
+
+    def deliveries(self, monitor_id: str, *, limit: int | None = None) -> list[Delivery]:
+        """GET /monitors/{id}/deliveries (read): the webhook events and every attempt to deliver them."""
+        return self._send(self._deliveries_call(monitor_id, limit))
+
     def _send(self, call: _Call[T]) -> T:
         request_id = uuid.uuid4().hex
         # One id for every attempt of a call, so the service's log lines of all of them are found together.
@@ -755,6 +926,52 @@ class AsyncClient(_Calls):
 
     async def key_usage(self, key_id: str, *, hours: int | None = None) -> KeyUsage:
         return await self._send(self._key_usage_call(key_id, hours))
+
+    async def create_monitor(
+        self,
+        name: str,
+        frequency: str,
+        *,
+        confidence: float | None = None,
+        model: str | None = None,
+        retention_points: int | None = None,
+        webhook_url: str | None = None,
+    ) -> Monitor:
+        return await self._send(
+            self._create_monitor_call(name, frequency, confidence, model, retention_points, webhook_url)
+        )
+
+    async def list_monitors(
+        self, *, points: int | None = None, limit: int | None = None, after: str | None = None
+    ) -> MonitorPage:
+        return await self._send(self._list_monitors_call(points, limit, after))
+
+    async def get_monitor(
+        self, monitor_id: str, *, points: int | None = None, horizon: int | None = None, model: str | None = None
+    ) -> Monitor:
+        return await self._send(self._get_monitor_call(monitor_id, points, horizon, model))
+
+    async def update_monitor(
+        self,
+        monitor_id: str,
+        *,
+        name: str | None = None,
+        confidence: float | None = None,
+        webhook_url: str | None | _Unset = UNSET,
+    ) -> Monitor:
+        return await self._send(self._update_monitor_call(monitor_id, name, confidence, webhook_url))
+
+    async def delete_monitor(self, monitor_id: str) -> None:
+        await self._send(self._delete_monitor_call(monitor_id))
+
+    async def add_points(self, monitor_id: str, series: Any) -> PointsResult:
+        return await self._send(self._add_points_call(monitor_id, series))
+
+    async def rotate_webhook_secret(self, monitor_id: str) -> str:
+        return await self._send(self._rotate_secret_call(monitor_id))
+
+    async def deliveries(self, monitor_id: str, *, limit: int | None = None) -> list[Delivery]:
+        return await self._send(self._deliveries_call(monitor_id, limit))
 
     async def _send(self, call: _Call[T]) -> T:
         request_id = uuid.uuid4().hex

@@ -71,6 +71,15 @@ def encode_series(series: Any, frequency: str | None, *, gaps_allowed: bool = Fa
     return EncodedSeries(timestamps=texts, values=values, frequency=resolved, tz=tz)
 
 
+def encode_points(series: Any) -> tuple[list[str], list[float | None], tzinfo | None]:
+    """Timestamps and values in the service's form, for endpoints that need no frequency (monitor points)."""
+    raw_timestamps, values, pandas_index = _split(series)
+    texts, _, tz = _format_timestamps(raw_timestamps)
+    if pandas_index is not None and pandas_index.tz is not None:
+        tz = pandas_index.tz
+    return texts, values, tz
+
+
 def _split(series: Any) -> tuple[Sequence[Any], list[float | None], Any]:
     pd = sys.modules.get("pandas")
     if pd is not None and isinstance(series, pd.DataFrame):

@@ -333,3 +333,183 @@ def read_usage(body: Mapping[str, Any]) -> KeyUsage:
             for w in body["rate_limits"]
         ],
     )
+
+
+@dataclass(frozen=True)
+class MonitorPoint:
+    """One stored point of a monitor with the verdict it got when it arrived."""
+
+    timestamp: str
+    value: float
+    expected: float
+    lower: float
+    upper: float
+    score: float
+    is_anomaly: bool
+    direction: str | None
+    warmup: bool
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> MonitorPoint:
+        return cls(
+            timestamp=str(body["timestamp"]),
+            value=float(body["value"]),
+            expected=float(body["expected"]),
+            lower=float(body["lower_bound"]),
+            upper=float(body["upper_bound"]),
+            score=float(body["anomaly_score"]),
+            is_anomaly=bool(body["is_anomaly"]),
+            direction=body["direction"],
+            warmup=bool(body["warmup"]),
+        )
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """A monitor: a stored series judged point by point. ``points`` holds the last points asked for,
+    ``forecast`` the forecast asked for (``get_monitor(..., horizon=H)``). ``webhook_secret`` is given only by
+    the call that creates it (create with a webhook, or rotate) and is left out of repr()."""
+
+    id: str
+    name: str
+    frequency: str
+    confidence: float
+    model: str
+    retention_points: int
+    webhook_url: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+    point_count: int
+    last_timestamp: str | None
+    open_anomalies: list[MonitorPoint]
+    points: list[MonitorPoint]
+    forecast: ForecastResult | None
+    webhook_secret: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Monitor:
+        forecast = body.get("forecast")
+        return cls(
+            id=str(body["id"]),
+            name=str(body["name"]),
+            frequency=str(body["data_frequency"]),
+            confidence=float(body["confidence"]),
+            model=str(body["model"]),
+            retention_points=int(body["retention_points"]),
+            webhook_url=body.get("webhook_url"),
+            created_at=_instant(body.get("created_at")),
+            updated_at=_instant(body.get("updated_at")),
+            point_count=int(body.get("point_count") or 0),
+            last_timestamp=body.get("last_timestamp"),
+            open_anomalies=[MonitorPoint.from_body(p) for p in body.get("open_anomalies") or []],
+            points=[MonitorPoint.from_body(p) for p in body.get("points") or []],
+            forecast=None if not forecast else ForecastResult(
+                timestamps=[str(t) for t in forecast["forecast_timestamps"]],
+                median=[float(v) for v in forecast["median"]],
+                lower=[float(v) for v in forecast["lower_bound"]],
+                upper=[float(v) for v in forecast["upper_bound"]],
+                model=str(forecast["model"]),
+                frequency=str(body["data_frequency"]),
+                confidence=float(forecast["confidence"]),
+            ),
+            webhook_secret=body.get("webhook_secret"),
+        )
+
+
+@dataclass(frozen=True)
+class MonitorPage:
+    """One page of list_monitors(); pass ``next_after`` as ``after=`` for the next (None on the last page)."""
+
+    monitors: list[Monitor]
+    next_after: str | None
+
+
+@dataclass(frozen=True)
+class PointsResult:
+    """POST /monitors/{id}/points: the verdict for every point sent (a point already stored with the same value
+    is answered as stored and counted in ``duplicate_points``, so a repeated request is harmless)."""
+
+    monitor_id: str
+    timestamps: list[str]
+    values: list[float]
+    expected: list[float]
+    lower: list[float]
+    upper: list[float]
+    score: list[float]
+    is_anomaly: list[bool]
+    direction: list[str | None]
+    warmup_points: int
+    new_points: int
+    duplicate_points: int
+    point_count: int
+    rate_limit: RateLimit | None = None
+    request_id: str | None = None
+    input_tz: tzinfo | None = field(default=None, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+    @property
+    def anomalies(self) -> list[int]:
+        return [position for position, flagged in enumerate(self.is_anomaly) if flagged]
+
+    def to_pandas(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(
+            {
+                "value": self.values,
+                "expected": self.expected,
+                "lower": self.lower,
+                "upper": self.upper,
+                "score": self.score,
+                "is_anomaly": self.is_anomaly,
+                "direction": self.direction,
+            },
+            index=_datetime_index(self.timestamps, self.input_tz),
+        )
+
+
+@dataclass(frozen=True)
+class DeliveryAttempt:
+    attempt: int
+    attempted_at: datetime | None
+    duration_ms: float
+    status_code: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One webhook event of a monitor and every attempt to deliver it."""
+
+    event_id: str
+    type: str
+    sequence: int
+    status: str
+    created_at: datetime | None
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None
+    attempts: list[DeliveryAttempt]
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Delivery:
+        return cls(
+            event_id=str(body["event_id"]),
+            type=str(body["type"]),
+            sequence=int(body["sequence"]),
+            status=str(body["status"]),
+            created_at=_instant(body.get("created_at")),
+            next_attempt_at=_instant(body.get("next_attempt_at")),
+            delivered_at=_instant(body.get("delivered_at")),
+            attempts=[
+                DeliveryAttempt(
+                    attempt=int(a["attempt"]),
+                    attempted_at=_instant(a.get("attempted_at")),
+                    duration_ms=float(a["duration_ms"]),
+                    status_code=a.get("status_code"),
+                    error=a.get("error"),
+                )
+                for a in body.get("attempts") or []
+            ],
+        )
