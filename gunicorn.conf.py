@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
 import time
 from typing import Any
 
+from gunicorn.glogging import Logger
 from gunicorn.workers.gthread import ThreadWorker
 
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -136,3 +139,33 @@ def _already_received(conn: Any) -> bool:
 
 
 worker_class = KeepAliveThreadWorker
+
+
+# gunicorn's own lines quote what a client sent ("Invalid request from ip=...: Invalid HTTP request line: ..."),
+# so a key pasted into a URL could reach the log through them. Same rule as app.observability.redact_keys,
+# repeated here because the master process must not import the app.
+_KEY_SHAPED = re.compile(r"ak_[0-9a-fA-F]{64}")
+
+
+def _redact_keys(text: str) -> str:
+    return _KEY_SHAPED.sub(lambda match: f"{match[0][:11]}…{match[0][-4:]}", text)
+
+
+class _RedactKeys(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if _KEY_SHAPED.search(message):
+            record.msg, record.args = _redact_keys(message), ()
+        if record.exc_info and not record.exc_text:  # the handler's formatter uses this text as it is
+            record.exc_text = _redact_keys(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+class KeyRedactingLogger(Logger):
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for log in (self.error_log, self.access_log):
+            log.addFilter(_RedactKeys())
+
+
+logger_class = KeyRedactingLogger

@@ -1,4 +1,5 @@
-"""Request ids (D1.2, D1.3) and JSON log lines (D6.7)."""
+"""Request ids (D1.2, D1.3), JSON log lines (D6.7) with key-shaped strings redacted, and response headers every
+answer carries."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ from flask import Flask, Response, g, request
 # A client id is echoed only when it cannot smuggle anything into headers or logs.
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
+# Anything shaped like an API key, wherever it came from (a header, a path or query string a client pasted it
+# into, a body quoted in an error): redacted in the formatter, so no log call, present or future, can leak one.
+KEY_SHAPED = re.compile(r"ak_[0-9a-fA-F]{64}")
+
 access_log = logging.getLogger("app.access")
+
+
+def redact_keys(text: str) -> str:
+    """Each key-shaped string becomes the fingerprint the key listings show: its first 11 characters and last 4."""
+    return KEY_SHAPED.sub(lambda match: f"{match[0][:11]}…{match[0][-4:]}", text)
 
 
 class JsonFormatter(logging.Formatter):
@@ -35,7 +45,7 @@ class JsonFormatter(logging.Formatter):
             entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return redact_keys(json.dumps(entry, default=str))
 
 
 def _request_context() -> dict[str, Any]:
@@ -49,6 +59,15 @@ def _request_context() -> dict[str, Any]:
     if key is not None:
         context["key_id"] = key.id
     return context
+
+
+def _authenticated() -> bool:
+    """A credential in the view's own key header (e.g. Ocp-Apim-Subscription-Key), valid or not, or a valid key."""
+    pipeline_context = g.get("request_context")
+    if getattr(pipeline_context, "key", None) is not None:
+        return True
+    key_header = getattr(getattr(pipeline_context, "needs", None), "key_header", None)
+    return bool(key_header and key_header in request.headers)
 
 
 def configure_logging(level: str) -> None:
@@ -66,12 +85,19 @@ def init_request_tracking(app: Flask) -> None:
     def _assign_request_id() -> None:
         g.started_at = time.perf_counter()
         offered = request.headers.get("X-Request-Id", "")
-        g.request_id = offered if _SANE_REQUEST_ID.match(offered) else uuid.uuid4().hex
+        sane = _SANE_REQUEST_ID.match(offered) and not KEY_SHAPED.search(offered)
+        g.request_id = offered if sane else uuid.uuid4().hex
 
     @app.after_request
     def _tag_and_log(response: Response) -> Response:
         request_id = g.get("request_id") or uuid.uuid4().hex
         response.headers["X-Request-Id"] = request_id
+        # A PaaS runs the app without nginx, so these come from the app itself. An answer to a request that
+        # carried a credential is that caller's own (a forecast, a key's details): no shared cache or browser
+        # may keep it, errors included.
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        if "Authorization" in request.headers or _authenticated():
+            response.headers["Cache-Control"] = "no-store"
         started = g.get("started_at")
         duration_ms = (time.perf_counter() - started) * 1000 if started else None
         access_log.info(
