@@ -10,6 +10,7 @@ sent exactly as given.
 from __future__ import annotations
 
 import calendar
+import importlib
 import math
 import numbers
 import sys
@@ -57,8 +58,10 @@ def encode_series(series: Any, frequency: str | None, *, gaps_allowed: bool = Fa
     if frequency is not None:
         resolved = normalize_frequency(frequency)
     else:
-        resolved = _pandas_frequency(pandas_index) if pandas_index is not None else None
-        if resolved is None:
+        from_pandas = _pandas_frequency(pandas_index) if pandas_index is not None else None
+        if from_pandas is not None:
+            resolved = from_pandas
+        else:
             parsed = datetimes if datetimes is not None else _parse_texts(texts)
             try:
                 resolved = infer_frequency(parsed)
@@ -156,7 +159,8 @@ def _to_datetime(value: Any, position: int) -> datetime:
         if getattr(value, "nanosecond", 0):
             raise ValueError(f"timestamp at position {position} has nanoseconds; the service takes microseconds")
         if pd is not None and isinstance(value, pd.Timestamp):
-            return value.to_pydatetime()
+            converted: datetime = value.to_pydatetime()
+            return converted
         return value
     if isinstance(value, date):
         return datetime.combine(value, time())
@@ -167,7 +171,8 @@ def _to_datetime(value: Any, position: int) -> datetime:
         micro = value.astype("datetime64[us]")
         if micro != value:
             raise ValueError(f"timestamp at position {position} has nanoseconds; the service takes microseconds")
-        return micro.item()
+        item: datetime = micro.item()
+        return item
     raise TypeError(
         f"timestamps[{position}] is {type(value).__name__}; use datetime, pandas Timestamp, numpy datetime64 "
         "or the service's text form"
@@ -257,12 +262,7 @@ def normalize_frequency(frequency: str) -> str:
     for name in FREQUENCIES:
         if frequency.strip().lower() == name.lower():
             return name
-    pd = sys.modules.get("pandas")
-    if pd is None:
-        try:
-            import pandas as pd
-        except ImportError:
-            pd = None
+    pd = _optional_pandas()
     if pd is not None:
         try:
             offset = pd.tseries.frequencies.to_offset(frequency)
@@ -272,6 +272,13 @@ def normalize_frequency(frequency: str) -> str:
         if mapped is not None:
             return mapped
     raise ValueError(f"unknown frequency {frequency!r}; use one of {', '.join(FREQUENCIES)}")
+
+
+def _optional_pandas() -> Any:
+    try:
+        return importlib.import_module("pandas")
+    except ImportError:
+        return None
 
 
 def _pandas_frequency(index: Any) -> str | None:
