@@ -36,6 +36,7 @@ LOCAL_MEAN_ROWS = 8
 CHOOSER_ROWS = 288  # recent errors that choose the predictor (a day of five-minute rows)
 BAND_ROWS = 1200  # recent errors that set the expected range
 BAND_MARGIN = 1.5
+BAND_QUANTILE = 0.99
 RECENT_ROWS = 12
 # Errors are compared through a small power, so one huge miss does not disqualify an otherwise close predictor.
 CHOOSER_POWER = 0.25
@@ -60,6 +61,12 @@ FALLBACK_MEDIAN_ROWS = 48
 FALLBACK_MARGIN = 1.5
 
 
+def history_rows(period_rows: int | None) -> int:
+    """How many trailing rows the default detector reads to judge the last one."""
+    seasons = 3 * period_rows if period_rows else 0
+    return max(BAND_ROWS + CHOOSER_ROWS, seasons + CHOOSER_ROWS) + BAND_BLOCK + 1
+
+
 def detect(job: DetectJob) -> DetectionResult:
     times = np.asarray(job.epoch_seconds, dtype=np.float64)
     values = np.asarray(job.values, dtype=np.float64)
@@ -68,7 +75,7 @@ def detect(job: DetectJob) -> DetectionResult:
         raise ValueError(f"unknown detector {detector!r}")
     if detector == DEFAULT_DETECTOR:
         try:
-            result = adaptive_detector(times, values, job.data_frequency, job.confidence, job.start)
+            result = adaptive_detector(times, values, job.data_frequency, job.confidence, job.start, job.period)
             _check(result)
             return result
         except Exception as exc:  # noqa: BLE001 - any failure of the default detector falls back
@@ -123,12 +130,20 @@ def _trailing(x: np.ndarray, width: int) -> np.ndarray:
 
 
 def adaptive_detector(
-    times: np.ndarray, values: np.ndarray, data_frequency: str, confidence: float, start: int
+    times: np.ndarray,
+    values: np.ndarray,
+    data_frequency: str,
+    confidence: float,
+    start: int,
+    period_rows: int | None = None,
 ) -> DetectionResult:
     n = len(values)
     start = max(0, min(start, n))
     step = nominal_step(times)
-    period = period_seconds(data_frequency, step)
+    if period_rows is None:
+        period = period_seconds(data_frequency, step)
+    else:
+        period = period_rows * step if period_rows >= 2 and step > 0 else None
     # What judging rows [start, n) needs, walking back: the band of row i reads the errors of the
     # BAND_ROWS rows before its block start; each of those rows was predicted by the predictor with the
     # smallest error over the CHOOSER_ROWS rows before it.
@@ -163,13 +178,17 @@ def adaptive_detector(
 
     # The band is recomputed at every BAND_BLOCK-th row (rows before the block start only), which keeps
     # a whole-series request cheap; the recent-surprise term below reacts row by row.
+    # The range is read off a moderate quantile of the recent errors and stretched to the confidence asked
+    # for as a normal distribution would be: a few past anomalies cannot inflate it, as they would the
+    # 99th percentile of a short history.
+    stretch = BAND_MARGIN * _two_sided_z(confidence) / _two_sided_z(BAND_QUANTILE)
     judged = np.arange(start, n)
     block_ends = (judged // BAND_BLOCK) * BAND_BLOCK
     band = np.zeros(len(judged))
     for block_end in np.unique(block_ends):
         window = magnitude[max(1, block_end - BAND_ROWS) - band_from : block_end - band_from]
         if len(window):
-            band[block_ends == block_end] = BAND_MARGIN * np.quantile(window, confidence, method="higher")
+            band[block_ends == block_end] = stretch * np.quantile(window, BAND_QUANTILE, method="higher")
     halfwidth = band
     if RECENT_ROWS > 0:
         # A surprise no larger than one just seen is not news: after a spike or a step the range widens
@@ -221,6 +240,10 @@ def _candidates(
     return np.vstack([naive, level, median3, *local])
 
 
+def _two_sided_z(probability: float) -> float:
+    return NormalDist().inv_cdf(0.5 + probability / 2)
+
+
 def _floor(values: np.ndarray, lo: int, n: int) -> np.ndarray:
     """A least half-width, so a perfectly flat stretch does not flag rounding noise."""
     scale = np.abs(values[lo:n])
@@ -242,7 +265,11 @@ def _result(
     warm = row_index < WARMUP
     residual = y - expected
     ratio = np.abs(residual) / halfwidth
-    score = 1.0 - np.power(0.5, np.power(ratio, SCORE_POWER))
+    # r^p / (1 + r^p): 0.5 on the edge of the range, and still rising (not saturated at 1.0) for large
+    # surprises, so scores keep ranking them.
+    with np.errstate(over="ignore", invalid="ignore"):
+        lifted = np.power(ratio, SCORE_POWER)
+        score = np.where(np.isinf(lifted), 1.0, lifted / (1.0 + lifted))
     score = np.where(warm, 0.0, np.clip(score, 0.0, 1.0))
     expected = np.where(warm, y, expected)
     halfwidth = np.where(warm, 0.0, halfwidth)

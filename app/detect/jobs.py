@@ -44,6 +44,8 @@ class DetectJob:
     confidence: float  # 0.5 .. 0.9999: the share of normal points the expected range should hold
     detector: str | None = None  # None = the default detector
     start: int = 0  # judge rows start..n-1 only; the rows before are history
+    # Seasonality in rows to use instead of the one data_frequency suggests; 0 = no seasonality.
+    period: int | None = None
 
     @property
     def label(self) -> str:
@@ -53,3 +55,29 @@ class DetectJob:
         from app.detect.detectors import detect
 
         return detect(self)
+
+
+@dataclass(frozen=True)
+class ChangePointResult:
+    is_change_point: list[bool]
+    confidence: list[float]  # in [0, 1], one per row
+    period: int | None
+
+
+@dataclass(frozen=True)
+class ChangePointJob:
+    """Where the level of a series shifts, judged on the whole series (rows before and after each row)."""
+
+    values: Any  # float64 numpy array or list of floats
+    stable_trend_window: int  # rows on each side that must stay level around a change
+    threshold: float  # 0 < threshold < 1: the least confidence that makes a change point
+    period: int | None = None  # seasonality in rows, removed before looking for level shifts
+
+    @property
+    def label(self) -> str:
+        return "change-point"
+
+    def run(self) -> ChangePointResult:
+        from app.detect.changepoint import detect_change_points
+
+        return detect_change_points(self)

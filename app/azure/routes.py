@@ -1,0 +1,196 @@
+"""POST /anomalydetector/v1.1/timeseries/{entire,last,changepoint}/detect, in Azure's request and response shape.
+
+Same detector, worker pool, keys, permissions and rate limits as /anomalies; the key may come in
+Ocp-Apim-Subscription-Key (what Azure's SDKs send) or as Bearer. Every error on these routes, including
+those of the key check and the rate limiter, is rendered in Azure's {"code", "message"} shape.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from flask import Blueprint, Response, g, jsonify
+from werkzeug.exceptions import HTTPException
+
+from app.anomalies.routes import FALLBACK_HEADER, read_json, require_json
+from app.azure.schemas import (
+    AzureError,
+    AzureSeries,
+    ChangePointRequestSchema,
+    DetectRequestSchema,
+    check_series,
+    load,
+    sensitivity_to_confidence,
+)
+from app.detect.detectors import history_rows, nominal_step, period_seconds
+from app.detect.jobs import ChangePointJob, ChangePointResult, DetectionResult, DetectJob
+from app.errors import ApiError, InternalError
+from app.forecast.pool import PoolError
+from app.pipeline import key_header, requires
+from app.services import current_services
+
+bp = Blueprint("azure", __name__, url_prefix="/anomalydetector/v1.1")
+log = logging.getLogger("app.azure")
+
+SUBSCRIPTION_KEY_HEADER = "Ocp-Apim-Subscription-Key"
+_detect_schema = DetectRequestSchema()
+_change_point_schema = ChangePointRequestSchema()
+
+# Azure's codes for the answers the request pipeline gives before a view runs.
+_CODES_BY_STATUS = {
+    400: "BadArgument",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    413: "BadArgument",
+    415: "InvalidJsonFormat",
+    422: "InvalidSeries",
+    429: "TooManyRequests",
+}
+
+
+def _azure_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    response = jsonify({"code": code, "message": message})
+    response.status_code = status
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    response.headers["x-ms-error-code"] = code
+    return response
+
+
+@bp.errorhandler(ApiError)
+def _api_error(error: ApiError) -> Response:
+    if isinstance(error, AzureError):
+        return _azure_response(error.status, error.azure_code, error.message, error.headers)
+    if error.status >= 500:
+        log.error("request failed: %s", error.message, exc_info=error.__cause__ is not None)
+        message = f"{error.message} Quote request id {g.get('request_id')} when reporting it."
+        return _azure_response(error.status, "InternalServerError", message, error.headers)
+    code = _CODES_BY_STATUS.get(error.status, "BadArgument")
+    return _azure_response(error.status, code, error.message, error.headers)
+
+
+@bp.errorhandler(HTTPException)
+def _http_error(exc: HTTPException) -> Response:
+    status = exc.code or 500
+    if status >= 500:
+        return _azure_response(status, "InternalServerError", "Unexpected server error.")
+    return _azure_response(status, _CODES_BY_STATUS.get(status, "BadArgument"), exc.description or "Bad request.")
+
+
+def _submit(job: DetectJob | ChangePointJob) -> DetectionResult | ChangePointResult:
+    try:
+        return current_services().pool.submit(job)
+    except PoolError as exc:
+        error = InternalError(f"Anomaly detection failed: {exc}.")
+        if exc.retry_after:
+            error.headers["Retry-After"] = str(exc.retry_after)
+        raise error from exc
+
+
+def _detect_job(series: AzureSeries, sensitivity: int, start: int = 0) -> DetectJob:
+    return DetectJob(
+        epoch_seconds=np.asarray(series.epoch_seconds, dtype=np.float64),
+        values=np.asarray(series.values, dtype=np.float64),
+        data_frequency=series.data_frequency or "Seconds",
+        confidence=sensitivity_to_confidence(sensitivity),
+        start=start,
+        period=series.period,
+    )
+
+
+def _with_fallback(response: Response, result: DetectionResult) -> Response:
+    if result.fallback:
+        response.headers[FALLBACK_HEADER] = result.fallback
+    return response
+
+
+def _parse(schema: DetectRequestSchema | ChangePointRequestSchema) -> tuple[dict, AzureSeries]:
+    require_json()
+    try:
+        body = read_json()
+    except ApiError as exc:
+        raise AzureError("InvalidJsonFormat", f"Invalid Json Format: {exc.message}") from exc
+    data = load(schema, body)
+    return data, check_series(data, max_points=current_services().settings.max_points)
+
+
+@bp.post("/timeseries/entire/detect")
+@key_header(SUBSCRIPTION_KEY_HEADER)
+@requires("read")
+def entire_detect() -> Response:
+    data, series = _parse(_detect_schema)
+    result = _submit(_detect_job(series, data["sensitivity"]))
+    assert isinstance(result, DetectionResult)
+    flags = list(result.is_anomaly)
+    # Azure reports at most maxAnomalyRatio of the points; the least surprising ones are dropped first.
+    allowed = int(data["maxAnomalyRatio"] * len(flags))
+    if sum(flags) > allowed:
+        ranked = sorted((i for i, flag in enumerate(flags) if flag), key=lambda i: result.score[i], reverse=True)
+        keep = set(ranked[:allowed])
+        flags = [i in keep for i in range(len(flags))]
+    values = series.values
+    body = {
+        "period": result.period or 0,
+        "expectedValues": result.expected,
+        "upperMargins": [high - mid for high, mid in zip(result.upper, result.expected, strict=True)],
+        "lowerMargins": [mid - low for low, mid in zip(result.lower, result.expected, strict=True)],
+        "isAnomaly": flags,
+        "isNegativeAnomaly": [f and v < e for f, v, e in zip(flags, values, result.expected, strict=True)],
+        "isPositiveAnomaly": [f and v > e for f, v, e in zip(flags, values, result.expected, strict=True)],
+        "severity": [s if f else 0.0 for f, s in zip(flags, result.score, strict=True)],
+    }
+    return _with_fallback(jsonify(body), result)
+
+
+@bp.post("/timeseries/last/detect")
+@key_header(SUBSCRIPTION_KEY_HEADER)
+@requires("read")
+def last_detect() -> Response:
+    data, series = _parse(_detect_schema)
+    last = len(series.values) - 1
+    result = _submit(_detect_job(series, data["sensitivity"], start=last))
+    assert isinstance(result, DetectionResult)
+    flag, value, expected = result.is_anomaly[0], series.values[last], result.expected[0]
+    body = {
+        "period": result.period or 0,
+        "suggestedWindow": min(len(series.values), history_rows(result.period)),
+        "expectedValue": expected,
+        "upperMargin": result.upper[0] - expected,
+        "lowerMargin": expected - result.lower[0],
+        "isAnomaly": flag,
+        "isNegativeAnomaly": flag and value < expected,
+        "isPositiveAnomaly": flag and value > expected,
+        "severity": result.score[0] if flag else 0.0,
+    }
+    return _with_fallback(jsonify(body), result)
+
+
+@bp.post("/timeseries/changepoint/detect")
+@key_header(SUBSCRIPTION_KEY_HEADER)
+@requires("read")
+def change_point_detect() -> Response:
+    data, series = _parse(_change_point_schema)
+    window = data["stableTrendWindow"]
+    if window * 2 >= len(series.values):
+        raise AzureError(
+            "BadArgument", "The 'stableTrendWindow' field must be an integer >= 3 and < half of the series' length."
+        )
+    period = series.period
+    if period is None and series.data_frequency is not None:
+        times = np.asarray(series.epoch_seconds, dtype=np.float64)
+        step = nominal_step(times)
+        seconds = period_seconds(series.data_frequency, step)
+        period = round(seconds / step) if seconds else 0
+    job = ChangePointJob(series.values, window, data["threshold"], period or None)
+    result = _submit(job)
+    assert isinstance(result, ChangePointResult)
+    return jsonify(
+        {
+            "period": result.period or 0,
+            "isChangePoint": result.is_change_point,
+            "confidenceScores": result.confidence,
+        }
+    )
