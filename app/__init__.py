@@ -17,6 +17,7 @@ from app.settings import Settings  # noqa: E402
 def create_app(settings: Settings | None = None, *, start_workers: bool = False) -> Flask:
     from app import cors, errors, health, metrics, observability, openapi, pipeline, verify
     from app.anomalies import routes as anomaly_routes
+    from app.azure import routes as azure_routes
     from app.cli import register_cli
     from app.db import Database
     from app.forecast import routes as forecast_routes
@@ -69,6 +70,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     app.register_blueprint(forecast_routes.bp)
     app.register_blueprint(forecast_routes.meta)
     app.register_blueprint(anomaly_routes.bp)
+    app.register_blueprint(azure_routes.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(metrics.bp)
     monitor_routes.init_monitors(app, services, start_sender=start_workers)
