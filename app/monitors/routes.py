@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import sys
+import threading
 from typing import Any
 
 from flask import Blueprint, Flask, Response, jsonify, request
@@ -45,10 +46,13 @@ def init_monitors(app: Flask, services: Services, *, start_sender: bool) -> Moni
     The sender starts under gunicorn (each worker process builds its app after the fork) or when asked;
     admin CLI commands, which build the app too, never send alerts.
     """
+    pool = services.pool
     runtime = MonitorRuntime(
         cache=HistoryCache(),
         locks=MonitorLocks(),
         sender=DeliverySender(services.database, allow_private=services.settings.allow_private_webhooks),
+        judge_slots=threading.BoundedSemaphore(pool.size + max(1, pool.queue_limit // 2)),
+        write_lock=threading.Lock() if services.database.engine.dialect.name == "sqlite" else None,
     )
     app.extensions["monitors"] = runtime
     app.register_blueprint(bp)

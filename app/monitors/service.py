@@ -10,9 +10,11 @@ against the new state, so no point is lost and none is judged twice.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from array import array
 from bisect import bisect_right
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -56,6 +58,12 @@ class MonitorRuntime:
     cache: HistoryCache
     locks: MonitorLocks
     sender: Any  # DeliverySender; typed loosely so this module does not import threads it never starts
+    # Appends waiting for the worker pool queue here, leaving the pool's own queue room for /forecast and
+    # /anomalies, instead of being turned away as "saturated" under a burst of writes.
+    judge_slots: threading.Semaphore
+    # SQLite only: this process's write transactions take turns here. SQLite has one writer, and a thread
+    # that finds it busy sleeps in SQLite's busy handler for up to 100 ms at a time; a lock hands over at once.
+    write_lock: threading.Lock | None = None
 
 
 class _StaleRevision(Exception):
@@ -342,7 +350,7 @@ def _judge(pool: ForecastPool, job: DetectJob) -> DetectionResult:
                 error.headers["Retry-After"] = str(exc.retry_after or 5)
                 raise error from exc
             time.sleep(pause)
-            pause = min(pause * 2, 0.2)
+            pause = min(pause * 2, 0.05)
         except PoolError as exc:
             raise InternalError(f"The points could not be judged: {exc}") from exc
 
@@ -440,8 +448,11 @@ def _append_once(
                     history = runtime.cache.get(monitor.id, monitor.revision)
                     if history is None or not history.usable(tail_rows(monitor)):
                         history = _load_history(session, monitor)
-                    verdicts = _judge_new(pool, monitor, history, new_epochs, new_values)
-                    events_added = _store(session, monitor, new_epochs, new_texts, new_values, verdicts, history)
+                    verdicts = _judge_new(pool, runtime, monitor, history, new_epochs, new_values)
+                    with runtime.write_lock or nullcontext():
+                        events_added = _store(session, monitor, new_epochs, new_texts, new_values, verdicts,
+                                              history)
+                        session.commit()
         except BaseException:
             # _store changes the cached history in place; a transaction that did not commit leaves it wrong.
             runtime.cache.drop(monitor_id)
@@ -454,7 +465,12 @@ def _append_once(
 
 
 def _judge_new(
-    pool: ForecastPool, monitor: MonitorRecord, history: History, epochs: list[int], values: list[float]
+    pool: ForecastPool,
+    runtime: MonitorRuntime,
+    monitor: MonitorRecord,
+    history: History,
+    epochs: list[int],
+    values: list[float],
 ) -> list[_Verdict]:
     hist_epochs, hist_values = history.series(tail_rows(monitor))
     job = DetectJob(
@@ -465,7 +481,12 @@ def _judge_new(
         detector=monitor.model,
         start=len(hist_epochs),
     )
-    result = _judge(pool, job)
+    if not runtime.judge_slots.acquire(timeout=POOL_BUSY_PATIENCE_SECONDS):
+        raise InternalError("The detector workers are saturated; retry shortly.", headers={"Retry-After": "5"})
+    try:
+        result = _judge(pool, job)
+    finally:
+        runtime.judge_slots.release()
     return [
         _Verdict(
             expected=result.expected[i],
