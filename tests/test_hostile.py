@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -276,30 +275,7 @@ def test_ten_kib_header_value_other_than_authorization_still_answered(hostile: H
     assert len(response.headers.get("X-Request-Id", "")) < 200  # an insane client id is not echoed (D1.3)
 
 
-def test_unread_bodies_on_idle_keep_alive_connections_do_not_pin_the_threads(
-    served: tuple[Server, dict[str, str], str],
-) -> None:
-    # Each request is answered 401 before its 20 KB body is read, then the client keeps the connection open
-    # and idle, as nginx's upstream pool does. gunicorn has 8 threads: without the post_request drain in
-    # gunicorn.conf.py each such connection pins one (gunicorn #3301) and the 9th client gets no answer.
-    server = served[0]
-    body = b'{"pad": "' + b"x" * 20000 + b'"}'
-    request = (b"POST /forecast HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ak_" + b"0" * 64
-               + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
-               + b"\r\n\r\n" + body)
-    held = []
-    try:
-        for _ in range(12):
-            sock = socket.create_connection(("127.0.0.1", server.port), timeout=ANSWER_WITHIN)
-            sock.sendall(request)
-            assert sock.recv(64).startswith(b"HTTP/1.1 401"), "no answer: every gunicorn thread is pinned"
-            held.append(sock)
-        started = time.monotonic()
-        assert requests.get(server.url + "/healthz", timeout=ANSWER_WITHIN).status_code == 200
-        assert time.monotonic() - started < 1.0
-    finally:
-        for sock in held:
-            sock.close()
+# Keep-alive connections after early answers (and idle ones that must not pin threads): tests/test_keepalive.py.
 
 
 def test_service_still_healthy_and_worker_memory_bounded(served: tuple[Server, dict[str, str], str],
@@ -322,32 +298,10 @@ def test_service_still_healthy_and_worker_memory_bounded(served: tuple[Server, d
 @pytest.fixture(scope="module")
 def through_nginx(served: tuple[Server, dict[str, str], str], tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[tuple[str, str]]:
-    import shutil
-    import signal
-    import subprocess
+    from tests.test_server import running_nginx
 
-    from tests.support import missing_service
-    from tests.test_server import render_nginx
-
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    if nginx is None:
-        missing_service("nginx is not installed (apt-get install -y nginx-light)")
-    directory = tmp_path_factory.mktemp("hostile-nginx")
-    config, _, https_port, cert = render_nginx(directory, served[0].port)
-    proxy = subprocess.Popen([nginx, "-c", str(config), "-e", str(directory / "nginx-error.log")],
-                             start_new_session=True)
-    base = f"https://localhost:{https_port}"
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            requests.get(base + "/healthz", verify=str(cert), timeout=5)
-            break
-        except requests.ConnectionError:
-            assert time.monotonic() < deadline, (directory / "nginx-error.log").read_text()
-            time.sleep(0.1)
-    yield base, str(cert)
-    proxy.send_signal(signal.SIGQUIT)
-    proxy.wait(timeout=10)
+    with running_nginx(tmp_path_factory.mktemp("hostile-nginx"), served[0].port) as (base, _, cert):
+        yield base, str(cert)
 
 
 def test_nginx_passes_a_ten_kib_authorization_header_to_the_app(through_nginx: tuple[str, str]) -> None:
@@ -372,29 +326,9 @@ def test_nginx_refuses_oversized_headers_in_the_envelope(through_nginx: tuple[st
 
 
 def test_nginx_answers_an_unreachable_app_in_the_envelope(tmp_path: Path) -> None:
-    import shutil
-    import signal
-    import subprocess
+    from tests.support import free_port
+    from tests.test_server import running_nginx
 
-    from tests.support import free_port, missing_service
-    from tests.test_server import render_nginx
-
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    if nginx is None:
-        missing_service("nginx is not installed (apt-get install -y nginx-light)")
-    config, _, https_port, cert = render_nginx(tmp_path, free_port())  # nothing listens upstream
-    proxy = subprocess.Popen([nginx, "-c", str(config), "-e", str(tmp_path / "nginx-error.log")],
-                             start_new_session=True)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                response = requests.get(f"https://localhost:{https_port}/verify", verify=str(cert), timeout=5)
-                break
-            except requests.ConnectionError:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
-        envelope(response, 500, "INTERNAL_ERROR")
-    finally:
-        proxy.send_signal(signal.SIGQUIT)
-        proxy.wait(timeout=10)
+    with running_nginx(tmp_path, free_port()) as (base, _, cert):  # nothing listens upstream
+        response = requests.get(base + "/verify", verify=str(cert), timeout=ANSWER_WITHIN)
+    envelope(response, 500, "INTERNAL_ERROR")
