@@ -18,6 +18,7 @@ from app.forecast.schemas import (
     JsonArray,
 )
 from app.keys import api as keys_api
+from app.monitors import openapi_doc as monitor_docs
 from app.pipeline import uncounted
 from app.verify import VerifyResponseSchema
 
@@ -236,6 +237,7 @@ def build_spec() -> dict[str, Any]:
     _keyed_get(spec, "/metrics", "Meta", "Prometheus metrics (key with admin permission; not counted)",
                "Prometheus text format", "text/plain", {"type": "string"}, headers={})
     keys_api.document(spec, _errors, RATE_LIMIT_HEADERS)
+    monitor_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
     return spec.to_dict()
 
 

@@ -1,0 +1,128 @@
+"""The monitor operations in the service's OpenAPI document (app.openapi builds the rest)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
+from app.monitors.schemas import (
+    DeliveriesSchema,
+    MonitorCreateSchema,
+    MonitorListSchema,
+    MonitorPatchSchema,
+    MonitorSchema,
+    PointsRequestSchema,
+    PointsResponseSchema,
+    SecretSchema,
+)
+from app.monitors.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
+
+MONITOR_DESCRIPTION = (
+    "A monitor keeps a metric stream, judges each new point causally against its stored history exactly as "
+    "POST /anomalies would, forecasts ahead with the /forecast models, and POSTs signed alert events to its "
+    f"webhook: headers {EVENT_ID_HEADER} (stable per event), {TIMESTAMP_HEADER} (Unix seconds of the attempt) "
+    f"and {SIGNATURE_HEADER}: sha256=HMAC-SHA256(secret, timestamp + '.' + body) in hex. A monitor of another "
+    "account answers 404 exactly like a missing one."
+)
+
+
+def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[str, Any]) -> None:
+    for name, schema in (("MonitorCreateRequest", MonitorCreateSchema), ("MonitorUpdateRequest", MonitorPatchSchema),
+                         ("Monitor", MonitorSchema), ("MonitorList", MonitorListSchema),
+                         ("PointsRequest", PointsRequestSchema), ("PointsResponse", PointsResponseSchema),
+                         ("Deliveries", DeliveriesSchema), ("WebhookSecret", SecretSchema)):
+        spec.components.schema(name, schema=schema)
+    secured = [{"bearerAuth": []}]
+    monitor_id = {"in": "path", "name": "monitor_id", "required": True, "schema": {"type": "string"},
+                  "description": "A monitor of the caller's account."}
+
+    def query(name: str, description: str, default: Any, maximum: int, minimum: int = 0) -> dict[str, Any]:
+        return {"in": "query", "name": name, "required": False, "description": description,
+                "schema": {"type": "integer", "minimum": minimum, "maximum": maximum, "default": default}}
+
+    def json_ok(status: str, description: str, schema: str) -> dict[str, Any]:
+        return {status: {"description": description, "headers": ok_headers,
+                         "content": {"application/json": {"schema": schema}}}}
+
+    def fail(*statuses: str) -> dict[str, Any]:
+        out = errors(*statuses)
+        if "404" in out:
+            out["404"] = {**out["404"], "description": "INVALID_REQUEST: no such monitor in the caller's account."}
+        return out
+
+    def operation(op_id: str, summary: str, permission: str, responses: dict[str, Any], *,
+                  body: str | None = None, parameters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "operationId": op_id, "tags": ["Monitors"], "summary": summary, "security": secured,
+            "description": f"Needs a key with the {permission} permission; counted against its rate limits. "
+                           + MONITOR_DESCRIPTION,
+            "responses": responses,
+        }
+        if parameters:
+            result["parameters"] = parameters
+        if body:
+            result["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+        return result
+
+    spec.path(path="/monitors", operations={
+        "post": operation(
+            "createMonitor", "Create a monitor; its webhook secret is in this response only", "write",
+            {**json_ok("201", "The monitor, with webhook_secret.", "Monitor"),
+             **fail("400", "401", "403", "413", "415", "429", "500")},
+            body="MonitorCreateRequest",
+        ),
+        "get": operation(
+            "listMonitors", "The caller's monitors, by id", "read",
+            {**json_ok("200", "A page of monitors; pass next_after as ?after= for the next.", "MonitorList"),
+             **fail("400", "401", "403", "429", "500")},
+            parameters=[query("points", "Last points to include per monitor.", 0, 1000),
+                        query("limit", "Monitors per page.", 100, 1000, 1),
+                        {"in": "query", "name": "after", "required": False, "schema": {"type": "string"},
+                         "description": "Continue after this monitor id."}],
+        ),
+    })
+    spec.path(path="/monitors/{monitor_id}", operations={
+        "get": operation(
+            "getMonitor", "A monitor, its last points with verdicts, open anomalies and a forecast", "read",
+            {**json_ok("200", "The monitor.", "Monitor"), **fail("400", "401", "403", "404", "422", "429", "500")},
+            parameters=[monitor_id, query("points", "Last points to include.", 10, 10_000),
+                        query("horizon", "Forecast this many steps ahead (0: no forecast).", 0, 100),
+                        {"in": "query", "name": "model", "required": False, "description": "The forecast model.",
+                         "schema": {"type": "string", "enum": list(MODEL_IDS), "default": DEFAULT_MODEL_ID}}],
+        ),
+        "patch": operation(
+            "updateMonitor", "Change a monitor's name, confidence or webhook", "write",
+            {**json_ok("200", "The monitor as changed.", "Monitor"),
+             **fail("400", "401", "403", "404", "415", "429", "500")},
+            body="MonitorUpdateRequest", parameters=[monitor_id],
+        ),
+        "delete": operation(
+            "deleteMonitor", "Delete a monitor, every stored point and its alert log", "delete",
+            {"204": {"description": "Deleted.", "headers": ok_headers}, **fail("401", "403", "404", "429", "500")},
+            parameters=[monitor_id],
+        ),
+    })
+    spec.path(path="/monitors/{monitor_id}/points", operations={
+        "post": operation(
+            "addMonitorPoints", "Append points and get their verdicts (re-sent points answer as stored)", "write",
+            {**json_ok("200", "One entry per sent point, as POST /anomalies answers.", "PointsResponse"),
+             **fail("400", "401", "403", "404", "413", "415", "422", "429", "500")},
+            body="PointsRequest", parameters=[monitor_id],
+        ),
+    })
+    spec.path(path="/monitors/{monitor_id}/webhook-secret", operations={
+        "post": operation(
+            "rotateMonitorSecret", "Replace the webhook secret; the new one is in this response only", "write",
+            {**json_ok("200", "The new secret; it signs every delivery from now on.", "WebhookSecret"),
+             **fail("401", "403", "404", "429", "500")},
+            parameters=[monitor_id],
+        ),
+    })
+    spec.path(path="/monitors/{monitor_id}/deliveries", operations={
+        "get": operation(
+            "listMonitorDeliveries", "The monitor's alert events and every delivery attempt, newest first", "read",
+            {**json_ok("200", "The delivery log.", "Deliveries"), **fail("400", "401", "403", "404", "429", "500")},
+            parameters=[monitor_id, query("limit", "Events to include.", 100, 1000, 1)],
+        ),
+    })
