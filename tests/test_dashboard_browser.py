@@ -311,8 +311,24 @@ def test_a_person_manages_keys_and_forecasts_in_the_dashboard(
     page.screenshot("api-reference")
 
     if page.all("nav a[href='/dashboard/monitors']"):
+        # A monitor fed through the API, with two spikes, charted with its anomalies marked.
+        monitor = requests.post(server.url + "/monitors", json={"name": "checkout latency", "data_frequency": "Hours"},
+                                headers=bearer(admin["key"]), timeout=30)
+        assert monitor.status_code == 201, monitor.text
+        hours = [f"2026-11-{1 + h // 24:02d}T{h % 24:02d}:00:00" for h in range(168)]
+        values = [100 + 20 * ((h % 24) in range(9, 18)) + (h * 7 % 5) for h in range(168)]
+        values[120], values[150] = 400, 5
+        fed = requests.post(server.url + f"/monitors/{monitor.json()['id']}/points",
+                            json={"timestamps": hours, "values": values}, headers=bearer(admin["key"]), timeout=120)
+        assert fed.status_code == 200, fed.text
         page.open("/dashboard/monitors")
         assert page.find("h1").text == "Monitors"
+        area = f"figure[data-monitor-id='{monitor.json()['id']}'] .chart-area"
+        assert len(page.all(area + " canvas")) == 1
+        drawn = page.js(f"return document.querySelector(\"{area}\").uplot.data")
+        assert len(drawn[0]) == 168 and drawn[1] == values
+        marked = sum(v is not None for v in drawn[5])
+        assert marked >= 1 and f"{marked} anomal" in page.text()
         page.screenshot("monitors")
 
     # Usable at 390 px: nothing wider than the screen, the create form reachable.
