@@ -15,7 +15,7 @@ from app.settings import Settings  # noqa: E402
 
 
 def create_app(settings: Settings | None = None, *, start_workers: bool = False) -> Flask:
-    from app import cors, errors, health, metrics, observability, openapi, pipeline, verify
+    from app import cors, errors, health, jsonio, metrics, observability, openapi, pipeline, verify
     from app.anomalies import routes as anomaly_routes
     from app.azure import routes as azure_routes
     from app.cli import register_cli
@@ -33,6 +33,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     observability.configure_logging(settings.log_level)
 
     app = Flask(__name__)
+    app.json = jsonio.OrjsonProvider(app)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["TESTING"] = settings.testing
     app.json.sort_keys = False  # type: ignore[attr-defined]

@@ -46,9 +46,10 @@ def machine_line() -> str:
             f"load average (1/5 min) at write time: {os.getloadavg()[0]:.2f}/{os.getloadavg()[1]:.2f}")
 
 
-def base_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, **BLAS_ENV, "PYTHONPATH": str(APP_ROOT), "BENCH_APP_ROOT": str(APP_ROOT),
-           "LOG_LEVEL": "WARNING"}
+def base_env(app_root: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a service process; ``app_root`` runs another checkout (e.g. a baseline commit)."""
+    root = str(app_root or APP_ROOT)
+    env = {**os.environ, **BLAS_ENV, "PYTHONPATH": root, "BENCH_APP_ROOT": root, "LOG_LEVEL": "WARNING"}
     # Never inherit a database or Redis from the caller's shell: every suite says what it uses.
     for name in ("DATABASE_URL", "REDIS_URL", "WEB_CONCURRENCY", "GUNICORN_THREADS", "BIND", "PORT"):
         env.pop(name, None)
@@ -156,7 +157,7 @@ def temp_dir(prefix: str) -> Iterator[Path]:
 
 
 def flask_cli(*args: str, env: dict[str, str], timeout: float = 120) -> str:
-    result = subprocess.run([str(VENV_BIN / "flask"), "--app", "wsgi", *args], cwd=APP_ROOT, env=env,
+    result = subprocess.run([str(VENV_BIN / "flask"), "--app", "wsgi", *args], cwd=env["BENCH_APP_ROOT"], env=env,
                             capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"flask {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -164,11 +165,11 @@ def flask_cli(*args: str, env: dict[str, str], timeout: float = 120) -> str:
 
 
 @contextmanager
-def database(kind: str, tmp: Path) -> Iterator[str]:
+def database(kind: str, tmp: Path, app_root: Path | None = None) -> Iterator[str]:
     """A migrated, empty database: ``sqlite`` (a file in tmp) or ``postgres`` (created, then dropped)."""
     if kind == "sqlite":
         url = f"sqlite:///{tmp / 'k.sqlite3'}"
-        flask_cli("db", "upgrade", env=base_env(DATABASE_URL=url))
+        flask_cli("db", "upgrade", env=base_env(app_root, DATABASE_URL=url))
         yield url
         return
     if kind != "postgres":
@@ -180,17 +181,17 @@ def database(kind: str, tmp: Path) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-        flask_cli("db", "upgrade", env=base_env(DATABASE_URL=url))
+        flask_cli("db", "upgrade", env=base_env(app_root, DATABASE_URL=url))
         yield url
     finally:
         with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def create_key(database_url: str, permissions: str = "read") -> str:
+def create_key(database_url: str, permissions: str = "read", app_root: Path | None = None) -> str:
     out = flask_cli("keys", "create", "--permissions", permissions, "--name", "bench",
                     "--per-minute", HUGE, "--per-hour", HUGE, "--per-day", HUGE, "--json",
-                    env=base_env(DATABASE_URL=database_url))
+                    env=base_env(app_root, DATABASE_URL=database_url))
     return json.loads(out.strip().splitlines()[-1])["key"]
 
 
@@ -213,7 +214,7 @@ class Gunicorn:
         self._log = open(log_path, "w")  # noqa: SIM115
         self.process = subprocess.Popen(
             [str(VENV_BIN / "gunicorn"), "--bind", f"{self.host}:{self.port}", *args, "wsgi:app"],
-            cwd=APP_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=env["BENCH_APP_ROOT"], env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -271,8 +272,8 @@ class Gunicorn:
 
 @contextmanager
 def gunicorn(database_url: str, tmp: Path, *, redis_url: str | None = None, workers: int = 2,
-             name: str = "gunicorn", **extra_env: str) -> Iterator[Gunicorn]:
-    env = base_env(DATABASE_URL=database_url, FORECAST_WORKERS=str(workers), **extra_env)
+             name: str = "gunicorn", app_root: Path | None = None, **extra_env: str) -> Iterator[Gunicorn]:
+    env = base_env(app_root, DATABASE_URL=database_url, FORECAST_WORKERS=str(workers), **extra_env)
     if redis_url:
         env["REDIS_URL"] = redis_url
     server = Gunicorn(env, tmp / f"{name}.log")

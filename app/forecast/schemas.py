@@ -6,17 +6,18 @@ Both list every problem found in details.errors and the first one in field/issue
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
+from app import jsonio
 from app.errors import DataValidationError, InvalidRequest
 from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.forecast.timestamps import FREQUENCIES, TimeAxis, TimestampError, parse_axis
+from app.forecast.timestamps import FREQUENCIES, TimeAxis, TimestampError, parse_axis, regular_axis
 
 MIN_POINTS = 10
 # Finite but near float max (1e308), sums and spreads inside the models overflow and every model and its
@@ -162,7 +163,7 @@ def _reject_constant(name: str) -> float:
 
 def parse_json_body(raw: bytes) -> Any:
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
+        return jsonio.loads_with_constants(raw, parse_constant=_reject_constant)
     except RecursionError as exc:
         raise InvalidRequest(
             "The request body is nested too deeply.", details=problem("body", "nested too deeply", "")
@@ -254,7 +255,8 @@ def _model_id(headers: Mapping[str, str], problems: list[dict[str, Any]]) -> str
 @dataclass(frozen=True)
 class SeriesData:
     axis: TimeAxis
-    values: list[float]
+    # float64, sent to the worker pool as one buffer
+    values: np.ndarray
 
 
 def check_series(request: ForecastRequest, *, max_points: int) -> SeriesData:
@@ -281,25 +283,53 @@ def check_series(request: ForecastRequest, *, max_points: int) -> SeriesData:
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
         raise DataValidationError(f"Invalid series data: {problems[0]['issue']}.", details=_envelope(problems))
 
-    floats = _check_values(values, problems)
-    axis = None
-    bad_type = next((i for i, t in enumerate(timestamps) if not isinstance(t, str)), None)
+    floats = _values_array(values, problems)
+    # The whole series in one pass when it is regular; item by item only to find and name a defect.
+    axis = regular_axis(timestamps, request.data_frequency)
+    if axis is None:
+        axis = _axis_item_by_item(timestamps, request.data_frequency, problems)
+    if problems or axis is None:
+        first = problems[0]
+        raise DataValidationError(f"Invalid series data: {first['issue']}.", details=_envelope(problems))
+    return SeriesData(axis=axis, values=floats)
+
+
+def _axis_item_by_item(timestamps: list[Any], frequency: str, problems: list[dict[str, Any]]) -> TimeAxis | None:
+    bad_type = _first_non_string(timestamps)
     if bad_type is not None:
         problems.append(
             problem("series[0].timestamps", "invalid timestamp format", timestamps[bad_type], index=bad_type)
         )
     elif len(timestamps) >= 2:
         try:
-            axis = parse_axis(timestamps, request.data_frequency)
+            return parse_axis(timestamps, frequency)
         except TimestampError as exc:
             extra: dict[str, Any] = {"index": exc.index}
             if exc.expected is not None:
                 extra["expected"] = exc.expected
             problems.append(problem("series[0].timestamps", exc.issue, exc.provided, **extra))
-    if problems or axis is None:
-        first = problems[0]
-        raise DataValidationError(f"Invalid series data: {first['issue']}.", details=_envelope(problems))
-    return SeriesData(axis=axis, values=floats)
+    return None
+
+
+def _first_non_string(items: list[Any]) -> int | None:
+    try:
+        "".join(items)  # one C pass that refuses any element that is not a string
+    except TypeError:
+        return next(i for i, item in enumerate(items) if not isinstance(item, str))
+    return None
+
+
+def _values_array(values: list[Any], problems: list[dict[str, Any]]) -> np.ndarray:
+    """The values as float64 when all are fine, checked in one pass; else _check_values names the first defect."""
+    if set(map(type, values)) <= {float, int}:  # bool is excluded: type(True) is bool
+        try:
+            array = np.array(values, dtype=np.float64)
+        except OverflowError:  # an integer past the float range: reported as not finite below
+            array = None
+        # NaN compares False, so one comparison also refuses NaN and the infinities.
+        if array is not None and (array.size == 0 or np.abs(array).max() <= MAX_ABS_VALUE):
+            return array
+    return np.array(_check_values(values, problems), dtype=np.float64)
 
 
 def _check_values(values: list[Any], problems: list[dict[str, Any]]) -> list[float]:

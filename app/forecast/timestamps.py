@@ -31,9 +31,12 @@ from calendar import isleap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
+from functools import lru_cache
 from itertools import islice
 from operator import lt, sub
 from typing import Any
+
+import numpy as np
 
 FREQUENCIES: tuple[str, ...] = (
     "Seconds",
@@ -179,6 +182,14 @@ def parse_axis(timestamps: Sequence[str], frequency: str) -> TimeAxis:
         raise ValueError(f"unknown frequency {frequency!r}")
     if len(timestamps) < 2:
         raise ValueError("at least two timestamps are needed to infer the step")
+    regular = regular_axis(timestamps, frequency)
+    if regular is not None:
+        return regular
+    return _parse_axis_per_item(timestamps, frequency)
+
+
+def _parse_axis_per_item(timestamps: Sequence[str], frequency: str) -> TimeAxis:
+    """parse_axis element by element: whatever the one-array check could not accept, with its defect named."""
     parsed = _parse_all_fast(timestamps)
     if parsed is None:
         return _parse_slow(timestamps, frequency)
@@ -194,6 +205,128 @@ def parse_axis(timestamps: Sequence[str], frequency: str) -> TimeAxis:
     step, month_end = found
     ends = [walls[0].replace(tzinfo=shared_tz), walls[-1].replace(tzinfo=shared_tz)]
     return _make_axis(timestamps, ends, len(walls), form, frequency, step, month_end)
+
+
+# The regular path: every timestamp written alike (same form, length and offset), checked as one array of
+# characters. It only ever says "valid, and here is the axis"; anything else goes to the paths below,
+# which find and name the first defect, so errors are theirs alone.
+_DAYS_BEFORE_MONTH = np.array([0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334], dtype=np.int64)
+_DAYS_IN_MONTH_ARRAY = np.array(_DAYS_IN_MONTH, dtype=np.int64)
+_MICROSECONDS = {name: unit // timedelta(microseconds=1) for name, unit in _FIXED_UNITS.items()}
+
+
+@lru_cache(maxsize=64)
+def _character_ranges(width: int, form: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per character of a timestamp of this width and form plus its separator: lowest byte and span allowed.
+
+    A digit is 48 with span 9, a fixed character itself with span 0. An offset may be any bytes here: the
+    first element's offset is checked by the pattern and every other must repeat it exactly.
+    """
+    body = "dddd-dd-ddTdd:dd:dd"
+    suffix = {_NAIVE: "", _ZULU: "Z", _OFFSET_FORM: "******"}[form]
+    fraction = width - len(body) - len(suffix)  # the dot and its digits
+    if fraction:
+        body += "." + "d" * (fraction - 1)
+    text = body + suffix + "\n"
+    lowest = np.array([48 if ch == "d" else 0 if ch == "*" else ord(ch) for ch in text], dtype=np.uint8)
+    span = np.array([9 if ch == "d" else 255 if ch == "*" else 0 for ch in text], dtype=np.uint8)
+    return lowest, span
+
+
+def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
+    """The axis when every timestamp is written alike (form, length, offset) and the series is valid,
+    checked as one array of characters; None when anything differs, for parse_axis to look at item by item.
+    """
+    if (frequency not in _FIXED_UNITS and frequency not in _CALENDAR_MONTHS) or len(timestamps) < 2:
+        return None
+    first = timestamps[0]
+    match = _TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
+    if match is None:
+        return None
+    form = _form_of(match.group(2))
+    fraction_digits = len(match.group(1) or "")
+    width = len(first)
+    try:
+        joined = "\n".join(timestamps)  # refuses any element that is not a string
+    except TypeError:
+        return None
+    if not joined.isascii():
+        return None
+    count = len(timestamps)
+    chars = np.frombuffer(joined.encode("ascii") + b"\n", dtype=np.uint8)
+    if chars.size != count * (width + 1):
+        return None
+    grid = chars.reshape(count, width + 1)
+    lowest, span = _character_ranges(width, form)
+    # uint8 arithmetic wraps, so one comparison checks "lowest <= byte <= lowest + span". Every row ends in
+    # the separator and holds no other, so every element is exactly `width` characters long.
+    if not ((grid - lowest) <= span).all():
+        return None
+    if form == _OFFSET_FORM:
+        offsets = grid[:, width - 6 : width]
+        if not (offsets == offsets[0]).all():
+            return None
+
+    def number(start: int, length: int) -> np.ndarray:
+        out = grid[:, start].astype(np.int64) - 48
+        for k in range(start + 1, start + length):
+            out = out * 10 + grid[:, k] - 48
+        return out
+
+    year, month, day = number(0, 4), number(5, 2), number(8, 2)
+    hour, minute, second = number(11, 2), number(14, 2), number(17, 2)
+    micro = number(20, fraction_digits) * 10 ** (6 - fraction_digits) if fraction_digits else 0
+    if not (
+        (year >= 1).all()
+        and ((month >= 1) & (month <= 12)).all()
+        and (hour <= 23).all()
+        and (minute <= 59).all()
+        and (second <= 59).all()
+    ):
+        return None
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    month_days = _DAYS_IN_MONTH_ARRAY[month - 1] + ((month == 2) & leap)
+    if not ((day >= 1) & (day <= month_days)).all():
+        return None
+
+    if frequency in _FIXED_UNITS:
+        prior = year - 1
+        days = prior * 365 + prior // 4 - prior // 100 + prior // 400 + _DAYS_BEFORE_MONTH[month - 1]
+        days = days + ((month > 2) & leap) + day
+        instants = ((days * 24 + hour) * 60 + minute) * 60 + second
+        instants = instants * 1_000_000 + micro
+        gaps = np.diff(instants)
+        gap, unit = int(gaps[0]), _MICROSECONDS[frequency]
+        if gap <= 0 or gap % unit or not (gaps == gap).all():
+            return None
+        step, month_end = gap // unit, False
+    else:
+        months_index = year * 12 + month - 1
+        months = int(months_index[1] - months_index[0])
+        unit_months = _CALENDAR_MONTHS[frequency]
+        if months <= 0 or months % unit_months:
+            return None
+        if not (months_index == months_index[0] + months * np.arange(count, dtype=np.int64)).all():
+            return None
+        time_of_day = ((hour * 60 + minute) * 60 + second) * 1_000_000 + micro
+        if not (time_of_day == time_of_day[0]).all():
+            return None
+        month_end = bool((day == month_days).all())
+        if not (month_end or (day == np.minimum(day[0], month_days)).all()):
+            return None
+        step = months // unit_months
+    last_text = timestamps[-1]
+    return TimeAxis(
+        frequency=frequency,
+        step=step,
+        count=count,
+        first=datetime.fromisoformat(first),
+        last=datetime.fromisoformat(last_text),
+        last_text=last_text,
+        suffix=_suffix_text(last_text, form),
+        fraction_digits=fraction_digits,
+        month_end=month_end,
+    )
 
 
 def _parse_all_fast(timestamps: Sequence[str]) -> tuple[list[datetime], str, tzinfo | None] | None:

@@ -1,0 +1,408 @@
+"""The fast paths of the web process answer exactly what the per-item paths answer.
+
+Each fast path (orjson for bodies, the one-array timestamp check, the one-pass value check) may only say
+"valid, here is the result" or step aside; these tests put random and hand-picked inputs through both.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import numpy as np
+import pytest
+from flask import Flask
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app import jsonio
+from app.forecast import schemas
+from app.forecast.timestamps import (
+    FREQUENCIES,
+    TimeAxis,
+    TimestampError,
+    _parse_axis_per_item,
+    parse_axis,
+    regular_axis,
+)
+
+# ------------------------------------------------------------------------------------------- JSON parsing
+
+
+def _outcome(parse: Any, data: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", repr(parse(data))  # repr tells 1 from 1.0 and -0.0 from 0.0
+    except RecursionError:
+        return "recursion", None
+    except (ValueError, UnicodeDecodeError) as exc:
+        return "error", f"{type(exc).__name__}: {exc}"
+
+
+def _reject_constant(name: str) -> float:
+    return float(name.replace("Infinity", "inf"))
+
+
+def _same_as_json(data: bytes) -> None:
+    assert _outcome(jsonio.loads, data) == _outcome(json.loads, data)
+    constants = (
+        lambda raw: jsonio.loads_with_constants(raw, _reject_constant),
+        lambda raw: json.loads(raw, parse_constant=_reject_constant),
+    )
+    assert _outcome(constants[0], data) == _outcome(constants[1], data)
+
+
+EDGE_DOCUMENTS = [
+    b"18446744073709551615",
+    b"18446744073709551616",
+    b"-9223372036854775808",
+    b"-9223372036854775809",
+    b"1" * 400,
+    b"[" + b"9" * 19 + b"]",
+    b'{"forecast_horizon": 100000000000000000000}',
+    b"1e400",
+    b"-1e400",
+    b"1E+999",
+    b"0e0",
+    b"-0",
+    b"-0.0",
+    b"NaN",
+    b"-Infinity",
+    b"[1, NaN]",
+    b'{"a":1,"a":2}',
+    b'"\\ud800"',
+    b'"\\ud83d\\ude00"',
+    b"\xef\xbb\xbf{}",
+    '{"a": "é"}'.encode("utf-16"),
+    b'"\xed\xa0\x80"',
+    b"\xff",
+    b"",
+    b" ",
+    b"[1,]",
+    b"{} x",
+    b" \x0c{}",
+    b'"\x01"',
+    b'"\x7f"',
+    b"0.1e-400",
+    b"1.7976931348623157e308",
+    b"2.2250738585072014e-308",
+    b"4.9e-324",
+    b"123456789012345678.5",
+    b"0.30000000000000004",
+    b"[" * 300 + b"]" * 300,
+    b"[" * 950 + b"]" * 950,
+    b"[" * 1100 + b"]" * 1100,
+    b'{"x":' * 600 + b"1" + b"}" * 600,
+]
+
+
+@pytest.mark.parametrize("data", EDGE_DOCUMENTS, ids=range(len(EDGE_DOCUMENTS)))
+def test_edge_documents_parse_as_json_parses_them(data: bytes) -> None:
+    _same_as_json(data)
+
+
+json_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_values = st.recursive(
+    json_leaves,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=5), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=json_values, ascii_only=st.booleans())
+def test_random_documents_parse_as_json_parses_them(value: Any, ascii_only: bool) -> None:
+    _same_as_json(json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    digits=st.text("0123456789", min_size=1, max_size=30),
+    fraction=st.text("0123456789", max_size=30),
+    exponent=st.integers(-400, 400),
+    sign=st.sampled_from(["", "-"]),
+)
+def test_numbers_parse_as_json_parses_them(digits: str, fraction: str, exponent: int, sign: str) -> None:
+    digits = digits.lstrip("0") or "0"
+    for text in (
+        f"{sign}{digits}",
+        f"{sign}{digits}.{fraction or '0'}",
+        f"{sign}{digits}e{exponent}",
+        f"{sign}{digits}.{fraction or '0'}E{exponent:+d}",
+    ):
+        _same_as_json(text.encode())
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=json_values, cut=st.integers(0, 200), junk=st.binary(max_size=3))
+def test_damaged_documents_fail_or_parse_as_json_does(value: Any, cut: int, junk: bytes) -> None:
+    text = json.dumps(value).encode("utf-8", "surrogatepass")
+    _same_as_json(text[:cut] + junk + text[cut:])
+
+
+# ------------------------------------------------------------------------------------------- JSON responses
+
+
+@pytest.fixture(scope="module")
+def json_app() -> Flask:
+    app = Flask(__name__)
+    app.json = jsonio.OrjsonProvider(app)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    return app
+
+
+def _stdlib_response_text(value: Any) -> str:
+    from flask.json.provider import _default
+
+    return json.dumps(value, default=_default, ensure_ascii=True, sort_keys=False, separators=(",", ":")) + "\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=json_values | st.lists(st.floats()))
+def test_responses_read_back_as_json_writes_them(json_app: Flask, value: Any) -> None:
+    with json_app.app_context():
+        body = json_app.json.response(value).get_data(as_text=True)
+    expected = _stdlib_response_text(value)
+    # The same document; where orjson could not write json's text (NaN, non-ASCII, big integers) the same text.
+    assert repr(json.loads(body)) == repr(json.loads(expected))
+    if "null" in expected or not expected.isascii() or "NaN" in expected or "Infinity" in expected:
+        assert body == expected
+
+
+def test_response_types_flask_knows(json_app: Flask) -> None:
+    import decimal
+    import uuid
+    from dataclasses import dataclass
+
+    @dataclass
+    class Point:
+        x: int
+
+    value = {
+        "when": datetime(2026, 1, 2, 3, 4, 5),
+        "id": uuid.UUID(int=7),
+        "amount": decimal.Decimal("1.50"),
+        "point": Point(3),
+        "numpy": np.float64(1.25),
+        3: "int key",
+        "big": 2**80,
+    }
+    with json_app.app_context():
+        body = json_app.json.response(value).get_data(as_text=True)
+    assert body == _stdlib_response_text(value)
+
+
+# ------------------------------------------------------------------------------------------- timestamps
+
+
+def _axis_key(axis: TimeAxis) -> tuple[Any, ...]:
+    # Aware datetimes compare by instant: the offsets must match too.
+    return (
+        axis.frequency,
+        axis.step,
+        axis.count,
+        axis.first.isoformat(),
+        axis.last.isoformat(),
+        axis.last_text,
+        axis.suffix,
+        axis.fraction_digits,
+        axis.month_end,
+    )
+
+
+def _per_item(timestamps: list[Any], frequency: str) -> tuple[Any, ...]:
+    try:
+        return ("ok", _axis_key(_parse_axis_per_item(timestamps, frequency)))
+    except TimestampError as exc:
+        return ("error", exc.issue, exc.index, exc.provided, exc.expected)
+
+
+def _check_agreement(timestamps: list[Any], frequency: str) -> None:
+    expected = _per_item(timestamps, frequency)
+    regular = regular_axis(timestamps, frequency)
+    if regular is not None:
+        assert ("ok", _axis_key(regular)) == expected
+    try:
+        outcome: tuple[Any, ...] = ("ok", _axis_key(parse_axis(timestamps, frequency)))
+    except TimestampError as exc:
+        outcome = ("error", exc.issue, exc.index, exc.provided, exc.expected)
+    assert outcome == expected
+
+
+_CALENDAR = {"Monthly": 1, "Quarterly": 3, "Yearly": 12}
+_FIXED = {
+    "Seconds": timedelta(seconds=1),
+    "Minutes": timedelta(minutes=1),
+    "Hours": timedelta(hours=1),
+    "Daily": timedelta(days=1),
+    "Weekly": timedelta(days=7),
+}
+
+
+def _write(moment: datetime, digits: int, suffix: str) -> str:
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S").rjust(19, "0")
+    if digits:
+        text += "." + f"{moment.microsecond:06d}"[:digits]
+    return text + suffix
+
+
+def _add_months(start: datetime, months: int, month_end: bool) -> datetime:
+    import calendar
+
+    year, month0 = divmod(start.year * 12 + start.month - 1 + months, 12)
+    last = calendar.monthrange(year, month0 + 1)[1]
+    return start.replace(year=year, month=month0 + 1, day=last if month_end else min(start.day, last))
+
+
+@st.composite
+def series(draw: st.DrawFn) -> tuple[list[Any], str]:
+    frequency = draw(st.sampled_from(FREQUENCIES))
+    count = draw(st.integers(2, 40))
+    step = draw(st.sampled_from([1, 1, 2, 3, 7, 12]))
+    digits = draw(st.integers(0, 6))
+    suffix = draw(st.sampled_from(["", "Z", "+00:00", "+05:30", "-08:00", "+23:59"]))
+    start = draw(st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9990, 1, 1)))
+    if digits == 0 or draw(st.booleans()):
+        start = start.replace(microsecond=0)
+    if frequency in _CALENDAR:
+        month_end = draw(st.booleans())
+        if month_end:
+            start = _add_months(start.replace(day=1), 0, True)
+        moments = []
+        for i in range(count):
+            moment = _add_months(start, i * step * _CALENDAR[frequency], month_end)
+            if moment.year > 9999:
+                break
+            moments.append(moment)
+    else:
+        moments = []
+        for i in range(count):
+            try:
+                moments.append(start + _FIXED[frequency] * step * i)
+            except OverflowError:
+                break
+    moments = [m for m in moments if m.year <= 9999]
+    if len(moments) < 2:
+        moments = [datetime(2020, 1, 31), datetime(2020, 2, 29)]
+    texts: list[Any] = [_write(m, digits, suffix) for m in moments]
+    # Damage: none, or one element changed in one of the ways a client gets it wrong.
+    damage = draw(
+        st.sampled_from(
+            [
+                "none",
+                "none",
+                "char",
+                "swap",
+                "drop",
+                "offset",
+                "zulu",
+                "fraction",
+                "type",
+                "duplicate",
+                "year0",
+                "day31",
+                "unicode",
+            ]
+        )
+    )
+    at = draw(st.integers(0, len(texts) - 1))
+    if damage == "char":
+        position = draw(st.integers(0, len(texts[at]) - 1))
+        char = draw(st.sampled_from(list("0123456789-:TZ+.x \n")))
+        texts[at] = texts[at][:position] + char + texts[at][position + 1 :]
+    elif damage == "swap" and len(texts) > 2:
+        texts[at], texts[-1] = texts[-1], texts[at]
+    elif damage == "drop" and len(texts) > 3:
+        del texts[at]
+    elif damage == "offset":
+        texts[at] = texts[at][: len(texts[at]) - len(suffix)] + draw(st.sampled_from(["+01:00", "Z", "", "-00:00"]))
+    elif damage == "zulu":
+        texts = [t[: len(t) - len(suffix)] + "Z" if i % 2 else t for i, t in enumerate(texts)]
+    elif damage == "fraction":
+        body = texts[at][: len(texts[at]) - len(suffix)]
+        head = body.split(".")[0]
+        texts[at] = head + draw(st.sampled_from(["", ".0", ".000000", ".1234567"])) + suffix
+    elif damage == "type":
+        texts[at] = draw(st.sampled_from([None, 5, 1.5, ["x"], True]))
+    elif damage == "duplicate" and at > 0:
+        texts[at] = texts[at - 1]
+    elif damage == "year0":
+        texts[at] = "0000" + texts[at][4:]
+    elif damage == "day31":
+        texts[at] = texts[at][:8] + "31" + texts[at][10:]
+    elif damage == "unicode":
+        texts[at] = texts[at][:3] + "\u0663" + texts[at][4:]
+    return texts, frequency
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=series())
+def test_one_array_check_agrees_with_the_per_item_path(case: tuple[list[Any], str]) -> None:
+    timestamps, frequency = case
+    _check_agreement(timestamps, frequency)
+
+
+@pytest.mark.parametrize(
+    "timestamps,frequency",
+    [
+        (["2024-01-31T00:00:00", "2024-02-29T00:00:00", "2024-03-31T00:00:00"], "Monthly"),
+        (["2024-01-30T00:00:00", "2024-02-29T00:00:00", "2024-03-30T00:00:00"], "Monthly"),
+        (["2023-11-30T00:00:00", "2024-02-29T00:00:00", "2024-05-30T00:00:00"], "Quarterly"),
+        (["2024-02-29T00:00:00", "2025-02-28T00:00:00", "2026-02-28T00:00:00"], "Yearly"),
+        (["9999-12-31T23:00:00", "9999-12-31T23:30:00"], "Minutes"),
+        (["2026-03-29T00:00:00+01:00", "2026-03-30T00:00:00+02:00"], "Daily"),
+        (["2026-01-01T00:00:00.5", "2026-01-01T00:00:01.500", "2026-01-01T00:00:02.5"], "Seconds"),
+        (["2026-01-01T00:00:00", "2026-01-01T00:00:00"], "Hours"),
+        (["2026-01-01T01:00:00", "2026-01-01T00:00:00"], "Hours"),
+        (["2026-01-01T00:00:00", "2026-01-01T00:90:00"], "Hours"),
+        (["2026-02-29T00:00:00", "2026-03-01T00:00:00"], "Daily"),
+        (["2026-01-01T00:00:00+24:00", "2026-01-02T00:00:00+24:00"], "Daily"),
+    ],
+)
+def test_hand_picked_axes_agree(timestamps: list[str], frequency: str) -> None:
+    _check_agreement(timestamps, frequency)
+
+
+def test_long_regular_series_takes_the_one_array_path() -> None:
+    start = datetime(2020, 1, 1, tzinfo=timezone(timedelta(hours=2)))
+    stamps = [(start + timedelta(minutes=5 * i)).isoformat() for i in range(5000)]
+    axis = regular_axis(stamps, "Minutes")
+    assert axis is not None and axis.step == 5 and axis.count == 5000
+    _check_agreement(stamps, "Minutes")
+
+
+# ------------------------------------------------------------------------------------------- values
+
+value_items = (
+    st.floats()
+    | st.integers()
+    | st.integers(min_value=-(10**400), max_value=10**400)
+    | st.sampled_from([None, True, False, "1.5", 1e300, -1e300, 1.0000001e300, [1.0]])
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    values=st.lists(
+        st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300)
+        | st.integers(-(2**80), 2**80),
+        max_size=30,
+    )
+    | st.lists(value_items, max_size=30)
+)
+def test_one_pass_value_check_agrees_with_the_per_item_check(values: list[Any]) -> None:
+    fast_problems: list[dict[str, Any]] = []
+    slow_problems: list[dict[str, Any]] = []
+    fast = schemas._values_array(values, fast_problems)
+    slow = schemas._check_values(values, slow_problems)
+    assert repr(fast_problems) == repr(slow_problems)
+    if not slow_problems:
+        assert fast.dtype == np.float64
+        assert repr(fast.tolist()) == repr(slow)
