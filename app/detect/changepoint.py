@@ -28,6 +28,7 @@ def detect_change_points(job: ChangePointJob) -> ChangePointResult:
     period = job.period if job.period is not None and job.period >= 2 and n >= 3 * job.period else None
     level = values - _seasonal_profile(values, period) if period else values
     confidence = np.zeros(n)
+    strength = np.zeros(n)  # the gap in noise units: confidence saturates at 1, this keeps ranking
     if n >= 2 * window:
         windows = sliding_window_view(level, window)  # windows[k] = rows k .. k+window-1
         rows = np.arange(window, n - window + 1)
@@ -42,13 +43,14 @@ def detect_change_points(job: ChangePointJob) -> ChangePointResult:
         gap = np.minimum(np.abs(forward), np.abs(backward))
         spread = _noise(level) * math.sqrt(2.0 / window + reach * reach / sxx) * NOISE_INFLATION
         z = gap / spread
+        strength[rows] = np.nan_to_num(z, nan=0.0, posinf=1e300)
         confidence[rows] = np.array([math.erf(value / math.sqrt(2.0)) for value in z.tolist()])
     confidence = np.nan_to_num(confidence, nan=0.0, posinf=1.0, neginf=0.0).clip(0.0, 1.0)
     is_change = np.zeros(n, dtype=bool)
     for i in np.flatnonzero(confidence >= job.threshold):
-        neighbourhood = confidence[max(0, i - window) : i + window + 1]
-        # The first row of a plateau of equal confidence wins, so a flat run yields one point.
-        if confidence[i] >= neighbourhood.max() and not is_change[max(0, i - window) : i].any():
+        neighbourhood = strength[max(0, i - window) : i + window + 1]
+        # The strongest row within a window either side; on a tie the first, so one shift is one point.
+        if strength[i] >= neighbourhood.max() and not is_change[max(0, i - window) : i].any():
             is_change[i] = True
     return ChangePointResult(is_change_point=is_change.tolist(), confidence=confidence.tolist(), period=period)
 
