@@ -339,6 +339,13 @@ def test_a_person_manages_keys_and_forecasts_in_the_dashboard(
     submit = page.find("#create-key-form button[type=submit]")
     assert submit.size["width"] <= viewport and submit.location["x"] >= 0
     page.screenshot("keys-390px", width=NARROW)
+    for path, shot in ((f"/dashboard/keys/{admin['id']}", "key-usage-390px"), ("/dashboard/playground", None)):
+        page.open(path)
+        assert page.js("return document.documentElement.scrollWidth") <= viewport + 1, path
+        for canvas in page.all("canvas"):
+            assert canvas.location["x"] + canvas.size["width"] <= viewport + 1, path
+        if shot:
+            page.screenshot(shot, width=NARROW)
     browser.set_window_size(WIDE, 900)
 
     # The pages load nothing from elsewhere; the one outside fetch anything tries (ReDoc's footer logo) is the
