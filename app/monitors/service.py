@@ -47,7 +47,7 @@ def tail_rows(monitor: MonitorRecord) -> int:
         return min(published, monitor.retention_points)
     return monitor.retention_points
 # A saturated pool is a moment's queue, not a failure of the write: retry for this long before a 500.
-POOL_BUSY_PATIENCE_SECONDS = 10.0
+POOL_BUSY_PATIENCE_SECONDS = 30.0
 APPEND_ATTEMPTS = 5
 
 
