@@ -533,14 +533,21 @@ def test_async_client_twin(running: Running, client: Client, caplog: pytest.LogC
     assert any("ConnectError" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("style", ["naive", "berlin-dst", "space-separated"])
 def test_example_script_writes_the_forecast_csv_and_a_chart(
-    running: Running, client: Client, tmp_path: Path
+    running: Running, client: Client, tmp_path: Path, style: str
 ) -> None:
-    series = hourly_series(200)
+    if style == "berlin-dst":  # offsets change from +01:00 to +02:00 inside the file
+        series = hourly_series(200, start="2026-03-22", tz="Europe/Berlin")
+        written_times = [t.isoformat() for t in series.index]
+    elif style == "space-separated":  # not the service's form: parsed by pandas, sent in the service's form
+        series = hourly_series(200)
+        written_times = [t.strftime("%Y-%m-%d %H:%M") for t in series.index]
+    else:
+        series = hourly_series(200)
+        written_times = [t.isoformat() for t in series.index]
     source = tmp_path / "history.csv"
-    pd.DataFrame({"time": [t.isoformat() for t in series.index], "load": series.to_numpy()}).to_csv(
-        source, index=False
-    )
+    pd.DataFrame({"time": written_times, "load": series.to_numpy()}).to_csv(source, index=False)
     output, chart = tmp_path / "forecast.csv", tmp_path / "forecast.png"
     finished = subprocess.run(
         [sys.executable, str(EXAMPLE), str(source), "--horizon", "12", "--output", str(output), "--chart",
@@ -552,6 +559,8 @@ def test_example_script_writes_the_forecast_csv_and_a_chart(
     written = pd.read_csv(output)
     direct = client.forecast(series, 12, model="forecast-model-2")
     assert written["timestamp"].tolist() == direct.timestamps
+    if style == "berlin-dst":
+        assert direct.timestamps[0].endswith("+02:00")
     assert np.allclose(written["median"], direct.median) and np.allclose(written["upper"], direct.upper)
     try:
         import matplotlib  # noqa: F401

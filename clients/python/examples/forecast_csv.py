@@ -12,25 +12,35 @@ unless --frequency is given.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 import pandas as pd
 from forecast_client import Client, ForecastClientError, ForecastResult
 
+# The service's own timestamp form; text already in it is sent exactly as written.
+SERVICE_FORM = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)?")
 
-def read_series(path: Path, timestamp_column: str | None, value_column: str | None) -> pd.Series:
-    frame = pd.read_csv(path)
+
+def read_history(
+    path: Path, timestamp_column: str | None, value_column: str | None
+) -> tuple[pd.Series | tuple[list[str], list[float]], pd.Series]:
+    """What to send, and the same history as a Series on a DatetimeIndex for the chart."""
+    frame = pd.read_csv(path, dtype=str)  # timestamps as written, not as pandas would guess them
     if frame.shape[1] < 2:
         raise SystemExit(f"{path}: need a timestamp column and a value column, found {list(frame.columns)}")
-    timestamps = frame[timestamp_column] if timestamp_column else frame.iloc[:, 0]
+    texts = (frame[timestamp_column] if timestamp_column else frame.iloc[:, 0]).astype(str).str.strip()
     values = frame[value_column] if value_column else frame.iloc[:, 1]
-    index = pd.to_datetime(timestamps, format="ISO8601")
-    if index.dtype == object:
-        # Offsets that change inside the file (a DST change) cannot share one fixed-offset dtype; in UTC
-        # they can, and the forecast then comes back in UTC.
-        index = pd.to_datetime(timestamps, format="ISO8601", utc=True)
-    return pd.Series(values.to_numpy(dtype=float), index=pd.DatetimeIndex(index), name=values.name)
+    numbers = values.astype(float).to_numpy()
+    offsets = texts.str.extract(r"(Z|[+-]\d\d:\d\d)$")[0]
+    # Offsets that change inside the file (a DST change) share no fixed-offset dtype; in UTC they do.
+    mixed = offsets.notna().all() and offsets.nunique() > 1
+    index = pd.DatetimeIndex(pd.to_datetime(texts, format="ISO8601", utc=bool(mixed)))
+    history = pd.Series(numbers, index=index, name=values.name)
+    if texts.map(lambda t: SERVICE_FORM.fullmatch(t) is not None).all():
+        return (texts.tolist(), numbers.tolist()), history
+    return history, history
 
 
 def write_forecast(result: ForecastResult, path: Path) -> None:
@@ -81,11 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="service URL (default: $FORECAST_URL)")
     args = parser.parse_args(argv)
 
-    history = read_series(args.input, args.timestamp_column, args.value_column)
+    to_send, history = read_history(args.input, args.timestamp_column, args.value_column)
     try:
         with Client(args.url) as client:  # the key comes from FORECAST_API_KEY
             result = client.forecast(
-                history, args.horizon, frequency=args.frequency, confidence=args.confidence, model=args.model
+                to_send, args.horizon, frequency=args.frequency, confidence=args.confidence, model=args.model
             )
     except (ForecastClientError, ValueError, TypeError) as exc:
         print(f"forecast failed: {exc}", file=sys.stderr)

@@ -319,7 +319,7 @@ class _Calls(_Common):
                     period=body["period"],
                     model=response.headers.get("X-Model-Id") or model or "",
                     frequency=encoded.frequency,
-                    confidence=_confidence_of(content),
+                    confidence=ANOMALY_CONFIDENCE if confidence is None else confidence,
                     fallback=response.headers.get("X-Anomaly-Fallback"),
                     rate_limit=self._note_rate_limit(response),
                     request_id=response.headers.get("X-Request-Id"),
@@ -351,7 +351,7 @@ class _Calls(_Common):
                     period=body["period"],
                     model=response.headers.get("X-Model-Id") or model or "",
                     frequency=encoded.frequency,
-                    confidence=_confidence_of(content),
+                    confidence=ANOMALY_CONFIDENCE if confidence is None else confidence,
                     fallback=response.headers.get("X-Anomaly-Fallback"),
                     rate_limit=self._note_rate_limit(response),
                     request_id=response.headers.get("X-Request-Id"),
@@ -557,10 +557,8 @@ def _json_bytes(body: Mapping[str, Any]) -> bytes:
     return json.dumps(body).encode()
 
 
-def _confidence_of(content: bytes | None) -> float:
-    """The confidence the service used: the one sent, else its documented default for anomalies (0.99)."""
-    sent = json.loads(content or b"{}").get("confidence")
-    return float(sent) if sent is not None else 0.99
+# The service's default confidence for anomalies, reported on results when the caller sent none.
+ANOMALY_CONFIDENCE = 0.99
 
 
 def _limits(per_minute: int | None, per_hour: int | None, per_day: int | None) -> dict[str, int]:
