@@ -144,3 +144,16 @@ def test_key_from_the_environment_and_never_shown(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("FORECAST_API_KEY")
     with pytest.raises(ValueError, match="FORECAST_API_KEY"):
         Client("http://127.0.0.1:9")
+
+
+def test_async_client_mirrors_every_call_of_the_blocking_one() -> None:
+    import inspect
+
+    from forecast_client import AsyncClient
+
+    public = {name for name in vars(Client) if not name.startswith("_") and name != "close"}
+    assert {"forecast", "detect_anomalies", "create_key", "add_points", "deliveries"} <= public
+    for name in sorted(public):
+        blocking, awaited = getattr(Client, name), getattr(AsyncClient, name, None)
+        assert awaited is not None and inspect.iscoroutinefunction(awaited), name
+        assert inspect.signature(awaited) == inspect.signature(blocking), name

@@ -86,7 +86,7 @@ class _Common:
         )
         #: The rate-limit headers of the last answer that carried them (None before the first call).
         self.rate_limit: RateLimit | None = None
-        # The key lives only in this header map, which is handed to httpx: no attribute or repr shows it.
+        # The key goes only into the request headers handed to httpx; repr(), errors and logs never show it.
         self._headers = {
             "Authorization": f"Bearer {key}",
             "Accept": "application/json",
