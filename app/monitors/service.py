@@ -548,6 +548,7 @@ def _store(
     claimed = session.execute(
         update(MonitorRecord)
         .where(MonitorRecord.id == monitor.id, MonitorRecord.revision == old_revision)
+        .execution_options(synchronize_session=False)
         .values(
             revision=old_revision + 1,
             point_count=stored_after - dropped,
@@ -601,7 +602,10 @@ def _store(
             )
         )
         session.execute(
-            update(MonitorRecord).where(MonitorRecord.id == monitor.id).values(first_epoch=head[0][0] if head else None)
+            update(MonitorRecord)
+            .where(MonitorRecord.id == monitor.id)
+            .execution_options(synchronize_session=False)
+            .values(first_epoch=head[0][0] if head else None)
         )
         history.replace_head([int(e) for e, _ in head], [float(v) for _, v in head], stored_after - dropped)
     history.revision = old_revision + 1
