@@ -10,8 +10,9 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from tests.support import (
     Server,
     bearer,
     child_pids,
-    cli,
+    cli_in_process,
     cmdline,
     missing_service,
     postgres_available,
@@ -57,11 +58,11 @@ def hourly_body(points: int = 5000) -> bytes:
 
 def create_key(env: dict[str, str]) -> dict:
     args = ("--per-minute", "100000", "--per-hour", "100000", "--per-day", "1000000", "--json")
-    return json.loads(cli("keys", "create", "--permissions", "read", *args, env=env).stdout)
+    return json.loads(cli_in_process("keys", "create", "--permissions", "read", *args, env=env).stdout)
 
 
 def usage_of(env: dict[str, str], key_id: str) -> int:
-    return json.loads(cli("keys", "show", key_id, "--json", env=env).stdout)["usage_count"]
+    return json.loads(cli_in_process("keys", "show", key_id, "--json", env=env).stdout)["usage_count"]
 
 
 def sqlite_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -72,7 +73,7 @@ def sqlite_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "LOG_LEVEL": "WARNING",
         **extra,
     }
-    cli("db", "upgrade", env=env)
+    cli_in_process("db", "upgrade", env=env)
     return env
 
 
@@ -97,53 +98,73 @@ def counts_as_use(response: requests.Response) -> bool:
     return True
 
 
+@dataclass
+class Serving:
+    """One gunicorn (two forecast workers, counters in a private Redis) that the tests below share: each
+    leaves it serving, with both workers ready and Redis up."""
+
+    env: dict[str, str]
+    redis: RedisServer
+    server: Server
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
+    log_dir = tmp_path_factory.mktemp("faults")
+    redis = RedisServer(log_dir / "redis.log")
+    server = None
+    try:
+        env = sqlite_env(log_dir, REDIS_URL=redis.url)
+        server = Server(env, log_path=log_dir / "gunicorn.log")
+        server.wait_ready()
+        yield Serving(env, redis, server)
+    finally:
+        if server is not None:
+            exit_code = server.stop(timeout=30)
+            assert exit_code == 0, server.log_path.read_text()[-3000:]
+        redis.stop()
+
+
 # 1. Redis away and back (D3.7: fail closed, recover without a restart).
 
 
-def test_redis_outage_fails_closed_and_recovers_without_restart(tmp_path: Path) -> None:
-    redis = RedisServer(tmp_path / "redis.log")
-    server = None
+def test_redis_outage_fails_closed_and_recovers_without_restart(serving: Serving) -> None:
+    redis, server = serving.redis, serving.server
+    key = create_key(serving.env)
+    headers = {**bearer(key["key"]), **JSON}
+    url = server.url
+
+    def verify() -> requests.Response:
+        return requests.get(url + "/verify", headers=headers, timeout=REQUEST_BOUND)
+
+    def invalid_forecast() -> requests.Response:
+        return requests.post(url + "/forecast", data=INVALID_BODY, headers=headers, timeout=REQUEST_BOUND)
+
+    assert verify().status_code == 200
+    assert invalid_forecast().status_code == 400
+
+    redis.stop()
     try:
-        env = sqlite_env(tmp_path, REDIS_URL=redis.url, FORECAST_WORKERS="1")
-        key = create_key(env)
-        headers = {**bearer(key["key"]), **JSON}
-        server = Server(env, log_path=tmp_path / "gunicorn.log")
-        server.wait_ready()
-        url = server.url
-
-        def verify() -> requests.Response:
-            return requests.get(url + "/verify", headers=headers, timeout=REQUEST_BOUND)
-
-        def invalid_forecast() -> requests.Response:
-            return requests.post(url + "/forecast", data=INVALID_BODY, headers=headers, timeout=REQUEST_BOUND)
-
-        assert verify().status_code == 200
-        assert invalid_forecast().status_code == 400
-
-        redis.stop()
         for call in (verify, invalid_forecast, verify, invalid_forecast, verify, invalid_forecast):
             response, seconds = timed(call)
             assert response.status_code == 500, response.text
             assert error_code(response) == "INTERNAL_ERROR"
             assert seconds < 5.0, f"a request took {seconds:.1f}s while Redis was down"
         assert requests.get(url + "/readyz", timeout=REQUEST_BOUND).status_code == 503
-
-        redis.start()  # same port, empty: the counters start over
-        back = time.monotonic()
-        while verify().status_code != 200:
-            assert time.monotonic() - back < 10, "requests still fail 10 s after Redis came back"
-            time.sleep(0.2)
-        for _ in range(5):
-            assert invalid_forecast().status_code == 400
-        response = verify()
-        assert response.status_code == 200
-        assert int(response.json()["rateLimit"]["remaining"]) == 100000 - 5  # counted again, in the new Redis
-        assert requests.get(url + "/readyz", timeout=REQUEST_BOUND).status_code == 200
-        assert server.process.poll() is None
     finally:
-        if server is not None:
-            server.stop()
-        redis.stop()
+        redis.start()  # same port, empty: the counters start over
+
+    back = time.monotonic()
+    while verify().status_code != 200:
+        assert time.monotonic() - back < 10, "requests still fail 10 s after Redis came back"
+        time.sleep(0.2)
+    for _ in range(5):
+        assert invalid_forecast().status_code == 400
+    response = verify()
+    assert response.status_code == 200
+    assert int(response.json()["rateLimit"]["remaining"]) == 100000 - 5  # counted again, in the new Redis
+    assert requests.get(url + "/readyz", timeout=REQUEST_BOUND).status_code == 200
+    assert server.process.poll() is None
 
 
 # 2. PostgreSQL restarted while serving (D2.5: counts made during the outage are flushed later).
@@ -186,7 +207,7 @@ def test_postgres_restart_while_serving_loses_no_usage(tmp_path: Path) -> None:
             "KEY_CACHE_SECONDS": "2",
             "LOG_LEVEL": "WARNING",
         }
-        cli("db", "upgrade", env=env)
+        cli_in_process("db", "upgrade", env=env)
         key = create_key(env)
         unseen = create_key(env)  # never looked up before the outage, so never cached
         server = Server(env, log_path=tmp_path / "gunicorn.log")
@@ -331,7 +352,8 @@ def test_sigterm_is_prompt_while_refused_clients_keep_their_connections_open(tmp
     must not pin a gthread thread, which would make a graceful stop wait the whole graceful timeout (60 s)
     and end in SIGKILL, skipping the usage flush of worker_exit (gunicorn issue #3301)."""
     env = sqlite_env(tmp_path, FORECAST_WORKERS="1")
-    key = json.loads(cli("keys", "create", "--permissions", "read", "--per-minute", "1", "--json", env=env).stdout)
+    created = cli_in_process("keys", "create", "--permissions", "read", "--per-minute", "1", "--json", env=env)
+    key = json.loads(created.stdout)
     server = Server(env, log_path=tmp_path / "gunicorn.log")
     idle: list[socket.socket] = []
     try:
@@ -356,58 +378,53 @@ def test_sigterm_is_prompt_while_refused_clients_keep_their_connections_open(tmp
 # 4. A forecast worker killed mid-request (500 for that request, the pool heals itself).
 
 
-def test_killed_forecast_worker_answers_500_once_and_is_replaced(tmp_path: Path) -> None:
-    env = sqlite_env(tmp_path)
-    key = create_key(env)
-    server = Server(env, log_path=tmp_path / "gunicorn.log")
-    try:
-        server.wait_ready()
-        wait_pool_full(server)
-        original = forecast_workers(server)
-        body = hourly_body()
-        headers = {**bearer(key["key"]), **JSON, "X-Model-Id": "forecast-model-3"}
+def test_killed_forecast_worker_answers_500_once_and_is_replaced(serving: Serving) -> None:
+    server = serving.server
+    key = create_key(serving.env)
+    # The shared server stays up afterwards; the module fixture stops it and checks its exit code.
+    wait_pool_full(server)
+    original = forecast_workers(server)
+    body = hourly_body()
+    headers = {**bearer(key["key"]), **JSON, "X-Model-Id": "forecast-model-3"}
 
-        def forecast() -> requests.Response:
-            return requests.post(server.url + "/forecast", data=body, headers=headers, timeout=60)
+    def forecast() -> requests.Response:
+        return requests.post(server.url + "/forecast", data=body, headers=headers, timeout=60)
 
-        stop_at = time.monotonic() + 6.0
+    stop_at = time.monotonic() + 6.0
 
-        def stream(_: int) -> list[requests.Response]:
-            answers = []
-            while time.monotonic() < stop_at and len(answers) < 50:
-                answers.append(forecast())
-            return answers
+    def stream(_: int) -> list[requests.Response]:
+        answers = []
+        while time.monotonic() < stop_at and len(answers) < 50:
+            answers.append(forecast())
+        return answers
 
-        with ThreadPoolExecutor(3) as pool:  # three callers keep both workers busy
-            streams = [pool.submit(stream, i) for i in range(3)]
-            deadline = time.monotonic() + 5
-            busy: list[int] = []
-            while not busy:
-                busy = _busy(original, 0.1)
-                assert time.monotonic() < deadline, "no forecast worker got busy"
-            victim = busy[0]
-            os.kill(victim, signal.SIGKILL)
-            killed_at = time.monotonic()
-            answers = [response for s in streams for response in s.result(timeout=120)]
+    with ThreadPoolExecutor(3) as pool:  # three callers keep both workers busy
+        streams = [pool.submit(stream, i) for i in range(3)]
+        deadline = time.monotonic() + 5
+        busy: list[int] = []
+        while not busy:
+            busy = _busy(original, 0.1)
+            assert time.monotonic() < deadline, "no forecast worker got busy"
+        victim = busy[0]
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        answers = [response for s in streams for response in s.result(timeout=120)]
 
-        statuses = [r.status_code for r in answers]
-        assert sorted(set(statuses)) == [200, 500], statuses
-        # The job on the killed worker (running, or sent to it next) fails; no other request does.
-        assert statuses.count(500) == 1, statuses
-        (crashed,) = [r for r in answers if r.status_code == 500]
-        assert error_code(crashed) == "INTERNAL_ERROR"
-        assert "request_id" in crashed.json()["error"]["details"]
+    statuses = [r.status_code for r in answers]
+    assert sorted(set(statuses)) == [200, 500], statuses
+    # The job on the killed worker (running, or sent to it next) fails; no other request does.
+    assert statuses.count(500) == 1, statuses
+    (crashed,) = [r for r in answers if r.status_code == 500]
+    assert error_code(crashed) == "INTERNAL_ERROR"
+    assert "request_id" in crashed.json()["error"]["details"]
 
-        # The pool replaces the worker without a restart: back to two workers, and every request succeeds.
-        while requests.get(server.url + "/readyz", timeout=10).json()["checks"]["forecast_workers"] != "2/2":
-            assert time.monotonic() - killed_at < 60, "the killed worker was not replaced within 60 s"
-            time.sleep(0.2)
-        replaced = forecast_workers(server)
-        assert victim not in replaced and len(replaced) == 2
-        with ThreadPoolExecutor(4) as pool:
-            after = list(pool.map(lambda _: forecast().status_code, range(8)))
-        assert after == [200] * 8
-        assert server.process.poll() is None
-    finally:
-        exit_code = server.stop(timeout=30)
-    assert exit_code == 0, server.log_path.read_text()[-3000:]
+    # The pool replaces the worker without a restart: back to two workers, and every request succeeds.
+    while requests.get(server.url + "/readyz", timeout=10).json()["checks"]["forecast_workers"] != "2/2":
+        assert time.monotonic() - killed_at < 60, "the killed worker was not replaced within 60 s"
+        time.sleep(0.2)
+    replaced = forecast_workers(server)
+    assert victim not in replaced and len(replaced) == 2
+    with ThreadPoolExecutor(4) as pool:
+        after = list(pool.map(lambda _: forecast().status_code, range(8)))
+    assert after == [200] * 8
+    assert server.process.poll() is None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support import RedisServer, Server, bearer, child_pids, cli, cmdline, postgres_database
+from tests.support import RedisServer, Server, bearer, child_pids, cli_in_process, cmdline, postgres_database
 
 pytestmark = pytest.mark.slow
 
@@ -33,18 +33,18 @@ def shared_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
                 "USAGE_FLUSH_SECONDS": "1",
                 "LOG_LEVEL": "WARNING",
             }
-            cli("db", "upgrade", env=env)
+            cli_in_process("db", "upgrade", env=env)
             yield env
         finally:
             redis.stop()
 
 
 def create_key(env: dict[str, str], *args: str) -> dict:
-    return json.loads(cli("keys", "create", "--permissions", "read", *args, "--json", env=env).stdout)
+    return json.loads(cli_in_process("keys", "create", "--permissions", "read", *args, "--json", env=env).stdout)
 
 
 def show_key(env: dict[str, str], key_id: str) -> dict:
-    return json.loads(cli("keys", "show", key_id, "--json", env=env).stdout)
+    return json.loads(cli_in_process("keys", "show", key_id, "--json", env=env).stdout)
 
 
 def gunicorn_workers(server: Server) -> list[int]:
@@ -138,7 +138,7 @@ def test_cli_set_limits_reaches_every_worker_of_a_running_server_within_5_second
 
             # Both worker processes look the key up (and cache it) before the change.
             assert {verified_limit() for _ in range(20)} == {"50"}
-            cli("keys", "set-limits", key["id"], "--per-minute", "7", env=shared_env)
+            cli_in_process("keys", "set-limits", key["id"], "--per-minute", "7", env=shared_env)
             changed_at = time.monotonic()
             while verified_limit() != "7":
                 assert time.monotonic() - changed_at < 5.0, "the new limit was not applied within 5 s (D2.6)"
