@@ -280,6 +280,8 @@ def create_key() -> Response:
     name = (form.get("name") or "").strip()
     if len(name) > 200:
         errors["name"] = "Use at most 200 characters."
+    elif any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        errors["name"] = "Use letters, digits, spaces and punctuation only."
     permissions = tuple(p for p in request.form.getlist("permissions") if p)
     unknown = [p for p in permissions if p not in PERMISSIONS]
     if not permissions:
@@ -367,6 +369,8 @@ def edit_key(key_id: str) -> Response:
     name = (form.get("name") or "").strip()
     if len(name) > 200:
         errors["name"] = "Use at most 200 characters."
+    elif any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        errors["name"] = "Use letters, digits, spaces and punctuation only."
     tier, limits = _limit_fields(form, errors)
     if not errors:
         try:

@@ -28,6 +28,12 @@ DEFAULT_HISTORY_HOURS = 168
 MAX_NAME_LENGTH = 200
 
 
+def _no_control_characters(value: str) -> None:
+    # PostgreSQL cannot store NUL in text, and no name needs control characters.
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValidationError("Must not contain control characters.")
+
+
 def iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -117,7 +123,7 @@ class CreateKeySchema(Schema):
     class Meta:
         unknown = RAISE
 
-    name = fields.String(load_default="", validate=validate.Length(max=MAX_NAME_LENGTH))
+    name = fields.String(load_default="", validate=[validate.Length(max=MAX_NAME_LENGTH), _no_control_characters])
     permissions = fields.List(
         fields.String(validate=validate.OneOf(PERMISSIONS)),
         required=True,
@@ -136,7 +142,7 @@ class UpdateKeySchema(Schema):
     class Meta:
         unknown = RAISE
 
-    name = fields.String(validate=validate.Length(max=MAX_NAME_LENGTH))
+    name = fields.String(validate=[validate.Length(max=MAX_NAME_LENGTH), _no_control_characters])
     tier = fields.String(validate=validate.OneOf(list(TIERS)))
     limits = fields.Nested(LimitsSchema)
 
