@@ -198,3 +198,20 @@ def test_a_key_is_needed_and_read_permission(served: tuple[Flask, str], client: 
     assert client.post("/anomalies", json=five_minute(50)).status_code == 401
     writer, _ = new_key(served[0], permissions=("write",))
     assert client.post("/anomalies/last", headers=bearer(writer), json=five_minute(50)).status_code == 403
+
+
+def test_timestamp_forms_fast_and_slow_paths_agree() -> None:
+    from app.anomalies.instants import epoch_seconds
+
+    zulu = ["2026-03-29T00:30:00Z", "2026-03-29T01:30:00.5Z", "2026-03-29T02:30:00Z"]
+    # Crossing a DST change: the offset changes, the instants stay one hour apart.
+    shifting = ["2026-03-29T01:30:00+01:00", "2026-03-29T03:30:00.5+02:00", "2026-03-29T04:30:00+02:00"]
+    fixed = ["2026-03-29T01:30:00+01:00", "2026-03-29T02:30:00.5+01:00", "2026-03-29T03:30:00+01:00"]
+    naive = ["2026-03-29T00:30:00", "2026-03-29T01:30:00.5", "2026-03-29T02:30:00"]
+    expected = [1774744200.0, 1774747800.5, 1774751400.0]
+    for stamps in (zulu, shifting, fixed, naive):
+        assert epoch_seconds(stamps).tolist() == expected
+    for bad, index in ((["2026-01-01T00:00:00", "0000-01-01T00:00:00"], 1), (["2026-02-29T00:00:00"], 0)):
+        with pytest.raises(ValueError) as error:
+            epoch_seconds(bad)
+        assert error.value.index == index  # type: ignore[attr-defined]

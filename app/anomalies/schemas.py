@@ -133,7 +133,7 @@ class AnomalyRequest:
 
 @dataclass(frozen=True)
 class CheckedSeries:
-    epoch_seconds: list[float]
+    epoch_seconds: Any  # float64 numpy array, UTC seconds
     values: list[float]
 
 
@@ -190,7 +190,7 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
         raise DataValidationError(f"Invalid series data: {problems[0]['issue']}.", details=_envelope(problems))
     floats = _check_values(values, problems)
-    instants: list[float] = []
+    instants: Any = []
     if timestamps:
         try:
             instants = epoch_seconds(timestamps)

@@ -17,8 +17,8 @@ from app.anomalies.routes import FALLBACK_HEADER, read_json, require_json
 from app.azure.schemas import (
     AzureError,
     AzureSeries,
-    ChangePointRequestSchema,
-    DetectRequestSchema,
+    ChangePointLoadSchema,
+    DetectLoadSchema,
     check_series,
     load,
     sensitivity_to_confidence,
@@ -34,8 +34,8 @@ bp = Blueprint("azure", __name__, url_prefix="/anomalydetector/v1.1")
 log = logging.getLogger("app.azure")
 
 SUBSCRIPTION_KEY_HEADER = "Ocp-Apim-Subscription-Key"
-_detect_schema = DetectRequestSchema()
-_change_point_schema = ChangePointRequestSchema()
+_detect_schema = DetectLoadSchema()
+_change_point_schema = ChangePointLoadSchema()
 
 # Azure's codes for the answers the request pipeline gives before a view runs.
 _CODES_BY_STATUS = {
@@ -107,7 +107,7 @@ def _with_fallback(response: Response, result: DetectionResult) -> Response:
     return response
 
 
-def _parse(schema: DetectRequestSchema | ChangePointRequestSchema) -> tuple[dict, AzureSeries]:
+def _parse(schema: DetectLoadSchema | ChangePointLoadSchema) -> tuple[dict, AzureSeries]:
     require_json()
     try:
         body = read_json()

@@ -15,8 +15,10 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate
 
+from app.anomalies.instants import epoch_seconds
 from app.errors import ApiError
-from app.forecast.schemas import StrictFloat
+from app.forecast.schemas import JsonArray, StrictFloat
+from app.forecast.timestamps import TimestampError
 
 MIN_POINTS = 12
 MAX_POINTS = 8640
@@ -201,6 +203,21 @@ class AzureErrorSchema(Schema):
     message = fields.String(required=True)
 
 
+class _FastSeries:
+    """Loading variant of the request schemas: series taken as a raw array and checked point by point in
+    check_series, because a marshmallow Nested per point costs ~70 ms per 1,000 points."""
+
+    series = JsonArray(required=True)
+
+
+class DetectLoadSchema(_FastSeries, DetectRequestSchema):  # type: ignore[misc]
+    pass
+
+
+class ChangePointLoadSchema(_FastSeries, ChangePointRequestSchema):  # type: ignore[misc]
+    pass
+
+
 # Which Azure code a failing field answers with, checked in this order.
 _FIELD_CODES: tuple[tuple[str, str, str], ...] = (
     ("series", "InvalidSeries", "The 'series' field must be an array of points with a numeric 'value'."),
@@ -222,7 +239,7 @@ _FIELD_CODES: tuple[tuple[str, str, str], ...] = (
 
 @dataclass(frozen=True)
 class AzureSeries:
-    epoch_seconds: list[float]
+    epoch_seconds: Any  # UTC seconds (list or float64 array)
     values: list[float]
     data_frequency: str | None  # None for granularity none
     period: int | None
@@ -279,21 +296,30 @@ def check_series(data: Mapping[str, Any], *, max_points: int) -> AzureSeries:
         raise AzureError("InvalidSeries", f"The 'series' field must have at least {MIN_POINTS} points.")
     if len(points) > limit:
         raise AzureError("InvalidSeries", f"The 'series' field cannot have more than {limit} points.")
-    values = [point["value"] for point in points]
-    for index, value in enumerate(values):
+    values: list[float] = []
+    for index, point in enumerate(points):
+        value = point.get("value") if isinstance(point, dict) else None
+        if type(value) not in (int, float):  # bool is not a number in JSON
+            raise AzureError("InvalidSeries", f"'timestamp' or 'value' is malformed in 'series' Field (index {index}).")
         if not math.isfinite(value) or abs(value) > MAX_ABS_VALUE:
             raise AzureError("InvalidSeries", f"The magnitude of 'value' at index {index} in 'series' is too large.")
+        values.append(float(value))
     granularity = data.get("granularity") or "none"
     frequency = GRANULARITIES[granularity]
     period = data.get("period")
     if frequency is None:
         # Without a granularity the points are evenly spaced by position and have no calendar seasonality.
         return AzureSeries([float(i) for i in range(len(points))], values, None, 0 if period is None else period)
+    stamps = [point.get("timestamp") for point in points]
+    try:
+        # The common case (one ISO form throughout, increasing) in one vectorised pass.
+        return AzureSeries(epoch_seconds(stamps), values, frequency, period)
+    except TimestampError:
+        pass
     instants: list[float] = []
-    for index, point in enumerate(points):
-        text = point.get("timestamp")
+    for index, text in enumerate(stamps):
         try:
-            if text is None:
+            if not isinstance(text, str):
                 raise ValueError
             instant = parse_timestamp(text)
         except (ValueError, OverflowError):

@@ -76,23 +76,14 @@ def detect(job: DetectJob) -> DetectionResult:
     if detector == DEFAULT_DETECTOR:
         try:
             result = adaptive_detector(times, values, job.data_frequency, job.confidence, job.start, job.period)
-            _check(result)
             return result
         except Exception as exc:  # noqa: BLE001 - any failure of the default detector falls back
             log.warning("anomaly-model-1 failed (%s: %s); answering with anomaly-model-2", type(exc).__name__, exc)
             fallback = f"{DEFAULT_DETECTOR} failed ({type(exc).__name__}); answered by {FALLBACK_DETECTOR}"
             result = median_detector(times, values, job.confidence, job.start)
-            _check(result)
             return DetectionResult(**{**result.__dict__, "fallback": fallback})
     result = median_detector(times, values, job.confidence, job.start)
-    _check(result)
     return result
-
-
-def _check(result: DetectionResult) -> None:
-    for name in ("expected", "lower", "upper", "score"):
-        if not all(math.isfinite(v) for v in getattr(result, name)):
-            raise FloatingPointError(f"non-finite {name}")
 
 
 def nominal_step(times: np.ndarray) -> float:
@@ -184,11 +175,20 @@ def adaptive_detector(
     stretch = BAND_MARGIN * _two_sided_z(confidence) / _two_sided_z(BAND_QUANTILE)
     judged = np.arange(start, n)
     block_ends = (judged // BAND_BLOCK) * BAND_BLOCK
-    band = np.zeros(len(judged))
-    for block_end in np.unique(block_ends):
-        window = magnitude[max(1, block_end - BAND_ROWS) - band_from : block_end - band_from]
+    ends, where = np.unique(block_ends, return_inverse=True)
+    per_block = np.zeros(len(ends))
+    full = ends - BAND_ROWS >= max(1, band_from)
+    if full.any():
+        # All full windows at once: one partition of a (blocks x BAND_ROWS) array.
+        windows = sliding_window_view(magnitude, BAND_ROWS)[ends[full] - BAND_ROWS - band_from]
+        rank = _higher_rank(BAND_ROWS)
+        per_block[full] = np.partition(windows, rank, axis=1)[:, rank]
+    for index in np.flatnonzero(~full):
+        window = magnitude[max(1, ends[index] - BAND_ROWS) - band_from : ends[index] - band_from]
         if len(window):
-            band[block_ends == block_end] = stretch * np.quantile(window, BAND_QUANTILE, method="higher")
+            rank = _higher_rank(len(window))
+            per_block[index] = np.partition(window, rank)[rank]
+    band = stretch * per_block[where]
     halfwidth = band
     if RECENT_ROWS > 0:
         # A surprise no larger than one just seen is not news: after a spike or a step the range widens
@@ -240,6 +240,11 @@ def _candidates(
     return np.vstack([naive, level, median3, *local])
 
 
+def _higher_rank(size: int) -> int:
+    """Index of the BAND_QUANTILE quantile in a sorted window (numpy's method="higher")."""
+    return min(size - 1, math.ceil(BAND_QUANTILE * (size - 1)))
+
+
 def _two_sided_z(probability: float) -> float:
     return NormalDist().inv_cdf(0.5 + probability / 2)
 
@@ -273,6 +278,10 @@ def _result(
     score = np.where(warm, 0.0, np.clip(score, 0.0, 1.0))
     expected = np.where(warm, y, expected)
     halfwidth = np.where(warm, 0.0, halfwidth)
+    lower, upper = expected - halfwidth, expected + halfwidth
+    for name, numbers in (("expected", expected), ("lower", lower), ("upper", upper), ("score", score)):
+        if not np.isfinite(numbers[judged]).all():
+            raise FloatingPointError(f"non-finite {name}")
     anomaly = score >= 0.5
     direction = [
         ("up" if r > 0 else "down") if a else None
@@ -280,8 +289,8 @@ def _result(
     ]
     return DetectionResult(
         expected=expected[judged].tolist(),
-        lower=(expected - halfwidth)[judged].tolist(),
-        upper=(expected + halfwidth)[judged].tolist(),
+        lower=lower[judged].tolist(),
+        upper=upper[judged].tolist(),
         score=score[judged].tolist(),
         is_anomaly=anomaly[judged].tolist(),
         direction=direction,
