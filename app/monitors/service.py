@@ -14,7 +14,8 @@ import threading
 import time
 from array import array
 from bisect import bisect_right
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -432,7 +433,9 @@ def _append_once(
     points: IncomingPoints,
 ) -> dict[str, Any]:
     events_added = False
-    with runtime.locks.lock_for(monitor_id):
+    # The judge slot is taken before a database connection, so appends queued for the worker pool never
+    # hold connections (on PostgreSQL, a burst of writers would otherwise drain the connection pool).
+    with runtime.locks.lock_for(monitor_id), _judge_slot(runtime):
         try:
             with database.session() as session:
                 monitor = _owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
@@ -464,6 +467,16 @@ def _append_once(
     return _points_answer(monitor, old_records, new_texts, new_values, verdicts)
 
 
+@contextmanager
+def _judge_slot(runtime: MonitorRuntime) -> Iterator[None]:
+    if not runtime.judge_slots.acquire(timeout=POOL_BUSY_PATIENCE_SECONDS):
+        raise InternalError("The detector workers are saturated; retry shortly.", headers={"Retry-After": "5"})
+    try:
+        yield
+    finally:
+        runtime.judge_slots.release()
+
+
 def _judge_new(
     pool: ForecastPool,
     runtime: MonitorRuntime,
@@ -481,12 +494,7 @@ def _judge_new(
         detector=monitor.model,
         start=len(hist_epochs),
     )
-    if not runtime.judge_slots.acquire(timeout=POOL_BUSY_PATIENCE_SECONDS):
-        raise InternalError("The detector workers are saturated; retry shortly.", headers={"Retry-After": "5"})
-    try:
-        result = _judge(pool, job)
-    finally:
-        runtime.judge_slots.release()
+    result = _judge(pool, job)
     return [
         _Verdict(
             expected=result.expected[i],
