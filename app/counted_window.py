@@ -16,10 +16,8 @@ import time
 from limits import RateLimitItem
 from limits.errors import StorageError
 from limits.storage import RedisStorage, Storage
-from limits.strategies import STRATEGIES, MovingWindowRateLimiter
+from limits.strategies import MovingWindowRateLimiter
 from limits.util import WindowStats
-
-STRATEGY_NAME = "counted-moving-window"
 
 # limits' acquire_moving_window.lua followed by its moving_window.lua, as one script.
 _ACQUIRE_AND_COUNT = """
@@ -84,5 +82,3 @@ class CountedMovingWindowRateLimiter(MovingWindowRateLimiter):
     def hit(self, item: RateLimitItem, *identifiers: str, cost: int = 1) -> bool:
         return self.hit_counted(item, *identifiers, cost=cost)[0]
 
-
-STRATEGIES[STRATEGY_NAME] = CountedMovingWindowRateLimiter  # type: ignore[assignment]

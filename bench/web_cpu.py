@@ -157,35 +157,56 @@ def run_http(trees: dict[str, Path], quick: bool) -> dict[str, dict[str, dict[st
             tmp = stack.enter_context(c.temp_dir(f"bench-profile-{label}-"))
             url, key = stack.enter_context(keyed_database(tmp, root))
             server = stack.enter_context(c.gunicorn(url, tmp, app_root=root, name=f"profile-{label}"))
-            conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
-            stack.callback(conn.close)
-            servers[label] = (server, conn, key)
+            client = _Client(server, key)
+            stack.callback(client.close)
+            servers[label] = (server, client)
         for name, method, model, body, per_batch, batches in _http_cases(quick):
-            for label, (_server, conn, key) in servers.items():  # warm-up on every server
-                _send(conn, key, method, model, body)
+            for label, (_server, client) in servers.items():  # warm-up on every server
+                client.send(method, model, body)
                 results[label][name] = {"cpu": [], "latency": []}
             for _ in range(batches):
-                for label, (server, conn, key) in servers.items():
+                for label, (server, client) in servers.items():
                     cell = results[label][name]
                     cpu0 = server.worker_cpu_seconds()
                     for _ in range(per_batch):
-                        cell["latency"].append(_send(conn, key, method, model, body))
+                        cell["latency"].append(client.send(method, model, body))
                     cell["cpu"].append((server.worker_cpu_seconds() - cpu0) / per_batch)
     return results
 
 
-def _send(conn: http.client.HTTPConnection, key: str, method: str, model: str, body: bytes | None) -> float:
-    headers = {"Authorization": f"Bearer {key}"}
-    if body is not None:
-        headers |= {"Content-Type": "application/json", "X-Model-Id": model}
-    t0 = time.perf_counter()
-    conn.request(method, "/forecast" if body is not None else "/verify", body=body, headers=headers)
-    response = conn.getresponse()
-    data = response.read()
-    elapsed = time.perf_counter() - t0
-    if response.status != 200:
-        raise RuntimeError(f"{method} {model}: HTTP {response.status} {data[:300]!r}")
-    return elapsed
+class _Client:
+    """One keep-alive connection, opened again when the server closed it while idle (keepalive is 5 s,
+    and a batch on the other server can take longer)."""
+
+    def __init__(self, server: c.Gunicorn, key: str) -> None:
+        self.server, self.key = server, key
+        self.conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+
+    def send(self, method: str, model: str, body: bytes | None) -> float:
+        headers = {"Authorization": f"Bearer {self.key}"}
+        if body is not None:
+            headers |= {"Content-Type": "application/json", "X-Model-Id": model}
+        path = "/forecast" if body is not None else "/verify"
+        for attempt in (1, 2):
+            t0 = time.perf_counter()
+            try:
+                self.conn.request(method, path, body=body, headers=headers)
+                response = self.conn.getresponse()
+                data = response.read()
+            except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection(self.server.host, self.server.port, timeout=120)
+                if attempt == 2:
+                    raise
+                continue
+            elapsed = time.perf_counter() - t0
+            if response.status != 200:
+                raise RuntimeError(f"{method} {path} {model}: HTTP {response.status} {data[:300]!r}")
+            return elapsed
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 # ============================================================================================ report
@@ -238,16 +259,19 @@ def main(argv: list[str] | None = None) -> int:
         out = inprocess(args.database_url, os.environ["BENCH_KEY"], json.loads(args.reps), args.profile)
         sys.stdout.write(json.dumps(out) + "\n")
         return 0
-    trees = {"current": c.APP_ROOT}
-    if args.baseline:
-        trees["baseline"] = args.baseline.resolve()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    inproc = {} if "inprocess" in skip else run_inprocess(trees, args.quick, args.profile)
-    if args.profile:
-        for label, result in inproc.items():
-            for name, text in result["profiles"].items():
-                print(f"--- cProfile {label}: {name} {text}\n", flush=True)
-    over_http = {} if "http" in skip else run_http(trees, args.quick)
+    # This checkout is copied first, so edits made while the benchmark runs do not reach it.
+    with c.code_snapshot() as code:
+        trees = {"current": c.APP_ROOT}
+        if args.baseline:
+            trees["baseline"] = args.baseline.resolve()
+        inproc = {} if "inprocess" in skip else run_inprocess(trees, args.quick, args.profile)
+        if args.profile:
+            for label, result in inproc.items():
+                for name, text in result["profiles"].items():
+                    print(f"--- cProfile {label}: {name} {text}\n", flush=True)
+        over_http = {} if "http" in skip else run_http(trees, args.quick)
+    print(code)
     print(report(inproc, over_http, trees), flush=True)
     return 0
 
