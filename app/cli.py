@@ -1,4 +1,6 @@
-"""Admin command line (D6.8, D2.8): `flask --app wsgi db upgrade` and `flask --app wsgi keys ...`."""
+"""Admin command line: `flask --app wsgi db ...` (migrations) and `flask --app wsgi keys ...` (API keys).
+
+The commands, their options and what they print are described in README and docs/migrations.md."""
 
 from __future__ import annotations
 
@@ -82,6 +84,13 @@ def db_history(verbose: bool) -> None:
     from alembic import command
 
     command.history(alembic_config(), verbose=verbose)
+
+
+def _invoked_as() -> str:
+    """How the operator ran us (e.g. `.venv/bin/flask`), so a suggested command works when pasted: a bare
+    `flask` may be another installation's."""
+    program = sys.argv[0] if sys.argv and Path(sys.argv[0]).name == "flask" else "flask"
+    return f"{program} --app wsgi"
 
 
 def _fail(message: str) -> None:
@@ -172,7 +181,9 @@ def _print_new_key(created: crud.CreatedKey, *, as_json: bool) -> None:
 @click.option("--name", default="", help="A label for people.")
 @click.option("--account", "account_id", default=crud.DEFAULT_ACCOUNT, show_default=True)
 @click.option("--expires", default=None, help="ISO 8601 date-time after which the key is refused.")
-@click.option("--tier", type=click.Choice(sorted(TIERS)), default=None, help="Rate-limit tier (SPEC 8.3).")
+@click.option(
+    "--tier", type=click.Choice(sorted(TIERS)), default=None, help="Rate-limit tier (docs/contract.md, Rate limits)."
+)
 @click.option("--per-minute", type=click.IntRange(min=1), default=None)
 @click.option("--per-hour", type=click.IntRange(min=1), default=None)
 @click.option("--per-day", type=click.IntRange(min=1), default=None)
@@ -217,7 +228,7 @@ def keys_list(as_json: bool) -> None:
         click.echo(json.dumps([key_summary(k) for k in keys]))
         return
     if not keys:
-        click.echo("No keys. Create one with: flask --app wsgi keys create --permissions read")
+        click.echo(f"No keys. Create one with: {_invoked_as()} keys create --permissions read")
         return
     click.echo(_key_table(keys))
 
@@ -342,7 +353,7 @@ def keys_bootstrap(url: str) -> None:
     """Create a first full-access key when the store is empty, and show how to call the service."""
     with _key_store() as session:
         if crud.count_keys(session) > 0:
-            click.echo("Keys already exist (flask --app wsgi keys list); none created.")
+            click.echo(f"Keys already exist ({_invoked_as()} keys list); none created.")
             return
         created = crud.create_key(
             session, permissions=("read", "write", "admin", "delete"), name="first key"

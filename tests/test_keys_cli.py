@@ -21,7 +21,7 @@ from sqlalchemy import delete
 
 from app import create_app
 from app.keys.records import ApiKeyRecord
-from tests.support import cli, settings_for
+from tests.support import VENV_BIN, cli, settings_for
 
 KEY = re.compile(r"\bak_[0-9a-f]{64}\b")
 
@@ -219,6 +219,8 @@ def test_the_real_flask_executable(tmp_path: Path) -> None:
     """The commands exactly as README shows them, in a fresh process reading the environment."""
     env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'keys.sqlite3'}", "DATA_DIR": str(tmp_path)}
     cli("db", "upgrade", env=env)
+    # The hint names the executable the operator ran, so it works when pasted (a bare `flask` may be another's).
+    assert f"{VENV_BIN / 'flask'} --app wsgi keys create" in cli("keys", "list", env=env).stdout
     created = json.loads(cli("keys", "create", "--permissions", "read,write", "--json", env=env).stdout)
     assert KEY.fullmatch(created["key"])
     listed = cli("keys", "list", env=env).stdout
