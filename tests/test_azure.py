@@ -217,3 +217,43 @@ def test_broken_json_and_bad_timestamp(client: FlaskClient, key: str) -> None:
 
 def test_house_routes_keep_the_house_envelope(client: FlaskClient) -> None:
     assert client.post("/anomalies", json={}).get_json()["error"]["code"] == "UNAUTHORIZED"
+
+
+def test_openapi_documents_both_apis_and_answers_match_their_schemas(client: FlaskClient, key: str) -> None:
+    from openapi_spec_validator import validate
+
+    from app.anomalies.schemas import AnomalyResponseSchema, LastPointResponseSchema
+    from app.azure.schemas import (
+        AzureErrorSchema,
+        ChangePointResponseSchema,
+        EntireDetectResponseSchema,
+        LastDetectResponseSchema,
+    )
+
+    spec = client.get("/openapi.json", headers=bearer(key)).get_json()
+    validate(spec)
+    for path in ("/anomalies", "/anomalies/last", *(f"{BASE}/{r}/detect" for r in ("entire", "last", "changepoint"))):
+        assert "post" in spec["paths"][path], path
+    assert spec["components"]["securitySchemes"]["subscriptionKey"]["name"] == "Ocp-Apim-Subscription-Key"
+
+    request = five_minute(40)
+    ours = {
+        "series": [
+            {
+                "timestamps": [p["timestamp"] for p in request["series"]],
+                "values": [p["value"] for p in request["series"]],
+            }
+        ],
+        "data_frequency": "Minutes",
+    }
+    checks = (
+        ("/anomalies", ours, AnomalyResponseSchema),
+        ("/anomalies/last", ours, LastPointResponseSchema),
+        (f"{BASE}/entire/detect", request, EntireDetectResponseSchema),
+        (f"{BASE}/last/detect", request, LastDetectResponseSchema),
+        (f"{BASE}/changepoint/detect", request, ChangePointResponseSchema),
+        (f"{BASE}/entire/detect", {"series": []}, AzureErrorSchema),
+    )
+    for path, body, schema in checks:
+        answer = client.post(path, headers=subscription(key) if BASE in path else bearer(key), json=body).get_json()
+        assert schema().validate(answer) == {}, (path, answer)
