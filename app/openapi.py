@@ -10,6 +10,8 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Blueprint, Response, jsonify
 from marshmallow import Schema, fields
 
+from app.anomalies import openapi_doc as anomaly_docs
+from app.azure import openapi_doc as azure_docs
 from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.schemas import (
     ErrorSchema,
@@ -238,6 +240,8 @@ def build_spec() -> dict[str, Any]:
                "Prometheus text format", "text/plain", {"type": "string"}, headers={})
     keys_api.document(spec, _errors, RATE_LIMIT_HEADERS)
     monitor_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
+    anomaly_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
+    azure_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
     return spec.to_dict()
 
 
