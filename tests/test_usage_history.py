@@ -84,16 +84,16 @@ def test_failed_flush_keeps_buckets_for_the_next_attempt(database: Database, mon
     for status in (200, 500, 429):
         recorder.record(key_id, at=now, status=status)
 
-    real = crud.add_usage_buckets
+    real = crud.add_usage_bucket_batch
 
     def outage(*args: object, **kwargs: object) -> None:
         raise ConnectionError("database went away")
 
-    monkeypatch.setattr(crud, "add_usage_buckets", outage)
+    monkeypatch.setattr(crud, "add_usage_bucket_batch", outage)
     assert not recorder.flush()
     recorder.record(key_id, at=now, status=200)  # arrives during the outage
     assert recorder.pending_buckets() == {(key_id, crud.hour_of(now)): {"2xx": 2, "4xx": 0, "429": 1, "5xx": 1}}
-    monkeypatch.setattr(crud, "add_usage_buckets", real)
+    monkeypatch.setattr(crud, "add_usage_bucket_batch", real)
     recorder.close()  # the shutdown flush writes what the failed one kept
     assert recorder.pending_buckets() == {}
     assert history(database, key_id, hours=1, now=now)[0].counts == {"2xx": 2, "4xx": 0, "429": 1, "5xx": 1}
@@ -122,4 +122,21 @@ def test_buckets_older_than_90_days_are_pruned(database: Database) -> None:
         {"2xx": 0, "4xx": 2, "429": 0, "5xx": 0},
         {"2xx": 1, "4xx": 0, "429": 0, "5xx": 0},
     ]
+    recorder.close()
+
+
+def test_a_flush_of_many_keys_and_hours_writes_them_all(database: Database) -> None:
+    key_ids = [make_key(database) for _ in range(30)]
+    recorder = UsageRecorder(database, flush_seconds=60)
+    now = datetime.now(UTC)
+    for hours_ago in range(24):  # 720 key-hours: more than one statement's worth
+        for index, key_id in enumerate(key_ids):
+            for _ in range(index % 3 + 1):
+                recorder.record(key_id, at=now - timedelta(hours=hours_ago), status=200 if index % 2 else 503)
+    assert recorder.flush()
+    for index, key_id in enumerate(key_ids):
+        buckets = history(database, key_id, hours=24, now=now)
+        outcome = "2xx" if index % 2 else "5xx"
+        assert [b.counts[outcome] for b in buckets] == [index % 3 + 1] * 24
+        assert sum(b.total for b in buckets) == 24 * (index % 3 + 1)
     recorder.close()

@@ -229,15 +229,23 @@ def add_usage(session: Session, *, key_id: str, count: int, last_used_at: dateti
 
 
 def hour_of(moment: datetime) -> datetime:
-    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    if moment.tzinfo is not UTC:  # the request path passes UTC already; skip the conversion then
+        moment = moment.astimezone(UTC)
+    return moment.replace(minute=0, second=0, microsecond=0)
 
 
 def add_usage_buckets(session: Session, *, key_id: str, hour: datetime, counts: dict[str, int]) -> None:
-    """Adds outcome counts to one key-hour bucket, creating it when it is new.
+    """Adds outcome counts to one key-hour bucket, creating it when it is new."""
+    add_usage_bucket_batch(session, {(key_id, hour): counts})
+
+
+def add_usage_bucket_batch(session: Session, buckets: dict[tuple[str, datetime], dict[str, int]]) -> None:
+    """Adds outcome counts to many key-hour buckets in one statement, creating the ones that are new.
 
     An upsert, because two replicas may flush the same key-hour at the same moment.
     """
-    values = {OUTCOME_COLUMNS[outcome]: counts.get(outcome, 0) for outcome in OUTCOMES}
+    if not buckets:
+        return
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
@@ -246,12 +254,20 @@ def add_usage_buckets(session: Session, *, key_id: str, hour: datetime, counts: 
     else:  # pragma: no cover - the service ships for SQLite and PostgreSQL only
         raise RuntimeError(f"usage buckets need SQLite or PostgreSQL, not {dialect}")
     table = KeyUsageBucketRecord.__table__
-    statement = insert(table).values(key_id=key_id, hour=hour_of(hour), **values)
-    statement = statement.on_conflict_do_update(
-        index_elements=[table.c.key_id, table.c.hour],
-        set_={column: table.c[column] + statement.excluded[column] for column in values},
-    )
-    session.execute(statement)
+    columns = [OUTCOME_COLUMNS[outcome] for outcome in OUTCOMES]
+    rows = [
+        {"key_id": key_id, "hour": hour_of(hour),
+         **{OUTCOME_COLUMNS[outcome]: counts.get(outcome, 0) for outcome in OUTCOMES}}
+        for (key_id, hour), counts in buckets.items()
+    ]
+    # Chunks keep each statement well under SQLite's bound-parameter limit.
+    for start in range(0, len(rows), 500):
+        statement = insert(table).values(rows[start:start + 500])
+        statement = statement.on_conflict_do_update(
+            index_elements=[table.c.key_id, table.c.hour],
+            set_={column: table.c[column] + statement.excluded[column] for column in columns},
+        )
+        session.execute(statement)
 
 
 @dataclass(frozen=True)

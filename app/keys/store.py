@@ -112,7 +112,10 @@ class UsageRecorder:
             count, last = self._pending.get(key_id, (0, at))
             self._pending[key_id] = (count + 1, max(last, at))
             if status is not None:
-                bucket = self._pending_buckets.setdefault((key_id, crud.hour_of(at)), dict.fromkeys(OUTCOMES, 0))
+                slot = (key_id, crud.hour_of(at))
+                bucket = self._pending_buckets.get(slot)
+                if bucket is None:
+                    bucket = self._pending_buckets[slot] = dict.fromkeys(OUTCOMES, 0)
                 bucket[outcome_of(status)] += 1
         self._ensure_thread()
 
@@ -137,8 +140,7 @@ class UsageRecorder:
                 with self._database.session() as session:
                     for key_id, (count, last_used) in batch.items():
                         crud.add_usage(session, key_id=key_id, count=count, last_used_at=last_used)
-                    for (key_id, hour), counts in buckets.items():
-                        crud.add_usage_buckets(session, key_id=key_id, hour=hour, counts=counts)
+                    crud.add_usage_bucket_batch(session, buckets)
             except Exception:
                 log.warning("usage flush failed; %d key(s) kept for the next attempt", len(batch), exc_info=True)
                 with self._lock:
