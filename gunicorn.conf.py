@@ -45,6 +45,12 @@ forwarder_headers = ""
 
 
 def on_starting(server: Any) -> None:
+    multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if multiproc_dir and os.path.isdir(multiproc_dir):
+        # A previous run's files would be added to this one's (prometheus_client: wipe the directory per run).
+        for name in os.listdir(multiproc_dir):
+            if name.endswith(".db"):
+                os.remove(os.path.join(multiproc_dir, name))
     if server.cfg.workers > 1 and not os.environ.get("REDIS_URL"):
         sys.stderr.write(
             f"refusing to start {server.cfg.workers} worker processes without REDIS_URL: each process would keep "
@@ -61,6 +67,15 @@ def on_starting(server: Any) -> None:
             "each (FORECAST_WORKERS + FORECAST_QUEUE_LIMIT); /verify will wait behind forecasts. Raise "
             "GUNICORN_THREADS or lower FORECAST_QUEUE_LIMIT.\n"
         )
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    # A gunicorn worker that died (crashed, killed on timeout, or restarted) leaves its live gauges in the
+    # Prometheus multiprocess directory; unmarked, /metrics would keep adding them to the living ones'.
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
 
 
 def post_worker_init(worker: Any) -> None:

@@ -167,6 +167,7 @@ class ForecastPool:
                 self._alive += 1
                 if worker.startup_seconds is not None:
                     self.startup_seconds.append(worker.startup_seconds)
+            self._publish_ready()
             self._idle.put(worker)
             return
         self._discard(worker)
@@ -227,9 +228,17 @@ class ForecastPool:
         log.warning("replacing forecast worker", extra={"fields": {"pid": worker.process.pid, "reason": reason}})
         with self._lock:
             self._alive -= 1
+        self._publish_ready()
         self._discard(worker)
         if not self._closed:
             self._spawn_in_background()
+
+    def _publish_ready(self) -> None:
+        # Each gunicorn process writes its own value when it changes; with several processes /metrics adds up
+        # the live ones', so a process that serves no request still counts.
+        from app.metrics import WORKERS_READY
+
+        WORKERS_READY.set(self.ready_workers)
 
     def _discard(self, worker: _Worker) -> None:
         with self._lock:
