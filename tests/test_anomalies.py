@@ -215,3 +215,27 @@ def test_timestamp_forms_fast_and_slow_paths_agree() -> None:
         with pytest.raises(ValueError) as error:
             epoch_seconds(bad)
         assert error.value.index == index  # type: ignore[attr-defined]
+
+
+def test_a_detector_past_its_time_is_a_500_with_the_request_id(tmp_path: Any) -> None:
+    app = build_app(
+        settings_for(f"sqlite:///{tmp_path / 'keys.sqlite3'}", forecast_timeout_seconds=0.001), start_workers=True
+    )
+    try:
+        key, _ = new_key(app, permissions=("read",))
+        client = app.test_client()
+        response = client.post("/anomalies", headers=bearer(key), json=five_minute(3000))
+        assert response.status_code == 500
+        error = response.get_json()["error"]
+        assert error["code"] == "INTERNAL_ERROR" and error["details"]["request_id"]
+        assert "Traceback" not in response.get_data(as_text=True)
+        azure = client.post(
+            "/anomalydetector/v1.1/timeseries/entire/detect",
+            headers={"Ocp-Apim-Subscription-Key": key},
+            json={"series": [{"value": float(i % 5)} for i in range(3000)]},
+        )
+        assert azure.status_code == 500
+        body = azure.get_json()
+        assert body["code"] == "InternalServerError" and azure.headers["X-Request-Id"] in body["message"]
+    finally:
+        services_of(app).close()
