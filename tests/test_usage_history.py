@@ -140,3 +140,39 @@ def test_a_flush_of_many_keys_and_hours_writes_them_all(database: Database) -> N
         assert [b.counts[outcome] for b in buckets] == [index % 3 + 1] * 24
         assert sum(b.total for b in buckets) == 24 * (index % 3 + 1)
     recorder.close()
+
+
+@pytest.mark.slow
+def test_buckets_survive_a_graceful_gunicorn_restart(tmp_path: Path) -> None:
+    """Through a real server: every counted request lands in its bucket, the last ones flushed on SIGTERM."""
+    import json
+
+    import requests
+
+    from tests.support import Server, bearer, cli
+
+    env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'served.sqlite3'}", "DATA_DIR": str(tmp_path),
+           "FORECAST_WORKERS": "1", "USAGE_FLUSH_SECONDS": "5", "LOG_LEVEL": "WARNING"}
+    cli("db", "upgrade", env=env)
+    key = json.loads(cli("keys", "create", "--permissions", "read", "--per-minute", "20", "--json", env=env).stdout)
+    server = Server(env, log_path=tmp_path / "gunicorn.log")
+    try:
+        server.wait_ready()
+        statuses = [requests.get(server.url + "/verify", headers=bearer(key["key"]), timeout=10).status_code
+                    for _ in range(5)]
+        statuses += [requests.get(server.url + "/nowhere", headers=bearer(key["key"]), timeout=10).status_code
+                     for _ in range(23)]
+        assert requests.get(server.url + "/verify", headers=bearer("ak_" + "3" * 64), timeout=10).status_code == 401
+    finally:
+        assert server.stop() == 0
+    assert statuses == [200] * 5 + [404] * 20 + [429] * 3
+    database = Database(settings_for(env["DATABASE_URL"]))
+    try:
+        buckets = history(database, key["id"], hours=2)
+        assert {outcome: sum(b.counts[outcome] for b in buckets) for outcome in ("2xx", "4xx", "429", "5xx")} == {
+            "2xx": 5, "4xx": 20, "429": 3, "5xx": 0
+        }
+        with database.session() as session:
+            assert crud.get_key(session, key_id=key["id"]).usage_count == 28
+    finally:
+        database.dispose()
