@@ -10,6 +10,11 @@ random, with a key drawn from: a high-limit key, several keys with ordinary limi
 10/minute) so that 429s happen, and rarely an unknown key (401). After a 429 or a 500 with Retry-After a
 client backs off 0.5 s.
 
+Alongside, one more client (bench/loadgen.py --mode early-answers, its own process) keeps one connection
+straight to gunicorn, as an app on a PaaS is called, and POSTs bodies of 70 B to 24 KiB on a key limited to 5 a
+minute: nearly every answer is a 429 given before the body was read. Any of its requests not answered within
+2.5 s on that connection (stalled, or dropped at the keep-alive timeout) fails the run.
+
 After the run gunicorn is stopped gracefully (SIGTERM) and the usage counts are read back with
 `flask --app wsgi keys list --json`: their sum must equal the responses the clients got with real keys
 (every status but 401 counts, D2.5). Statuses other than 200/429 for real keys fail the run, except 500 with
@@ -25,6 +30,7 @@ import math
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import socket
@@ -94,13 +100,22 @@ def self_signed(workdir: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def nginx_config(workdir: Path, upstream_port: int, cert: Path, key: Path) -> tuple[Path, int]:
+def nginx_version(nginx: str) -> tuple[int, ...]:
+    shown = subprocess.run([nginx, "-v"], capture_output=True, text=True).stderr
+    found = re.search(r"nginx/(\d+)\.(\d+)\.(\d+)", shown)
+    return tuple(int(part) for part in found.groups()) if found else (0, 0, 0)
+
+
+def nginx_config(nginx: str, workdir: Path, upstream_port: int, cert: Path, key: Path) -> tuple[Path, int]:
     https_port, http_port = free_port(), free_port()
     site = (ROOT / "nginx" / "forecast.conf.template").read_text()
     for name, value in {"SERVER_NAME": "localhost", "HTTP_PORT": str(http_port), "HTTPS_PORT": str(https_port),
                         "UPSTREAM": f"127.0.0.1:{upstream_port}", "TLS_CERT": str(cert), "TLS_KEY": str(key),
                         "MAX_BODY": "16m"}.items():
         site = site.replace("${" + name + "}", value)
+    if nginx_version(nginx) < (1, 25, 1):  # `http2 on;` is 1.25.1+; older nginx has the listen parameter only
+        site = site.replace("    http2 on;\n", "")
+        site = site.replace(f"listen {https_port} ssl;", f"listen {https_port} ssl http2;")
     config = workdir / "nginx.conf"
     config.write_text(
         f"daemon off;\npid {workdir}/nginx.pid;\nerror_log {workdir}/nginx-error.log;\nworker_processes 1;\n"
@@ -235,7 +250,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--points", type=int, default=500)
     parser.add_argument("--gunicorn-threads", type=int, default=None,
-                        help="override GUNICORN_THREADS (default: gunicorn.conf.py as shipped, 8)")
+                        help="override GUNICORN_THREADS (default: gunicorn.conf.py as shipped, 32)")
     parser.add_argument("--out", type=Path, default=RESULTS / "load.md")
     args = parser.parse_args()
 
@@ -250,6 +265,7 @@ def main() -> int:
     flask_cli(env, "db", "upgrade")
     ordinary = [create_key(env, "--tier", "free") for _ in range(ORDINARY_KEYS)]  # SPEC 8.3 Free: 10/minute
     high = create_key(env, "--per-minute", HIGH_LIMIT, "--per-hour", HIGH_LIMIT, "--per-day", HIGH_LIMIT)
+    early_key = create_key(env, "--per-minute", "5")
     cert, tls_key = self_signed(workdir)
 
     app_port = free_port()
@@ -257,7 +273,7 @@ def main() -> int:
     gunicorn = subprocess.Popen([str(VENV_BIN / "gunicorn"), "--bind", f"127.0.0.1:{app_port}", "wsgi:app"],
                                 cwd=ROOT, env=env, stdout=gunicorn_log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    config, https_port = nginx_config(workdir, app_port, cert, tls_key)
+    config, https_port = nginx_config(nginx, workdir, app_port, cert, tls_key)
     proxy = subprocess.Popen([nginx, "-c", str(config), "-e", str(workdir / "nginx-error.log")],
                              start_new_session=True)
     base = f"https://localhost:{https_port}"
@@ -273,10 +289,19 @@ def main() -> int:
         deadline = started + args.seconds
         threads = [threading.Thread(target=client, args=(i, base, str(cert), ordinary, high, bodies, deadline, tally),
                                     daemon=True) for i in range(args.clients)]
+        # Straight to gunicorn, as the one proxy hop TRUSTED_PROXIES=1 allows, so REQUIRE_HTTPS lets it through.
+        early_client = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "loadgen.py"), "--url", f"http://127.0.0.1:{app_port}",
+             "--path", "/forecast", "--mode", "early-answers", "--duration", str(args.seconds),
+             "--key-env", "LOAD_EARLY_KEY", "--header", "X-Forwarded-Proto: https"],
+            env={**os.environ, "LOAD_EARLY_KEY": early_key}, stdout=subprocess.PIPE, text=True,
+        )
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=args.seconds + 180)
+        early_output, _ = early_client.communicate(timeout=180)
+        early = json.loads(early_output) if early_client.returncode == 0 and early_output else None
         duration = time.monotonic() - started
         load_during = (load_before, os.getloadavg()[0])
         stragglers = sum(thread.is_alive() for thread in threads)
@@ -298,11 +323,14 @@ def main() -> int:
         stop_seconds = time.monotonic() - stopping
         listed = json.loads(flask_cli(env, "keys", "list", "--json"))
         usage = sum(entry["usage_count"] for entry in listed)
-        usage_ok = usage == tally.keyed_counted
-        ok = usage_ok and not tally.unexpected and not tally.errors and stragglers == 0 and stop_code == 0
+        early_counted = sum(n for status, n in early["statuses"].items() if status != "401") if early else 0
+        usage_ok = usage == tally.keyed_counted + early_counted
+        early_ok = early is not None and not early["stalled"] and early["requests"] > 0
+        ok = (usage_ok and early_ok and not tally.unexpected and not tally.errors and stragglers == 0
+              and stop_code == 0)
 
         report = render(args, duration, tally, usage, worker_peaks, forecast_peaks, stop_code, stragglers, ok,
-                        load_during, stop_seconds)
+                        load_during, stop_seconds, early, early_counted)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(report)
         print(report)
@@ -328,7 +356,7 @@ def main() -> int:
 
 def render(args: argparse.Namespace, duration: float, tally: Tally, usage: int, worker_peaks: dict[int, int | None],
            forecast_peaks: dict[int, int | None], stop_code: int, stragglers: int, ok: bool,
-           load: tuple[float, float], stop_seconds: float) -> str:
+           load: tuple[float, float], stop_seconds: float, early: dict | None, early_counted: int) -> str:
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Load test: nginx (TLS) -> gunicorn (default config)",
@@ -357,11 +385,25 @@ def render(args: argparse.Namespace, duration: float, tally: Tally, usage: int, 
             f"{percentile(latencies, 50) * 1000:.0f} | {percentile(latencies, 95) * 1000:.0f} | "
             f"{percentile(latencies, 99) * 1000:.0f} | {latencies[-1] * 1000:.0f} |"
         )
+    if early is not None:
+        latencies = sorted(early["latencies"])
+        statuses = ", ".join(f"{status}: {count}" for status, count in sorted(early["statuses"].items()))
+        lines.append(
+            f"| POST /forecast, one keep-alive connection straight to gunicorn, key at 5/minute | "
+            f"{early['requests']} | {statuses} | {len(latencies) / duration:.1f} | "
+            f"{percentile(latencies, 50) * 1000:.0f} | {percentile(latencies, 95) * 1000:.0f} | "
+            f"{percentile(latencies, 99) * 1000:.0f} | {(latencies[-1] if latencies else float('nan')) * 1000:.0f} |"
+        )
     saturated = sum(c["500+Retry-After"] for c in tally.statuses.values())
+    expected_usage = tally.keyed_counted + early_counted
     lines += [
         "",
         f"- usage_count summed over keys after a graceful stop: {usage}; non-401 responses to real keys: "
-        f"{tally.keyed_counted} -> {'equal' if usage == tally.keyed_counted else 'MISMATCH'}",
+        f"{expected_usage} -> {'equal' if usage == expected_usage else 'MISMATCH'}",
+        "- keep-alive client meeting early answers (bodies 70 B - 24 KiB, mostly 429 before the body was read): "
+        + ("did not run" if early is None else
+           f"{len(early['stalled'])} of {early['requests']} requests stalled over 2.5 s or dropped"
+           + (f" (first: {early['stalled'][0]})" if early["stalled"] else "")),
         f"- 500 with Retry-After (forecast queue saturated): {saturated}",
         f"- unexpected statuses: {len(tally.unexpected)}; client errors: "
         f"{dict(tally.errors) if tally.errors else 0}; clients still running at the end: {stragglers}",

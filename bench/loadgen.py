@@ -7,6 +7,10 @@
 latency: one connection, requests strictly one after another (a blocking socket, minimal parsing).
 throughput: N keep-alive connections on asyncio, each sending its next request as soon as the previous
 answer is read, for a fixed duration after a warm-up. Prints one JSON line: latencies (s), statuses, rate.
+early-answers: one keep-alive connection, as an HTTP client library uses it: POST bodies of 70 B to 24 KiB,
+headers and body in separate writes, the next request as soon as the answer is read. With a key limited to a
+few requests a minute most answers are 429s given before the body was read; every answer must come within
+2.5 s on the same connection (a request lost to a previous early answer waits out the 5 s keep-alive timeout).
 Standard library only.
 """
 
@@ -51,8 +55,9 @@ class SyncConnection:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
 
-    def request(self, raw: bytes) -> int:
-        self.sock.sendall(raw)
+    def request(self, *parts: bytes) -> int:
+        for part in parts:  # separate writes, e.g. headers then body, as client libraries send them
+            self.sock.sendall(part)
         while b"\r\n\r\n" not in self.buf:
             chunk = self.sock.recv(65536)
             if not chunk:
@@ -89,6 +94,44 @@ def run_latency(host: str, port: int, raw: bytes, n: int, warmup: int) -> dict:
             statuses[status] = statuses.get(status, 0) + 1
     conn.close()
     return {"latencies": lat, "statuses": statuses, "elapsed": sum(lat), "requests": len(lat)}
+
+
+EARLY_ANSWER_BODY_SIZES = (70, 1024, 8 * 1024, 24 * 1024)
+# Half the server's keep-alive timeout: a request lost to an early answer waits all 5 s, while a loaded
+# machine's slowest honest answers stay well under this.
+STALLED_AFTER = 2.5
+
+
+def run_early_answers(host: str, port: int, path: str, key: str, headers: list[str], duration: float) -> dict:
+    bodies = [b'{"pad":"' + b"x" * (size - 10) + b'"}' for size in EARLY_ANSWER_BODY_SIZES]
+    statuses: dict[int, int] = {}
+    lat: list[float] = []
+    stalled: list[str] = []
+    conn = SyncConnection(host, port)
+    conn.sock.settimeout(10)  # past the server's 5 s keep-alive timeout: a lost request shows as a drop
+    stop_at = time.perf_counter() + duration
+    i = 0
+    while time.perf_counter() < stop_at:
+        body = bodies[i % len(bodies)]
+        i += 1
+        raw = build_request(host, port, "POST", path, key, body, headers)
+        head_end = raw.index(b"\r\n\r\n") + 4
+        t0 = time.perf_counter()
+        try:
+            status = conn.request(raw[:head_end], raw[head_end:])
+        except (ConnectionError, TimeoutError) as exc:
+            stalled.append(f"request {i} ({len(body)} B): {type(exc).__name__} after {time.perf_counter() - t0:.2f} s")
+            conn.close()
+            conn = SyncConnection(host, port)
+            conn.sock.settimeout(10)
+            continue
+        dt = time.perf_counter() - t0
+        lat.append(dt)
+        statuses[status] = statuses.get(status, 0) + 1
+        if dt > STALLED_AFTER:
+            stalled.append(f"request {i} ({len(body)} B): answered {status} after {dt:.2f} s")
+    conn.close()
+    return {"latencies": lat, "statuses": statuses, "requests": len(lat) + len(stalled), "stalled": stalled}
 
 
 async def _client(host: str, port: int, raw: bytes, start_at: float, stop_at: float, lat: list[float],
@@ -141,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--body", default="", help="request body (JSON text)")
     ap.add_argument("--header", action="append", default=[])
     ap.add_argument("--key-env", default="BENCH_KEY")
-    ap.add_argument("--mode", choices=["latency", "throughput"], required=True)
+    ap.add_argument("--mode", choices=["latency", "throughput", "early-answers"], required=True)
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--warmup-requests", type=int, default=100)
     ap.add_argument("--connections", type=int, default=16)
@@ -152,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     key = os.environ.get(args.key_env, "")
     raw = build_request(host, port, args.method, args.path, key, args.body.encode(), args.header)
-    if args.mode == "latency":
+    if args.mode == "early-answers":
+        out = run_early_answers(host, port, args.path, key, args.header, args.duration)
+    elif args.mode == "latency":
         out = run_latency(host, port, raw, args.requests, args.warmup_requests)
     else:
         out = asyncio.run(run_throughput(host, port, raw, args.connections, args.duration, args.warmup))
