@@ -113,6 +113,14 @@ class RateLimits:
                 ]
             )
 
+    def windows(self, key: ApiKey) -> list[WindowStatus]:
+        """Each of the key's windows as it stands, without spending (the dashboard shows all three)."""
+        with _fail_closed():
+            return [
+                WindowStatus.of(item, self._strategy.get_window_stats(item, KEY_PREFIX, key.id, KEY_SCOPE))
+                for item in key_windows(key)
+            ]
+
     def count_failed_authentication(self, address: str) -> Count:
         """A failed authentication spends from the caller's address; past the limit the answer is 429."""
         item = self._auth_failure_item
