@@ -216,3 +216,15 @@ def test_secret_is_generated_once_and_kept_private(tmp_path: Path) -> None:
     assert first == second and len(first) == 64
     assert stat.S_IMODE((tmp_path / "secret_key").stat().st_mode) == 0o600
     assert Settings(database_url="sqlite://", data_dir=tmp_path, secret_key="given").resolved_secret_key() == "given"
+
+
+def test_dashboard_addresses_answer_with_pages(app: Flask) -> None:
+    client = app.test_client()
+    assert client.get("/dashboard").headers["Location"] == "/dashboard/sign-in"
+    assert client.get("/dashboard/").headers["Location"] == "/dashboard/sign-in"
+    missing = client.get("/dashboard/no-such-page")
+    assert missing.status_code == 404 and missing.mimetype == "text/html"
+    key, _ = new_key(app, ADMIN)
+    sign_in(client, key)
+    assert client.get("/dashboard").headers["Location"] == "/dashboard/keys"
+    assert client.get("/dashboard/keys/key_unknown").status_code == 404

@@ -144,10 +144,19 @@ def static(filename: str) -> Response:
 # --- sign in and out -----------------------------------------------------------------------------
 
 
+@bp.get("")
 @bp.get("/")
 @public
 def home() -> Response:
     return redirect(url_for("dashboard.keys" if current_session() else "dashboard.sign_in"))
+
+
+@bp.route("/<path:unknown>", methods=["GET", "POST"])
+@public
+def not_a_page(unknown: str) -> Response:
+    # A person who mistypes a dashboard address gets a page, not the API's JSON 401.
+    return _page("dashboard/error.html", 404, title="No such page",
+                 message="There is no dashboard page at this address.", **_base_context())
 
 
 def _sign_in_page(status: int = 200, *, error: str | None = None, notice: str | None = None) -> Response:

@@ -268,23 +268,10 @@ def _not_found(key_id: str) -> NotFound:
 
 def rate_windows(key: ApiKey) -> list[dict[str, Any]]:
     """The key's three live rolling windows as the rate limiter sees them now, without spending from them."""
-    from flask import current_app
-    from limits.errors import StorageError
-
-    from app.errors import ServiceUnavailable
-    from app.ratelimit import KEY_PREFIX, KEY_SCOPE, WindowStatus, key_windows
-
-    # Flask-Limiter registers itself here; its strategy reads a window without hitting it.
-    limiter = next(iter(current_app.extensions["limiter"]))
-    rows = []
-    try:
-        for item in key_windows(key):
-            status = WindowStatus.of(item, limiter.limiter.get_window_stats(item, KEY_PREFIX, key.id, KEY_SCOPE))
-            rows.append({"window": status.window, "limit": status.limit, "remaining": status.remaining,
-                         "reset": status.reset_seconds})
-    except StorageError as exc:
-        raise ServiceUnavailable("The rate-limit store is unreachable; try again shortly.") from exc
-    return rows
+    return [
+        {"window": status.window, "limit": status.limit, "remaining": status.remaining, "reset": status.reset_seconds}
+        for status in current_services().limits.windows(key)
+    ]
 
 
 # --- views ---------------------------------------------------------------------------------------
