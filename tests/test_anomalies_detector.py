@@ -115,3 +115,18 @@ def test_huge_and_tiny_values_stay_finite() -> None:
         values = scale * (1 + rng.random(400))
         for detector in DETECTOR_IDS:
             check_sane(DetectJob(times, values, "Minutes", 0.9999, detector).run(), 400)
+
+
+@pytest.mark.parametrize("detector", DETECTOR_IDS)
+def test_any_length_and_any_start_including_nothing_to_judge(detector: str) -> None:
+    # Monitors judge short histories and sometimes no new row at all.
+    for n in range(16):
+        times = np.arange(n, dtype=np.int64) * 300
+        values = np.sin(np.arange(n))
+        full = DetectJob(times, values, "Minutes", 0.99, detector).run()
+        assert full.fallback is None
+        for start in range(n + 1):
+            part = DetectJob(times, values, "Minutes", 0.99, detector, start=start).run()
+            assert part.fallback is None and (part.period, part.warmup_points) == (full.period, full.warmup_points)
+            for name in FIELDS:
+                assert getattr(part, name) == getattr(full, name)[start:]

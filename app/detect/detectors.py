@@ -73,6 +73,13 @@ def detect(job: DetectJob) -> DetectionResult:
     detector = job.detector or DEFAULT_DETECTOR
     if detector not in (DEFAULT_DETECTOR, FALLBACK_DETECTOR):
         raise ValueError(f"unknown detector {detector!r}")
+    if job.start >= len(values):  # nothing to judge (a monitor with no new rows)
+        rows = None
+        if detector == DEFAULT_DETECTOR:
+            step = nominal_step(times)
+            seconds = period_seconds(job.data_frequency, step) if job.period is None else job.period * step
+            rows = round(seconds / step) if seconds and step > 0 else None
+        return DetectionResult([], [], [], [], [], [], min(WARMUP, len(values)), rows if rows and rows >= 2 else None)
     if detector == DEFAULT_DETECTOR:
         try:
             result = adaptive_detector(times, values, job.data_frequency, job.confidence, job.start, job.period)
