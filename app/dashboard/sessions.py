@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,6 +19,8 @@ from sqlalchemy import delete, select, update
 from app.db import Database
 from app.keys.records import ApiKey, DashboardSessionRecord
 from app.keys.store import KeyStore
+
+log = logging.getLogger("app.dashboard")
 
 COOKIE_NAME = "dashboard_session"
 CSRF_SEED_COOKIE = "dashboard_csrf"
@@ -56,6 +59,8 @@ def start(database: Database, key: ApiKey, *, now: datetime | None = None) -> tu
         # Housekeeping: sessions past their expiry are of no further use.
         stale = now - timedelta(days=1)
         session.execute(delete(DashboardSessionRecord).where(DashboardSessionRecord.expires_at < stale))
+    log.info("dashboard sign-in", extra={"fields": {"key_id": key.id, "account_id": key.account_id,
+                                                    "session": record.token_hash[:12]}})
     return token, DashboardSession(record.token_hash, key, record.csrf_token, record.expires_at)
 
 
@@ -79,6 +84,7 @@ def load(
 
 
 def end(database: Database, token_hash: str, *, now: datetime | None = None) -> None:
+    log.info("dashboard sign-out", extra={"fields": {"session": token_hash[:12]}})
     with database.session() as session:
         session.execute(
             update(DashboardSessionRecord)
