@@ -156,7 +156,7 @@ def revoke_key(session: Session, *, key_id: str, now: datetime | None = None) ->
 def rotate_key(
     session: Session, *, key_id: str, grace: timedelta = timedelta(hours=24), now: datetime | None = None
 ) -> tuple[CreatedKey, ApiKey]:
-    """D2.8: a new key with the same account, permissions and limits; the old one ends after the grace."""
+    """A new key with the same account, permissions and limits; the old one ends after the grace."""
     now = now or datetime.now(UTC)
     old = _get_record(session, key_id)
     old_key = ApiKey.from_record(old)

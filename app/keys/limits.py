@@ -1,4 +1,4 @@
-"""Default rate limits of a key (D3.1): custom numbers > tier (SPEC 8.3) > permission level (SPEC 8.2)."""
+"""Default rate limits of a key: custom numbers win over a tier, which wins over the permission level."""
 
 from __future__ import annotations
 
