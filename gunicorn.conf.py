@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+import gunicorn
 from gunicorn.glogging import Logger
 from gunicorn.workers.gthread import ThreadWorker
 
@@ -153,7 +154,9 @@ def _already_received(conn: Any) -> bool:
     return conn.parser.unreader.buf.seek(0, os.SEEK_END) > 0 or bool(pending and pending())
 
 
-worker_class = KeepAliveThreadWorker
+# gunicorn 27 does the same itself (a bounded drain, then serving the read-ahead); 24 to 26 drain but leave the
+# read-ahead unanswered, and their gthread's handle() has another shape, so this subclass is for 23 only.
+worker_class = KeepAliveThreadWorker if gunicorn.version_info < (24,) else "gthread"
 
 
 # gunicorn's own lines quote what a client sent ("Invalid request from ip=...: Invalid HTTP request line: ..."),
