@@ -146,6 +146,13 @@ def test_form_errors_appear_next_to_their_fields(app: Flask) -> None:
     beyond = client.post("/dashboard/keys", data={"csrf_token": token, "permissions": ["read", "write"]})
     assert beyond.status_code == 400
     assert "A key cannot grant permissions its creator lacks: write." in beyond.get_data(as_text=True)
+    def expiring(on: str) -> str:
+        data = {"csrf_token": token, "permissions": "read", "expires_on": on}
+        return client.post("/dashboard/keys", data=data).get_data(as_text=True)
+
+    assert 'id="expires_on-error">Choose a date in the future.' in expiring("2001-01-01")
+    assert 'id="expires_on-error">Enter a date as YYYY-MM-DD.' in expiring("soon")
+    assert "2099-03-04 00:00 UTC" in expiring("2099-03-04")
     created = client.post("/dashboard/keys", data={"csrf_token": token, "permissions": "read", "name": "ok"})
     assert created.status_code == 201 and created.headers["Cache-Control"] == "no-store"
     assert re.search(r'value="ak_[0-9a-f]{64}"', created.get_data(as_text=True))

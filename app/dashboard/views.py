@@ -121,7 +121,7 @@ def _when(value: str | datetime | None) -> str:
         return "—"
     if isinstance(value, datetime):
         return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return value.replace("T", " ").replace("Z", " UTC")
+    return value[:16].replace("T", " ") + " UTC"  # the API's "YYYY-MM-DDTHH:MM:SSZ", to the minute
 
 
 def _base_context() -> dict[str, Any]:
@@ -255,6 +255,21 @@ def _limit_fields(form: dict[str, str], errors: dict[str, str]) -> tuple[str | N
     return tier, limits
 
 
+def _expiry_field(form: dict[str, str], errors: dict[str, str]) -> datetime | None:
+    raw = (form.get("expires_on") or "").strip()
+    if not raw:
+        return None
+    try:
+        day = datetime.strptime(raw, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        errors["expires_on"] = "Enter a date as YYYY-MM-DD."
+        return None
+    if day <= datetime.now(UTC):
+        errors["expires_on"] = "Choose a date in the future."
+        return None
+    return day
+
+
 def _keys_page(status: int = 200, **extra: Any) -> Response:
     session = current_session()
     assert session is not None
@@ -298,11 +313,13 @@ def create_key() -> Response:
     elif unknown:
         errors["permissions"] = f"Unknown permission: {', '.join(unknown)}."
     tier, limits = _limit_fields(form, errors)
+    expires_at = _expiry_field(form, errors)
     form["permissions"] = list(permissions)  # type: ignore[assignment]
     if not errors:
         try:
             created = manage.create_key(
-                current_services().database, session.key, permissions=permissions, name=name, tier=tier, **limits
+                current_services().database, session.key, permissions=permissions, name=name, tier=tier,
+                expires_at=expires_at, **limits,
             )
         except manage.Refused as refused:
             errors[refused.field] = refused.message
