@@ -11,21 +11,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import Server, cli
+from tests.support import REQUIRE_SERVICES, Server, cli
 
 pytestmark = pytest.mark.slow
 
-sdk = pytest.importorskip("azure.ai.anomalydetector", reason="azure-ai-anomalydetector is a dev dependency")
-
-from azure.ai.anomalydetector import AnomalyDetectorClient  # noqa: E402
-from azure.ai.anomalydetector.models import (  # noqa: E402
-    TimeGranularity,
-    TimeSeriesPoint,
-    UnivariateChangePointDetectionOptions,
-    UnivariateDetectionOptions,
-)
-from azure.core.credentials import AzureKeyCredential  # noqa: E402
-from azure.core.exceptions import HttpResponseError  # noqa: E402
+try:
+    from azure.ai.anomalydetector import AnomalyDetectorClient
+    from azure.ai.anomalydetector.models import (
+        TimeGranularity,
+        TimeSeriesPoint,
+        UnivariateChangePointDetectionOptions,
+        UnivariateDetectionOptions,
+    )
+    from azure.core.credentials import AzureKeyCredential
+    from azure.core.exceptions import HttpResponseError
+except ImportError:  # a dev dependency; with REQUIRE_SERVICES=1 (CI) its absence fails the run
+    reason = "azure-ai-anomalydetector is not installed (pip install azure-ai-anomalydetector==3.0.0b6)"
+    if REQUIRE_SERVICES:
+        pytest.fail(f"required package missing (REQUIRE_SERVICES=1): {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
