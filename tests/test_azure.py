@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Iterator
@@ -168,6 +169,12 @@ def _duplicated() -> dict[str, Any]:
     return request
 
 
+def _value(value: Any) -> dict[str, Any]:
+    request = five_minute(30)
+    request["series"][9]["value"] = value
+    return request
+
+
 def _no_value() -> dict[str, Any]:
     request = five_minute(30)
     del request["series"][3]["value"]
@@ -183,6 +190,10 @@ def _no_value() -> dict[str, Any]:
         ("last", _unsorted(), "InvalidSeries"),
         ("last", _duplicated(), "InvalidSeries"),
         ("entire", _no_value(), "InvalidSeries"),
+        ("entire", _value(True), "InvalidSeries"),
+        ("entire", _value(None), "InvalidSeries"),
+        ("last", _value(1e301), "InvalidSeries"),
+        ("entire", _with(series=[7] * 30), "InvalidSeries"),
         ("entire", _with(series="nope"), "InvalidSeries"),
         ("entire", _with(granularity="fortnightly"), "InvalidGranularity"),
         ("entire", _with(customInterval=0), "InvalidCustomInterval"),
@@ -207,6 +218,9 @@ def test_bad_requests_answer_azures_codes(client: FlaskClient, key: str, route: 
 def test_broken_json_and_bad_timestamp(client: FlaskClient, key: str) -> None:
     headers = {**subscription(key), "Content-Type": "application/json"}
     assert _error(client.post(f"{BASE}/entire/detect", headers=headers, data=b"{")) == (400, "InvalidJsonFormat")
+    nan = json.dumps(five_minute(30)).replace('"value": 100.0', '"value": NaN', 1).encode()
+    assert b"NaN" in nan
+    assert _error(client.post(f"{BASE}/last/detect", headers=headers, data=nan)) == (400, "InvalidSeries")
     request = five_minute(30)
     request["series"][7]["timestamp"] = "soon"
     assert _error(client.post(f"{BASE}/entire/detect", headers=subscription(key), json=request)) == (

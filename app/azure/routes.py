@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import orjson
 from flask import Blueprint, Response, g, jsonify
 from werkzeug.exceptions import HTTPException
 
-from app.anomalies.routes import FALLBACK_HEADER, read_json, require_json
+from app.anomalies.routes import FALLBACK_HEADER, require_json
 from app.azure.schemas import (
     AzureError,
     AzureSeries,
@@ -27,6 +28,8 @@ from app.detect.detectors import history_rows, nominal_step, period_seconds
 from app.detect.jobs import ChangePointJob, ChangePointResult, DetectionResult, DetectJob
 from app.errors import ApiError, InternalError
 from app.forecast.pool import PoolError
+from app.forecast.routes import _read_body
+from app.forecast.schemas import parse_json_body
 from app.pipeline import key_header, requires
 from app.services import current_services
 
@@ -107,10 +110,21 @@ def _with_fallback(response: Response, result: DetectionResult) -> Response:
     return response
 
 
+def _read_azure_json() -> object:
+    """Azure's series is one object per point, thousands of brackets that make the shared parser take the
+    slow path to stay safe on nesting depth; orjson refuses anything nested past 1,024 levels itself, and
+    whatever it refuses (NaN, huge integers, bad UTF-8, depth) goes through the shared parser."""
+    raw = _read_body(current_services().settings.max_body_bytes)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return parse_json_body(raw)
+
+
 def _parse(schema: DetectLoadSchema | ChangePointLoadSchema) -> tuple[dict, AzureSeries]:
     require_json()
     try:
-        body = read_json()
+        body = _read_azure_json()
     except ApiError as exc:
         raise AzureError("InvalidJsonFormat", f"Invalid Json Format: {exc.message}") from exc
     data = load(schema, body)
@@ -131,7 +145,7 @@ def entire_detect() -> Response:
         ranked = sorted((i for i, flag in enumerate(flags) if flag), key=lambda i: result.score[i], reverse=True)
         keep = set(ranked[:allowed])
         flags = [i in keep for i in range(len(flags))]
-    values = series.values
+    values = series.values.tolist()
     body = {
         "period": result.period or 0,
         "expectedValues": result.expected,
@@ -153,7 +167,7 @@ def last_detect() -> Response:
     last = len(series.values) - 1
     result = _submit(_detect_job(series, data["sensitivity"], start=last))
     assert isinstance(result, DetectionResult)
-    flag, value, expected = result.is_anomaly[0], series.values[last], result.expected[0]
+    flag, value, expected = result.is_anomaly[0], float(series.values[last]), result.expected[0]
     body = {
         "period": result.period or 0,
         "suggestedWindow": min(len(series.values), history_rows(result.period)),
