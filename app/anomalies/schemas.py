@@ -20,9 +20,9 @@ from app.forecast.schemas import (
     FREQUENCY_ISSUE,
     JsonArray,
     StrictFloat,
-    _check_values,
     _envelope,
     _flatten,
+    _values_array,
     problem,
 )
 from app.forecast.timestamps import FREQUENCIES, TimestampError
@@ -134,7 +134,7 @@ class AnomalyRequest:
 @dataclass(frozen=True)
 class CheckedSeries:
     epoch_seconds: Any  # float64 numpy array, UTC seconds
-    values: list[float]
+    values: Any  # float64 numpy array
 
 
 def load_request(body: Any, headers: Mapping[str, str]) -> AnomalyRequest:
@@ -189,7 +189,7 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
     if longest > max_points:
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
         raise DataValidationError(f"Invalid series data: {problems[0]['issue']}.", details=_envelope(problems))
-    floats = _check_values(values, problems)
+    floats = _values_array(values, problems)
     instants: Any = []
     if timestamps:
         try:
