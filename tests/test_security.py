@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.observability import JsonFormatter, redact_keys
 from tests.support import Server, bearer, cli
 
 pytestmark = pytest.mark.slow
@@ -127,6 +126,8 @@ def test_keys_sent_through_every_channel_never_reach_the_log(logged: tuple[Serve
 
 def test_the_formatter_redacts_every_part_of_a_record() -> None:
     # A future log call that passes a key in the message, its arguments, extra fields or an exception.
+    from app.observability import JsonFormatter, redact_keys
+
     key = "ak_" + "0123456789abcdef" * 4
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
