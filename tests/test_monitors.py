@@ -215,6 +215,7 @@ def test_points_are_judged_exactly_as_post_anomalies(client: FlaskClient, keys: 
     for name, column in streamed.items():
         assert column == whole.json[name], name
     assert answers[0]["warmup_points"] == whole.json["warmup_points"]
+    assert answers[-1]["period"] == whole.json["period"]
     assert streamed["is_anomaly"][300] and streamed["direction"][300] == "up"
     assert streamed["is_anomaly"][350] and streamed["direction"][350] == "down"
 

@@ -42,7 +42,8 @@ class RetryPolicy:
     an event is ``max_age_seconds`` old. The environment may shorten them (tests and drills do)."""
 
     base_seconds: float = 1.0
-    max_delay_seconds: float = 300.0
+    # A receiver that comes back waits at most this long for its backlog to start flowing again.
+    max_delay_seconds: float = 60.0
     max_age_seconds: float = 3600.0
     lease_seconds: float = 60.0
     request_timeout_seconds: float = 10.0
@@ -51,7 +52,7 @@ class RetryPolicy:
     def from_env(cls) -> RetryPolicy:
         return cls(
             base_seconds=_env_seconds("MONITOR_RETRY_BASE_SECONDS", 1.0),
-            max_delay_seconds=_env_seconds("MONITOR_RETRY_MAX_DELAY_SECONDS", 300.0),
+            max_delay_seconds=_env_seconds("MONITOR_RETRY_MAX_DELAY_SECONDS", 60.0),
             max_age_seconds=_env_seconds("MONITOR_DELIVERY_MAX_AGE_SECONDS", 3600.0),
             lease_seconds=_env_seconds("MONITOR_DELIVERY_LEASE_SECONDS", 60.0),
             request_timeout_seconds=_env_seconds("MONITOR_WEBHOOK_TIMEOUT_SECONDS", 10.0),
@@ -68,17 +69,24 @@ def new_event_id() -> str:
 
 
 def enqueue(
-    session: Session, *, monitor: MonitorRecord, seq: int, kind: str, payload: dict[str, Any], now: datetime
+    session: Session,
+    *,
+    monitor_id: str,
+    webhook_url: str,
+    seq: int,
+    kind: str,
+    payload: dict[str, Any],
+    now: datetime,
 ) -> None:
     """Adds one event in the caller's transaction (the one that stores the points that caused it)."""
     session.add(
         MonitorEventRecord(
             id=payload["id"],
-            monitor_id=monitor.id,
+            monitor_id=monitor_id,
             seq=seq,
             kind=kind,
             payload=json.dumps(payload, separators=(",", ":")),
-            webhook_url=monitor.webhook_url or "",
+            webhook_url=webhook_url,
             status="pending",
             attempts=0,
             created_at=now,

@@ -109,6 +109,10 @@ class PointsResponseSchema(Schema):
     is_anomaly = fields.List(fields.Boolean(), required=True)
     direction = fields.List(fields.String(allow_none=True), required=True)
     warmup_points = fields.Integer(required=True, metadata={"description": "Leading entries judged as warm-up."})
+    period = fields.Integer(
+        allow_none=True, required=True,
+        metadata={"description": "The seasonality the judge used, in rows, as /anomalies; null when no new point."},
+    )
     new_points = fields.Integer(required=True, metadata={"description": "Entries stored by this request."})
     duplicate_points = fields.Integer(
         required=True, metadata={"description": "Entries already stored with the same value (answered as stored)."}

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.db import Database
@@ -42,7 +42,7 @@ from app.monitors.webhooks import new_secret
 HEAD_ROWS = 16
 
 
-def tail_rows(monitor: MonitorRecord) -> int:
+def tail_rows(monitor: MonitorState) -> int:
     published = getattr(detect_jobs, "HISTORY_ROWS", None)
     if isinstance(published, int) and published > 0:
         return min(published, monitor.retention_points)
@@ -69,6 +69,39 @@ class MonitorRuntime:
 
 class _StaleRevision(Exception):
     """Another process changed the monitor between our read and our write."""
+
+
+@dataclass
+class MonitorState:
+    """The monitor row as the append path reads it: a plain Core row copy, without the ORM's per-object
+    bookkeeping (which cost more than the rest of the append's own work)."""
+
+    id: str
+    account_id: str
+    name: str
+    data_frequency: str
+    confidence: float
+    model: str | None
+    retention_points: int
+    webhook_url: str | None
+    point_count: int
+    first_epoch: int | None
+    last_epoch: int | None
+    revision: int
+    event_seq: int
+    open_anomaly_epoch: int | None
+
+
+_STATE_COLUMNS = [MonitorRecord.__table__.c[name] for name in MonitorState.__dataclass_fields__]
+
+
+def _owned_state(session: Session, *, account_id: str, monitor_id: str) -> MonitorState:
+    table = MonitorRecord.__table__
+    row = session.execute(select(*_STATE_COLUMNS).where(table.c.id == monitor_id).with_for_update()).first()
+    if row is None or row.account_id != account_id:
+        raise NotFound("No such monitor.", details={"field": "monitor_id", "issue": "not found", "provided":
+                                                    monitor_id[:64]})
+    return MonitorState(**row._mapping)
 
 
 def _now() -> datetime:
@@ -309,7 +342,7 @@ def deliveries(*, database: Database, account_id: str, monitor_id: str, limit: i
 # ---------------------------------------------------------------------------------------------- points
 
 
-def _load_history(session: Session, monitor: MonitorRecord) -> History:
+def _load_history(session: Session, monitor: MonitorState) -> History:
     head = list(
         session.execute(
             select(MonitorPointRecord.epoch, MonitorPointRecord.value)
@@ -368,7 +401,7 @@ class _Verdict:
 
 
 def _stored_verdicts(
-    session: Session, monitor: MonitorRecord, points: IncomingPoints, count: int
+    session: Session, monitor: MonitorState, points: IncomingPoints, count: int
 ) -> list[MonitorPointRecord]:
     """The stored records of the first ``count`` incoming points (all at or before the newest stored one);
     a 422 naming the index for one that conflicts or is older than the newest and not stored."""
@@ -438,7 +471,7 @@ def _append_once(
     with runtime.locks.lock_for(monitor_id), _judge_slot(runtime):
         try:
             with database.session() as session:
-                monitor = _owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
+                monitor = _owned_state(session, account_id=account_id, monitor_id=monitor_id)
                 last = monitor.last_epoch
                 split = 0 if last is None else bisect_right(points.epochs, last)
                 old_records = _stored_verdicts(session, monitor, points, split) if split else []
@@ -446,12 +479,13 @@ def _append_once(
                 new_values = points.values[split:]
                 new_texts = points.texts[split:]
                 verdicts: list[_Verdict] = []
+                period: int | None = None
                 history: History | None = None
                 if new_epochs:
                     history = runtime.cache.get(monitor.id, monitor.revision)
                     if history is None or not history.usable(tail_rows(monitor)):
                         history = _load_history(session, monitor)
-                    verdicts = _judge_new(pool, runtime, monitor, history, new_epochs, new_values)
+                    verdicts, period = _judge_new(pool, monitor, history, new_epochs, new_values)
                     with runtime.write_lock or nullcontext():
                         events_added = _store(session, monitor, new_epochs, new_texts, new_values, verdicts,
                                               history)
@@ -464,7 +498,7 @@ def _append_once(
             runtime.cache.put(monitor_id, history)
     if events_added:
         runtime.sender.notify()
-    return _points_answer(monitor, old_records, new_texts, new_values, verdicts)
+    return _points_answer(monitor, old_records, new_texts, new_values, verdicts, period)
 
 
 @contextmanager
@@ -478,13 +512,8 @@ def _judge_slot(runtime: MonitorRuntime) -> Iterator[None]:
 
 
 def _judge_new(
-    pool: ForecastPool,
-    runtime: MonitorRuntime,
-    monitor: MonitorRecord,
-    history: History,
-    epochs: list[int],
-    values: list[float],
-) -> list[_Verdict]:
+    pool: ForecastPool, monitor: MonitorState, history: History, epochs: list[int], values: list[float]
+) -> tuple[list[_Verdict], int | None]:
     hist_epochs, hist_values = history.series(tail_rows(monitor))
     job = DetectJob(
         epoch_seconds=np.concatenate([hist_epochs, np.asarray(epochs, dtype=np.int64)]),
@@ -495,7 +524,7 @@ def _judge_new(
         start=len(hist_epochs),
     )
     result = _judge(pool, job)
-    return [
+    verdicts = [
         _Verdict(
             expected=result.expected[i],
             lower=result.lower[i],
@@ -507,11 +536,12 @@ def _judge_new(
         )
         for i in range(len(epochs))
     ]
+    return verdicts, result.period
 
 
 def _store(
     session: Session,
-    monitor: MonitorRecord,
+    monitor: MonitorState,
     epochs: list[int],
     texts: list[str],
     values: list[float],
@@ -553,10 +583,10 @@ def _store(
     stored_after = monitor.point_count + len(epochs)
     dropped = max(0, stored_after - monitor.retention_points)
     # The compare-and-set on revision comes first: on SQLite it also takes the write lock for the rest.
+    table = MonitorRecord.__table__
     claimed = session.execute(
-        update(MonitorRecord)
-        .where(MonitorRecord.id == monitor.id, MonitorRecord.revision == old_revision)
-        .execution_options(synchronize_session=False)
+        table.update()
+        .where(table.c.id == monitor.id, table.c.revision == old_revision)
         .values(
             revision=old_revision + 1,
             point_count=stored_after - dropped,
@@ -582,7 +612,8 @@ def _store(
         event_id = queue.new_event_id()
         payload = {"id": event_id, "type": kind, "monitor_id": monitor.id, "monitor_name": monitor.name,
                    "sequence": event_seq, "created_at": _iso(now), **extra}
-        queue.enqueue(session, monitor=monitor, seq=event_seq, kind=kind, payload=payload, now=now)
+        queue.enqueue(session, monitor_id=monitor.id, webhook_url=monitor.webhook_url or "", seq=event_seq, kind=kind,
+                      payload=payload, now=now)
     history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=tail_rows(monitor))
     if dropped:
         oldest = (
@@ -610,17 +641,13 @@ def _store(
             )
         )
         session.execute(
-            update(MonitorRecord)
-            .where(MonitorRecord.id == monitor.id)
-            .execution_options(synchronize_session=False)
-            .values(first_epoch=head[0][0] if head else None)
+            table.update().where(table.c.id == monitor.id).values(first_epoch=head[0][0] if head else None)
         )
         history.replace_head([int(e) for e, _ in head], [float(v) for _, v in head], stored_after - dropped)
     history.revision = old_revision + 1
     monitor.revision = old_revision + 1
     monitor.point_count = stored_after - dropped
     monitor.last_epoch = epochs[-1]
-    session.expunge(monitor)  # the values above are for the answer; the UPDATE already wrote them
     return bool(planned)
 
 
@@ -651,11 +678,12 @@ def _timestamp_at(session: Session, monitor_id: str, epoch: int, epochs: list[in
 
 
 def _points_answer(
-    monitor: MonitorRecord,
+    monitor: MonitorState,
     old_records: list[MonitorPointRecord],
     texts: list[str],
     values: list[float],
     verdicts: list[_Verdict],
+    period: int | None,
 ) -> dict[str, Any]:
     rows = [point_view(r) for r in old_records] + [
         {"timestamp": t, "value": v, "expected": d.expected, "lower_bound": d.lower, "upper_bound": d.upper,
@@ -676,6 +704,7 @@ def _points_answer(
         "is_anomaly": [r["is_anomaly"] for r in rows],
         "direction": [r["direction"] for r in rows],
         "warmup_points": warmup,
+        "period": period,
         "new_points": len(verdicts),
         "duplicate_points": len(old_records),
         "point_count": monitor.point_count,
