@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base
@@ -56,7 +56,11 @@ class MonitorEventRecord(Base):
     """One alert event; while ``status`` is "pending" it is a queue entry that any server's sender may take."""
 
     __tablename__ = "monitor_events"
-    __table_args__ = (UniqueConstraint("monitor_id", "seq", name="uq_monitor_events_monitor_seq"),)
+    __table_args__ = (
+        UniqueConstraint("monitor_id", "seq", name="uq_monitor_events_monitor_seq"),
+        # The senders' claim: due events by status and time.
+        Index("ix_monitor_events_status_next", "status", "next_attempt_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     monitor_id: Mapped[str] = mapped_column(String(32), ForeignKey("monitors.id", ondelete="CASCADE"))
@@ -76,6 +80,7 @@ class MonitorEventRecord(Base):
 
 class DeliveryAttemptRecord(Base):
     __tablename__ = "monitor_delivery_attempts"
+    __table_args__ = (Index("ix_monitor_delivery_attempts_monitor", "monitor_id", "id"),)
 
     id: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
