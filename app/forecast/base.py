@@ -76,7 +76,7 @@ def _step_scale(y: np.ndarray) -> float:
 
 
 class ForecastModel:
-    """Base class: point forecast + rolling-origin conformal intervals.
+    """Base class: point forecast + rolling-origin empirical intervals (app.forecast.intervals).
 
     Subclasses implement ``point(y, h, periods)`` on a normalised array. Constructor arguments:
     ``max_history`` (points read, newest last), ``n_origins`` (rolling origins for the errors),

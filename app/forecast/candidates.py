@@ -116,11 +116,11 @@ CANDIDATES: dict[str, Candidate] = {
     "ses": lambda y, h, p: ses_forecast(y, h),
     "theta": lambda y, h, p: theta_forecast(y, h),
     "damped": lambda y, h, p: damped_forecast(y, h),
-    "arima": lambda y, h, p: ar_diff_forecast(y, h),
+    "ar3_diff": lambda y, h, p: ar_diff_forecast(y, h),
     "ses_sa": deseasonalised(ses_forecast),
     "theta_sa": deseasonalised(theta_forecast),
     "damped_sa": deseasonalised(damped_forecast),
-    "arima_sa": deseasonalised(ar_diff_forecast),
+    "ar3_diff_sa": deseasonalised(ar_diff_forecast),
     "snaive_s": lambda y, h, p: seasonal_naive(y, h, _short(p)),
     "snaive_l": lambda y, h, p: seasonal_naive(y, h, _long(p)),
     "ptheta_s": lambda y, h, p: position_theta(y, h, _short(p)),
@@ -134,9 +134,9 @@ CANDIDATES.update({
     "ses_sa5": recent("ses_sa"),
     "theta_sa5": recent("theta_sa"),
     "damped_sa5": recent("damped_sa"),
-    "arima_sa5": recent("arima_sa"),
+    "ar3_diff_sa5": recent("ar3_diff_sa"),
 })
 
 # Level/trend family (any series) and seasonal-position family (strongly seasonal series only).
-LEVEL_POOL = ("ses_sa", "theta_sa", "damped_sa", "arima_sa", "ses_sa5", "theta_sa5", "damped_sa5", "arima_sa5")
+LEVEL_POOL = ("ses_sa", "theta_sa", "damped_sa", "ar3_diff_sa", "ses_sa5", "theta_sa5", "damped_sa5", "ar3_diff_sa5")
 SEASONAL_POOL = ("snaive_s", "snaive_l", "ptheta_s", "pses_s", "ptheta_l", "wprof_l", "plevel", "plevel_log")

@@ -15,8 +15,8 @@ DESCRIPTIONS: dict[str, str] = {
     "forecast-model-2": "Lightweight, low-latency trend-aware model: Theta method (seasonal-position on strongly "
     "seasonal data).",
     "forecast-model-3": "Complex seasonal / long horizon: MSTL multiple-seasonal decomposition with a "
-    "seasonal-position Theta or damped-trend model on the adjusted series.",
-    "forecast-model-4": "High-variance ops metrics: spike-robust forecast, empirical (conformal) intervals, "
+    "seasonal-position Theta or a validated exponential-smoothing model on the adjusted series.",
+    "forecast-model-4": "High-variance ops metrics: spike-robust forecast, empirical rolling-origin intervals, "
     "never negative for non-negative data.",
 }
 

@@ -43,20 +43,24 @@ STRENGTH_GATE = 0.5  # seasonal strength above which seasonal-position methods a
 class SelectionEnsemble(ForecastModel):
     """forecast-model-1: per-series validated combination of statistical forecasters.
 
-    Pool: exponential smoothing (SES, damped trend), Theta and ARIMA(3,1,0) on the seasonally adjusted
+    Pool: exponential smoothing (SES, damped trend), Theta and a ridge AR(3) on first differences
+    (app.forecast.smoothing.ar_diff_forecast) on the seasonally adjusted
     series (classical decomposition), each on the full and on the recent history; for strongly
     seasonal series (strength >= 0.5) also seasonal-position models (seasonal naive, position SES /
     Theta on each period, weekly profile, additive / multiplicative profiles). Every candidate is run
     at ``n_origins`` rolling origins inside the history (step = horizon, at least ``min_step``); the
     forecast is the mean of the ``top`` candidates with the lowest sMAPE over those origins.
-    Intervals: conformal quantiles of the combination's errors at the same origins, widened by
-    ``calibration`` (selection makes in-sample errors optimistic; measured on M4 training data).
+    Intervals: empirical quantiles of the combination's errors at the same origins (errors rescaled
+    towards today's level for positive series), widened by a Student-t ratio when the origins hold few
+    independent errors (app.forecast.intervals) and by ``calibration`` (selection makes in-sample
+    errors optimistic; measured on M4 training data). Short histories get up to 12 origins.
+    Never-negative histories get forecasts and bounds floored at zero.
     History cap: 3000 points.
     """
 
     id = "forecast-model-1"
     description = ("General-purpose default: per-series validated combination of exponential smoothing, "
-                   "Theta, ARIMA and seasonal models.")
+                   "Theta, autoregressive and seasonal models.")
 
     def __init__(self, top: int = 3, max_history: int = 3000, n_origins: int = 8, min_step: int = 8,
                  calibration: tuple[float, float] = (1.05, 0.1), level_pool: Sequence[str] = LEVEL_POOL,
@@ -264,14 +268,15 @@ class MSTLForecaster(ForecastModel):
 
 
 class RobustConformal(SelectionEnsemble):
-    """forecast-model-4: spike-robust forecaster with empirical (conformal) intervals.
+    """forecast-model-4: spike-robust forecaster with empirical rolling-origin intervals.
 
     Spikes are replaced before fitting (Hampel rule: points more than ``threshold`` robust sigmas from
     a robust baseline of median seasonal profiles + running median). On the cleaned series, the best
     two of a small pool (Theta, damped trend, SES on the seasonally adjusted recent history; for
     strongly seasonal series also seasonal-position Theta/SES and the weekly profile) are picked by
-    sMAPE against the *raw* history at rolling origins. Intervals are empirical (conformal) quantiles
-    of those raw errors, so spikes in the history widen them; no Gaussian assumption. Symmetric
+    sMAPE against the *raw* history at rolling origins. Intervals are empirical quantiles of those raw
+    errors, so spikes in the history widen them; with few independent errors they are widened by a
+    Student-t ratio, and beyond the largest observed error the tail is a Student-t one. Symmetric
     quantiles of |error| by default: signed (asymmetric) quantiles were measured less well calibrated
     on M4 training data (``asymmetric=True`` keeps the option). Median and bounds are clipped at zero
     when the history never goes below zero.
@@ -279,7 +284,7 @@ class RobustConformal(SelectionEnsemble):
     """
 
     id = "forecast-model-4"
-    description = ("High-variance ops metrics: spike-robust forecast, empirical (conformal) intervals, "
+    description = ("High-variance ops metrics: spike-robust forecast, empirical rolling-origin intervals, "
                    "never negative for non-negative data.")
 
     def __init__(self, max_history: int = 3000, n_origins: int = 8, calibration: tuple[float, float] = (1.05, 0.1),

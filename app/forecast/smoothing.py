@@ -119,7 +119,11 @@ def damped_forecast(y: np.ndarray, h: int) -> np.ndarray:
 
 
 def ar_diff_forecast(y: np.ndarray, h: int, p: int = 3) -> np.ndarray:
-    """ARIMA(p,1,0) with drift-free differences fitted by ridge-regularised least squares."""
+    """Ridge-regularised AR(p) on the demeaned first differences (p = 3 by default), iterated forward.
+
+    Close to an ARIMA(p,1,0) with drift, but fitted by penalised least squares (no likelihood, no order
+    selection, coefficients shrunk to keep the AR part stationary); named for what it is.
+    """
     n = len(y)
     dy = np.diff(y)
     p = min(p, max((len(dy) - 2) // 3, 0))
