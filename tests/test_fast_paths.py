@@ -253,10 +253,12 @@ def _write(moment: datetime, digits: int, suffix: str) -> str:
     return text + suffix
 
 
-def _add_months(start: datetime, months: int, month_end: bool) -> datetime:
+def _add_months(start: datetime, months: int, month_end: bool) -> datetime | None:
     import calendar
 
     year, month0 = divmod(start.year * 12 + start.month - 1 + months, 12)
+    if year > 9999:
+        return None
     last = calendar.monthrange(year, month0 + 1)[1]
     return start.replace(year=year, month=month0 + 1, day=last if month_end else min(start.day, last))
 
@@ -274,11 +276,11 @@ def series(draw: st.DrawFn) -> tuple[list[Any], str]:
     if frequency in _CALENDAR:
         month_end = draw(st.booleans())
         if month_end:
-            start = _add_months(start.replace(day=1), 0, True)
+            start = _add_months(start.replace(day=1), 0, True) or start
         moments = []
         for i in range(count):
             moment = _add_months(start, i * step * _CALENDAR[frequency], month_end)
-            if moment.year > 9999:
+            if moment is None:
                 break
             moments.append(moment)
     else:

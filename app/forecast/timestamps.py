@@ -31,7 +31,6 @@ from calendar import isleap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
-from functools import lru_cache
 from itertools import islice
 from operator import lt, sub
 from typing import Any
@@ -210,27 +209,27 @@ def _parse_axis_per_item(timestamps: Sequence[str], frequency: str) -> TimeAxis:
 # The regular path: every timestamp written alike (same form, length and offset), checked as one array of
 # characters. It only ever says "valid, and here is the axis"; anything else goes to the paths below,
 # which find and name the first defect, so errors are theirs alone.
-_DAYS_BEFORE_MONTH = np.array([0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334], dtype=np.int64)
-_DAYS_IN_MONTH_ARRAY = np.array(_DAYS_IN_MONTH, dtype=np.int64)
+
+
+def _month_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Indexed by year * 12 + month - 1 (years 1 to 9999): the day number of the month's first day
+    (datetime.toordinal - 1) and the month's length, so a timestamp's day is one lookup away."""
+    years = np.repeat(np.arange(_MAX_YEAR + 1, dtype=np.int64), 12)
+    months = np.tile(np.arange(12, dtype=np.int64), _MAX_YEAR + 1)
+    leap = (years % 4 == 0) & ((years % 100 != 0) | (years % 400 == 0))
+    lengths = np.array(_DAYS_IN_MONTH, dtype=np.int64)[months] + ((months == 1) & leap)
+    prior = years - 1
+    before = np.array([0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334], dtype=np.int64)[months]
+    starts = prior * 365 + prior // 4 - prior // 100 + prior // 400 + before + ((months > 1) & leap)
+    return starts, lengths.astype(np.int32)
+
+
+_MONTH_STARTS, _MONTH_LENGTHS = _month_tables()
 _MICROSECONDS = {name: unit // timedelta(microseconds=1) for name, unit in _FIXED_UNITS.items()}
 
 
-@lru_cache(maxsize=64)
-def _character_ranges(width: int, form: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per character of a timestamp of this width and form plus its separator: lowest byte and span allowed.
-
-    A digit is 48 with span 9, a fixed character itself with span 0. An offset may be any bytes here: the
-    first element's offset is checked by the pattern and every other must repeat it exactly.
-    """
-    body = "dddd-dd-ddTdd:dd:dd"
-    suffix = {_NAIVE: "", _ZULU: "Z", _OFFSET_FORM: "******"}[form]
-    fraction = width - len(body) - len(suffix)  # the dot and its digits
-    if fraction:
-        body += "." + "d" * (fraction - 1)
-    text = body + suffix + "\n"
-    lowest = np.array([48 if ch == "d" else 0 if ch == "*" else ord(ch) for ch in text], dtype=np.uint8)
-    span = np.array([9 if ch == "d" else 255 if ch == "*" else 0 for ch in text], dtype=np.uint8)
-    return lowest, span
+# Digits become "0" and every other byte stays: a well-formed timestamp turns into its form's template.
+_DIGITS_TO_ZERO = bytes(48 if 48 <= b <= 57 else b for b in range(256))
 
 
 def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
@@ -253,24 +252,27 @@ def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
     if not joined.isascii():
         return None
     count = len(timestamps)
-    chars = np.frombuffer(joined.encode("ascii") + b"\n", dtype=np.uint8)
-    if chars.size != count * (width + 1):
+    text = joined.encode("ascii") + b"\n"
+    if len(text) != count * (width + 1):
         return None
-    grid = chars.reshape(count, width + 1)
-    lowest, span = _character_ranges(width, form)
-    # uint8 arithmetic wraps, so one comparison checks "lowest <= byte <= lowest + span". Every row ends in
-    # the separator and holds no other, so every element is exactly `width` characters long.
-    if not ((grid - lowest) <= span).all():
+    # The first element matched the pattern, so its template is the one every element must have. The text
+    # is exactly `count` templates when it holds that many without overlap; each ends in the separator and
+    # holds no other, so every element has the first one's form and length, with digits where it has them.
+    row = first.encode("ascii").translate(_DIGITS_TO_ZERO) + b"\n"
+    if text.translate(_DIGITS_TO_ZERO).count(row) != count:
         return None
-    if form == _OFFSET_FORM:
+    grid = np.frombuffer(text, dtype=np.uint8).reshape(count, width + 1)
+    if form == _OFFSET_FORM:  # the offset's digits too must be the first element's
         offsets = grid[:, width - 6 : width]
         if not (offsets == offsets[0]).all():
             return None
 
     def number(start: int, length: int) -> np.ndarray:
-        out = grid[:, start].astype(np.int64) - 48
+        out = grid[:, start].astype(np.int32)
         for k in range(start + 1, start + length):
-            out = out * 10 + grid[:, k] - 48
+            out *= 10
+            out += grid[:, k]
+        out -= 48 * int("1" * length)  # every digit's "0"
         return out
 
     year, month, day = number(0, 4), number(5, 2), number(8, 2)
@@ -284,31 +286,28 @@ def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
         and (second <= 59).all()
     ):
         return None
-    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
-    month_days = _DAYS_IN_MONTH_ARRAY[month - 1] + ((month == 2) & leap)
+    months_index = year * 12 + (month - 1)
+    month_days = _MONTH_LENGTHS[months_index]
     if not ((day >= 1) & (day <= month_days)).all():
         return None
 
     if frequency in _FIXED_UNITS:
-        prior = year - 1
-        days = prior * 365 + prior // 4 - prior // 100 + prior // 400 + _DAYS_BEFORE_MONTH[month - 1]
-        days = days + ((month > 2) & leap) + day
-        instants = ((days * 24 + hour) * 60 + minute) * 60 + second
-        instants = instants * 1_000_000 + micro
+        days = _MONTH_STARTS[months_index] + day
+        seconds_of_day = (hour * 60 + minute) * 60 + second
+        instants = days * 86_400_000_000 + (seconds_of_day.astype(np.int64) * 1_000_000 + micro)
         gaps = np.diff(instants)
         gap, unit = int(gaps[0]), _MICROSECONDS[frequency]
         if gap <= 0 or gap % unit or not (gaps == gap).all():
             return None
         step, month_end = gap // unit, False
     else:
-        months_index = year * 12 + month - 1
         months = int(months_index[1] - months_index[0])
         unit_months = _CALENDAR_MONTHS[frequency]
         if months <= 0 or months % unit_months:
             return None
-        if not (months_index == months_index[0] + months * np.arange(count, dtype=np.int64)).all():
+        if not (months_index == months_index[0] + months * np.arange(count, dtype=np.int32)).all():
             return None
-        time_of_day = ((hour * 60 + minute) * 60 + second) * 1_000_000 + micro
+        time_of_day = ((hour * 60 + minute) * 60 + second).astype(np.int64) * 1_000_000 + micro
         if not (time_of_day == time_of_day[0]).all():
             return None
         month_end = bool((day == month_days).all())
