@@ -12,13 +12,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.support import ROOT, Server, bearer, cli, free_port, missing_service
+from tests.support import ROOT, Server, bearer, cli, free_port, missing_service, postgres_database
 
 pytestmark = pytest.mark.slow
 KEY = re.compile(r"ak_[0-9a-f]{64}")
@@ -31,12 +31,32 @@ def server_env(database_url: str, tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def shared(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[Server, dict[str, str]]]:
+    """One server per database for the tests that only call it (it is started once, not once per test)."""
+    directory = tmp_path_factory.mktemp(f"shared-{request.param}")
+    with ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{directory / 'keys.sqlite3'}"
+        else:
+            url = stack.enter_context(postgres_database())  # its own database: others drop their tables
+        env = {"DATABASE_URL": url, "FORECAST_WORKERS": "1", "USAGE_FLUSH_SECONDS": "1", "LOG_LEVEL": "INFO"}
+        cli("db", "upgrade", env=env)
+        running = Server(env, log_path=directory / "gunicorn.log")
+        stack.callback(running.stop)
+        running.wait_ready()
+        yield running, env
+
+
 @pytest.fixture
-def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
-    running = Server(server_env, log_path=tmp_path / "gunicorn.log")
-    running.wait_ready()
-    yield running
-    running.stop()
+def server(shared: tuple[Server, dict[str, str]]) -> Server:
+    return shared[0]
+
+
+@pytest.fixture
+def shared_env(shared: tuple[Server, dict[str, str]]) -> dict[str, str]:
+    return shared[1]
 
 
 def create_key(env: dict[str, str], *args: str) -> dict:
@@ -47,27 +67,31 @@ def usage_of(env: dict[str, str], key_id: str) -> int:
     return json.loads(cli("keys", "show", key_id, "--json", env=env).stdout)["usage_count"]
 
 
-def test_verify_through_gunicorn(server: Server, server_env: dict[str, str]) -> None:
-    key = create_key(server_env)
+def test_verify_through_gunicorn(server: Server, shared_env: dict[str, str]) -> None:
+    key = create_key(shared_env)
     response = requests.get(server.url + "/verify", headers=bearer(key["key"]), timeout=10)
     assert response.status_code == 200
     assert response.json()["apiKey"]["permissions"] == ["read"]
     assert requests.get(server.url + "/verify", timeout=10).status_code == 401
 
 
-def test_usage_exact_after_concurrent_requests_and_a_graceful_restart(
-    server: Server, server_env: dict[str, str], tmp_path: Path
-) -> None:
-    key = create_key(server_env, "--per-minute", "1000")
-    with requests.Session() as session:
+def test_usage_exact_after_concurrent_requests_and_a_graceful_restart(server_env: dict[str, str], tmp_path: Path
+                                                                      ) -> None:
+    server = Server(server_env, log_path=tmp_path / "gunicorn.log")  # its own: this test stops it
+    try:
+        server.wait_ready()
+        key = create_key(server_env, "--per-minute", "1000")
+        with requests.Session() as session:
 
-        def call(_: int) -> int:
-            return session.get(server.url + "/verify", headers=bearer(key["key"]), timeout=30).status_code
+            def call(_: int) -> int:
+                return session.get(server.url + "/verify", headers=bearer(key["key"]), timeout=30).status_code
 
-        with ThreadPoolExecutor(16) as pool:
-            statuses = list(pool.map(call, range(200)))
-    assert statuses == [200] * 200
-    assert server.stop() == 0  # SIGTERM: graceful; pending counts are flushed on the way out
+            with ThreadPoolExecutor(16) as pool:
+                statuses = list(pool.map(call, range(200)))
+        assert statuses == [200] * 200
+        assert server.stop() == 0  # SIGTERM: graceful; pending counts are flushed on the way out
+    finally:
+        server.stop()
     assert usage_of(server_env, key["id"]) == 200
 
     restarted = Server(server_env, log_path=tmp_path / "gunicorn2.log")
@@ -83,10 +107,10 @@ def test_usage_exact_after_concurrent_requests_and_a_graceful_restart(
         restarted.stop()
 
 
-def test_cli_revocation_reaches_a_running_server_within_5_seconds(server: Server, server_env: dict[str, str]) -> None:
-    key = create_key(server_env)
+def test_cli_revocation_reaches_a_running_server_within_5_seconds(server: Server, shared_env: dict[str, str]) -> None:
+    key = create_key(shared_env)
     assert requests.get(server.url + "/verify", headers=bearer(key["key"]), timeout=10).status_code == 200
-    cli("keys", "revoke", key["id"], env=server_env)
+    cli("keys", "revoke", key["id"], env=shared_env)
     revoked_at = time.monotonic()
     while True:
         status = requests.get(server.url + "/verify", headers=bearer(key["key"]), timeout=10).status_code
@@ -96,8 +120,8 @@ def test_cli_revocation_reaches_a_running_server_within_5_seconds(server: Server
         time.sleep(0.1)
 
 
-def test_no_plain_key_in_any_log_line(server: Server, server_env: dict[str, str]) -> None:
-    created = cli("keys", "create", "--permissions", "read", "--json", env=server_env)
+def test_no_plain_key_in_any_log_line(server: Server, shared_env: dict[str, str]) -> None:
+    created = cli("keys", "create", "--permissions", "read", "--json", env=shared_env)
     key = json.loads(created.stdout)["key"]
     assert KEY.findall(created.stderr) == []
     requests.get(server.url + "/verify", headers=bearer(key), timeout=10)
