@@ -39,7 +39,8 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     if settings.trusted_proxies > 0:
         hops = settings.trusted_proxies
-        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops, x_port=hops)  # type: ignore[method-assign]
+        # Only the headers the app uses (client address, scheme); a forged X-Forwarded-Host/-Port changes nothing.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)  # type: ignore[method-assign]
 
     database = Database(settings)
     services = Services(
