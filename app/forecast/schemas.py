@@ -326,8 +326,8 @@ def _values_array(values: list[Any], problems: list[dict[str, Any]]) -> np.ndarr
             array = np.array(values, dtype=np.float64)
         except OverflowError:  # an integer past the float range: reported as not finite below
             array = None
-        # NaN compares False, so one comparison also refuses NaN and the infinities.
-        if array is not None and (array.size == 0 or np.abs(array).max() <= MAX_ABS_VALUE):
+        # max and min carry a NaN through and NaN compares False, so these also refuse NaN and the infinities.
+        if array is not None and (array.size == 0 or (array.max() <= MAX_ABS_VALUE and array.min() >= -MAX_ABS_VALUE)):
             return array
     return np.array(_check_values(values, problems), dtype=np.float64)
 
