@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 
 from app.monitors.records import MonitorEventRecord, MonitorPointRecord
 from app.monitors.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
-from tests.conftest import build_app, new_key, services_of
+from tests.conftest import build_app, drop_all_tables, new_key, services_of
 from tests.support import free_port, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
@@ -462,3 +462,45 @@ def test_failed_deliveries_are_retried_in_order(client: FlaskClient, keys: dict,
         assert [a["status_code"] for a in head["attempts"]][:2] == [503, 503]
     finally:
         receiver.stop()
+
+
+def test_history_cache_is_bounded_by_points_and_tracks_growth() -> None:
+    from app.monitors.cache import History, HistoryCache
+
+    cache = HistoryCache(max_points=100)
+    for i in range(10):
+        entry = History(revision=0)
+        entry.append(list(range(30)), [0.0] * 30, head_rows=16, tail_rows=1000)
+        cache.put(str(i), entry)
+    assert cache.get("0", 0) is None and cache.get("9", 0) is not None  # least recently used went first
+    grown = cache.get("9", 0)
+    assert grown is not None
+    grown.append([100, 101], [1.0, 1.0], head_rows=16, tail_rows=1000)
+    cache.put("9", grown)
+    assert cache.get("9", 1) is None  # another revision is never served
+    epochs, values = grown.series(1000)
+    assert epochs.tolist() == list(range(30)) + [100, 101] and values.tolist()[-1] == 1.0
+
+
+def test_many_writers_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
+    """The row lock path: concurrent appends to one monitor on PostgreSQL store and judge each point once."""
+    app = build_app(settings_for(postgres_url), start_workers=True)
+    try:
+        plain, _ = new_key(app, permissions=("read", "write"), **BIG_LIMITS)
+        headers = {"Authorization": f"Bearer {plain}"}
+        client = app.test_client()
+        monitor_id = create(client, headers)["id"]
+        stamps, values = minute_series(60)
+
+        def writer(_: int) -> list[Any]:
+            return [post_points(client, headers, monitor_id, stamps[i:i + 3], values[i:i + 3])
+                    for i in range(0, 60, 3)]
+
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            results = [r for batch in pool.map(writer, range(6)) for r in batch]
+        assert all(r.status_code == 200 for r in results)
+        assert sum(r.json["new_points"] for r in results) == 60
+        assert client.get(f"/monitors/{monitor_id}?points=100", headers=headers).json["point_count"] == 60
+    finally:
+        services_of(app).close()
+        drop_all_tables(postgres_url)  # the session's database is shared with other modules' tests

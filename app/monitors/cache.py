@@ -79,6 +79,9 @@ class HistoryCache:
 
     def __init__(self, *, max_points: int = 4_000_000) -> None:
         self._entries: OrderedDict[str, History] = OrderedDict()
+        # Each entry's size when last put, and their sum: entries grow in place between get and put.
+        self._sizes: dict[str, int] = {}
+        self._total = 0
         self._max_points = max_points
         self._lock = threading.Lock()
 
@@ -94,15 +97,16 @@ class HistoryCache:
         with self._lock:
             self._entries[monitor_id] = entry
             self._entries.move_to_end(monitor_id)
-            # Sizes change after put (appends), so the total is summed here; a few thousand entries at most.
-            total = sum(e.size for e in self._entries.values())
-            while total > self._max_points and len(self._entries) > 1:
-                _, evicted = self._entries.popitem(last=False)
-                total -= evicted.size
+            self._total += entry.size - self._sizes.get(monitor_id, 0)
+            self._sizes[monitor_id] = entry.size
+            while self._total > self._max_points and len(self._entries) > 1:
+                evicted_id, _ = self._entries.popitem(last=False)
+                self._total -= self._sizes.pop(evicted_id, 0)
 
     def drop(self, monitor_id: str) -> None:
         with self._lock:
             self._entries.pop(monitor_id, None)
+            self._total -= self._sizes.pop(monitor_id, 0)
 
 
 class MonitorLocks:
