@@ -8,8 +8,9 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: install run serve migrate test lint bench bench-quick lock clean
+.PHONY: install install-dev run serve migrate test lint bench bench-quick lock clean
 
+# The runtime set only: what a production server needs (requirements.lock).
 $(BIN)/.installed: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -17,33 +18,46 @@ $(BIN)/.installed: pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
+# The development set on top (requirements-dev.lock): test runners, linters, the client package, the
+# Azure SDK the compatibility tests drive, statsforecast for the accuracy anchors.
+$(BIN)/.dev-installed: $(BIN)/.installed requirements-dev.lock clients/python/pyproject.toml
+	$(BIN)/python -m pip install --quiet -r requirements-dev.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e ./clients/python  # its httpx, pandas, matplotlib are in the dev lock
+	touch $@
+
 install: $(BIN)/.installed
+
+install-dev: $(BIN)/.dev-installed
 
 migrate: install
 	$(BIN)/flask --app wsgi db upgrade
 
 run: migrate
+	@echo "Embedded default: rate counters live in memory and start afresh on restart (per-day windows included); set REDIS_URL to keep them."
 	$(BIN)/flask --app wsgi keys bootstrap --url http://127.0.0.1:$(PORT)
 	BIND=127.0.0.1:$(PORT) $(BIN)/gunicorn wsgi:app
 
-test: install
+test: install-dev
 	$(BIN)/python -m pytest
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 
-bench: install
+bench: install-dev
 	$(BIN)/python bench/run.py
 
-bench-quick: install
+bench-quick: install-dev
 	$(BIN)/python bench/run.py --quick
 
-# Re-pin after changing pyproject.toml ranges.
+# Re-pin after changing pyproject.toml ranges: the runtime set alone, then what the dev set adds.
 lock:
 	rm -rf /tmp/forecast-lock-venv && $(PYTHON) -m venv /tmp/forecast-lock-venv
 	/tmp/forecast-lock-venv/bin/pip install --quiet --upgrade pip
-	/tmp/forecast-lock-venv/bin/pip install --quiet -e '.[dev]'
-	/tmp/forecast-lock-venv/bin/pip freeze --exclude-editable > requirements.lock
+	/tmp/forecast-lock-venv/bin/pip install --quiet .
+	/tmp/forecast-lock-venv/bin/pip freeze --exclude-editable | grep -v '^forecast-service' > requirements.lock
+	/tmp/forecast-lock-venv/bin/pip install --quiet '.[dev]' './clients/python[pandas,plot]'
+	/tmp/forecast-lock-venv/bin/pip freeze --exclude-editable | grep -v '^forecast-service\|^forecast-client' \
+		| grep -vxF -f requirements.lock > requirements-dev.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
