@@ -1,4 +1,4 @@
-"""Gunicorn reads this file from the working directory, so `gunicorn wsgi:app` gets the D6.2 defaults."""
+"""Gunicorn reads this file from the working directory, so `gunicorn wsgi:app` gets the documented defaults (README, Configuration)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ elif os.environ.get("PORT"):
 else:
     bind = ["127.0.0.1:8000"]
 
-# D6.2: one process by default so in-memory rate limits are exact; threads give concurrency.
+# One process by default so in-memory rate limits are exact; threads give concurrency.
 workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
 threads = int(os.environ.get("GUNICORN_THREADS", "32"))
 # Longer than the forecast timeout, so a slow forecast gets its 500 from us, not a killed worker.
@@ -33,7 +33,7 @@ graceful_timeout = timeout
 keepalive = 5
 # gunicorn answers a header field over limit_request_field_size (default 8190 bytes) itself, with an HTML
 # 400 outside the contract. Let fields up to 16 KiB (e.g. a 10 KiB Authorization header) reach the app,
-# which answers 401/400 in the SPEC 2.4 envelope; nginx in front allows the same (large_client_header_buffers).
+# which answers 401/400 in the error envelope; nginx in front allows the same (large_client_header_buffers).
 limit_request_field_size = 16384
 accesslog = None
 errorlog = "-"
@@ -55,7 +55,7 @@ def on_starting(server: Any) -> None:
     if server.cfg.workers > 1 and not os.environ.get("REDIS_URL"):
         sys.stderr.write(
             f"refusing to start {server.cfg.workers} worker processes without REDIS_URL: each process would keep "
-            "its own rate-limit counters and every limit would silently multiply. Set REDIS_URL (D6.3) or run "
+            "its own rate-limit counters and every limit would silently multiply. Set REDIS_URL or run "
             "one worker (WEB_CONCURRENCY=1) with more threads (GUNICORN_THREADS).\n"
         )
         sys.exit(2)
@@ -87,7 +87,7 @@ def post_worker_init(worker: Any) -> None:
 
 
 def worker_exit(server: Any, worker: Any) -> None:
-    # D2.5: usage counts still in memory reach the database before the process goes.
+    # Usage counts still in memory reach the database before the process goes.
     app = getattr(worker, "wsgi", None)
     services = getattr(app, "extensions", {}).get("forecast_service") if app is not None else None
     if services is not None:

@@ -1,4 +1,4 @@
-"""CORS, off unless CORS_ORIGINS names origins: keys belong in server-side code (SPEC 5.8)."""
+"""CORS, off unless CORS_ORIGINS names origins: keys belong in server-side code."""
 
 from __future__ import annotations
 

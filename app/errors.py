@@ -1,4 +1,4 @@
-"""One exception hierarchy for every outcome a client can see, mapped to the SPEC 2.4 envelope here only."""
+"""One exception hierarchy for every outcome a client can see, mapped to the error envelope here only."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class Unauthorized(ApiError):
 
 
 class Forbidden(ApiError):
-    # D1: a missing permission is 403 but keeps the contract's UNAUTHORIZED code.
+    # A missing permission is 403 but keeps the contract's UNAUTHORIZED code (docs/contract.md, Errors).
     status = 403
     code = "UNAUTHORIZED"
 
@@ -79,7 +79,7 @@ class InternalError(ApiError):
 
 
 class ServiceUnavailable(InternalError):
-    """A dependency (database, Redis, forecast workers) did not answer; still a 500 by the contract (D1)."""
+    """A dependency (database, Redis, forecast workers) did not answer; still a 500 by the contract."""
 
 
 def error_response(error: ApiError) -> Response:
@@ -155,6 +155,6 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
-        # D1.2: internals go to the log with the request id, never to the client.
+        # Internals go to the log with the request id, never to the client.
         log.exception("unhandled exception")
         return error_response(InternalError("Unexpected server error. Quote the request id when reporting it."))

@@ -1,4 +1,4 @@
-"""Liveness and readiness probes (D6.4); no key, not rate limited."""
+"""Liveness and readiness probes; no key, not rate limited."""
 
 from __future__ import annotations
 

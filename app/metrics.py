@@ -1,4 +1,4 @@
-"""Prometheus metrics (D6.4): requests per endpoint and status, forecasts per model and outcome."""
+"""Prometheus metrics: requests per endpoint and status, forecasts per model and outcome."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ FORECAST_SECONDS = Histogram(
     ["model"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
-FALLBACKS = Counter("forecast_fallbacks_total", "Forecasts answered by a fallback model (D4.4).", ["model"])
+FALLBACKS = Counter("forecast_fallbacks_total", "Forecasts answered by a fallback model.", ["model"])
 WORKERS_READY = Gauge(
     "forecast_workers_ready", "Forecast worker processes ready in this server process.", multiprocess_mode="livesum"
 )

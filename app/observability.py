@@ -1,4 +1,4 @@
-"""Request ids (D1.2, D1.3), JSON log lines (D6.7) with key-shaped strings redacted, and response headers every
+"""Request ids, JSON log lines with key-shaped strings redacted, and response headers every
 answer carries."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The OpenAPI 3 document (D6.5), generated from the marshmallow schemas the endpoints validate with."""
+"""The OpenAPI 3 document, generated from the marshmallow schemas the endpoints validate with."""
 
 from __future__ import annotations
 
@@ -44,10 +44,10 @@ def _header(description: str, schema_type: str = "string") -> dict[str, Any]:
 
 
 RATE_LIMIT_HEADERS = {
-    "X-RateLimit-Limit": _header("Limit of the most constraining window (D3.4).", "integer"),
+    "X-RateLimit-Limit": _header("Limit of the most constraining window.", "integer"),
     "X-RateLimit-Remaining": _header("Requests left in that window.", "integer"),
     "X-RateLimit-Reset": _header("When a request frees up in that window, epoch seconds.", "integer"),
-    "X-Request-Id": _header("Request id; echoed when the client sent a sane one (D1.3)."),
+    "X-Request-Id": _header("Request id; echoed when the client sent a sane one."),
 }
 
 ERRORS = {
@@ -177,13 +177,13 @@ def build_spec() -> dict[str, Any]:
                         "in": "header",
                         "name": "X-Model-Id",
                         "schema": {"type": "string", "enum": list(MODEL_IDS), "default": DEFAULT_MODEL_ID},
-                        "description": "The model to use (D4.1).",
+                        "description": "The model to use.",
                     },
                     {
                         "in": "header",
                         "name": "X-Model-Selector",
                         "schema": {"type": "string", "enum": list(MODEL_IDS)},
-                        "description": "Alias of X-Model-Id, honoured when X-Model-Id is absent (D4.2).",
+                        "description": "Alias of X-Model-Id, honoured when X-Model-Id is absent.",
                     },
                 ],
                 "requestBody": {
@@ -198,7 +198,7 @@ def build_spec() -> dict[str, Any]:
                         "headers": {
                             **ok_headers,
                             "X-Model-Id": _header("The model that answered."),
-                            "X-Forecast-Fallback": _header("Present when a simpler model stood in (D4.4)."),
+                            "X-Forecast-Fallback": _header("Present when a simpler model stood in."),
                             "X-Forecast-Warning": _header("Present when the history is short for its frequency."),
                         },
                         "content": {

@@ -45,10 +45,10 @@ def _default_database_url() -> str:
 @dataclass(frozen=True)
 class Settings:
     database_url: str = field(default_factory=_default_database_url)
-    # None keeps rate counters in this process (exact only with one worker process, D6.2).
+    # None keeps rate counters in this process (exact only with one worker process).
     redis_url: str | None = None
     require_https: bool = False
-    # How many proxies in front of us may set X-Forwarded-* (D6.6); 0 trusts none.
+    # How many proxies in front of us may set X-Forwarded-*; 0 trusts none.
     trusted_proxies: int = 0
     max_body_bytes: int = 16 * 1024 * 1024
     max_points: int = 100_000
@@ -56,11 +56,11 @@ class Settings:
     forecast_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     # Forecasts allowed to wait for a busy pool before new ones are turned away.
     forecast_queue_limit: int = 8
-    # D2.7: failed authentications allowed per client address.
+    # Failed authentications allowed per client address.
     auth_failure_limit: str = "60/minute"
-    # D2.6: how long a replica may trust a cached key lookup.
+    # How long a replica may trust a cached key lookup.
     key_cache_seconds: float = 5.0
-    # D2.5: usage counts reach the database at least this often.
+    # Usage counts reach the database at least this often.
     usage_flush_seconds: float = 1.0
     cors_origins: tuple[str, ...] = ()
     # Signs the dashboard's sign-in form tokens; when unset, a generated one is kept in the data directory

@@ -1,4 +1,4 @@
-"""GET /verify (SPEC 2.5, 4.2): is this key valid, what may it do, how much of its limit is left."""
+"""GET /verify: is this key valid, what may it do, how much of its limit is left."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Forecasts run in worker processes (D6.2): the web threads stay free, a stuck fit can be killed.
+"""Forecasts run in worker processes: the web threads stay free, a stuck fit can be killed.
 
 Each worker is a spawned process with one BLAS thread that takes one job at a time over a pipe.
 A job past its timeout kills its worker, which is replaced in the background; so does a worker crash.

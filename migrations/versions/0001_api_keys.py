@@ -1,4 +1,4 @@
-"""api_keys table (D2.3, D3.1)
+"""api_keys table
 
 Revision ID: 0001
 Revises:
