@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from flask import Flask
+from flask import Flask, request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -408,3 +408,45 @@ def test_one_pass_value_check_agrees_with_the_per_item_check(values: list[Any]) 
     if not slow_problems:
         assert fast.dtype == np.float64
         assert repr(fast.tolist()) == repr(slow)
+
+
+# ------------------------------------------------------------------------------------------- body reading
+
+
+def _gunicorn_body(data: bytes, declared: int) -> Any:
+    from gunicorn.http.body import Body, LengthReader
+    from gunicorn.http.unreader import IterUnreader
+
+    return Body(LengthReader(IterUnreader(data[i : i + 8192] for i in range(0, len(data), 8192)), declared))
+
+
+@pytest.mark.parametrize("sent,declared", [(300_000, 300_000), (150_000, 300_000), (1, 1), (0, 0)])
+def test_body_from_gunicorns_length_reader_is_werkzeugs(json_app: Flask, sent: int, declared: int) -> None:
+    from app.forecast.routes import _read_body
+
+    data = bytes(range(256)) * (300_000 // 256 + 1)
+    expected = _gunicorn_body(data[:sent], declared).read(declared) if declared else b""
+    body = _gunicorn_body(data[:sent], declared)
+    environ = {"wsgi.input": body, "wsgi.input_terminated": True, "CONTENT_LENGTH": str(declared)}
+    with json_app.test_request_context("/forecast", method="POST", environ_overrides=environ):
+        assert request.content_length == declared
+        assert _read_body(1_000_000) == expected
+        assert body.read() == b""  # nothing left behind for the next request on the connection
+
+
+def test_body_over_the_limit_is_still_werkzeugs_413(json_app: Flask) -> None:
+    from werkzeug.exceptions import RequestEntityTooLarge
+
+    from app.forecast.routes import _read_body
+
+    json_app.config["MAX_CONTENT_LENGTH"] = 100
+    try:
+        body = _gunicorn_body(b"x" * 200, 200)
+        environ = {"wsgi.input": body, "wsgi.input_terminated": True, "CONTENT_LENGTH": "200"}
+        with (
+            json_app.test_request_context("/forecast", method="POST", environ_overrides=environ),
+            pytest.raises(RequestEntityTooLarge),
+        ):
+            _read_body(1_000)
+    finally:
+        json_app.config["MAX_CONTENT_LENGTH"] = None
