@@ -20,8 +20,8 @@ import json
 from typing import Any
 
 import orjson
-from flask import Response
 from flask.json.provider import DefaultJSONProvider
+from werkzeug.sansio.response import Response  # what Flask's provider declares
 
 # Digits become "0", opening brackets "[", every other byte a space: one pass over the body answers both
 # "is there a long run of digits" and "how many brackets".
@@ -37,7 +37,7 @@ class _NotFast(Exception):
     """orjson's answer might differ from the standard library's for this input."""
 
 
-def _fast_loads(data: bytes | bytearray | memoryview | str) -> Any:
+def _fast_loads(data: bytes | bytearray | str) -> Any:
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     scanned = raw.translate(_SCAN_TABLE)
     if _WIDE_INTEGER in scanned or scanned.count(b"[") > _MAX_FAST_BRACKETS:
@@ -48,7 +48,7 @@ def _fast_loads(data: bytes | bytearray | memoryview | str) -> Any:
         raise _NotFast from None
 
 
-def loads(data: bytes | bytearray | memoryview | str, **kwargs: Any) -> Any:
+def loads(data: bytes | bytearray | str, **kwargs: Any) -> Any:
     """json.loads(data, **kwargs), faster where orjson's answer is the same."""
     if not kwargs:
         try:
@@ -78,7 +78,8 @@ class OrjsonProvider(DefaultJSONProvider):
         if compact and not self.sort_keys:
             encoded = self._fast_dumps(self._prepare_response_obj(args, kwargs))
             if encoded is not None:
-                return self._app.response_class(encoded + b"\n", mimetype=self.mimetype)
+                # As Flask's provider builds it; the sansio response_class type does not take bytes.
+                return self._app.response_class(encoded + b"\n", mimetype=self.mimetype)  # type: ignore[arg-type]
         return super().response(*args, **kwargs)
 
     def _fast_dumps(self, obj: Any) -> bytes | None:

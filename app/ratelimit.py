@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import cast
 
 from flask import Flask, Response
 from limits import RateLimitItem, RateLimitItemPerDay, RateLimitItemPerHour, RateLimitItemPerMinute, parse
@@ -166,5 +167,6 @@ def init_rate_limits(_app: Flask, settings: Settings) -> RateLimits:
         if settings.redis_url
         else {}
     )
-    storage = storage_from_string(settings.redis_url or "memory://", **options)
+    # memory:// and redis:// name synchronous storages (the asynchronous ones are async+...).
+    storage = cast(Storage, storage_from_string(settings.redis_url or "memory://", **options))
     return RateLimits(storage, auth_failure_limit=settings.auth_failure_limit)

@@ -55,7 +55,7 @@ def _read_declared_length_from_gunicorn(length: int) -> bytes | None:
     a body over the limit, or a stream something has already read from, goes to werkzeug as before.
     """
     stream = request.environ.get("wsgi.input")
-    if _GunicornBody is None or type(stream) is not _GunicornBody:
+    if stream is None or _GunicornBody is None or type(stream) is not _GunicornBody:
         return None
     reader = stream.reader
     limit = request.max_content_length
