@@ -108,6 +108,7 @@ def effective_count(z: np.ndarray) -> float:
         k0 = (k.sum() - float(np.sum(k * k)) / k.sum()) / dfb
         den = msb + (k0 - 1.0) * msw
         rho = min(max((msb - msw) / den, 0.0), 1.0) if den > 0 else 1.0
+    cnt = cnt[cnt > 0].astype(float)
     return float(np.sum(cnt / (1.0 + (cnt - 1.0) * rho)))
 
 
@@ -197,6 +198,7 @@ def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: floa
     zm = e / k**b
     z = zm[np.isfinite(zm)]
     n_eff = effective_count(zm) if e.size else 0.0
+    n_eff = n_eff if math.isfinite(n_eff) else 1.0
     spread = float(np.sqrt(np.mean(z * z))) if len(z) else 0.0
     if len(z) < MIN_ERRORS:
         # too few errors to say anything: the random-walk (first difference) scale, as few as observed
