@@ -1,4 +1,4 @@
-"""The estimators behind the four model ids (DECISIONS D4.1), chosen on M4 training data.
+"""The estimators behind the four model ids, chosen on M4 training data and checked on M1 and Tourism.
 
 Each class documents its estimators, interval method and history cap.
 """

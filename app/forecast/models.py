@@ -1,9 +1,9 @@
-"""Forecast models behind the X-Model-Id header (DECISIONS D4).
+"""Forecast models behind the X-Model-Id header.
 
 Contract: every model is a class configured only in its constructor; ``fit(values, horizon, periods)``
 returns a ``Fitted`` forecast whose ``predict(confidence)`` gives (median, lower, upper). Fitting does
 all the work (point forecast and rolling-origin error measurement), so several confidences of one
-request cost one fit. ``run_forecast`` adds the fallback (D4.4) and the output guarantees (D4.5).
+request cost one fit. ``run_forecast`` adds the fallback and the output guarantees.
 
 Every model works on a scale-normalised copy of (at most) the last ``max_history`` points, so the cost
 is bounded whatever the request size (up to 100,000 points). The contract is in app.forecast.base, the
@@ -104,7 +104,7 @@ def run_forecast_multi(model_id: str, values: Sequence[float], horizon: int, con
     try:
         outs = _predict_all(REGISTRY[model_id], arr, horizon, confidences, periods)
         return [_finalise(o, None) for o in outs]
-    except Exception as exc:  # noqa: BLE001 - any model failure triggers the fallback (D4.4)
+    except Exception as exc:  # noqa: BLE001 - any model failure triggers the fallback
         reason = type(exc).__name__
     fb_name, fb_model = FALLBACKS[model_id]
     try:
@@ -118,7 +118,7 @@ def run_forecast_multi(model_id: str, values: Sequence[float], horizon: int, con
 
 def run_forecast(model_id: str, values: Sequence[float], horizon: int, confidence: float,
                  periods: tuple[int, ...]) -> ForecastResult:
-    """Forecast ``horizon`` steps with the model ``model_id`` (D4.4 fallback, D4.5 guarantees)."""
+    """Forecast ``horizon`` steps with the model ``model_id`` (with fallback and output guarantees)."""
     return run_forecast_multi(model_id, values, horizon, [confidence], periods)[0]
 
 
