@@ -132,6 +132,8 @@ def _endpoint_list() -> str:
         (rule.rule, method)
         for rule in current_app.url_map.iter_rules()
         if rule.endpoint != "static" and not rule.endpoint.endswith(".static")
+        # the dashboard's pages are one entry, not a list of its forms and catch-all
+        and (not rule.rule.startswith("/dashboard") or rule.rule == "/dashboard/")
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"})
     )
     return "No such endpoint. The endpoints are: " + ", ".join(f"{method} {path}" for path, method in routes) + "."

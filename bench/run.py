@@ -1,13 +1,17 @@
 """Performance benchmarks of the service (`make bench`, `make bench-quick`).
 
-    python bench/run.py [--quick] [--only verify,limiter,forecast,accuracy]
+    python bench/run.py [--quick] [--only footprint,web,verify,limiter,forecast,anomaly,monitors,load,accuracy]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
   limiter   time the rate limiter adds per counted request (memory and Redis storage) and req/s with it
   forecast  POST /forecast e2e latency per model and series length vs run_forecast in-process; worker start-up
   load      bench/load.py: 50 clients for 60 s through nginx and gunicorn, /verify and /forecast mixed
-  accuracy  bench/accuracy.py --mode inprocess on all M4 Hourly and Weekly series (--sample 20 with --quick)
+  footprint `keys list` wall time and the web process's peak memory, beside the reference commit
+  web       the web process's CPU per request, beside the reference commit (bench/web_cpu.py)
+  anomaly   NAB development files through POST /anomalies, NAB scores, detection latency (bench/anomaly.py)
+  monitors  appends to monitors, 200 monitors a second, a webhook outage (bench/monitors.py)
+  accuracy  bench/accuracy.py on every development set, 30 series each (5 with --quick), with anchors
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
 a suite whose service is missing fails on its own and the others still run. Exit status 1 if any failed.
@@ -32,19 +36,60 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 import latency  # noqa: E402
 
-SUITES = ["verify", "limiter", "forecast", "load", "accuracy"]
+SUITES = ["footprint", "web", "verify", "limiter", "forecast", "anomaly", "monitors", "load", "accuracy"]
+
+# The commit before this service's request pipeline and fast paths: footprint and web compare against it
+# in the same run (git worktree), so every figure stands beside its reference on the same machine.
+REFERENCE = "3e9fd9e"
+
+
+def _script(name: str, *args: str, timeout: float = 3600) -> str:
+    result = subprocess.run([c.PYTHON, str(c.BENCH / name), *args], cwd=c.ROOT, env=c.base_env(),
+                            capture_output=True, text=True, timeout=timeout)
+    print(result.stdout[-8000:], flush=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{name} failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result.stdout
+
+
+def suite_footprint(quick: bool) -> str:
+    """`keys list` wall time and the web process's peak memory, beside the reference commit."""
+    return _script("footprint.py", "--reference", REFERENCE, "--runs", "3" if quick else "7", timeout=1800)
+
+
+def suite_web(quick: bool) -> str:
+    """The web process's CPU per request (in-process and through gunicorn), beside the reference commit."""
+    with c.temp_dir("bench-reference-") as tmp:
+        reference = tmp / "reference"
+        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(reference), REFERENCE], cwd=c.ROOT,
+                       check=True, capture_output=True, timeout=60)
+        try:
+            return _script("web_cpu.py", "--baseline", str(reference), *(["--quick"] if quick else []))
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(reference)], cwd=c.ROOT,
+                           capture_output=True, timeout=60)
+
+
+def suite_anomaly(quick: bool) -> str:
+    """NAB development files through POST /anomalies, scored as NAB does, and the detection latencies."""
+    return _script("anomaly.py", *(["--quick"] if quick else []))
+
+
+def suite_monitors(quick: bool) -> str:
+    """Appending to monitors (1 point, 100 points, 200 monitors each second) and a webhook outage."""
+    return _script("monitors.py", *(["--quick"] if quick else []))
 
 
 def suite_accuracy(quick: bool) -> str:
-    """All 773 M4 series, four models, five confidences, in-process (one fit serves every confidence).
-
-    tests/test_forecast_api.py asserts that POST /forecast returns exactly these numbers, so running 15,000
-    requests through HTTP would measure the same forecasts 20 times slower.
+    """Every development set (M4 Hourly/Weekly, M1 and Tourism Yearly/Quarterly/Monthly), a fixed sample of
+    30 series each, four models and five confidences in-process, beside statsforecast's AutoETS and AutoTheta
+    computed in the same run. AutoARIMA (and so the anchors' combination) costs minutes a series on two
+    cores: run bench/accuracy.py without --anchors for it. tests/test_forecast_api.py asserts that
+    POST /forecast returns exactly the in-process numbers.
     """
-    cmd = [c.PYTHON, str(c.BENCH / "accuracy.py"), "--mode", "inprocess", "--jobs", "2",
+    cmd = [c.PYTHON, str(c.BENCH / "accuracy.py"), "--mode", "inprocess", "--jobs", "2", "--seed", "0",
+           "--sample", "5" if quick else "30", "--anchors", "AutoETS,AutoTheta",
            "--output", str(c.RESULTS / "accuracy.md")]
-    if quick:
-        cmd += ["--sample", "20"]
     c.RESULTS.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(cmd, cwd=c.ROOT, env=c.base_env(), capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
@@ -72,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in chosen if s not in SUITES]
     if unknown:
         ap.error(f"unknown suite(s): {', '.join(unknown)}")
-    runners = {"verify": latency.suite_verify, "limiter": latency.suite_limiter,
+    runners = {"footprint": suite_footprint, "web": suite_web, "anomaly": suite_anomaly,
+               "monitors": suite_monitors, "verify": latency.suite_verify, "limiter": latency.suite_limiter,
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy}
     failed = []
     with c.code_snapshot() as code:
