@@ -19,10 +19,10 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.anomalies import routes as anomaly_routes
     from app.azure import routes as azure_routes
     from app.cli import register_cli
+    from app.dashboard import init_dashboard
     from app.db import Database
     from app.forecast import routes as forecast_routes
     from app.forecast.pool import ForecastPool
-    from app.dashboard import init_dashboard
     from app.keys import api as keys_api
     from app.keys.store import KeyStore, UsageRecorder
     from app.monitors import routes as monitor_routes

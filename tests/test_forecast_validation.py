@@ -320,3 +320,12 @@ def test_refused_requests_change_nothing_but_counters(app: Flask, client: FlaskC
     error_of(post(client, key, body), 422, "DATA_VALIDATION_ERROR")
     assert body == before
     assert client.get("/verify", headers=bearer(key)).get_json()["rateLimit"]["remaining"] == "49"
+
+
+def test_messages_built_around_a_validation_message_end_in_one_full_stop(client: FlaskClient, key: str) -> None:
+    body = valid_body()
+    body["forecast_horizon"] = "twelve"
+    response = client.post("/forecast", headers=bearer(key), json=body)
+    assert response.status_code == 400
+    message = response.get_json()["error"]["message"]
+    assert message.endswith(".") and not message.endswith("..")

@@ -11,18 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, validate
+from marshmallow import Schema, fields, validate
 
 from app.anomalies.instants import epoch_seconds
 from app.detect.jobs import DEFAULT_DETECTOR, DETECTOR_IDS
-from app.errors import DataValidationError, InvalidRequest
+from app.errors import DataValidationError, sentence
 from app.forecast.schemas import (
     FREQUENCY_ISSUE,
     JsonArray,
     StrictFloat,
     _envelope,
-    _flatten,
     _values_array,
+    load_object,
     problem,
 )
 from app.forecast.timestamps import FREQUENCIES, TimestampError
@@ -145,19 +145,7 @@ def load_request(body: Any, headers: Mapping[str, str]) -> AnomalyRequest:
         detector = detector.strip()
         if detector not in DETECTOR_IDS:
             problems.append(problem("X-Model-Id", "Must be one of: " + ", ".join(DETECTOR_IDS), detector))
-    if not isinstance(body, dict):
-        problems.insert(0, problem("body", "Must be a JSON object", body))
-        raise InvalidRequest("The request body must be a JSON object.", details=_envelope(problems))
-    try:
-        data = _request_schema.load(body)
-    except ValidationError as exc:
-        schema_problems: list[dict[str, Any]] = []
-        _flatten(exc.messages, "", body, schema_problems)
-        problems = schema_problems + problems
-        data = None
-    if problems or data is None:
-        first = problems[0]
-        raise InvalidRequest(f"Invalid request: {first['field']}: {first['issue']}.", details=_envelope(problems))
+    data = load_object(_request_schema, body, problems)
     series = data["series"][0]
     return AnomalyRequest(
         timestamps=series["timestamps"],
@@ -188,7 +176,7 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
     longest = max(len(timestamps), len(values))
     if longest > max_points:
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
-        raise DataValidationError(f"Invalid series data: {problems[0]['issue']}.", details=_envelope(problems))
+        raise DataValidationError(sentence(f"Invalid series data: {problems[0]['issue']}"), details=_envelope(problems))
     floats = _values_array(values, problems)
     instants: Any = []
     if timestamps:
@@ -198,5 +186,5 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
             problems.append(problem("series[0].timestamps", exc.issue, exc.provided, index=exc.index))
     if problems:
         first = problems[0]
-        raise DataValidationError(f"Invalid series data: {first['issue']}.", details=_envelope(problems))
+        raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=_envelope(problems))
     return CheckedSeries(epoch_seconds=instants, values=floats)

@@ -7,7 +7,7 @@ import time
 
 from flask import Blueprint, Response, jsonify, request
 
-from app.errors import DataValidationError, InternalError, PayloadTooLarge, UnsupportedMediaType
+from app.errors import DataValidationError, InternalError, PayloadTooLarge, UnsupportedMediaType, sentence
 from app.forecast.catalog import describe_models, seasonal_periods
 from app.forecast.jobs import ForecastJob, ForecastResult
 from app.forecast.pool import PoolError
@@ -86,7 +86,7 @@ def forecast() -> Response:
         timestamps = future_timestamps(series.axis, forecast_request.forecast_horizon)
     except TimestampError as exc:
         raise DataValidationError(
-            f"Invalid series data: {exc.issue}.",
+            sentence(f"Invalid series data: {exc.issue}"),
             details={"field": "series[0].timestamps", "issue": exc.issue, "provided": exc.provided, "index": exc.index},
         ) from exc
 

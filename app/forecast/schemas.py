@@ -1,4 +1,4 @@
-"""Request and response shapes of POST /forecast (SPEC 2.1-2.3) and the checks of D1, stage by stage.
+"""Request and response shapes of POST /forecast and its checks, stage by stage (docs/contract.md, Errors).
 
 Stage 3 (request shape) answers 400 through marshmallow; stage 4 (series data) answers 422.
 Both list every problem found in details.errors and the first one in field/issue/provided.
@@ -15,15 +15,15 @@ import numpy as np
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app import jsonio
-from app.errors import DataValidationError, InvalidRequest
+from app.errors import DataValidationError, InvalidRequest, sentence
 from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.timestamps import FREQUENCIES, TimeAxis, TimestampError, parse_axis, regular_axis
 
 MIN_POINTS = 10
 # Finite but near float max (1e308), sums and spreads inside the models overflow and every model and its
-# fallback fail (500). Far above any real measurement (D4.6 names 1e12 as huge); such values answer 422.
+# fallback fail (500). Far above any real measurement (the edge cases tested go to 1e12); such values answer 422.
 MAX_ABS_VALUE = 1e300
-# D5.4: the data-preparation guide's advice; shorter series still get a forecast, with a warning header.
+# The data-preparation guide's advice; shorter series still get a forecast, with a warning header.
 RECOMMENDED_POINTS = {
     "Seconds": 100,
     "Minutes": 100,
@@ -59,12 +59,12 @@ class StrictFloat(fields.Float):
 
 class SeriesSchema(Schema):
     class Meta:
-        unknown = "exclude"  # D1.1
+        unknown = "exclude"  # unknown fields are ignored (docs/contract.md)
 
     timestamps = JsonArray(
         required=True,
         metadata={
-            "description": "YYYY-MM-DDTHH:MM:SS, optionally with fractional seconds and Z or ±HH:MM (D5.1); "
+            "description": "YYYY-MM-DDTHH:MM:SS, optionally with fractional seconds and Z or ±HH:MM; "
             "strictly increasing, evenly spaced at a whole number of data_frequency units.",
             "items": {"type": "string", "format": "date-time", "example": "2026-01-01T00:00:00"},
             "minItems": MIN_POINTS,
@@ -82,7 +82,7 @@ class SeriesSchema(Schema):
 
 class ForecastRequestSchema(Schema):
     class Meta:
-        unknown = "exclude"  # D1.1
+        unknown = "exclude"  # unknown fields are ignored (docs/contract.md)
 
     series = fields.List(
         fields.Nested(SeriesSchema),
@@ -133,7 +133,7 @@ _request_schema = ForecastRequestSchema()
 
 
 def excerpt(value: Any) -> Any:
-    """A short stand-in for a submitted value (D1: never more than an excerpt)."""
+    """A short stand-in for a submitted value (never more than an excerpt)."""
     if isinstance(value, list):
         return f"array of {len(value)} items"
     if isinstance(value, dict):
@@ -157,7 +157,7 @@ def _envelope(problems: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _reject_constant(name: str) -> float:
-    # NaN / Infinity are not JSON; we still parse them so the error can point at the element (D1: 422).
+    # NaN / Infinity are not JSON; we still parse them so the error can point at the element (a 422).
     return float(name.replace("Infinity", "inf"))
 
 
@@ -209,23 +209,31 @@ class ForecastRequest:
     model_id: str
 
 
-def load_request(body: Any, headers: Mapping[str, str]) -> ForecastRequest:
-    """Stage 3 of D1: everything about the request's shape, answered 400 with every problem listed."""
-    problems: list[dict[str, Any]] = []
-    model_id = _model_id(headers, problems)
+def load_object(schema: Schema, body: Any, problems: list[dict[str, Any]]) -> dict[str, Any]:
+    """``body`` loaded by ``schema``, or 400 listing every problem: the body's own first, then ``problems``
+    already found (in headers). Every JSON endpoint's request-shape stage goes through here."""
     if not isinstance(body, dict):
         problems.insert(0, problem("body", "Must be a JSON object", body))
         raise InvalidRequest("The request body must be a JSON object.", details=_envelope(problems))
     try:
-        data = _request_schema.load(body)
+        data = schema.load(body)
     except ValidationError as exc:
         schema_problems: list[dict[str, Any]] = []
         _flatten(exc.messages, "", body, schema_problems)
-        problems = schema_problems + problems
+        problems[:0] = schema_problems
         data = None
     if problems or data is None:
         first = problems[0]
-        raise InvalidRequest(f"Invalid request: {first['field']}: {first['issue']}.", details=_envelope(problems))
+        raise InvalidRequest(sentence(f"Invalid request: {first['field']}: {first['issue']}"),
+                             details=_envelope(problems))
+    return data
+
+
+def load_request(body: Any, headers: Mapping[str, str]) -> ForecastRequest:
+    """The request-shape stage: everything about the request's shape, answered 400 with every problem listed."""
+    problems: list[dict[str, Any]] = []
+    model_id = _model_id(headers, problems)
+    data = load_object(_request_schema, body, problems)
     series = data["series"][0]
     return ForecastRequest(
         timestamps=series["timestamps"],
@@ -238,7 +246,7 @@ def load_request(body: Any, headers: Mapping[str, str]) -> ForecastRequest:
 
 
 def _model_id(headers: Mapping[str, str], problems: list[dict[str, Any]]) -> str:
-    """D4.2: X-Model-Id, else its alias X-Model-Selector, else the default; both and different is an error."""
+    """X-Model-Id, else its alias X-Model-Selector, else the default; both and different is an error."""
     primary, alias = headers.get("X-Model-Id"), headers.get("X-Model-Selector")
     if primary is not None and alias is not None and primary.strip() != alias.strip():
         problems.append(problem("X-Model-Selector", "Must equal X-Model-Id when both are sent", alias))
@@ -260,7 +268,7 @@ class SeriesData:
 
 
 def check_series(request: ForecastRequest, *, max_points: int) -> SeriesData:
-    """Stage 4 of D1: the series data itself, answered 422 with every defect found."""
+    """The series-data stage: the series data itself, answered 422 with every defect found."""
     timestamps, values = request.timestamps, request.values
     problems: list[dict[str, Any]] = []
     if len(timestamps) != len(values):
@@ -281,7 +289,7 @@ def check_series(request: ForecastRequest, *, max_points: int) -> SeriesData:
     longest = max(len(timestamps), len(values))
     if longest > max_points:
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
-        raise DataValidationError(f"Invalid series data: {problems[0]['issue']}.", details=_envelope(problems))
+        raise DataValidationError(sentence(f"Invalid series data: {problems[0]['issue']}"), details=_envelope(problems))
 
     floats = _values_array(values, problems)
     # The whole series in one pass when it is regular; item by item only to find and name a defect.
@@ -290,7 +298,7 @@ def check_series(request: ForecastRequest, *, max_points: int) -> SeriesData:
         axis = _axis_item_by_item(timestamps, request.data_frequency, problems)
     if problems or axis is None:
         first = problems[0]
-        raise DataValidationError(f"Invalid series data: {first['issue']}.", details=_envelope(problems))
+        raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=_envelope(problems))
     return SeriesData(axis=axis, values=floats)
 
 
