@@ -74,4 +74,5 @@ def metrics() -> Response:
         payload = generate_latest(registry)
     else:
         payload = generate_latest()
-    return Response(payload, mimetype=CONTENT_TYPE_LATEST)
+    # content_type, not mimetype: CONTENT_TYPE_LATEST already names its charset, and werkzeug would add another.
+    return Response(payload, content_type=CONTENT_TYPE_LATEST)

@@ -84,6 +84,7 @@ def test_metrics_need_admin_count_requests_and_never_show_keys(app: Flask) -> No
     for _ in range(3):  # a scrape is not counted against the admin key's 2/minute
         response = client.get("/metrics", headers=bearer(admin))
         assert response.status_code == 200
+    assert response.headers["Content-Type"].count("charset") == 1
     text = response.get_data(as_text=True)
     assert 'forecast_http_requests_total{endpoint="/verify",method="GET",status="200"}' in text
     assert 'forecast_http_requests_total{endpoint="/forecast",method="POST",status="400"}' in text
