@@ -1,4 +1,4 @@
-"""Gunicorn reads this file from the working directory, so `gunicorn wsgi:app` gets the documented defaults (README, Configuration)."""
+"""Gunicorn reads this file from the working directory, so `gunicorn wsgi:app` gets the documented defaults."""
 
 from __future__ import annotations
 
