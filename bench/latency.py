@@ -73,7 +73,7 @@ def suite_verify(quick: bool) -> str:
                 _verdict(c.median(lat) <= 0.003 and sat["rate"] >= 800) if kind == "sqlite" else "(no target)",
             ])
     notes = [
-        "GET /verify through gunicorn, default config (1 worker process, gthread, 8 threads), "
+        "GET /verify through gunicorn, default config (1 worker process, gthread, 32 threads), "
         "FORECAST_WORKERS=2, memory rate-limit storage, key with custom limits of 10,000,000.",
         "Load generator: bench/loadgen.py in its own process, HTTP/1.1 keep-alive on loopback.",
         f"Sequential: 1 connection, {n} requests one after another (100 warm-up requests not counted).",
