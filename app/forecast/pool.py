@@ -96,6 +96,7 @@ class _Worker:
         self.process.start()
         child.close()
         self.startup_seconds: float | None = None
+        self._kill_lock = threading.Lock()
 
     def wait_ready(self, timeout: float) -> bool:
         try:
@@ -108,10 +109,15 @@ class _Worker:
         return message[0] == "ready"
 
     def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(timeout=5)
-        self.connection.close()
+        # The pool's close() and a spawn thread that sees the pool closing may both kill one worker; closing
+        # its pipe twice would close a descriptor number the process may already have reused.
+        with self._kill_lock:
+            if self.connection.closed:
+                return
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join(timeout=5)
+            self.connection.close()
 
 
 class ForecastPool:
