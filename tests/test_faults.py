@@ -302,7 +302,9 @@ def test_sigterm_lets_running_forecasts_finish_and_flushes_usage(tmp_path: Path)
         server.wait_ready()
         wait_pool_full(server)  # /readyz needs one worker; this test wants both computing
         body = hourly_body()
-        headers = {**bearer(key["key"]), **JSON, "X-Model-Id": "forecast-model-3"}
+        # model-1 on 5,000 hourly points takes a few tenths of a second each: 16 of them on 2 workers are
+        # still running at SIGTERM (model-3 became fast enough to finish them all first).
+        headers = {**bearer(key["key"]), **JSON, "X-Model-Id": "forecast-model-1"}
 
         def forecast(_: int) -> requests.Response:
             return requests.post(server.url + "/forecast", data=body, headers=headers, timeout=120)
