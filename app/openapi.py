@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from apispec import APISpec
-from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Blueprint, Response, jsonify
 from marshmallow import Schema, fields
 
@@ -23,6 +21,9 @@ from app.keys import api as keys_api
 from app.monitors import openapi_doc as monitor_docs
 from app.pipeline import uncounted
 from app.verify import VerifyResponseSchema
+
+if TYPE_CHECKING:  # apispec loads when the document is first asked for, not in every admin command
+    from apispec import APISpec
 
 bp = Blueprint("openapi", __name__)
 
@@ -144,6 +145,9 @@ def _keyed_get(
 
 @cache
 def build_spec() -> dict[str, Any]:
+    from apispec import APISpec
+    from apispec.ext.marshmallow import MarshmallowPlugin
+
     plugin = MarshmallowPlugin()
     spec = APISpec(
         title="Time Series Forecasting Service",

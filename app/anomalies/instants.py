@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from app.forecast.timestamps import _FORM_RES, _TIMESTAMP_RE, TimestampError
 
+if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pays for it
+    import numpy as np
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_EPOCH64 = np.datetime64("1970-01-01T00:00:00", "us")
 _FORM_NAMES = {"naive": "no UTC offset", "Z": "a 'Z' suffix", "offset": "a ±HH:MM offset"}
 
 
@@ -28,6 +29,8 @@ def _form(match_suffix: str | None) -> str:
 
 def epoch_seconds(timestamps: Sequence[object]) -> np.ndarray:
     """UTC seconds of every timestamp (float64); raises TimestampError naming the first defective index."""
+    import numpy as np
+
     fast = _epoch_seconds_fast(timestamps)
     if fast is not None:
         return fast
@@ -36,6 +39,8 @@ def epoch_seconds(timestamps: Sequence[object]) -> np.ndarray:
 
 def _epoch_seconds_fast(timestamps: Sequence[object]) -> np.ndarray | None:
     """numpy's ISO parser for a clean series (one form, one offset, increasing); None sends it to the walk."""
+    import numpy as np
+
     first = timestamps[0]
     match = _TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
     if match is None:
@@ -59,7 +64,7 @@ def _epoch_seconds_fast(timestamps: Sequence[object]) -> np.ndarray | None:
         instants = np.array(texts, dtype="datetime64[us]")
     except (TypeError, ValueError):
         return None
-    seconds = (instants - _EPOCH64).astype(np.float64) / 1e6 - shift
+    seconds = (instants - np.datetime64("1970-01-01T00:00:00", "us")).astype(np.float64) / 1e6 - shift
     if len(seconds) > 1 and not (np.diff(seconds) > 0).all():
         return None
     return seconds

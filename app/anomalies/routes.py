@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import orjson
 from flask import Blueprint, Response, request
 
@@ -44,6 +43,7 @@ def run_detection(job: DetectJob) -> DetectionResult:
 
 
 def _job(series: CheckedSeries, data_frequency: str, confidence: float, detector: str, start: int = 0) -> DetectJob:
+    import numpy as np
     return DetectJob(
         epoch_seconds=np.asarray(series.epoch_seconds, dtype=np.float64),
         values=np.asarray(series.values, dtype=np.float64),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import orjson
 from flask import Blueprint, Response, g, jsonify
 from werkzeug.exceptions import HTTPException
@@ -24,7 +23,6 @@ from app.azure.schemas import (
     load,
     sensitivity_to_confidence,
 )
-from app.detect.detectors import history_rows, nominal_step, period_seconds
 from app.detect.jobs import ChangePointJob, ChangePointResult, DetectionResult, DetectJob
 from app.errors import ApiError, InternalError
 from app.forecast.pool import PoolError
@@ -94,6 +92,7 @@ def _submit(job: DetectJob | ChangePointJob) -> DetectionResult | ChangePointRes
 
 
 def _detect_job(series: AzureSeries, sensitivity: int, start: int = 0) -> DetectJob:
+    import numpy as np
     return DetectJob(
         epoch_seconds=np.asarray(series.epoch_seconds, dtype=np.float64),
         values=np.asarray(series.values, dtype=np.float64),
@@ -163,6 +162,8 @@ def entire_detect() -> Response:
 @key_header(SUBSCRIPTION_KEY_HEADER)
 @requires("read")
 def last_detect() -> Response:
+    from app.detect.detectors import history_rows  # worker-side module: loaded on first use, not by the CLI
+
     data, series = _parse(_detect_schema)
     last = len(series.values) - 1
     result = _submit(_detect_job(series, data["sensitivity"], start=last))
@@ -186,6 +187,10 @@ def last_detect() -> Response:
 @key_header(SUBSCRIPTION_KEY_HEADER)
 @requires("read")
 def change_point_detect() -> Response:
+    import numpy as np
+
+    from app.detect.detectors import nominal_step, period_seconds
+
     data, series = _parse(_change_point_schema)
     window = data["stableTrendWindow"]
     if window * 2 >= len(series.values):

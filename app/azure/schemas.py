@@ -11,15 +11,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from marshmallow import Schema, ValidationError, fields, validate
 
 from app.anomalies.instants import epoch_seconds
 from app.errors import ApiError
 from app.forecast.schemas import JsonArray, StrictFloat
 from app.forecast.timestamps import TimestampError
+
+if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pays for it
+    import numpy as np
 
 MIN_POINTS = 12
 MAX_POINTS = 8640
@@ -334,6 +336,7 @@ def check_series(data: Mapping[str, Any], *, max_points: int) -> AzureSeries:
 
 def _values(points: list[Any]) -> np.ndarray:
     """Every point's value as float64, checked in one pass; the per-point walk only names the first defect."""
+    import numpy as np
     try:
         raw = [point["value"] for point in points]
         clean = set(map(type, raw)) <= {int, float}  # bool is not a number in JSON

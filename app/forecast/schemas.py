@@ -9,15 +9,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app import jsonio
 from app.errors import DataValidationError, InvalidRequest, sentence
 from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.timestamps import FREQUENCIES, TimeAxis, TimestampError, parse_axis, regular_axis
+
+if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pays for it
+    import numpy as np
 
 MIN_POINTS = 10
 # Finite but near float max (1e308), sums and spreads inside the models overflow and every model and its
@@ -329,6 +331,7 @@ def _first_non_string(items: list[Any]) -> int | None:
 
 def _values_array(values: list[Any], problems: list[dict[str, Any]]) -> np.ndarray:
     """The values as float64 when all are fine, checked in one pass; else _check_values names the first defect."""
+    import numpy as np
     if set(map(type, values)) <= {float, int}:  # bool is excluded: type(True) is bool
         try:
             array = np.array(values, dtype=np.float64)

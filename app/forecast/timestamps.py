@@ -31,11 +31,13 @@ from calendar import isleap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
+from functools import cache
 from itertools import islice
 from operator import lt, sub
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads on the first regular series, so the admin CLI never pays for it
+    import numpy as np
 
 FREQUENCIES: tuple[str, ...] = (
     "Seconds",
@@ -211,9 +213,17 @@ def _parse_axis_per_item(timestamps: Sequence[str], frequency: str) -> TimeAxis:
 # which find and name the first defect, so errors are theirs alone.
 
 
+def prepare_tables() -> None:
+    """Loads numpy and builds the month tables now rather than on the first regular series."""
+    _month_tables()
+
+
+@cache
 def _month_tables() -> tuple[np.ndarray, np.ndarray]:
     """Indexed by year * 12 + month - 1 (years 1 to 9999): the day number of the month's first day
     (datetime.toordinal - 1) and the month's length, so a timestamp's day is one lookup away."""
+    import numpy as np
+
     years = np.repeat(np.arange(_MAX_YEAR + 1, dtype=np.int64), 12)
     months = np.tile(np.arange(12, dtype=np.int64), _MAX_YEAR + 1)
     leap = (years % 4 == 0) & ((years % 100 != 0) | (years % 400 == 0))
@@ -224,7 +234,6 @@ def _month_tables() -> tuple[np.ndarray, np.ndarray]:
     return starts, lengths.astype(np.int32)
 
 
-_MONTH_STARTS, _MONTH_LENGTHS = _month_tables()
 _MICROSECONDS = {name: unit // timedelta(microseconds=1) for name, unit in _FIXED_UNITS.items()}
 
 
@@ -238,6 +247,9 @@ def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
     """
     if (frequency not in _FIXED_UNITS and frequency not in _CALENDAR_MONTHS) or len(timestamps) < 2:
         return None
+    import numpy as np
+
+    month_starts, month_lengths = _month_tables()
     first = timestamps[0]
     match = _TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
     if match is None:
@@ -287,12 +299,12 @@ def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
     ):
         return None
     months_index = year * 12 + (month - 1)
-    month_days = _MONTH_LENGTHS[months_index]
+    month_days = month_lengths[months_index]
     if not ((day >= 1) & (day <= month_days)).all():
         return None
 
     if frequency in _FIXED_UNITS:
-        days = _MONTH_STARTS[months_index] + day
+        days = month_starts[months_index] + day
         seconds_of_day = (hour * 60 + minute) * 60 + second
         instants = days * 86_400_000_000 + (seconds_of_day.astype(np.int64) * 1_000_000 + micro)
         gaps = np.diff(instants)

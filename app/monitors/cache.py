@@ -12,8 +12,11 @@ import weakref
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pays for it
+    import numpy as np
+
 
 
 @dataclass
@@ -41,6 +44,7 @@ class History:
         return len(self.tail_epochs) >= min(tail_rows, self.after_head)
 
     def series(self, tail_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        import numpy as np
         tail_e = np.frombuffer(self.tail_epochs, dtype=np.int64) if self.tail_epochs else np.empty(0, np.int64)
         tail_v = np.frombuffer(self.tail_values, dtype=np.float64) if self.tail_values else np.empty(0)
         return (

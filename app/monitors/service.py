@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
@@ -514,6 +513,7 @@ def _judge_slot(runtime: MonitorRuntime) -> Iterator[None]:
 def _judge_new(
     pool: ForecastPool, monitor: MonitorState, history: History, epochs: list[int], values: list[float]
 ) -> tuple[list[_Verdict], int | None]:
+    import numpy as np
     hist_epochs, hist_values = history.series(tail_rows(monitor))
     job = DetectJob(
         epoch_seconds=np.concatenate([hist_epochs, np.asarray(epochs, dtype=np.int64)]),

@@ -1,0 +1,41 @@
+"""The web process and the admin CLI stay slim: the numeric stack loads only where it is used.
+
+Estimators run in forecast worker processes, so the web process never imports scipy or statsmodels; numpy and
+apispec load on a serving process's warm-up or first use, so `flask --app wsgi keys ...` pays for neither.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support import ROOT
+
+NEVER_IN_WEB = ("scipy", "statsmodels", "pmdarima", "sklearn")
+NOT_FOR_ADMIN_COMMANDS = ("numpy", "apispec")
+
+
+def _loaded_after(code: str, tmp_path: Path) -> list[str]:
+    names = NEVER_IN_WEB + NOT_FOR_ADMIN_COMMANDS
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in {names!r} if m in sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={"PATH": "/usr/bin:/bin", "DATABASE_URL": f"sqlite:///{tmp_path / 'keys.sqlite3'}"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_building_the_app_loads_no_numeric_library(tmp_path: Path) -> None:
+    assert _loaded_after("import wsgi", tmp_path) == []
+
+
+def test_a_warmed_up_web_process_loads_numpy_but_no_estimator_library(tmp_path: Path) -> None:
+    code = (
+        "import wsgi\n"
+        "from app.forecast.timestamps import prepare_tables\n"
+        "prepare_tables()\n"
+        "from app.openapi import build_spec\n"
+        "build_spec()"
+    )
+    assert _loaded_after(code, tmp_path) == ["apispec", "numpy"]
