@@ -22,6 +22,12 @@ class Database:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         sqlite_path = settings.sqlite_path
+        if sqlite_path is None and settings.database_url_for_sqlalchemy.startswith("sqlite"):
+            # Each connection would get its own empty database: keys made by `keys create` would never be seen.
+            raise ValueError(
+                "DATABASE_URL must name a SQLite file (sqlite:////absolute/path/keys.sqlite3); an in-memory "
+                "SQLite database cannot be shared by the server's connections and the admin commands."
+            )
         if sqlite_path is not None:
             sqlite_path.parent.mkdir(parents=True, exist_ok=True)
             self.engine: Engine = create_engine(

@@ -206,14 +206,14 @@ def flush_redis(url: str = REDIS_URL) -> None:
 class Gunicorn:
     """gunicorn wsgi:app on a free loopback port, in its own process group."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, args: Sequence[str] = ()) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, args: Sequence[str] = (), app: str = "wsgi:app") -> None:
         self.port = free_port()
         self.host = "127.0.0.1"
         self.url = f"http://{self.host}:{self.port}"
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [str(VENV_BIN / "gunicorn"), "--bind", f"{self.host}:{self.port}", *args, "wsgi:app"],
+            [str(VENV_BIN / "gunicorn"), "--bind", f"{self.host}:{self.port}", *args, app],
             cwd=env["BENCH_APP_ROOT"], env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_ready(self, timeout: float = 120.0) -> None:

@@ -169,18 +169,40 @@ def run_http(trees: dict[str, Path], quick: bool) -> dict[str, dict[str, dict[st
             client = _Client(server, key)
             stack.callback(client.close)
             servers[label] = (server, client)
+        floor = stack.enter_context(_floor_server(stack.enter_context(c.temp_dir("bench-floor-"))))
+        floor_client = _Client(floor, "unused")
+        stack.callback(floor_client.close)
+        results[FLOOR] = {}
         for name, method, model, body, per_batch, batches in _http_cases(quick):
-            for label, (_server, client) in servers.items():  # warm-up on every server
+            # GET /verify is also sent to the bare Flask app, in the same batches: the floor of the architecture.
+            targets = {**servers, FLOOR: (floor, floor_client)} if body is None else servers
+            for label, (_server, client) in targets.items():  # warm-up on every server
                 client.send(method, model, body)
                 results[label][name] = {"cpu": [], "latency": []}
             for _ in range(batches):
-                for label, (server, client) in servers.items():
+                for label, (server, client) in targets.items():
                     cell = results[label][name]
                     cpu0 = server.worker_cpu_seconds()
                     for _ in range(per_batch):
                         cell["latency"].append(client.send(method, model, body))
                     cell["cpu"].append((server.worker_cpu_seconds() - cpu0) / per_batch)
     return results
+
+
+FLOOR = "bare Flask"
+
+
+@contextmanager
+def _floor_server(tmp: Path) -> Iterator[c.Gunicorn]:
+    """bench/floor_app.py under this checkout's gunicorn.conf.py (gunicorn reads it from its working directory)."""
+    env = c.base_env(c.APP_ROOT)
+    server = c.Gunicorn(env, tmp / "floor.log", args=["--pythonpath", str(Path(__file__).resolve().parent)],
+                        app="floor_app:app")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
 
 
 class _Client:
@@ -240,6 +262,10 @@ def report(inproc: dict[str, dict], over_http: dict[str, dict], trees: dict[str,
                 cell = over_http[label][name]
                 cells += [c.fmt_ms(c.median(cell["cpu"]), 2), c.fmt_ms(c.median(cell["latency"]), 1)]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        for name, cell in over_http.get(FLOOR, {}).items():
+            lines.append(f"| {name} on a bare Flask app, same gunicorn config (the floor) | "
+                         f"{c.fmt_ms(c.median(cell['cpu']), 2)} | {c.fmt_ms(c.median(cell['latency']), 1)} |"
+                         + " | |" * (len(labels) - 1))
         lines += ["", "Scaling rule (every model: e2e p50 at 100,000 <= 1.3 x its 1,000-point p50 + 25 ms):"]
         for label in labels:
             for model in MODELS:
