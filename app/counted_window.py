@@ -1,4 +1,5 @@
-"""A moving-window strategy whose hit also tells how full the window is, read in the same atomic step.
+"""A moving-window strategy whose hit also tells how full the window is, read in the same atomic step, and
+which spends a request from several windows (a key's minute, hour and day) all together or not at all.
 
 X-RateLimit-Remaining must count down by one per counted request. Reading the window again after the
 hit mixes in requests that other threads or processes counted meanwhile, so two answers could show the
@@ -21,39 +22,55 @@ from limits.storage import memory as limits_memory
 from limits.strategies import MovingWindowRateLimiter
 from limits.util import WindowStats
 
-# limits' acquire_moving_window.lua followed by its moving_window.lua, as one script.
-_ACQUIRE_AND_COUNT = """
+# limits' acquire_moving_window.lua and moving_window.lua, over several windows at once: a request is spent
+# from every window or from none (a request refused by a full day window must not use up minute slots).
+# KEYS: the windows; ARGV: now, cost, then each window's limit and expiry. Returns the 1-based index of the
+# first full window (0 when the request was spent), then each window's oldest live entry and entry count.
+_ACQUIRE_ALL_AND_COUNT = """
 local timestamp = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local expiry = tonumber(ARGV[3])
-local amount = tonumber(ARGV[4])
-local acquired = 0
-if amount <= limit then
-    local entry = redis.call('lindex', KEYS[1], limit - amount)
-    if not (entry and tonumber(entry) >= timestamp - expiry) then
-        local entries = {}
-        for i = 1, amount do entries[i] = timestamp end
-        redis.call('lpush', KEYS[1], unpack(entries))
-        redis.call('ltrim', KEYS[1], 0, limit - 1)
-        redis.call('expire', KEYS[1], expiry)
-        acquired = 1
+local amount = tonumber(ARGV[2])
+local refused = 0
+for k = 1, #KEYS do
+    local limit, expiry = tonumber(ARGV[1 + 2 * k]), tonumber(ARGV[2 + 2 * k])
+    local entry = amount <= limit and redis.call('lindex', KEYS[k], limit - amount)
+    if amount > limit or (entry and tonumber(entry) >= timestamp - expiry) then
+        refused = k
+        break
     end
 end
-local low, high, oldest = 0, redis.call('llen', KEYS[1]) - 1, nil
-while low <= high do
-    local mid = math.floor((low + high) / 2)
-    local value = tonumber(redis.call('lindex', KEYS[1], mid))
-    if value and value >= timestamp - expiry then
-        oldest = mid
-        low = mid + 1
+if refused == 0 then
+    local entries = {}
+    for i = 1, amount do entries[i] = timestamp end
+    for k = 1, #KEYS do
+        local limit, expiry = tonumber(ARGV[1 + 2 * k]), tonumber(ARGV[2 + 2 * k])
+        redis.call('lpush', KEYS[k], unpack(entries))
+        redis.call('ltrim', KEYS[k], 0, limit - 1)
+        redis.call('expire', KEYS[k], expiry)
+    end
+end
+local out = {refused}
+for k = 1, #KEYS do
+    local expiry = tonumber(ARGV[2 + 2 * k])
+    local low, high, oldest = 0, redis.call('llen', KEYS[k]) - 1, nil
+    while low <= high do
+        local mid = math.floor((low + high) / 2)
+        local value = tonumber(redis.call('lindex', KEYS[k], mid))
+        if value and value >= timestamp - expiry then
+            oldest = mid
+            low = mid + 1
+        else
+            high = mid - 1
+        end
+    end
+    if oldest then
+        out[#out + 1] = tostring(redis.call('lindex', KEYS[k], oldest))
+        out[#out + 1] = oldest + 1
     else
-        high = mid - 1
+        out[#out + 1] = tostring(timestamp)
+        out[#out + 1] = 0
     end
 end
-if oldest then
-    return {acquired, tostring(redis.call('lindex', KEYS[1], oldest)), oldest + 1}
-end
-return {acquired, tostring(timestamp), 0}
+return out
 """
 
 
@@ -74,18 +91,29 @@ class MemoryWindows:
         self._sweep_seconds = sweep_seconds
         self._swept_at = _memory_clock()
 
-    def hit(self, key: str, limit: int, expiry: int, cost: int) -> tuple[bool, WindowStats]:
+    def hit_all(self, windows: list[tuple[str, int, int]], cost: int) -> tuple[int | None, list[WindowStats]]:
+        """Spends ``cost`` from every (key, limit, expiry) window, or from none when one is full; returns the
+        index of the first full window (None when spent) and each window's figures right after."""
         now = _memory_clock()
         with self._lock:
-            window = self._windows.setdefault(key, (expiry, deque()))[1]
-            _drop_expired(window, now - expiry)
-            acquired = cost <= limit and len(window) + cost <= limit
-            if acquired:
-                window.extend([now] * cost)
-            stats = _stats(window, now, limit, expiry)
+            deques = []
+            refused: int | None = None
+            for index, (key, limit, expiry) in enumerate(windows):
+                window = self._windows.setdefault(key, (expiry, deque()))[1]
+                _drop_expired(window, now - expiry)
+                deques.append(window)
+                if refused is None and not (cost <= limit and len(window) + cost <= limit):
+                    refused = index
+            if refused is None:
+                for window in deques:
+                    window.extend([now] * cost)
+            stats = [
+                _stats(window, now, limit, expiry)
+                for window, (_, limit, expiry) in zip(deques, windows, strict=True)
+            ]
             if now - self._swept_at >= self._sweep_seconds:
                 self._sweep(now)
-        return acquired, stats
+        return refused, stats
 
     def stats(self, key: str, limit: int, expiry: int) -> WindowStats:
         now = _memory_clock()
@@ -127,24 +155,37 @@ class CountedMovingWindowRateLimiter(MovingWindowRateLimiter):
         self._script = None
         self._memory: MemoryWindows | None = None
         if isinstance(storage, RedisStorage):
-            self._script = storage.get_connection().register_script(_ACQUIRE_AND_COUNT)
+            self._script = storage.get_connection().register_script(_ACQUIRE_ALL_AND_COUNT)
         else:
             self._memory = MemoryWindows()
 
-    def hit_counted(self, item: RateLimitItem, *identifiers: str, cost: int = 1) -> tuple[bool, WindowStats]:
-        """Spends ``cost`` when the window allows it; returns whether it did and the window right after."""
-        key = item.key_for(*identifiers)
-        expiry = item.get_expiry()
+    def hit_all(
+        self, items: list[RateLimitItem], *identifiers: str, cost: int = 1
+    ) -> tuple[int | None, list[WindowStats]]:
+        """Spends ``cost`` from every window when all allow it, else from none, in one atomic step; returns
+        the index of the first full window (None when spent) and every window's figures right after."""
+        windows = [(item.key_for(*identifiers), item.amount, item.get_expiry()) for item in items]
         if self._memory is not None:
-            return self._memory.hit(key, item.amount, expiry, cost)
-        key = self.storage.prefixed_key(key)  # type: ignore[attr-defined]
+            return self._memory.hit_all(windows, cost)
         now = time.time()
+        keys = [self.storage.prefixed_key(key) for key, _, _ in windows]  # type: ignore[attr-defined]
+        args: list[float] = [now, cost]
+        for _, limit, expiry in windows:
+            args += [limit, expiry]
         try:
-            acquired, oldest, count = self._script([key], [now, item.amount, expiry, cost])  # type: ignore[misc]
+            refused, *figures = self._script(keys, args)  # type: ignore[misc]
         except Exception as exc:  # the same wrapping limits gives its own calls (wrap_exceptions)
             raise StorageError(exc) from exc
-        reset = float(oldest) + expiry if int(count) else now + expiry
-        return bool(acquired), WindowStats(reset, item.amount - int(count))
+        stats = []
+        for (_, limit, expiry), oldest, count in zip(windows, figures[0::2], figures[1::2], strict=True):
+            reset = float(oldest) + expiry if int(count) else now + expiry
+            stats.append(WindowStats(reset, limit - int(count)))
+        return (int(refused) - 1 if int(refused) else None), stats
+
+    def hit_counted(self, item: RateLimitItem, *identifiers: str, cost: int = 1) -> tuple[bool, WindowStats]:
+        """Spends ``cost`` when the window allows it; returns whether it did and the window right after."""
+        refused, [stats] = self.hit_all([item], *identifiers, cost=cost)
+        return refused is None, stats
 
     def hit(self, item: RateLimitItem, *identifiers: str, cost: int = 1) -> bool:
         return self.hit_counted(item, *identifiers, cost=cost)[0]

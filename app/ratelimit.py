@@ -58,7 +58,7 @@ class WindowStatus:
 
 
 def key_windows(key: ApiKey) -> list[RateLimitItem]:
-    # Checked in this order; the first window that is full stops the count.
+    # In this order: when several are full, a 429 names the first.
     return [
         RateLimitItemPerMinute(key.per_minute),
         RateLimitItemPerHour(key.per_hour),
@@ -89,20 +89,13 @@ class RateLimits:
         return bool(self._storage.check())
 
     def count(self, key: ApiKey) -> Count:
-        """Spends one request from each of the key's windows, stopping at the first full one."""
-        statuses: list[WindowStatus] = []
-        breached: WindowStatus | None = None
+        """Spends one request from all of the key's windows, or from none when one of them is full (the first
+        full one, minute before hour before day, is the one a 429 names)."""
+        items = key_windows(key)
         with _fail_closed():
-            for item in key_windows(key):
-                if breached is None:
-                    acquired, stats = self._strategy.hit_counted(item, KEY_PREFIX, key.id, KEY_SCOPE)
-                    status = WindowStatus.of(item, stats)
-                    if not acquired:
-                        breached = status
-                else:
-                    status = WindowStatus.of(item, self._strategy.get_window_stats(item, KEY_PREFIX, key.id, KEY_SCOPE))
-                statuses.append(status)
-        return Count(most_constraining(statuses), breached)
+            refused, stats = self._strategy.hit_all(items, KEY_PREFIX, key.id, KEY_SCOPE)
+        statuses = [WindowStatus.of(item, window) for item, window in zip(items, stats, strict=True)]
+        return Count(most_constraining(statuses), None if refused is None else statuses[refused])
 
     def status(self, key: ApiKey) -> WindowStatus:
         """The key's windows as they stand, without spending (for endpoints that are not counted)."""
