@@ -1,11 +1,11 @@
 """Rate limits: each key's rolling minute, hour and day windows, failed authentications per address,
 the X-RateLimit-* headers and the 429 body.
 
-The storage (memory, or Redis with REDIS_URL) comes from ``limits``, as Flask-Limiter would build it,
-with the strategy from app.counted_window; the request pipeline (app.pipeline) decides when a request is
-counted and calls ``RateLimits`` here, which returns the window figures instead of stashing them anywhere.
-Flask-Limiter's own request hooks are not installed: no limit is declared to it, so they had nothing to
-check, yet they cost about a fifth of a GET /verify's CPU in the web process.
+The storage (memory, or Redis with REDIS_URL) comes from ``limits`` with the strategy from
+app.counted_window; the request pipeline (app.pipeline) decides when a request is counted and calls
+``RateLimits`` here, which returns the window figures instead of stashing them anywhere. Flask-Limiter, which
+the service used first, is not used: its request hooks had no limit declared to check, since a key's limits
+come from the key store, yet they cost about a fifth of a GET /verify's CPU in the web process.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def set_headers(response: Response, status: WindowStatus) -> None:
 
 
 def init_rate_limits(_app: Flask, settings: Settings) -> RateLimits:
-    # The same storage, options and key layout Flask-Limiter built from these settings before.
+    # Short timeouts so an unreachable Redis fails a request fast (fail closed) rather than hanging it.
     options = (
         {"socket_connect_timeout": 2, "socket_timeout": 2, "health_check_interval": 10, "wrap_exceptions": True}
         if settings.redis_url
