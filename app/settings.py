@@ -71,6 +71,13 @@ class Settings:
     testing: bool = False
     # Monitor webhooks to loopback, private or link-local addresses are refused unless this is set.
     allow_private_webhooks: bool = False
+    # Webhook delivery (docs/monitors.md): exponential backoff from the base, each wait capped; an alert not
+    # delivered by the maximum age is marked failed; a claimed alert is reserved for its sender for the lease.
+    monitor_retry_base_seconds: float = 1.0
+    monitor_retry_max_delay_seconds: float = 60.0
+    monitor_delivery_max_age_seconds: float = 3600.0
+    monitor_delivery_lease_seconds: float = 60.0
+    monitor_webhook_timeout_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -91,6 +98,11 @@ class Settings:
             secret_key=os.environ.get("SECRET_KEY") or None,
             log_level=os.environ.get("LOG_LEVEL", "INFO").upper(),
             allow_private_webhooks=_bool("ALLOW_PRIVATE_WEBHOOKS", False),
+            monitor_retry_base_seconds=_float("MONITOR_RETRY_BASE_SECONDS", 1.0),
+            monitor_retry_max_delay_seconds=_float("MONITOR_RETRY_MAX_DELAY_SECONDS", 60.0),
+            monitor_delivery_max_age_seconds=_float("MONITOR_DELIVERY_MAX_AGE_SECONDS", 3600.0),
+            monitor_delivery_lease_seconds=_float("MONITOR_DELIVERY_LEASE_SECONDS", 60.0),
+            monitor_webhook_timeout_seconds=_float("MONITOR_WEBHOOK_TIMEOUT_SECONDS", 10.0),
         )
         return replace(settings, **overrides)
 

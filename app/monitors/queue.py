@@ -14,7 +14,6 @@ and never wait on each other. SQLite has one writer at a time, which serializes 
 from __future__ import annotations
 
 import json
-import os
 import random
 import secrets
 from dataclasses import dataclass
@@ -27,19 +26,16 @@ from sqlalchemy.orm import Session, aliased
 from app.db import Database
 from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorRecord
 from app.monitors.webhooks import DeliveryOutcome
+from app.settings import Settings
 
 ACTIVE = ("pending", "sending")
-
-
-def _env_seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    return float(raw) if raw else default
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff from ``base_seconds``, each wait capped at ``max_delay_seconds``, giving up once
-    an event is ``max_age_seconds`` old. The environment may shorten them (tests and drills do)."""
+    an event is ``max_age_seconds`` old; built from the settings (MONITOR_* variables), which tests and
+    drills shorten."""
 
     base_seconds: float = 1.0
     # A receiver that comes back waits at most this long for its backlog to start flowing again.
@@ -49,13 +45,13 @@ class RetryPolicy:
     request_timeout_seconds: float = 10.0
 
     @classmethod
-    def from_env(cls) -> RetryPolicy:
+    def from_settings(cls, settings: Settings) -> RetryPolicy:
         return cls(
-            base_seconds=_env_seconds("MONITOR_RETRY_BASE_SECONDS", 1.0),
-            max_delay_seconds=_env_seconds("MONITOR_RETRY_MAX_DELAY_SECONDS", 60.0),
-            max_age_seconds=_env_seconds("MONITOR_DELIVERY_MAX_AGE_SECONDS", 3600.0),
-            lease_seconds=_env_seconds("MONITOR_DELIVERY_LEASE_SECONDS", 60.0),
-            request_timeout_seconds=_env_seconds("MONITOR_WEBHOOK_TIMEOUT_SECONDS", 10.0),
+            base_seconds=settings.monitor_retry_base_seconds,
+            max_delay_seconds=settings.monitor_retry_max_delay_seconds,
+            max_age_seconds=settings.monitor_delivery_max_age_seconds,
+            lease_seconds=settings.monitor_delivery_lease_seconds,
+            request_timeout_seconds=settings.monitor_webhook_timeout_seconds,
         )
 
     def delay(self, attempt: int) -> float:

@@ -14,6 +14,7 @@ from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.schemas import parse_json_body, problem
 from app.monitors import forecasting, service
 from app.monitors.cache import HistoryCache, MonitorLocks
+from app.monitors.queue import RetryPolicy
 from app.monitors.schemas import (
     MonitorCreateSchema,
     MonitorPatchSchema,
@@ -50,7 +51,11 @@ def init_monitors(app: Flask, services: Services, *, start_sender: bool) -> Moni
     runtime = MonitorRuntime(
         cache=HistoryCache(),
         locks=MonitorLocks(),
-        sender=DeliverySender(services.database, allow_private=services.settings.allow_private_webhooks),
+        sender=DeliverySender(
+            services.database,
+            allow_private=services.settings.allow_private_webhooks,
+            policy=RetryPolicy.from_settings(services.settings),
+        ),
         judge_slots=threading.BoundedSemaphore(pool.size + max(1, pool.queue_limit // 2)),
         write_lock=threading.Lock() if services.database.engine.dialect.name == "sqlite" else None,
     )

@@ -23,10 +23,10 @@ CONCURRENCY = 8
 
 
 class DeliverySender:
-    def __init__(self, database: Database, *, allow_private: bool, policy: RetryPolicy | None = None) -> None:
+    def __init__(self, database: Database, *, allow_private: bool, policy: RetryPolicy) -> None:
         self.database = database
         self.allow_private = allow_private
-        self.policy = policy or RetryPolicy.from_env()
+        self.policy = policy
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self._wake = threading.Event()
         self._stop = threading.Event()
