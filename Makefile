@@ -37,8 +37,13 @@ run: migrate
 	$(BIN)/flask --app wsgi keys bootstrap --url http://127.0.0.1:$(PORT)
 	BIND=127.0.0.1:$(PORT) $(BIN)/gunicorn wsgi:app
 
+# Several pytest-xdist workers: most tests wait (on gunicorn, subprocesses, rate-limit windows) more than they
+# compute, so three workers keep two cores busy. A module's tests that share a server stay on one worker
+# (tests/conftest.py); `TEST_WORKERS=0 make test` runs everything in one process.
+TEST_WORKERS ?= 3
+
 test: install-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -19,6 +19,20 @@ from app.settings import Settings  # noqa: E402
 from tests.support import migrate, postgres_database, settings_for  # noqa: E402
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs `--dist loadgroup`), the tests of a module that share a module- or
+    class-scoped fixture (a gunicorn, an app, a database) run on one worker, so that fixture is built once; every
+    other test goes to whichever worker is free."""
+    for item in items:
+        fixture_info = getattr(item, "_fixtureinfo", None)
+        if fixture_info is None:
+            continue
+        scopes = {definitions[-1].scope for definitions in fixture_info.name2fixturedefs.values() if definitions}
+        if scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     with postgres_database() as url:

@@ -24,7 +24,19 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# pytest-xdist runs several workers at once (gw0, gw1, ...); each gets its own Redis database, counting down
+# from the configured one, because the tests flush the database they use.
+XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+
+
+def _database_of_worker(url: str, worker: int) -> str:
+    base, _, number = url.rpartition("/")
+    if not number.isdigit() or int(number) < worker:
+        raise RuntimeError(f"TEST_REDIS_URL must end in a database number of at least {worker} (one per worker)")
+    return f"{base}/{int(number) - worker}"
+
+
+REDIS_URL = _database_of_worker(os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15"), XDIST_WORKER)
 
 
 def missing_service(reason: str) -> None:
@@ -121,14 +133,19 @@ def cli(*args: str, env: dict[str, str], check: bool = True) -> subprocess.Compl
 
 def cli_in_process(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
     """`flask --app wsgi ARGS` with `env` over this process's environment, run in this process: the same click
-    commands as `cli`, without paying an interpreter start and the app's imports for every command."""
+    commands as `cli`, without paying an interpreter start and the app's imports for every command. Its stderr
+    holds what the command printed there and the log lines it wrote, as the real process's would."""
+    import io
+    from contextlib import redirect_stderr
     from unittest import mock
 
     from app import create_app
 
     with mock.patch.dict(os.environ, env):
         settings = Settings.from_env()
-    app = create_app(settings)
+    logged = io.StringIO()
+    with redirect_stderr(logged):  # create_app points the log handler at sys.stderr as it is now
+        app = create_app(settings)
     try:
         result = app.test_cli_runner().invoke(args=list(args))
     finally:
@@ -136,7 +153,7 @@ def cli_in_process(*args: str, env: dict[str, str], check: bool = True) -> subpr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     completed = subprocess.CompletedProcess(["flask", "--app", "wsgi", *args], result.exit_code, result.stdout,
-                                            result.stderr)
+                                            result.stderr + logged.getvalue())
     if check and completed.returncode != 0:
         raise AssertionError(f"flask {' '.join(args)} failed ({completed.returncode}):\n{completed.stdout}\n"
                              f"{completed.stderr}")
@@ -235,6 +252,57 @@ class RedisServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+
+class PostgresServer:
+    """A private PostgreSQL cluster on a free loopback port, for a test that stops and restarts its database:
+    the shared server on 5432 stays up for every other test (and other test runs) using it meanwhile."""
+
+    def __init__(self) -> None:
+        import glob
+        import shutil
+        import tempfile
+
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
+        initdb = found[-1] if found else shutil.which("initdb")
+        if initdb is None:
+            missing_service("PostgreSQL's server binaries (initdb, pg_ctl) are not installed")
+        self.bin = Path(str(initdb)).parent
+        # PostgreSQL refuses to run as root; then it runs as the postgres user, which needs a folder of its own
+        # outside pytest's 0700 temp dirs.
+        self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self.directory = Path(tempfile.mkdtemp(prefix="forecast-test-pg-"))
+        if self._as:
+            shutil.chown(self.directory, user="postgres")
+        self.data = self.directory / "data"
+        self.port = free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write(f"port = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+                       f"unix_socket_directories = '{self.directory}'\n")
+        self.start()
+
+    def _run(self, program: str, *args: str) -> None:
+        done = subprocess.run([*self._as, str(self.bin / program), *args], capture_output=True, text=True,
+                              timeout=60)
+        if done.returncode != 0:
+            raise AssertionError(f"{program} {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+
+    def start(self) -> None:
+        """Starts the cluster and returns once it accepts connections."""
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.directory / "server.log"), "-w", "start")
+
+    def stop(self) -> None:
+        """A fast shutdown, as `pg_ctlcluster stop -m fast` does: sessions are ended, the data is kept."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def remove(self) -> None:
+        import shutil
+
+        if (self.data / "postmaster.pid").exists():
+            self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def child_pids(pid: int) -> list[int]:

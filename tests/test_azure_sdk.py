@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REQUIRE_SERVICES, Server, cli
+from tests.support import REQUIRE_SERVICES, Server, cli_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +36,8 @@ except ImportError:  # a dev dependency; with REQUIRE_SERVICES=1 (CI) its absenc
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
     folder = tmp_path_factory.mktemp("azure_sdk")
     env = {"DATABASE_URL": f"sqlite:///{folder / 'keys.sqlite3'}", "FORECAST_WORKERS": "1", "LOG_LEVEL": "INFO"}
-    cli("db", "upgrade", env=env)
-    key = json.loads(cli("keys", "create", "--permissions", "read", "--json", env=env).stdout)["key"]
+    cli_in_process("db", "upgrade", env=env)
+    key = json.loads(cli_in_process("keys", "create", "--permissions", "read", "--json", env=env).stdout)["key"]
     server = Server(env, log_path=folder / "gunicorn.log")
     server.wait_ready()
     yield server, key

@@ -42,7 +42,7 @@ from forecast_client import (
     Unauthorized,
 )
 
-from tests.support import ROOT, Server, cli, free_port
+from tests.support import ROOT, Server, cli_in_process, free_port
 
 pytestmark = pytest.mark.slow
 EXAMPLE = ROOT / "clients" / "python" / "examples" / "forecast_csv.py"
@@ -65,7 +65,7 @@ class Running:
 
 
 def create_key(env: dict[str, str], *args: str) -> str:
-    return json.loads(cli("keys", "create", *args, "--json", env=env).stdout)["key"]
+    return json.loads(cli_in_process("keys", "create", *args, "--json", env=env).stdout)["key"]
 
 
 def hourly_series(points: int = 240, *, start: str = "2026-01-05", tz: str | None = None) -> pd.Series:
@@ -86,7 +86,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         "LOG_LEVEL": "INFO",
         "ALLOW_PRIVATE_WEBHOOKS": "1",  # the webhook receiver below listens on loopback
     }
-    cli("db", "upgrade", env=env)
+    cli_in_process("db", "upgrade", env=env)
     key = create_key(env, "--permissions", "read", "--per-minute", "1000", "--per-hour", "5000")
     write_only_key = create_key(env, "--permissions", "write")
     limited_key = create_key(env, "--permissions", "read", "--per-minute", "3")

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from forecast_client import Client, ServerError
 
-from tests.support import Server, cli
+from tests.support import Server, cli_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +32,9 @@ def server_and_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S
         "FORECAST_TIMEOUT_SECONDS": "0.001",
         "LOG_LEVEL": "INFO",
     }
-    cli("db", "upgrade", env=env)
-    key = json.loads(cli("keys", "create", "--permissions", "read", "--per-minute", "1000", "--json", env=env).stdout)
+    cli_in_process("db", "upgrade", env=env)
+    key = json.loads(cli_in_process("keys", "create", "--permissions", "read", "--per-minute", "1000", "--json",
+                                    env=env).stdout)
     server = Server(env, log_path=directory / "gunicorn.log")
     try:
         server.wait_ready()

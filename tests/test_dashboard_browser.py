@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import ROOT, Server, bearer, cli, missing_service
+from tests.support import ROOT, Server, bearer, cli_in_process, missing_service
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         "KEY_CACHE_SECONDS": "1",
         "LOG_LEVEL": "INFO",
     }
-    cli("db", "upgrade", env=environment)
+    cli_in_process("db", "upgrade", env=environment)
     return environment
 
 
@@ -85,7 +85,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 
 def make_key(env: dict[str, str], permissions: str, *args: str) -> dict:
-    return json.loads(cli("keys", "create", "--permissions", permissions, *args, "--json", env=env).stdout)
+    return json.loads(cli_in_process("keys", "create", "--permissions", permissions, *args, "--json", env=env).stdout)
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, message: str = "condition") -> Any:

@@ -8,7 +8,6 @@ import math
 import os
 import signal
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,16 +19,13 @@ import pytest
 import requests
 
 from tests.support import (
-    POSTGRES_URL,
+    PostgresServer,
     RedisServer,
     Server,
     bearer,
     child_pids,
     cli_in_process,
     cmdline,
-    missing_service,
-    postgres_available,
-    postgres_database,
 )
 
 pytestmark = pytest.mark.slow
@@ -170,38 +166,12 @@ def test_redis_outage_fails_closed_and_recovers_without_restart(serving: Serving
 # 2. PostgreSQL restarted while serving (D2.5: counts made during the outage are flushed later).
 
 
-def _cluster() -> tuple[str, str]:
-    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
-    if not versions:
-        missing_service("no local PostgreSQL cluster under /etc/postgresql to stop and start")
-    return versions[-1], "main"
-
-
-def _pg_ctl(action: str) -> None:
-    version, name = _cluster()
-    command = ["pg_ctlcluster", "--skip-systemctl-redirect"]
-    if action == "stop":
-        command += ["-m", "fast"]
-    subprocess.run([*command, version, name, action], check=True, capture_output=True, timeout=60)
-
-
-def _wait_postgres(timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready = subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-t", "2"], capture_output=True)
-        if ready.returncode == 0 and postgres_available():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"PostgreSQL not ready {timeout}s after start")
-
-
 def test_postgres_restart_while_serving_loses_no_usage(tmp_path: Path) -> None:
-    if not POSTGRES_URL.startswith("postgresql://postgres@127.0.0.1:5432/"):
-        missing_service("the PostgreSQL restart test needs the local cluster on 127.0.0.1:5432")
-    _cluster()
-    with postgres_database() as database_url:
+    # A private cluster: stopping the shared one would fail every other test using it meanwhile.
+    postgres = PostgresServer()
+    try:
         env = {
-            "DATABASE_URL": database_url,
+            "DATABASE_URL": postgres.url,
             "FORECAST_WORKERS": "1",
             "USAGE_FLUSH_SECONDS": "1",
             "KEY_CACHE_SECONDS": "2",
@@ -228,15 +198,14 @@ def test_postgres_restart_while_serving_loses_no_usage(tmp_path: Path) -> None:
 
             during: list[requests.Response] = []
             try:
-                _pg_ctl("stop")
+                postgres.stop()
                 stopped = time.monotonic()
                 while time.monotonic() - stopped < 4.0:
                     during.append(verify(key))
                     time.sleep(0.1)
                 during.append(verify(unseen))
             finally:
-                _pg_ctl("start")
-                _wait_postgres()
+                postgres.start()
             # The cached key may still pass for a moment; past the cache, the answer is a quick 500, never a 401.
             assert {r.status_code for r in during} <= {200, 500}, [r.status_code for r in during]
             failed = [r for r in during if r.status_code == 500]
@@ -257,6 +226,8 @@ def test_postgres_restart_while_serving_loses_no_usage(tmp_path: Path) -> None:
         for which in (key, unseen):
             expected = sum(counts_as_use(r) for r in answers[which["id"]])
             assert usage_of(env, which["id"]) == expected, [r.status_code for r in answers[which["id"]]]
+    finally:
+        postgres.remove()
 
 
 # 3. SIGTERM while forecasts run (graceful: every accepted request answered, usage flushed, exit 0).

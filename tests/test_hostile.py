@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import Server, bearer, child_pids, cli, cmdline
+from tests.support import Server, bearer, child_pids, cli_in_process, cmdline
 
 pytestmark = pytest.mark.slow
 
@@ -92,9 +92,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, d
         "AUTH_FAILURE_LIMIT": "10000/minute",
         "LOG_LEVEL": "WARNING",
     }
-    cli("db", "upgrade", env=env)
-    created = json.loads(cli("keys", "create", "--permissions", "read", "--per-minute", "100000", "--per-hour",
-                             "1000000", "--per-day", "10000000", "--json", env=env).stdout)
+    cli_in_process("db", "upgrade", env=env)
+    created = json.loads(cli_in_process("keys", "create", "--permissions", "read", "--per-minute", "100000",
+                                        "--per-hour", "1000000", "--per-day", "10000000", "--json", env=env).stdout)
     server = Server(env, log_path=directory / "gunicorn.log")
     server.wait_ready()
     yield server, env, created["key"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pytest
 import requests
 
-from tests.support import Server, cli
+from tests.support import Server, cli_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -49,10 +49,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, K
         "AUTH_FAILURE_LIMIT": "100000/minute",
         "LOG_LEVEL": "WARNING",
     }
-    cli("db", "upgrade", env=env)
+    cli_in_process("db", "upgrade", env=env)
 
     def create(*args: str) -> str:
-        return json.loads(cli("keys", "create", *args, "--json", env=env).stdout)["key"]
+        return json.loads(cli_in_process("keys", "create", *args, "--json", env=env).stdout)["key"]
 
     high = ("--per-minute", "1000000", "--per-hour", "10000000", "--per-day", "100000000")
     keys = Keys(

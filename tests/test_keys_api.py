@@ -209,6 +209,7 @@ def test_patch_name_tier_and_limits(client: FlaskClient, admin: tuple[str, str])
         assert bad.get_json()["error"]["details"]["field"] == field, bad.get_json()
 
 
+@pytest.mark.parametrize("app", ["sqlite"], indirect=True)  # validation answers before the database is asked
 def test_create_validation_in_the_house_envelope(client: FlaskClient, admin: tuple[str, str]) -> None:
     admin_key, _ = admin
     cases = (
@@ -284,6 +285,7 @@ def test_usage_history_and_live_windows(client: FlaskClient, app: Flask, admin: 
         assert bad.get_json()["error"]["details"]["field"] == "hours"
 
 
+@pytest.mark.parametrize("app", ["sqlite"], indirect=True)  # the limits are counted outside the database
 def test_key_calls_are_counted_against_the_callers_limits(client: FlaskClient, app: Flask) -> None:
     admin_key, _ = new_key(app, ("read", "admin"), per_minute=3)
     assert [client.get("/keys", headers=bearer(admin_key)).status_code for _ in range(4)] == [200, 200, 200, 429]

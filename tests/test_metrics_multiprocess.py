@@ -17,7 +17,16 @@ import requests
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import REDIS_URL, Server, bearer, child_pids, cli, cmdline, missing_service, redis_available
+from tests.support import (
+    REDIS_URL,
+    Server,
+    bearer,
+    child_pids,
+    cli_in_process,
+    cmdline,
+    missing_service,
+    redis_available,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -59,10 +68,11 @@ def test_a_killed_worker_is_marked_dead_and_metrics_still_add_up(tmp_path: Path)
         "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
         "LOG_LEVEL": "WARNING",
     }
-    cli("db", "upgrade", env=env)
-    admin = json.loads(cli("keys", "create", "--permissions", "admin", "--json", env=env).stdout)["key"]
-    reader = json.loads(cli("keys", "create", "--permissions", "read", "--per-minute", "100000", "--per-hour",
-                            "1000000", "--per-day", "10000000", "--json", env=env).stdout)["key"]
+    cli_in_process("db", "upgrade", env=env)
+    admin = json.loads(cli_in_process("keys", "create", "--permissions", "admin", "--json", env=env).stdout)["key"]
+    reader = json.loads(cli_in_process("keys", "create", "--permissions", "read", "--per-minute", "100000",
+                                       "--per-hour", "1000000", "--per-day", "10000000", "--json",
+                                       env=env).stdout)["key"]
     server = Server(env, log_path=tmp_path / "gunicorn.log")
     verified = 0
 

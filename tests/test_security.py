@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support import Server, bearer, cli
+from tests.support import Server, bearer, cli_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -27,12 +27,12 @@ KEY = re.compile(r"ak_[0-9a-fA-F]{64}")
 
 def _database(directory: Path, **extra: str) -> dict[str, str]:
     env = {"DATABASE_URL": f"sqlite:///{directory / 'keys.sqlite3'}", "FORECAST_WORKERS": "1", **extra}
-    cli("db", "upgrade", env=env)
+    cli_in_process("db", "upgrade", env=env)
     return env
 
 
 def _create_key(env: dict[str, str]) -> str:
-    return json.loads(cli("keys", "create", "--permissions", "read", "--json", env=env).stdout)["key"]
+    return json.loads(cli_in_process("keys", "create", "--permissions", "read", "--json", env=env).stdout)["key"]
 
 
 @pytest.fixture(scope="module")

@@ -149,12 +149,13 @@ def test_buckets_survive_a_graceful_gunicorn_restart(tmp_path: Path) -> None:
 
     import requests
 
-    from tests.support import Server, bearer, cli
+    from tests.support import Server, bearer, cli_in_process
 
     env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'served.sqlite3'}", "DATA_DIR": str(tmp_path),
            "FORECAST_WORKERS": "1", "USAGE_FLUSH_SECONDS": "5", "LOG_LEVEL": "WARNING"}
-    cli("db", "upgrade", env=env)
-    key = json.loads(cli("keys", "create", "--permissions", "read", "--per-minute", "20", "--json", env=env).stdout)
+    cli_in_process("db", "upgrade", env=env)
+    key = json.loads(cli_in_process("keys", "create", "--permissions", "read", "--per-minute", "20", "--json",
+                                    env=env).stdout)
     server = Server(env, log_path=tmp_path / "gunicorn.log")
     try:
         server.wait_ready()
