@@ -38,12 +38,12 @@ run: migrate
 	BIND=127.0.0.1:$(PORT) $(BIN)/gunicorn wsgi:app
 
 # Several pytest-xdist workers: most tests wait (on gunicorn, subprocesses, rate-limit windows) more than they
-# compute, so three workers keep two cores busy. A module's tests that share a server stay on one worker
-# (tests/conftest.py); `TEST_WORKERS=0 make test` runs everything in one process.
+# compute, so three workers keep two cores busy. A module's tests that share a server stay on one worker, and
+# the end-to-end ones are handed out first (tests/conftest.py); `TEST_WORKERS=0 make test` runs one process.
 TEST_WORKERS ?= 3
 
 test: install-dev
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 lint: install-dev
 	$(BIN)/ruff check .

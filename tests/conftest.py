@@ -21,9 +21,10 @@ from tests.support import migrate, postgres_database, settings_for  # noqa: E402
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test` runs `--dist loadgroup`), the tests of a module that share a module- or
-    class-scoped fixture (a gunicorn, an app, a database) run on one worker, so that fixture is built once; every
-    other test goes to whichever worker is free."""
+    """Under pytest-xdist (`make test` runs `--dist loadgroup --no-loadscope-reorder`), the tests of a module
+    that share a module- or class-scoped fixture (a gunicorn, an app, a database) run on one worker, so that
+    fixture is built once; every other test goes to whichever worker is free. The workers take the end-to-end
+    (`slow`) tests first, so that no long one starts last while the other workers sit idle."""
     for item in items:
         fixture_info = getattr(item, "_fixtureinfo", None)
         if fixture_info is None:
@@ -31,6 +32,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         scopes = {definitions[-1].scope for definitions in fixture_info.name2fixturedefs.values() if definitions}
         if scopes & {"module", "class", "package"}:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    if "PYTEST_XDIST_WORKER" in os.environ:  # every worker sorts alike, as xdist needs; one process keeps the order
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

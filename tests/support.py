@@ -271,6 +271,13 @@ class PostgresServer:
         # PostgreSQL refuses to run as root; then it runs as the postgres user, which needs a folder of its own
         # outside pytest's 0700 temp dirs.
         self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self._as:
+            import pwd
+
+            try:
+                pwd.getpwnam("postgres")
+            except KeyError:
+                missing_service("a private PostgreSQL cluster cannot run as root, and there is no postgres user")
         self.directory = Path(tempfile.mkdtemp(prefix="forecast-test-pg-"))
         if self._as:
             shutil.chown(self.directory, user="postgres")

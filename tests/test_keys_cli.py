@@ -224,6 +224,7 @@ def test_db_current_history_and_downgrade(run: Cli) -> None:
     assert json.loads(run("keys", "list", "--json").stdout) == []
 
 
+@pytest.mark.slow
 def test_the_real_flask_executable(tmp_path: Path) -> None:
     """The commands exactly as README shows them, in a fresh process reading the environment."""
     env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'keys.sqlite3'}", "DATA_DIR": str(tmp_path)}

@@ -83,6 +83,7 @@ def test_migrations_produce_exactly_the_orm_schema_and_undo_cleanly(empty_databa
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_plain_alembic_reads_the_service_environment(tmp_path: Path) -> None:
     database = tmp_path / "plain.sqlite3"
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}"}
