@@ -295,3 +295,31 @@ def test_describe_models():
         assert set(m) == {"id", "description"}
         assert m["description"] and "\n" not in m["description"] and m["description"].isascii()
     assert len({m["description"] for m in d}) == 4
+
+
+def test_short_yearly_growth_is_continued():
+    """A 16-point yearly series growing ~6% a year with noise: the short-history pool (a combination of
+    exponential smoothing, Theta, damped trend and drift, or drift alone) keeps the growth going, and the
+    95% interval holds the next six values, which a level forecast would leave below its median."""
+    rng = np.random.default_rng(21)
+    y = 100 * 1.06 ** np.arange(22) * (1 + 0.02 * rng.standard_normal(22))
+    hist, future = y[:16], y[16:]
+    res = run_forecast(DEFAULT_MODEL_ID, hist.tolist(), 6, 0.95, seasonal_periods("Yearly", 1, 16))
+    med = np.array(res.median)
+    assert np.all(np.diff(med) > 0)
+    assert med[-1] > hist[-1] * 1.2
+    assert np.all((future >= np.array(res.lower)) & (future <= np.array(res.upper)))
+
+
+def test_cut_windows_floor_the_horizon_growth():
+    """Errors whose far steps were seen only at a few early origins (windows cut at the end of a short
+    history) cannot claim that errors do not grow with the horizon: the exponent is at least 0.5."""
+    from app.forecast.intervals import fit_errors
+
+    rng = np.random.default_rng(4)
+    flat = rng.standard_normal((12, 6))  # same spread at every step: fitted growth ~0
+    assert fit_errors(flat, 1.0).b < 0.3
+    cut = flat.copy()
+    for j in range(12):
+        cut[j, 6 - j // 2:] = np.nan  # the newest origins see only the first steps
+    assert fit_errors(cut, 1.0).b >= 0.5

@@ -18,7 +18,13 @@ from app.forecast.seasonal import (
     seasonal_naive,
     weekly_profile,
 )
-from app.forecast.smoothing import ar_diff_forecast, damped_forecast, ses_forecast, theta_forecast
+from app.forecast.smoothing import (
+    ar_diff_forecast,
+    damped_forecast,
+    drift_forecast,
+    ses_forecast,
+    theta_forecast,
+)
 
 ADDITIVE_MARGIN = 1.5  # multiplicative kept unless its remainder SSE exceeds the additive one by this factor
 Candidate = Callable[[np.ndarray, int, tuple[int, ...]], np.ndarray]
@@ -81,7 +87,10 @@ def deseasonalised(base: Callable[[np.ndarray, int], np.ndarray]) -> Candidate:
     return f
 
 
-def recent(name: str, cycles: int = 5, floor: int = 60) -> Candidate:
+RECENT_FLOOR = 60  # fewest points a "recent" candidate reads (see recent)
+
+
+def recent(name: str, cycles: int = 5, floor: int = RECENT_FLOOR) -> Candidate:
     """Candidate ``name`` run on the last ``cycles`` cycles of the shortest period (>= ``floor`` points)."""
 
     def f(y: np.ndarray, h: int, periods: tuple[int, ...]) -> np.ndarray:
@@ -121,6 +130,7 @@ CANDIDATES: dict[str, Candidate] = {
     "theta_sa": deseasonalised(theta_forecast),
     "damped_sa": deseasonalised(damped_forecast),
     "ar3_diff_sa": deseasonalised(ar_diff_forecast),
+    "drift_sa": deseasonalised(drift_forecast),
     "snaive_s": lambda y, h, p: seasonal_naive(y, h, _short(p)),
     "snaive_l": lambda y, h, p: seasonal_naive(y, h, _long(p)),
     "ptheta_s": lambda y, h, p: position_theta(y, h, _short(p)),
@@ -139,4 +149,8 @@ CANDIDATES.update({
 
 # Level/trend family (any series) and seasonal-position family (strongly seasonal series only).
 LEVEL_POOL = ("ses_sa", "theta_sa", "damped_sa", "ar3_diff_sa", "ses_sa5", "theta_sa5", "damped_sa5", "ar3_diff_sa5")
+# Short histories without a strong season (too few points for whole windows at every rolling origin):
+# the equal-weight combination of simple exponential smoothing, Theta, damped trend and random walk with
+# drift, or drift alone, whichever has the lower error at the origins (see SelectionEnsemble).
+SHORT_POOL: tuple[tuple[str, ...], ...] = (("ses_sa", "theta_sa", "damped_sa", "drift_sa"), ("drift_sa",))
 SEASONAL_POOL = ("snaive_s", "snaive_l", "ptheta_s", "pses_s", "ptheta_l", "wprof_l", "plevel", "plevel_log")

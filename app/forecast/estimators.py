@@ -21,7 +21,9 @@ from app.forecast.base import (
 from app.forecast.candidates import (
     CANDIDATES,
     LEVEL_POOL,
+    RECENT_FLOOR,
     SEASONAL_POOL,
+    SHORT_POOL,
     multiplicative_fits,
     seasonal_strength,
 )
@@ -33,6 +35,7 @@ from app.forecast.smoothing import damped_forecast, ses_forecast
 
 PERIOD_STRENGTH = 0.3  # seasonal strength a period needs for model-3 to decompose it (chance: ~1/cycles)
 POSITION_CYCLES = 8  # cycles of the shortest period model-3's seasonal-position variant needs
+LOW_FREQUENCY_PERIOD = 4  # longest shortest-period of "low-frequency" data (quarterly), see SelectionEnsemble
 STRENGTH_GATE = 0.5  # seasonal strength above which seasonal-position methods are used (M4 training data)
 
 
@@ -64,9 +67,11 @@ class SelectionEnsemble(ForecastModel):
 
     def __init__(self, top: int = 3, max_history: int = 3000, n_origins: int = 8, min_step: int = 8,
                  calibration: tuple[float, float] = (1.05, 0.1), level_pool: Sequence[str] = LEVEL_POOL,
-                 seasonal_pool: Sequence[str] = SEASONAL_POOL, gate: float = STRENGTH_GATE) -> None:
+                 seasonal_pool: Sequence[str] = SEASONAL_POOL, gate: float = STRENGTH_GATE,
+                 short_pool: Sequence[tuple[str, ...]] = SHORT_POOL) -> None:
         super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration)
         self.top = top
+        self.short_pool = tuple(tuple(c) for c in short_pool)
         self.min_step = min_step
         self.level_pool = tuple(level_pool)
         self.seasonal_pool = tuple(seasonal_pool)
@@ -76,20 +81,41 @@ class SelectionEnsemble(ForecastModel):
         y, scale = _normalise(values, self.max_history)
         n = len(y)
         per = usable_periods(periods, n)
-        pool = list(self.level_pool)
-        if per and seasonal_strength(y, per[0]) >= self.gate:
-            pool += list(self.seasonal_pool)
-        cands = [CANDIDATES[c] for c in pool]
         x = self._prepare(y, per)  # series the candidates are fitted on; errors are against raw y
         mt = self._min_train(n, per)
         hv = max(1, min(horizon, n - mt))
         orgs, hv = origins(n, horizon, mt, self.n_origins, step=max(hv, self.min_step), short=True)
+        whole = len(orgs) >= self.n_origins and all(o + hv <= n for o in orgs)
+        seasonal = bool(per) and seasonal_strength(y, per[0]) >= self.gate
+        low_frequency = not per or per[0] <= LOW_FREQUENCY_PERIOD
+        if self.short_pool and low_frequency and not whole and not seasonal and n <= RECENT_FLOOR:
+            # too short for whole windows at every origin and no longer than the "recent" members' window
+            # (yearly data, short quarterly and monthly series): the pool's full- and recent-history
+            # members are then the same four forecasts twice, and picking 3 of them on a handful of cut
+            # windows chases noise, so the choice is between one fixed combination and one simple trend
+            # method. Only for low-frequency data (no season, or one of at most 4 points: yearly and
+            # quarterly): weekly data with 80-111 points lose from it (M4 Weekly sMAPE 5.98 -> 6.35, the
+            # recent-window members carry them), and so do short monthly series (M1 Monthly 17.58 ->
+            # 19.64: drift extrapolates their noise). Measured on the development
+            # sets' training rows (--split valid), sMAPE / MASE: M1 Yearly 16.96 / 2.86 -> 15.15 / 2.51,
+            # Tourism Yearly 22.11 / 3.06 -> 20.18 / 2.89, M1 Quarterly 15.31 / 1.62 -> 14.90 / 1.56.
+            # Strongly seasonal short series keep the full pool: their seasonal-position members matter
+            # (Tourism Quarterly 19.70 with them, 20.27 without).
+            pool, top = list(self.short_pool), 1
+        else:
+            pool = [(c,) for c in self.level_pool]
+            if seasonal:
+                pool += [(c,) for c in self.seasonal_pool]
+            top = self.top
+        names = sorted({m for combo in pool for m in combo})
+        col = {m: i for i, m in enumerate(names)}
         r = len(orgs)
-        fc = np.empty((len(cands), r, hv))
+        member = np.empty((len(names), r, hv))
         for j, o in enumerate(orgs):
             po = usable_periods(per, o)
-            for c, cand in enumerate(cands):
-                fc[c, j] = cand(x[:o], hv, po)
+            for m in names:
+                member[col[m], j] = CANDIDATES[m](x[:o], hv, po)
+        fc = np.stack([member[[col[m] for m in combo]].mean(axis=0) for combo in pool])
         if r:
             act = np.stack([window(y, o, hv) for o in orgs])
             seen = np.isfinite(act)[None] & np.ones_like(fc, dtype=bool)
@@ -100,12 +126,13 @@ class SelectionEnsemble(ForecastModel):
             ok = seen & (den > 0)
             rel = np.where(ok, num / np.where(ok, den, 1.0), 0.0)
             score = rel.sum(axis=(1, 2)) / np.maximum(seen.sum(axis=(1, 2)), 1)
-            chosen = np.argsort(score, kind="stable")[: self.top]
+            chosen = np.argsort(score, kind="stable")[:top]
             errs = level_adjusted(act - fc[chosen].mean(axis=0), y, orgs, level_span(per))
         else:
-            chosen = np.arange(min(self.top, len(cands)))
+            chosen = np.arange(min(top, len(pool)))
             errs = np.empty((0, hv))
-        med = np.mean([cands[c](x, horizon, per) for c in chosen], axis=0)
+        final = {m: CANDIDATES[m](x, horizon, per) for m in {m for c in chosen for m in pool[c]}}
+        med = np.mean([np.mean([final[m] for m in pool[c]], axis=0) for c in chosen], axis=0)
         em = fit_errors(errs, _step_scale(y), *self.calibration)
         return self._fitted(med, em, scale, values)
 
@@ -134,7 +161,7 @@ class PositionTheta(SelectionEnsemble):
     def __init__(self, max_history: int = 2000, n_origins: int = 6,
                  calibration: tuple[float, float] = (1.0, 0.1)) -> None:
         super().__init__(top=1, max_history=max_history, n_origins=n_origins, calibration=calibration,
-                         level_pool=("theta_sa5",), seasonal_pool=("ptheta_s",))
+                         level_pool=("theta_sa5",), seasonal_pool=("ptheta_s",), short_pool=())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -291,7 +318,7 @@ class RobustConformal(SelectionEnsemble):
                  threshold: float = 5.0, asymmetric: bool = False) -> None:
         super().__init__(top=2, max_history=max_history, n_origins=n_origins, calibration=calibration,
                          level_pool=("theta_sa5", "damped_sa5", "ses_sa5"),
-                         seasonal_pool=("ptheta_s", "pses_s", "wprof_l", "plevel"))
+                         seasonal_pool=("ptheta_s", "pses_s", "wprof_l", "plevel"), short_pool=())
         self.threshold = threshold
         self.asymmetric = asymmetric
 

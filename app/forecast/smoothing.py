@@ -146,3 +146,14 @@ def ar_diff_forecast(y: np.ndarray, h: int, p: int = 3) -> np.ndarray:
         last = last + nxt
         out[k] = last
     return out
+
+
+def drift_forecast(y: np.ndarray, h: int) -> np.ndarray:
+    """Random walk with drift: the last value plus the mean first difference per step.
+
+    The benchmark trend method for short yearly data, where a fitted smoother has too few points to
+    tell a trend from its noise and the history's average growth is the steadiest estimate of it.
+    """
+    n = len(y)
+    slope = (float(y[-1]) - float(y[0])) / (n - 1) if n > 1 else 0.0
+    return float(y[-1]) + slope * np.arange(1, h + 1, dtype=float)
