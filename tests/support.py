@@ -136,6 +136,7 @@ def cli_in_process(*args: str, env: dict[str, str], check: bool = True) -> subpr
     commands as `cli`, without paying an interpreter start and the app's imports for every command. Its stderr
     holds what the command printed there and the log lines it wrote, as the real process's would."""
     import io
+    import logging
     from contextlib import redirect_stderr
     from unittest import mock
 
@@ -144,12 +145,16 @@ def cli_in_process(*args: str, env: dict[str, str], check: bool = True) -> subpr
     with mock.patch.dict(os.environ, env):
         settings = Settings.from_env()
     logged = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
     with redirect_stderr(logged):  # create_app points the log handler at sys.stderr as it is now
         app = create_app(settings)
     try:
         result = app.test_cli_runner().invoke(args=list(args))
     finally:
         app.extensions["forecast_service"].close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     completed = subprocess.CompletedProcess(["flask", "--app", "wsgi", *args], result.exit_code, result.stdout,
