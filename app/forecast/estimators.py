@@ -36,6 +36,7 @@ from app.forecast.smoothing import damped_forecast, ses_forecast
 PERIOD_STRENGTH = 0.3  # seasonal strength a period needs for model-3 to decompose it (chance: ~1/cycles)
 POSITION_CYCLES = 8  # cycles of the shortest period model-3's seasonal-position variant needs
 LOW_FREQUENCY_PERIOD = 4  # longest shortest-period of "low-frequency" data (quarterly), see SelectionEnsemble
+MONTHLY_PERIOD = 12  # shortest period up to which model-1 averages ``top_monthly`` members
 STRENGTH_GATE = 0.5  # seasonal strength above which seasonal-position methods are used (M4 training data)
 
 
@@ -52,7 +53,9 @@ class SelectionEnsemble(ForecastModel):
     seasonal series (strength >= 0.5) also seasonal-position models (seasonal naive, position SES /
     Theta on each period, weekly profile, additive / multiplicative profiles). Every candidate is run
     at ``n_origins`` rolling origins inside the history (step = horizon, at least ``min_step``); the
-    forecast is the mean of the ``top`` candidates with the lowest sMAPE over those origins.
+    forecast is the mean of the ``top`` candidates with the lowest sMAPE over those origins
+    (``top_monthly`` when the shortest period is at most 12 points). Short low-frequency histories
+    (``short_pool``, see fit) choose between a fixed combination and random walk with drift instead.
     Intervals: empirical quantiles of the combination's errors at the same origins (errors rescaled
     towards today's level for positive series), widened by a Student-t ratio when the origins hold few
     independent errors (app.forecast.intervals) and by ``calibration`` (selection makes in-sample
@@ -68,9 +71,10 @@ class SelectionEnsemble(ForecastModel):
     def __init__(self, top: int = 3, max_history: int = 3000, n_origins: int = 8, min_step: int = 8,
                  calibration: tuple[float, float] = (1.05, 0.1), level_pool: Sequence[str] = LEVEL_POOL,
                  seasonal_pool: Sequence[str] = SEASONAL_POOL, gate: float = STRENGTH_GATE,
-                 short_pool: Sequence[tuple[str, ...]] = SHORT_POOL) -> None:
+                 short_pool: Sequence[tuple[str, ...]] = SHORT_POOL, top_monthly: int | None = 6) -> None:
         super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration)
         self.top = top
+        self.top_monthly = top if top_monthly is None else top_monthly
         self.short_pool = tuple(tuple(c) for c in short_pool)
         self.min_step = min_step
         self.level_pool = tuple(level_pool)
@@ -106,7 +110,11 @@ class SelectionEnsemble(ForecastModel):
             pool = [(c,) for c in self.level_pool]
             if seasonal:
                 pool += [(c,) for c in self.seasonal_pool]
-            top = self.top
+            # monthly and quarterly data (a season of at most 12 points) gain from averaging more members:
+            # training rows, sMAPE top 3 -> 6: Tourism Quarterly 17.97 -> 17.74, Tourism Monthly 22.07 ->
+            # 21.84, M1 Monthly 18.24 -> 17.82; hourly and weekly data lose (M4 OWA 0.427 -> 0.432 Hourly,
+            # 0.796 -> 0.839 Weekly), so they keep ``top``
+            top = self.top_monthly if per and per[0] <= MONTHLY_PERIOD else self.top
         names = sorted({m for combo in pool for m in combo})
         col = {m: i for i, m in enumerate(names)}
         r = len(orgs)
@@ -161,7 +169,8 @@ class PositionTheta(SelectionEnsemble):
     def __init__(self, max_history: int = 2000, n_origins: int = 6,
                  calibration: tuple[float, float] = (1.0, 0.1)) -> None:
         super().__init__(top=1, max_history=max_history, n_origins=n_origins, calibration=calibration,
-                         level_pool=("theta_sa5",), seasonal_pool=("ptheta_s",), short_pool=())
+                         level_pool=("theta_sa5",), seasonal_pool=("ptheta_s",), short_pool=(),
+                         top_monthly=None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -318,7 +327,8 @@ class RobustConformal(SelectionEnsemble):
                  threshold: float = 5.0, asymmetric: bool = False) -> None:
         super().__init__(top=2, max_history=max_history, n_origins=n_origins, calibration=calibration,
                          level_pool=("theta_sa5", "damped_sa5", "ses_sa5"),
-                         seasonal_pool=("ptheta_s", "pses_s", "wprof_l", "plevel"), short_pool=())
+                         seasonal_pool=("ptheta_s", "pses_s", "wprof_l", "plevel"), short_pool=(),
+                         top_monthly=None)
         self.threshold = threshold
         self.asymmetric = asymmetric
 
