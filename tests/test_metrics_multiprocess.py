@@ -45,6 +45,8 @@ def scrape(server: Server, admin_key: str) -> dict[tuple[str, tuple[tuple[str, s
 
 
 def _values(path: Path) -> list[tuple[str, float, float, int]]:
+    if path.stat().st_size < 8:
+        return []  # created a moment ago; its writer has not sized it and written its header yet
     return list(MmapedDict.read_all_values_from_file(str(path)))
 
 
