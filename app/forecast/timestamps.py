@@ -461,7 +461,8 @@ def _calendar_fast(dts: list[datetime], frequency: str) -> tuple[int, bool] | No
 
 
 def _validate(timestamps: Sequence[str], dts: list[datetime], form: str, frequency: str) -> TimeAxis:
-    """Walk the parsed series; return its axis or raise at the first index that breaks D5.2."""
+    """Walk the parsed series; return its axis or raise at the first index that breaks the ordering and
+    spacing rules (docs/contract.md, section 7)."""
     # The step is read from the first gap, so that gap must be positive before anything else.
     if not dts[1] > dts[0]:
         raise TimestampError("timestamps must be strictly increasing", 1, timestamps[1])
@@ -558,7 +559,8 @@ def _validate_calendar(timestamps: Sequence[str], dts: list[datetime], form: str
 
 
 def future_timestamps(axis: TimeAxis, horizon: int) -> list[str]:
-    """The next `horizon` timestamps after the series, in the input's own form (D5.3)."""
+    """The next `horizon` timestamps after the series, in the input's own form (docs/contract.md, section 7,
+    "The forecast's timestamps")."""
     walls: list[datetime] = []
     if axis.frequency in _FIXED_UNITS:
         delta = _FIXED_UNITS[axis.frequency] * axis.step
