@@ -49,9 +49,9 @@ forwarder_headers = ""
 def _keep_large_buffers_returnable() -> None:
     """glibc raises its mmap threshold to the size of each large block freed (up to 32 MiB), so after a few
     100,000-point bodies their 2-3 MB buffers come from the heap, where freed memory mostly stays with the
-    process. A fixed threshold keeps such buffers mmapped, returned to the system when freed. Measured: a web
-    process that served four clients sending 100,000-point bodies at once kept 154 MiB afterwards by default,
-    130 MiB with this (bench/footprint.py)."""
+    process. A fixed threshold keeps such buffers mmapped, returned to the system when freed. Measured once by
+    hand (not in a bench suite): a web process that served four clients sending 100,000-point bodies at once
+    kept 154 MiB afterwards by default, 130 MiB with this."""
     try:
         libc = ctypes.CDLL("libc.so.6")
         mallopt = libc.mallopt

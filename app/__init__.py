@@ -79,6 +79,6 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     register_cli(app)
 
     if start_workers:
-        services.pool.start()
+        services.warm_up()
     atexit.register(services.close)
     return app

@@ -34,7 +34,7 @@ def readyz() -> Response:
         checks["rate_limit_storage"] = "ok" if services.limits.storage_ok() else "unreachable"
     except Exception:
         checks["rate_limit_storage"] = "unreachable"
-    services.pool.start()  # a server started without gunicorn's hook (flask run) warms up here
+    services.warm_up()  # a server started without gunicorn's hook (flask run) warms up here
     ready_workers = services.pool.ready_workers
     checks["forecast_workers"] = f"{ready_workers}/{services.pool.size}"
     ok = checks["database"] == "ok" and checks["rate_limit_storage"] == "ok" and ready_workers > 0
