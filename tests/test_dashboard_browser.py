@@ -128,12 +128,25 @@ class Page:
 
     def submit(self, css: str) -> None:
         """Clicks something that loads a new page, and waits until the new page has loaded."""
+        from selenium.common.exceptions import WebDriverException
         from selenium.webdriver.support import expected_conditions
         from selenium.webdriver.support.ui import WebDriverWait
 
         old = self.find("html")
         self.find(css).click()
-        WebDriverWait(self.driver, 30).until(expected_conditions.staleness_of(old))
+        still_current = expected_conditions.staleness_of(old)
+
+        def replaced(driver: Any) -> bool:
+            try:
+                return bool(still_current(driver))
+            except WebDriverException as exc:
+                # Chromium answers this, not a stale-element error, when asked about a node of the page
+                # being replaced while the new one loads: the old page is gone either way.
+                if "does not belong to the document" in str(exc):
+                    return True
+                raise
+
+        WebDriverWait(self.driver, 30).until(replaced)
         WebDriverWait(self.driver, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
     def text(self) -> str:

@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import jsonio
+from app.errors import ApiError
+from app.forecast import body as forecast_body
 from app.forecast import schemas
 from app.forecast.timestamps import (
     FREQUENCIES,
@@ -408,6 +410,178 @@ def test_one_pass_value_check_agrees_with_the_per_item_check(values: list[Any]) 
     if not slow_problems:
         assert fast.dtype == np.float64
         assert repr(fast.tolist()) == repr(slow)
+
+
+# ------------------------------------------------------------------------------------------- whole bodies
+
+_MAX_POINTS = 10_000
+
+
+def _general_outcome(raw: bytes, headers: dict[str, str], max_points: int) -> tuple[Any, ...]:
+    """What the general path (json, marshmallow, the per-stage checks) answers for a POST /forecast body."""
+    try:
+        forecast_request, submitted = schemas.load_request(schemas.parse_json_body(raw), headers)
+        series = schemas.check_series(submitted, forecast_request.data_frequency, max_points=max_points)
+    except ApiError as exc:
+        return ("error", exc.status, exc.message, json.dumps(exc.details, sort_keys=True, default=repr))
+    return _ok_outcome(forecast_request, series)
+
+
+def _ok_outcome(forecast_request: schemas.ForecastRequest, series: schemas.SeriesData) -> tuple[Any, ...]:
+    # tobytes tells -0.0 from 0.0; repr tells 1 from 1.0 in the request's fields
+    return ("ok", repr(forecast_request), _axis_key(series.axis), series.values.dtype.str, series.values.tobytes())
+
+
+def _read_outcome(raw: bytes, headers: dict[str, str], max_points: int) -> tuple[Any, ...]:
+    try:
+        forecast_request, series = forecast_body.read_forecast_request(raw, headers, max_points=max_points)
+    except ApiError as exc:
+        return ("error", exc.status, exc.message, json.dumps(exc.details, sort_keys=True, default=repr))
+    return _ok_outcome(forecast_request, series)
+
+
+def _check_body(raw: bytes, headers: dict[str, str], max_points: int = _MAX_POINTS) -> bool:
+    """Both paths answer alike; True when the typed pass took the body."""
+    expected = _general_outcome(raw, headers, max_points)
+    typed = forecast_body._read_well_formed(raw, headers, max_points=max_points)
+    if typed is not None:
+        assert _ok_outcome(*typed) == expected
+    assert _read_outcome(raw, headers, max_points) == expected
+    return typed is not None
+
+
+number_literals = (
+    st.floats(allow_nan=False, allow_infinity=False).map(repr)
+    | st.integers(-(10**30), 10**30).map(str)
+    | st.builds(
+        lambda sign, digits, fraction, exponent: f"{sign}{digits.lstrip('0') or '0'}"
+        + (f".{fraction}" if fraction else "")
+        + (f"e{exponent}" if exponent is not None else ""),
+        st.sampled_from(["", "-"]),
+        st.text("0123456789", min_size=1, max_size=25),
+        st.text("0123456789", max_size=25),
+        st.none() | st.integers(-400, 400),
+    )
+    | st.sampled_from(
+        ["-0", "-0.0", "0e0", "1E5", "1E+5", "1e-400", "1e400", "-1e400", "1.7976931348623157e308", "2e308",
+         "1e300", "1.0000001e300", "-1e300", "4.9e-324", "NaN", "Infinity", "-Infinity", "true", "false", "null",
+         '"1"', "01", "1.", ".5", "+1", "[1]", "1" * 400, "123456789012345678901234567890"]
+    )
+)
+
+
+@st.composite
+def forecast_bodies(draw: st.DrawFn) -> tuple[bytes, dict[str, str], int]:
+    """A POST /forecast body spelled in one of the ways encoders write it, valid or with one defect."""
+    defect = draw(st.sampled_from(
+        ["none"] * 8 + ["timestamps", "count", "value", "horizon", "frequency", "confidence", "unknown",
+                        "duplicate", "deep", "not-an-object", "header", "max-points"]
+    ))
+    if defect == "timestamps":
+        timestamps, frequency = draw(series())  # damaged or short, now and then still valid
+    else:
+        frequency = draw(st.sampled_from(FREQUENCIES))
+        timestamps = _regular_texts(draw, frequency, draw(st.integers(10, 60)))
+    count = len(timestamps) + (draw(st.sampled_from([-1, 1])) if defect == "count" else 0)
+    plain = st.floats(-1e6, 1e6, allow_nan=False).map(repr) | st.integers(-(10**6), 10**6).map(str)
+    values = draw(st.lists(plain, min_size=count, max_size=count))
+    if defect == "value" or draw(st.integers(0, 3)) == 0:  # an unusual spelling, valid or not
+        values[draw(st.integers(0, len(values) - 1))] = draw(number_literals)
+    separator = draw(st.sampled_from([",", ", ", ",\n  ", " , "]))
+    if draw(st.integers(0, 4)) == 0:  # some digit written as an escape: the same string to json
+        at = draw(st.integers(0, len(timestamps) - 1))
+        if isinstance(timestamps[at], str) and timestamps[at][:1].isdigit():
+            timestamps = [*timestamps]
+            timestamps[at] = "\x00ESC" + timestamps[at]
+    stamp_text = "[" + separator.join(_literal(t) for t in timestamps) + "]"
+    if draw(st.integers(0, 5)) == 0:
+        stamp_text = "[ " + stamp_text[1:]
+    arrays = [f'"timestamps": {stamp_text}', '"values": [' + separator.join(values) + "]"]
+    fields = {
+        "series": "[{" + ", ".join(draw(st.permutations(arrays))) + "}]",
+        "forecast_horizon": draw(st.sampled_from(["48", "1", "100"])),
+        "data_frequency": f'"{frequency}"',
+        "forecast_frequency": f'"{frequency}"',
+    }
+    confidence = draw(st.sampled_from([None, "0.95", "0.5", "0.1", "0.99", "9.5e-1", "0.9500000000000001"]))
+    if defect == "horizon":
+        fields["forecast_horizon"] = draw(st.sampled_from(["0", "101", "48.0", "1e1", '"5"', "true", "null",
+                                                           "100000000000000000000"]))
+    elif defect == "frequency":
+        fields[draw(st.sampled_from(["data_frequency", "forecast_frequency"]))] = '"Hourly"'
+    elif defect == "confidence":
+        confidence = draw(st.sampled_from(["1", "0", '"0.9"', "NaN", "null", "true", "1e400", "0.05"]))
+    if confidence is not None:
+        fields["confidence"] = confidence
+    items = list(fields.items())
+    if defect == "unknown":
+        items.append(("note", '{"any": [1, "two", null]}'))
+    elif defect == "duplicate":  # json takes the last of duplicate keys; both orders are tried
+        name = draw(st.sampled_from(["forecast_horizon", "data_frequency", "confidence", "series"]))
+        other = (name, draw(st.sampled_from(['"x"', "7", "0.5", "[]", '"Hours"'])))
+        items.insert(0 if draw(st.booleans()) else len(items), other)
+    elif defect == "deep":
+        items.append(("note", "[" * 1100 + "]" * 1100))
+    items = draw(st.permutations(items))
+    text = "{" + ", ".join(f'"{name}": {value}' for name, value in items) + "}"
+    if defect == "not-an-object":
+        text = "[" + text + "]"
+    headers = {"X-Model-Id": draw(st.sampled_from(["nope", "forecast-model-1"])),
+               "X-Model-Selector": "forecast-model-3"} if defect == "header" else draw(
+        st.sampled_from([{}, {"X-Model-Id": "forecast-model-2"}, {"X-Model-Selector": "forecast-model-4"}]))
+    max_points = 12 if defect == "max-points" else _MAX_POINTS
+    return text.encode("utf-8", "surrogatepass"), headers, max_points
+
+
+def _literal(item: Any) -> str:
+    if isinstance(item, str) and item.startswith("\x00ESC"):
+        text = item[4:]
+        return '"\\u003' + text[0] + text[1:] + '"'  # its first digit as an escape, e.g. \u0032 for "2"
+    return json.dumps(item)
+
+
+def _regular_texts(draw: st.DrawFn, frequency: str, count: int) -> list[Any]:
+    start = draw(st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2100, 1, 1))).replace(microsecond=0)
+    suffix = draw(st.sampled_from(["", "Z", "+02:00"]))
+    if frequency in _CALENDAR:
+        moments = [_add_months(start, i * _CALENDAR[frequency], False) for i in range(count)]
+    else:
+        moments = [start + _FIXED[frequency] * i for i in range(count)]
+    return [_write(m, 0, suffix) for m in moments if m is not None]
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=forecast_bodies())
+def test_typed_body_pass_answers_as_the_general_path(case: tuple[bytes, dict[str, str], int]) -> None:
+    raw, headers, max_points = case
+    _check_body(raw, headers, max_points)
+
+
+def _plain_body(count: int, values: list[str] | None = None, **spelling: Any) -> bytes:
+    stamps = [(datetime(2024, 1, 1) + timedelta(hours=i)).isoformat() for i in range(count)]
+    numbers = values if values is not None else [repr(float(i % 17) / 3) for i in range(count)]
+    body = {"series": [{"timestamps": stamps, "values": [0] * count}], "forecast_horizon": 24,
+            "data_frequency": "Hours", "forecast_frequency": "Hours"}
+    text = json.dumps(body, **spelling)
+    zeros = json.dumps([0] * count, **{k: v for k, v in spelling.items() if k == "separators"})
+    return text.replace(zeros, "[" + ",".join(numbers) + "]", 1).encode()
+
+
+@pytest.mark.parametrize("spelling", [{}, {"separators": (",", ":")}, {"indent": 2}])
+def test_well_formed_bodies_take_the_typed_pass(spelling: dict[str, Any]) -> None:
+    # Indented bodies too: their timestamps are decoded as a list, still without the general path.
+    assert _check_body(_plain_body(500, **spelling), {})
+
+
+@pytest.mark.parametrize(
+    "literal",
+    ["-0", "-0.0", "1", "1.0", "1E5", "123456789012345678901", "9007199254740993", "1e300", "1e301", "1e400",
+     "4.9e-324", "2.2250738585072014e-308", "0.30000000000000004", "1" * 400, "NaN", "-Infinity", "null", "true"],
+)
+def test_each_number_spelling_reads_as_json_reads_it(literal: str) -> None:
+    numbers = [repr(float(i)) for i in range(30)]
+    numbers[7] = literal
+    _check_body(_plain_body(30, numbers), {})
 
 
 # ------------------------------------------------------------------------------------------- body reading

@@ -8,10 +8,11 @@ import time
 from flask import Blueprint, Response, jsonify, request
 
 from app.errors import DataValidationError, InternalError, PayloadTooLarge, UnsupportedMediaType, sentence
+from app.forecast.body import read_forecast_request
 from app.forecast.catalog import describe_models, seasonal_periods
 from app.forecast.jobs import ForecastJob, ForecastResult
 from app.forecast.pool import PoolError
-from app.forecast.schemas import RECOMMENDED_POINTS, check_series, load_request, parse_json_body
+from app.forecast.schemas import RECOMMENDED_POINTS
 from app.forecast.timestamps import TimestampError, future_timestamps
 from app.metrics import record_forecast
 from app.pipeline import requires, uncounted
@@ -79,8 +80,9 @@ def forecast() -> Response:
             details={"field": "Content-Type", "issue": "Must be application/json", "provided": request.mimetype},
         )
     services = current_services()
-    forecast_request = load_request(parse_json_body(_read_body(services.settings.max_body_bytes)), request.headers)
-    series = check_series(forecast_request, max_points=services.settings.max_points)
+    forecast_request, series = read_forecast_request(
+        _read_body(services.settings.max_body_bytes), request.headers, max_points=services.settings.max_points
+    )
 
     try:
         timestamps = future_timestamps(series.axis, forecast_request.forecast_horizon)

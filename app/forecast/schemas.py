@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pay
     import numpy as np
 
 MIN_POINTS = 10
+HORIZON_RANGE = (1, 100)
+CONFIDENCE_RANGE = (0.1, 0.99)
+DEFAULT_CONFIDENCE = 0.95
 # Finite but near float max (1e308), sums and spreads inside the models overflow and every model and its
 # fallback fail (500). Far above any real measurement (the edge cases tested go to 1e12); such values answer 422.
 MAX_ABS_VALUE = 1e300
@@ -92,14 +95,14 @@ class ForecastRequestSchema(Schema):
         validate=validate.Length(equal=1, error="Must contain exactly one series."),
     )
     forecast_horizon = fields.Integer(
-        required=True, strict=True, validate=validate.Range(1, 100, error="Must be between 1 and 100")
+        required=True, strict=True, validate=validate.Range(*HORIZON_RANGE, error="Must be between {min} and {max}")
     )
     data_frequency = fields.String(required=True, validate=validate.OneOf(FREQUENCIES, error=FREQUENCY_ISSUE))
     forecast_frequency = fields.String(required=True, validate=validate.OneOf(FREQUENCIES, error=FREQUENCY_ISSUE))
     confidence = StrictFloat(
-        load_default=0.95,
+        load_default=DEFAULT_CONFIDENCE,
         allow_nan=False,
-        validate=validate.Range(0.1, 0.99, error="Must be between 0.1 and 0.99"),
+        validate=validate.Range(*CONFIDENCE_RANGE, error="Must be between {min} and {max}"),
     )
 
     @validates_schema
@@ -203,12 +206,18 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class ForecastRequest:
-    timestamps: list[Any]
-    values: list[Any]
     forecast_horizon: int
     data_frequency: str
     confidence: float
     model_id: str
+
+
+@dataclass(frozen=True)
+class SubmittedSeries:
+    """The series as the body holds it, before the series-data stage has judged it."""
+
+    timestamps: list[Any]
+    values: list[Any]
 
 
 def load_object(schema: Schema, body: Any, problems: list[dict[str, Any]]) -> dict[str, Any]:
@@ -231,23 +240,21 @@ def load_object(schema: Schema, body: Any, problems: list[dict[str, Any]]) -> di
     return data
 
 
-def load_request(body: Any, headers: Mapping[str, str]) -> ForecastRequest:
+def load_request(body: Any, headers: Mapping[str, str]) -> tuple[ForecastRequest, SubmittedSeries]:
     """The request-shape stage: everything about the request's shape, answered 400 with every problem listed."""
     problems: list[dict[str, Any]] = []
-    model_id = _model_id(headers, problems)
+    model_id = model_id_from_headers(headers, problems)
     data = load_object(_request_schema, body, problems)
     series = data["series"][0]
     return ForecastRequest(
-        timestamps=series["timestamps"],
-        values=series["values"],
         forecast_horizon=data["forecast_horizon"],
         data_frequency=data["data_frequency"],
         confidence=data["confidence"],
         model_id=model_id,
-    )
+    ), SubmittedSeries(timestamps=series["timestamps"], values=series["values"])
 
 
-def _model_id(headers: Mapping[str, str], problems: list[dict[str, Any]]) -> str:
+def model_id_from_headers(headers: Mapping[str, str], problems: list[dict[str, Any]]) -> str:
     """X-Model-Id, else its alias X-Model-Selector, else the default; both and different is an error."""
     primary, alias = headers.get("X-Model-Id"), headers.get("X-Model-Selector")
     if primary is not None and alias is not None and primary.strip() != alias.strip():
@@ -269,9 +276,9 @@ class SeriesData:
     values: np.ndarray
 
 
-def check_series(request: ForecastRequest, *, max_points: int) -> SeriesData:
+def check_series(submitted: SubmittedSeries, frequency: str, *, max_points: int) -> SeriesData:
     """The series-data stage: the series data itself, answered 422 with every defect found."""
-    timestamps, values = request.timestamps, request.values
+    timestamps, values = submitted.timestamps, submitted.values
     problems: list[dict[str, Any]] = []
     if len(timestamps) != len(values):
         problems.append(
@@ -295,9 +302,9 @@ def check_series(request: ForecastRequest, *, max_points: int) -> SeriesData:
 
     floats = _values_array(values, problems)
     # The whole series in one pass when it is regular; item by item only to find and name a defect.
-    axis = regular_axis(timestamps, request.data_frequency)
+    axis = regular_axis(timestamps, frequency)
     if axis is None:
-        axis = _axis_item_by_item(timestamps, request.data_frequency, problems)
+        axis = _axis_item_by_item(timestamps, frequency, problems)
     if problems or axis is None:
         first = problems[0]
         raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=_envelope(problems))
@@ -337,10 +344,15 @@ def _values_array(values: list[Any], problems: list[dict[str, Any]]) -> np.ndarr
             array = np.array(values, dtype=np.float64)
         except OverflowError:  # an integer past the float range: reported as not finite below
             array = None
-        # max and min carry a NaN through and NaN compares False, so these also refuse NaN and the infinities.
-        if array is not None and (array.size == 0 or (array.max() <= MAX_ABS_VALUE and array.min() >= -MAX_ABS_VALUE)):
+        if array is not None and (array.size == 0 or all_in_range(array)):
             return array
     return np.array(_check_values(values, problems), dtype=np.float64)
+
+
+def all_in_range(array: np.ndarray) -> bool:
+    """Every value finite and at most MAX_ABS_VALUE in magnitude (a non-empty float64 array)."""
+    # max and min carry a NaN through and NaN compares False, so these also refuse NaN and the infinities.
+    return bool(array.max() <= MAX_ABS_VALUE and array.min() >= -MAX_ABS_VALUE)
 
 
 def _check_values(values: list[Any], problems: list[dict[str, Any]]) -> list[float]:

@@ -157,10 +157,10 @@ def _fraction_digits(texts: Sequence[str], form: str) -> int:
 
 
 def _render(wall: datetime, digits: int, suffix: str) -> str:
-    text = f"{wall.year:04d}-{wall.month:02d}-{wall.day:02d}T{wall.hour:02d}:{wall.minute:02d}:{wall.second:02d}"
+    # isoformat is C and pads the year to four digits; the fraction is cut to the input's own digits.
     if digits:
-        text += "." + f"{wall.microsecond:06d}"[:digits]
-    return text + suffix
+        return wall.replace(tzinfo=None).isoformat(timespec="microseconds")[: 20 + digits] + suffix
+    return wall.replace(tzinfo=None).isoformat(timespec="seconds") + suffix
 
 
 def _is_month_end(wall: datetime) -> bool:
@@ -247,37 +247,99 @@ def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
     """
     if (frequency not in _FIXED_UNITS and frequency not in _CALENDAR_MONTHS) or len(timestamps) < 2:
         return None
-    import numpy as np
-
-    month_starts, month_lengths = _month_tables()
     first = timestamps[0]
-    match = _TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
-    if match is None:
+    if not isinstance(first, str) or not first.isascii():
         return None
-    form = _form_of(match.group(2))
-    fraction_digits = len(match.group(1) or "")
-    width = len(first)
     try:
         joined = "\n".join(timestamps)  # refuses any element that is not a string
     except TypeError:
         return None
     if not joined.isascii():
         return None
-    count = len(timestamps)
+    # Each element followed by the separator: one row of the grid per timestamp.
     text = joined.encode("ascii") + b"\n"
-    if len(text) != count * (width + 1):
+    return _axis_from_rows(text, len(timestamps), first, b"", b"\n", frequency)
+
+
+def regular_axis_from_json(array: bytes, frequency: str) -> TimeAxis | None:
+    """regular_axis of a JSON array of strings read from its own text, without making a string per element.
+
+    Only the plainest spelling is taken: ``["...","..."]`` with one separator throughout (a comma, with or
+    without spaces around it) and no escapes, which is what JSON encoders write for timestamps. Its
+    elements are then exactly the characters between the quotes, so the answer is regular_axis's for the
+    decoded list. Anything else is None, and the caller decodes the array and asks regular_axis.
+    """
+    if frequency not in _FIXED_UNITS and frequency not in _CALENDAR_MONTHS:
         return None
+    if len(array) < 4 or array[:2] != b'["' or array[-2:] != b'"]':
+        return None
+    first_end = array.find(b'"', 2)
+    second_start = array.find(b'"', first_end + 1)
+    if first_end < 0 or second_start < 0:
+        return None
+    separator = array[first_end + 1 : second_start]
+    if separator.strip(b" \t\n\r") != b",":
+        return None
+    first = array[2:first_end]
+    if not first.isascii():
+        return None
+    # Between the brackets, plus one more separator: every element quoted and followed by the separator.
+    text = array[1:-1] + separator
+    width = len(first) + 2 + len(separator)
+    if len(text) % width:
+        return None
+    return _axis_from_rows(text, len(text) // width, first.decode("ascii"), b'"', b'"' + separator, frequency)
+
+
+def _axis_from_rows(text: bytes, count: int, first: str, before: bytes, after: bytes,
+                    frequency: str) -> TimeAxis | None:
+    """The checks of regular_axis on ``count`` rows of ``before + timestamp + after``, the first row's
+    timestamp being ``first``: every row must have its template, then the dates are checked as arrays."""
+    import numpy as np
+
+    match = _TIMESTAMP_RE.fullmatch(first)
+    if match is None or count < 2:
+        return None
+    form = _form_of(match.group(2))
+    fraction_digits = len(match.group(1) or "")
+    width = len(first)
     # The first element matched the pattern, so its template is the one every element must have. The text
-    # is exactly `count` templates when it holds that many without overlap; each ends in the separator and
-    # holds no other, so every element has the first one's form and length, with digits where it has them.
-    row = first.encode("ascii").translate(_DIGITS_TO_ZERO) + b"\n"
-    if text.translate(_DIGITS_TO_ZERO).count(row) != count:
+    # equals `count` copies of that template exactly when every row has the first one's form and length,
+    # with digits where it has them (the separators hold no digit, so they match only themselves).
+    row = before + first.encode("ascii").translate(_DIGITS_TO_ZERO) + after
+    if len(text) != count * len(row) or text.translate(_DIGITS_TO_ZERO) != row * count:
         return None
-    grid = np.frombuffer(text, dtype=np.uint8).reshape(count, width + 1)
+    start = len(before)
+    grid = np.frombuffer(text, dtype=np.uint8).reshape(count, len(row))[:, start : start + width]
     if form == _OFFSET_FORM:  # the offset's digits too must be the first element's
         offsets = grid[:, width - 6 : width]
         if not (offsets == offsets[0]).all():
             return None
+    found = _regular_steps(grid, fraction_digits, frequency)
+    if found is None:
+        return None
+    step, month_end = found
+    last_text = bytes(grid[-1]).decode("ascii")
+    return TimeAxis(
+        frequency=frequency,
+        step=step,
+        count=count,
+        first=datetime.fromisoformat(first),
+        last=datetime.fromisoformat(last_text),
+        last_text=last_text,
+        suffix=_suffix_text(last_text, form),
+        fraction_digits=fraction_digits,
+        month_end=month_end,
+    )
+
+
+def _regular_steps(grid: np.ndarray, fraction_digits: int, frequency: str) -> tuple[int, bool] | None:
+    """(step, month_end) when the rows of ``grid`` (one timestamp's characters each, all of one template)
+    are valid dates evenly spaced at a whole number of ``frequency`` units; else None."""
+    import numpy as np
+
+    month_starts, month_lengths = _month_tables()
+    count = len(grid)
 
     def number(start: int, length: int) -> np.ndarray:
         out = grid[:, start].astype(np.int32)
@@ -311,33 +373,20 @@ def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
         gap, unit = int(gaps[0]), _MICROSECONDS[frequency]
         if gap <= 0 or gap % unit or not (gaps == gap).all():
             return None
-        step, month_end = gap // unit, False
-    else:
-        months = int(months_index[1] - months_index[0])
-        unit_months = _CALENDAR_MONTHS[frequency]
-        if months <= 0 or months % unit_months:
-            return None
-        if not (months_index == months_index[0] + months * np.arange(count, dtype=np.int32)).all():
-            return None
-        time_of_day = ((hour * 60 + minute) * 60 + second).astype(np.int64) * 1_000_000 + micro
-        if not (time_of_day == time_of_day[0]).all():
-            return None
-        month_end = bool((day == month_days).all())
-        if not (month_end or (day == np.minimum(day[0], month_days)).all()):
-            return None
-        step = months // unit_months
-    last_text = timestamps[-1]
-    return TimeAxis(
-        frequency=frequency,
-        step=step,
-        count=count,
-        first=datetime.fromisoformat(first),
-        last=datetime.fromisoformat(last_text),
-        last_text=last_text,
-        suffix=_suffix_text(last_text, form),
-        fraction_digits=fraction_digits,
-        month_end=month_end,
-    )
+        return gap // unit, False
+    months = int(months_index[1] - months_index[0])
+    unit_months = _CALENDAR_MONTHS[frequency]
+    if months <= 0 or months % unit_months:
+        return None
+    if not (months_index == months_index[0] + months * np.arange(count, dtype=np.int32)).all():
+        return None
+    time_of_day = ((hour * 60 + minute) * 60 + second).astype(np.int64) * 1_000_000 + micro
+    if not (time_of_day == time_of_day[0]).all():
+        return None
+    month_end = bool((day == month_days).all())
+    if not (month_end or (day == np.minimum(day[0], month_days)).all()):
+        return None
+    return months // unit_months, month_end
 
 
 def _parse_all_fast(timestamps: Sequence[str]) -> tuple[list[datetime], str, tzinfo | None] | None:
