@@ -167,3 +167,27 @@ def test_effective_count_discounts_errors_of_one_origin():
     shared = np.repeat(rng.standard_normal((10, 1)), 8, axis=1) + 0.01 * rng.standard_normal((10, 8))
     assert effective_count(independent) > 50
     assert effective_count(shared) < 12
+
+
+def test_steps_seen_from_fewer_origins_get_wider_quantiles():
+    """Windows cut at the end of a short history: the far steps' scale rests on the few origins that
+    reached them, so their quantile (per unit of the k**b profile) is wider than the near steps', more so
+    at higher confidence; with whole windows every step keeps the pooled quantile."""
+    rng = np.random.default_rng(7)
+    whole = rng.standard_normal((12, 6))
+    cut = whole.copy()
+    for j in range(12):
+        cut[j, 6 - j // 2:] = np.nan  # the newest origins see only the first steps
+    prof = np.arange(1, 9, dtype=float)  # 8 steps: two beyond the evaluated window
+    em_whole, em_cut = fit_errors(whole, 1.0), fit_errors(cut, 1.0)
+    per_unit_whole = em_whole.half_widths(8, 0.95)[1] / prof ** em_whole.b
+    assert np.allclose(per_unit_whole, per_unit_whole[0])
+    widening = {}
+    for c in (0.8, 0.95, 0.99):
+        per_unit = em_cut.half_widths(8, c)[1] / prof ** em_cut.b
+        assert per_unit[0] == pytest.approx(per_unit.min())
+        assert per_unit[5] > per_unit[0] and per_unit[7] == pytest.approx(per_unit[5])
+        widening[c] = per_unit[5] / per_unit[0]
+    assert widening[0.8] <= widening[0.95] <= widening[0.99]
+    down, up = em_cut.half_widths(8, 0.95)
+    assert np.all(np.isfinite(up)) and np.array_equal(down, up)
