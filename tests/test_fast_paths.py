@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from app import jsonio
 from app.errors import ApiError
 from app.forecast import body as forecast_body
 from app.forecast import schemas
+from app.forecast import timestamps as timestamps_module
 from app.forecast.timestamps import (
     FREQUENCIES,
     TimeAxis,
@@ -380,6 +382,30 @@ def test_long_regular_series_takes_the_one_array_path() -> None:
     axis = regular_axis(stamps, "Minutes")
     assert axis is not None and axis.step == 5 and axis.count == 5000
     _check_agreement(stamps, "Minutes")
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=series(), block=st.integers(2, 7))
+def test_checks_a_block_at_a_time_agree_with_the_per_item_path(case: tuple[list[Any], str], block: int) -> None:
+    # Long series are checked a block of rows at a time; small blocks put every kind of defect at a boundary.
+    timestamps, frequency = case
+    with patch.object(timestamps_module, "_BLOCK_ROWS", block):
+        _check_agreement(timestamps, frequency)
+
+
+@pytest.mark.parametrize("frequency", ["Hours", "Monthly"])
+@pytest.mark.parametrize("at", [8191, 8192, 8193, 16384, 19999])
+def test_defects_at_block_boundaries_of_a_long_series(frequency: str, at: int) -> None:
+    start = datetime(100, 1, 31)
+    if frequency == "Hours":
+        stamps = [(start + timedelta(hours=i)).isoformat() for i in range(20_000)]
+    else:
+        stamps = [_write(_add_months(start, i, True) or start, 0, "") for i in range(20_000)]
+    _check_agreement(stamps, frequency)
+    assert regular_axis(stamps, frequency) is not None
+    for damaged in (stamps[:at] + stamps[at + 1 :], [*stamps[:at], stamps[at - 1], *stamps[at + 1 :]],
+                    [*stamps[:at], stamps[at][:8] + "28" + stamps[at][10:], *stamps[at + 1 :]]):
+        _check_agreement(damaged, frequency)
 
 
 # ------------------------------------------------------------------------------------------- values
