@@ -85,19 +85,21 @@ def _read_well_formed(raw: bytes, headers: Mapping[str, str], *, max_points: int
     if problems or len(body.series) != 1 or not _fields_valid(body, confidence):
         return None
 
-    values = body.series[0].values
-    if not MIN_POINTS <= len(values) <= max_points:
+    series = body.series[0]
+    if not MIN_POINTS <= len(series.values) <= max_points:
         return None
     import numpy as np
 
     try:
-        floats = np.fromiter(values, dtype=np.float64, count=len(values))
+        floats = np.fromiter(series.values, dtype=np.float64, count=len(series.values))
     except OverflowError:  # an integer past the float range: the general path names it
         return None
+    # 100,000 number objects (3 MB) are not needed past this point: not kept through the timestamp check.
+    series.values = []
     if not all_in_range(floats):
         return None
 
-    timestamps = body.series[0].timestamps
+    timestamps = series.timestamps
     axis = regular_axis_from_json(bytes(timestamps), body.data_frequency)
     if axis is None:  # another spelling of the array (indented, escaped): decoded, then checked as a list
         try:
@@ -105,7 +107,7 @@ def _read_well_formed(raw: bytes, headers: Mapping[str, str], *, max_points: int
         except (msgspec.DecodeError, UnicodeDecodeError):
             return None
         axis = regular_axis(decoded, body.data_frequency)
-    if axis is None or axis.count != len(values):
+    if axis is None or axis.count != len(floats):
         return None
     forecast_request = ForecastRequest(
         forecast_horizon=body.forecast_horizon,
