@@ -100,7 +100,7 @@ def _read_well_formed(raw: bytes, headers: Mapping[str, str], *, max_points: int
         return None
 
     timestamps = series.timestamps
-    axis = regular_axis_from_json(bytes(timestamps), body.data_frequency)
+    axis = regular_axis_from_json(memoryview(timestamps), body.data_frequency)  # a view into `raw`
     if axis is None:  # another spelling of the array (indented, escaped): decoded, then checked as a list
         try:
             decoded = _timestamps_decoder.decode(timestamps)

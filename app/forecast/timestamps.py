@@ -260,8 +260,9 @@ def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
     return _axis_from_rows(text, 0, len(text), first, b"", b"\n", frequency, count=len(timestamps))
 
 
-def regular_axis_from_json(array: bytes, frequency: str) -> TimeAxis | None:
-    """regular_axis of a JSON array of strings read from its own text, without making a string per element.
+def regular_axis_from_json(array: bytes | memoryview, frequency: str) -> TimeAxis | None:
+    """regular_axis of a JSON array of strings read from its own text, without making a string per element
+    (or a copy of the text: a memoryview into the request body will do).
 
     Only the plainest spelling is taken: ``["...","..."]`` with one separator throughout (a comma, with or
     without spaces around it) and no escapes, which is what JSON encoders write for timestamps. Its
@@ -272,20 +273,25 @@ def regular_axis_from_json(array: bytes, frequency: str) -> TimeAxis | None:
         return None
     if len(array) < 4 or array[:2] != b'["' or array[-2:] != b'"]':
         return None
-    first_end = array.find(b'"', 2)
-    second_start = array.find(b'"', first_end + 1)
+    head = bytes(array[:_JSON_HEAD_BYTES])  # holds the first element and the separator after it, if valid
+    first_end = head.find(b'"', 2)
+    second_start = head.find(b'"', first_end + 1)
     if first_end < 0 or second_start < 0:
         return None
-    separator = array[first_end + 1 : second_start]
+    separator = head[first_end + 1 : second_start]
     if separator.strip(b" \t\n\r") != b",":
         return None
-    first = array[2:first_end]
+    first = head[2:first_end]
     if not first.isascii():
         return None
     return _axis_from_rows(array, 1, len(array) - 1, first.decode("ascii"), b'"', separator, frequency)
 
 
-def _axis_from_rows(text: bytes, start: int, end: int, first: str, quote: bytes, separator: bytes,
+# The longest valid timestamp (32 characters) with its quotes, plenty of separator, and the next quote.
+_JSON_HEAD_BYTES = 128
+
+
+def _axis_from_rows(text: bytes | memoryview, start: int, end: int, first: str, quote: bytes, separator: bytes,
                     frequency: str, count: int | None = None) -> TimeAxis | None:
     """The checks of regular_axis on ``text[start:end]``: timestamps, each between two ``quote``, joined by
     ``separator``, the first being ``first`` (and ``count`` of them, when given). Every one must have the
@@ -315,7 +321,7 @@ def _axis_from_rows(text: bytes, start: int, end: int, first: str, quote: bytes,
     end_of_rows = start + count * len(row) - len(separator)
     for block_start in range(start, end_of_rows, block_rows * len(row)):
         block_end = min(block_start + block_rows * len(row), end_of_rows)
-        if text[block_start:block_end].translate(_DIGITS_TO_ZERO) != expected[: block_end - block_start]:
+        if bytes(text[block_start:block_end]).translate(_DIGITS_TO_ZERO) != expected[: block_end - block_start]:
             return None
     # One row per timestamp, its characters only, viewed in place (the last row has no separator after it,
     # and the view never reaches past its timestamp).
