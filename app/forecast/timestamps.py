@@ -157,10 +157,13 @@ def _fraction_digits(texts: Sequence[str], form: str) -> int:
 
 
 def _render(wall: datetime, digits: int, suffix: str) -> str:
-    # isoformat is C and pads the year to four digits; the fraction is cut to the input's own digits.
+    """The wall clock in the input's form. isoformat is C and pads the year to four digits; the fraction
+    is cut to the input's own digits, and the suffix is the input's, not the datetime's own offset."""
+    if wall.tzinfo is not None:
+        wall = wall.replace(tzinfo=None)
     if digits:
-        return wall.replace(tzinfo=None).isoformat(timespec="microseconds")[: 20 + digits] + suffix
-    return wall.replace(tzinfo=None).isoformat(timespec="seconds") + suffix
+        return wall.isoformat(timespec="microseconds")[: 20 + digits] + suffix
+    return wall.isoformat(timespec="seconds") + suffix
 
 
 def _is_month_end(wall: datetime) -> bool:
@@ -672,19 +675,22 @@ def future_timestamps(axis: TimeAxis, horizon: int) -> list[str]:
     walls: list[datetime] = []
     if axis.frequency in _FIXED_UNITS:
         delta = _FIXED_UNITS[axis.frequency] * axis.step
-        for j in range(1, horizon + 1):
+        # The wall clock in the input's own offset: adding to it is adding to the instant, written in that
+        # offset (fixed offsets only; the suffix is written back by _render).
+        wall = axis.last.replace(tzinfo=None)
+        for _ in range(horizon):
             try:
-                # An aware `last` keeps its offset, so this is the UTC instant written in that offset.
-                walls.append(axis.last + delta * j)
+                wall += delta
             except OverflowError:
                 raise _past_max_year(axis) from None
+            walls.append(wall)
     else:
         months = _CALENDAR_MONTHS[axis.frequency] * axis.step
         for j in range(1, horizon + 1):
-            wall = _add_months(axis.first, (axis.count - 1 + j) * months, axis.month_end)
-            if wall is None:
+            calendar_wall = _add_months(axis.first, (axis.count - 1 + j) * months, axis.month_end)
+            if calendar_wall is None:
                 raise _past_max_year(axis)
-            walls.append(wall)
+            walls.append(calendar_wall)
     return [_render(wall, axis.fraction_digits, axis.suffix) for wall in walls]
 
 
