@@ -10,9 +10,9 @@ characters by regular_axis_from_json) and the values as numbers.
 The typed pass only ever says "valid, and here is the request" or steps aside:
 
 - Any body it does not take whole (another encoding, an unknown field, a value of another type,
-  NaN or Infinity, a number out of the float range, a key that is not the contract's, a timestamp or
-  value that is not valid) goes to the general path, which answers exactly as before (400 or 422 with
-  every problem listed). So errors, and their order, are the general path's alone.
+  NaN or Infinity, a number out of the float range, a timestamp or value that is not valid) goes to
+  the general path, which answers exactly as before (400 or 422 with every problem listed). So errors,
+  and their order, are the general path's alone.
 - What it takes, it reads as :mod:`json` reads it: msgspec reads the same JSON grammar, takes the last
   of duplicate keys as json does, and gives int for integer literals and float for the others (so a
   ``-0`` value is 0.0 and a ``-0.0`` is -0.0, as with json). Its number parsing is correctly rounded,
