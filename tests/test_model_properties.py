@@ -191,3 +191,20 @@ def test_steps_seen_from_fewer_origins_get_wider_quantiles():
     assert widening[0.8] <= widening[0.95] <= widening[0.99]
     down, up = em_cut.half_widths(8, 0.95)
     assert np.all(np.isfinite(up)) and np.array_equal(down, up)
+
+
+def test_errors_about_one_time_point_count_once_across_overlapping_windows():
+    """Origins one point apart see the same actual values: when the errors are mostly each time point's
+    own shock, the origins' windows hold far fewer independent errors than the errors counted by origin
+    (those errors are hardly correlated along a window); independent errors keep their count."""
+    rng = np.random.default_rng(8)
+    orgs = list(range(20, 8, -1))  # 12 origins, newest first, one point apart
+    shocks = rng.standard_normal(40)
+    shared = np.array([[shocks[o + k] for k in range(6)] for o in orgs]) + 0.05 * rng.standard_normal((12, 6))
+    by_origin = effective_count(shared)
+    assert by_origin > 40  # along each window the shocks are independent
+    assert effective_count(shared, orgs) < 0.5 * by_origin
+    assert effective_count(shared, orgs) >= 4.0
+    independent = rng.standard_normal((12, 6))
+    assert effective_count(independent, orgs) > 0.8 * effective_count(independent)
+    assert effective_count(independent, None) == effective_count(independent)

@@ -122,5 +122,5 @@ class ForecastModel:
             f = self.point(y[:o], hv, usable_periods(per, o))
             errs[j] = window(y, o, hv) - f
         errs = level_adjusted(errs, y, orgs, level_span(per))
-        em = fit_errors(errs, _step_scale(y), *self.calibration)
+        em = fit_errors(errs, _step_scale(y), *self.calibration, orgs=orgs)
         return Fitted(med, em, scale, nonnegative=never_negative(values))

@@ -141,7 +141,7 @@ class SelectionEnsemble(ForecastModel):
             errs = np.empty((0, hv))
         final = {m: CANDIDATES[m](x, horizon, per) for m in {m for c in chosen for m in pool[c]}}
         med = np.mean([np.mean([final[m] for m in pool[c]], axis=0) for c in chosen], axis=0)
-        em = fit_errors(errs, _step_scale(y), *self.calibration)
+        em = fit_errors(errs, _step_scale(y), *self.calibration, orgs=orgs)
         return self._fitted(med, em, scale, values)
 
     def _prepare(self, y: np.ndarray, periods: tuple[int, ...]) -> np.ndarray:
@@ -282,7 +282,7 @@ class MSTLForecaster(ForecastModel):
             choice = int(np.argmin([np.nanmean(np.abs(e)) for e in errs_all]))
         med = within_reach(adjusted_forecasts(n, horizon)[choice], yc)
         errs = level_adjusted(errs_all[choice], yc, orgs, level_span(pc)) if orgs else np.empty((0, hv))
-        em = fit_errors(errs, _step_scale(yc), *self.calibration)
+        em = fit_errors(errs, _step_scale(yc), *self.calibration, orgs=orgs)
         return Fitted(med, em, scale, nonnegative=never_negative(values))
 
     def _position_wins(self, y: np.ndarray, horizon: int, per: tuple[int, ...]) -> bool:

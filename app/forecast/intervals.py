@@ -97,31 +97,66 @@ def level_adjusted(errors: np.ndarray, y: np.ndarray, orgs: list[int], span: int
     return errors * ((now / lev) ** LEVEL_POWER)[:, None]
 
 
-def effective_count(z: np.ndarray) -> float:
+def _row_correlation(z: np.ndarray) -> float:
+    """One-way intra-class correlation of the rows of z (NaN = not observed), ANOVA estimator on the rows
+    with at least two values; 1 when fewer than two such rows exist."""
+    rows = z[np.isfinite(z).sum(axis=1) >= 2]
+    if len(rows) < 2:
+        return 1.0
+    k = np.isfinite(rows).sum(axis=1).astype(float)
+    means = np.nansum(rows, axis=1) / k
+    grand = float(np.nansum(rows) / k.sum())
+    ssw = float(np.nansum((rows - means[:, None]) ** 2))
+    ssb = float(np.sum(k * (means - grand) ** 2))
+    dfw, dfb = k.sum() - len(rows), len(rows) - 1
+    msw = ssw / dfw if dfw > 0 else 0.0
+    msb = ssb / dfb
+    k0 = (k.sum() - float(np.sum(k * k)) / k.sum()) / dfb
+    den = msb + (k0 - 1.0) * msw
+    return min(max((msb - msw) / den, 0.0), 1.0) if den > 0 else 1.0
+
+
+def by_time_point(z: np.ndarray, orgs: list[int]) -> np.ndarray:
+    """The (origins x steps) matrix rearranged as (time points x origins): row t holds the errors that
+    every origin made about the same actual value."""
+    r, hv = z.shape
+    first = min(orgs)
+    out = np.full((max(orgs) + hv - first, r), np.nan)
+    for j, o in enumerate(orgs):
+        out[o - first: o - first + hv, j] = z[j]
+    return out
+
+
+def effective_count(z: np.ndarray, orgs: list[int] | None = None) -> float:
     """Independent errors in an (origins x steps) matrix of standardised errors (NaN = not observed).
 
     Errors of one origin are correlated (a level or trend error persists over its window); with the
     one-way intra-class correlation rho of the rows, a row of m errors counts as m / (1 + (m - 1) rho).
-    rho is estimated on the rows with at least two errors (ANOVA estimator), and taken as 1 when fewer
-    than two such rows exist.
+
+    With the origins given, errors about the same time point are also allowed to share its shock: short
+    histories get overlapping windows (origins 1-2 points apart), where one surprising value enters the
+    errors of every origin that saw it. Both correlations are estimated the same way (rows = origins,
+    rows = time points), and the errors count as the N whose mean has the variance of a crossed design
+    of R origins and T time points: N_eff = 1 / (rho_o / R + rho_t / T + (1 - rho_o - rho_t) / N). The
+    smaller of the two counts is taken, never below STEP_MIN_ERRORS on account of the time points (M1
+    Quarterly training rows, model-1: median time-point correlation 0.56, 95% coverage 0.905 -> 0.912).
     """
     cnt = np.isfinite(z).sum(axis=1)
-    rows = z[cnt >= 2]
-    rho = 1.0
-    if len(rows) >= 2:
-        k = np.isfinite(rows).sum(axis=1).astype(float)
-        means = np.nansum(rows, axis=1) / k
-        grand = float(np.nansum(rows) / k.sum())
-        ssw = float(np.nansum((rows - means[:, None]) ** 2))
-        ssb = float(np.sum(k * (means - grand) ** 2))
-        dfw, dfb = k.sum() - len(rows), len(rows) - 1
-        msw = ssw / dfw if dfw > 0 else 0.0
-        msb = ssb / dfb
-        k0 = (k.sum() - float(np.sum(k * k)) / k.sum()) / dfb
-        den = msb + (k0 - 1.0) * msw
-        rho = min(max((msb - msw) / den, 0.0), 1.0) if den > 0 else 1.0
-    cnt = cnt[cnt > 0].astype(float)
-    return float(np.sum(cnt / (1.0 + (cnt - 1.0) * rho)))
+    rho = _row_correlation(z)
+    seen = cnt[cnt > 0].astype(float)
+    by_origin = float(np.sum(seen / (1.0 + (seen - 1.0) * rho)))
+    if orgs is None or len(orgs) != len(z) or not len(orgs) or z.shape[1] == 0:
+        return by_origin
+    points = by_time_point(z, orgs)
+    rho_t = _row_correlation(points)
+    if rho + rho_t > 1.0:
+        rho, rho_t = rho / (rho + rho_t), rho_t / (rho + rho_t)
+    n = float(seen.sum())
+    n_points = float((np.isfinite(points).sum(axis=1) > 0).sum())
+    crossed = 1.0 / (rho / len(seen) + rho_t / n_points + (1.0 - rho - rho_t) / n)
+    if crossed >= by_origin:
+        return by_origin
+    return max(crossed, min(by_origin, STEP_MIN_ERRORS))
 
 
 @dataclass(frozen=True)
@@ -220,8 +255,11 @@ class ErrorModel:
 
 
 def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: float = 1.0,
-               tail: float = 0.0) -> ErrorModel:
+               tail: float = 0.0, orgs: list[int] | None = None) -> ErrorModel:
     """Build the error model from an (origins x steps) matrix (NaN = not observed).
+
+    ``orgs`` (the origins of the rows, any common offset) lets the independent-error count discount
+    errors about the same time point seen from overlapping windows (see effective_count).
 
     ``fallback_step_scale`` is a one-step error scale (e.g. of naive differences) used to pad the sample
     when there are fewer than MIN_SAMPLES observed errors (random-walk profile).
@@ -249,7 +287,7 @@ def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: floa
             b = max(b, CUT_MIN_POWER)
     zm = e / k**b
     z = zm[np.isfinite(zm)]
-    n_eff = effective_count(zm) if e.size else 0.0
+    n_eff = effective_count(zm, orgs) if e.size else 0.0
     n_eff = n_eff if math.isfinite(n_eff) else 1.0
     spread = float(np.sqrt(np.mean(z * z))) if len(z) else 0.0
     seen = np.isfinite(e).sum(axis=0).astype(float) if e.size else np.zeros(0)
