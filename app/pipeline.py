@@ -74,13 +74,22 @@ class ViewNeeds:
     @classmethod
     def of(cls, view: object | None) -> ViewNeeds:
         if view is None:
-            return cls()
-        return cls(
-            public=bool(getattr(view, "public", False)),
-            uncounted=bool(getattr(view, "uncounted", False)),
-            permission=getattr(view, "required_permission", None),
-            key_header=getattr(view, "key_header", None),
-        )
+            return _NO_VIEW
+        needs = _NEEDS_OF_VIEW.get(view)
+        if needs is None:
+            # Read once per view: a missing attribute costs an exception with a formatted message each time.
+            needs = _NEEDS_OF_VIEW[view] = cls(
+                public=bool(getattr(view, "public", False)),
+                uncounted=bool(getattr(view, "uncounted", False)),
+                permission=getattr(view, "required_permission", None),
+                key_header=getattr(view, "key_header", None),
+            )
+        return needs
+
+
+_NO_VIEW = ViewNeeds()
+# Views are registered once and never change what they declare; the decorators run at import.
+_NEEDS_OF_VIEW: dict[object, ViewNeeds] = {}
 
 
 @dataclass
