@@ -12,8 +12,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from scipy.stats import t as student_t  # noqa: E402
 
-from app.forecast.intervals import effective_count, fit_errors  # noqa: E402
+from app.forecast.intervals import STEP_MIN_ERRORS, effective_count, fit_errors  # noqa: E402
 from app.forecast.models import MODEL_IDS, run_forecast, seasonal_periods  # noqa: E402
 from app.forecast.seasonal import acf_seasonal  # noqa: E402
 
@@ -208,3 +209,18 @@ def test_errors_about_one_time_point_count_once_across_overlapping_windows():
     independent = rng.standard_normal((12, 6))
     assert effective_count(independent, orgs) > 0.8 * effective_count(independent)
     assert effective_count(independent, None) == effective_count(independent)
+
+
+def test_one_observed_error_is_not_taken_as_the_whole_scale_sample():
+    """A 3-5 point history yields 0-1 errors, padded with its random-walk scale: the t quantile rests on
+    STEP_MIN_ERRORS independent errors like any other scale, not on one (t with 1 degree of freedom is
+    6.5x the Gaussian quantile at 95%, 9x with the predictive sqrt(1 + 1/n))."""
+    em = fit_errors(np.array([[0.3]]), 1.0)
+    assert em.n_eff == STEP_MIN_ERRORS
+    up = em.half_widths(3, 0.95)[1]
+    expected = student_t.ppf(0.975, STEP_MIN_ERRORS - 1) * np.sqrt(1 + 1 / STEP_MIN_ERRORS) * em.spread
+    assert up[0] == pytest.approx(expected)
+    assert np.all(np.diff(up) > 0)
+    short = run_forecast("forecast-model-1", [10.0, 12.0, 11.0, 13.0], 4, 0.95, ())
+    # random-walk steps of ~1.7: the interval stays within a few of them, not ~20 at step 1
+    assert short.upper[0] - short.median[0] < 10.0
