@@ -250,9 +250,6 @@ def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
     """
     if (frequency not in _FIXED_UNITS and frequency not in _CALENDAR_MONTHS) or len(timestamps) < 2:
         return None
-    first = timestamps[0]
-    if not isinstance(first, str) or not first.isascii():
-        return None
     try:
         joined = "\n".join(timestamps)  # refuses any element that is not a string
     except TypeError:
@@ -260,7 +257,7 @@ def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
     if not joined.isascii():
         return None
     text = joined.encode("ascii")
-    return _axis_from_rows(text, 0, len(text), first, b"", b"\n", frequency, count=len(timestamps))
+    return _axis_from_rows(text, 0, len(text), timestamps[0], b"", b"\n", frequency, count=len(timestamps))
 
 
 def regular_axis_from_json(array: bytes | memoryview, frequency: str) -> TimeAxis | None:
