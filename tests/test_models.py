@@ -323,3 +323,53 @@ def test_cut_windows_floor_the_horizon_growth():
     for j in range(12):
         cut[j, 6 - j // 2:] = np.nan  # the newest origins see only the first steps
     assert fit_errors(cut, 1.0).b >= 0.5
+
+
+def test_trend_floor_applies_at_any_cut_window():
+    """A trend extrapolation's errors grow at least like k ** TREND_CUT_POWER as soon as one window was
+    cut at the end of the history; other errors keep their fitted growth unless most windows were cut,
+    and whole windows always keep it."""
+    from app.forecast.intervals import TREND_CUT_POWER, fit_errors
+
+    rng = np.random.default_rng(4)
+    flat = rng.standard_normal((12, 6))
+    assert fit_errors(flat, 1.0).b < 0.3
+    one_cut = flat.copy()
+    one_cut[0, 5:] = np.nan  # only the newest origin misses the last step
+    assert fit_errors(one_cut, 1.0).b < 0.3
+    assert fit_errors(one_cut, 1.0, trend=True).b >= TREND_CUT_POWER
+    assert fit_errors(flat, 1.0, trend=True).b < 0.3
+
+
+def test_interval_follows_a_multiplicative_season():
+    """Quarterly tourist numbers: a strong multiplicative season whose noise grows with it. The high
+    season's errors no longer set one width for every step: the interval is wider in the high season
+    than in the low season after it, by about the square root of the seasonal ratio, and still holds
+    the next eight values."""
+    rng = np.random.default_rng(7)
+    n, h = 60, 8
+    season = np.array([0.5, 0.8, 1.1, 1.6])
+    t = np.arange(n + h)
+    level = 1000.0 * (1.0 + 0.005 * t)
+    y = level * season[t % 4] * (1.0 + 0.04 * rng.standard_normal(n + h))
+    for model_id in MODEL_IDS:
+        res = run_forecast(model_id, y[:n].tolist(), h, 0.95, seasonal_periods("Quarterly", 1, n))
+        width = np.array(res.upper) - np.array(res.lower)
+        high, low = width[3], width[4]  # steps 4 and 5: quarters 4 (index 1.6) and 1 (index 0.5)
+        assert high > 1.3 * low, (model_id, width)
+        future = y[n:]
+        assert np.mean((future >= np.array(res.lower)) & (future <= np.array(res.upper))) >= 0.75, model_id
+
+
+def test_seasonal_errors_round_trip():
+    """Errors divided by their time point's seasonal scale, and the future steps' scale continuing the
+    same positions."""
+    from app.forecast.intervals import LEVEL_POWER, seasonal_errors
+
+    idx = np.array([0.5, 1.0, 1.5, 1.0])
+    errs = np.ones((2, 3))
+    out, fut = seasonal_errors(errs, [5, 8], 10, idx)
+    sc = idx ** LEVEL_POWER
+    assert np.allclose(out[0], 1.0 / sc[[1, 2, 3]])  # origin 5 forecasts points 5, 6, 7
+    assert np.allclose(out[1], 1.0 / sc[[0, 1, 2]])  # origin 8: points 8, 9, 10
+    assert np.allclose(fut, sc[[2, 3, 0, 1]])  # the step after point 9 is point 10

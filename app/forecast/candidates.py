@@ -65,6 +65,18 @@ def multiplicative_fits(y: np.ndarray, m: int) -> bool:
     return bool(np.all(mult > 0) and mult_sse <= ADDITIVE_MARGIN * _classical(y, m, False)[1])
 
 
+def multiplicative_indices(y: np.ndarray, m: int) -> np.ndarray | None:
+    """Seasonal indices (mean 1, position i = points i, i + m, ...) of a classical multiplicative
+    decomposition, when the history is positive, holds two whole cycles and the multiplicative shape fits
+    (as in multiplicative_fits); else None."""
+    if m < 2 or len(y) < 2 * m + 1 or np.min(y) <= 0:
+        return None
+    mult, mult_sse = _classical(y, m, True)
+    if np.all(mult > 0) and mult_sse <= ADDITIVE_MARGIN * _classical(y, m, False)[1]:
+        return mult
+    return None
+
+
 def deseasonalised(base: Callable[[np.ndarray, int], np.ndarray]) -> Candidate:
     """M4-benchmark style: classical decomposition (shortest period, when the 90% ACF test says
     seasonal; multiplicative for positive data) around a non-seasonal forecaster."""
