@@ -56,25 +56,24 @@ def _classical_indices(y: np.ndarray, m: int, multiplicative: bool) -> np.ndarra
     return _classical(y, m, multiplicative)[0]
 
 
-def multiplicative_fits(y: np.ndarray, m: int) -> bool:
-    """Positive history whose classical multiplicative decomposition (period m) leaves remainders no
-    larger than ADDITIVE_MARGIN x the additive one's."""
-    if np.min(y) <= 0 or m < 2 or len(y) < 2 * m + 1:
-        return bool(np.min(y) > 0)
-    mult, mult_sse = _classical(y, m, True)
-    return bool(np.all(mult > 0) and mult_sse <= ADDITIVE_MARGIN * _classical(y, m, False)[1])
-
-
 def multiplicative_indices(y: np.ndarray, m: int) -> np.ndarray | None:
     """Seasonal indices (mean 1, position i = points i, i + m, ...) of a classical multiplicative
-    decomposition, when the history is positive, holds two whole cycles and the multiplicative shape fits
-    (as in multiplicative_fits); else None."""
+    decomposition, when the history is positive, holds two whole cycles and that decomposition leaves
+    remainders no larger than ADDITIVE_MARGIN x the additive one's; else None."""
     if m < 2 or len(y) < 2 * m + 1 or np.min(y) <= 0:
         return None
     mult, mult_sse = _classical(y, m, True)
     if np.all(mult > 0) and mult_sse <= ADDITIVE_MARGIN * _classical(y, m, False)[1]:
         return mult
     return None
+
+
+def multiplicative_fits(y: np.ndarray, m: int) -> bool:
+    """Positive history whose multiplicative season fits (multiplicative_indices); a positive history too
+    short for two cycles counts as fitting."""
+    if np.min(y) <= 0 or m < 2 or len(y) < 2 * m + 1:
+        return bool(np.min(y) > 0)
+    return multiplicative_indices(y, m) is not None
 
 
 def deseasonalised(base: Callable[[np.ndarray, int], np.ndarray]) -> Candidate:

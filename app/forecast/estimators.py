@@ -150,10 +150,7 @@ class SelectionEnsemble(ForecastModel):
             errs = np.empty((0, hv))
         final = {m: CANDIDATES[m](x, horizon, per) for m in {m for c in chosen for m in pool[c]}}
         med = np.mean([np.mean([final[m] for m in pool[c]], axis=0) for c in chosen], axis=0)
-        season = None
-        indices = multiplicative_indices(y, per[0]) if seasonal and r else None
-        if indices is not None:
-            errs, season = seasonal_errors(errs, orgs, n, indices)
+        errs, season = seasonal_errors(errs, orgs, n, multiplicative_indices(y, per[0]) if seasonal else None)
         # yearly and quarterly data are mostly trends, whose errors grow faster than a random walk's
         # (see fit_errors); training rows, model-1 MSIS / 95% coverage: M1 Quarterly 13.26 -> 12.80 /
         # 0.911 -> 0.927, M1 Yearly 20.95 -> 21.40 / 0.937 -> 0.953, Tourism Quarterly (with the seasonal
@@ -304,11 +301,8 @@ class MSTLForecaster(ForecastModel):
         # the high season's larger errors widen the high season only, as for model-1 (training rows, MSIS:
         # Tourism Quarterly -3.7%, Tourism Monthly -3.6%, no set higher). The trend floor of model-1 is
         # not taken: model-3 already covers yearly data (M1 Yearly 0.956) and M1 Monthly MSIS rose 7% with it
-        season = None
-        if pc and orgs and seasonal_strength(yc, pc[0]) >= self.gate:
-            indices = multiplicative_indices(yc, pc[0])
-            if indices is not None:
-                errs, season = seasonal_errors(errs, orgs, n, indices)
+        seasonal = bool(pc) and seasonal_strength(yc, pc[0]) >= self.gate
+        errs, season = seasonal_errors(errs, orgs, n, multiplicative_indices(yc, pc[0]) if seasonal else None)
         em = fit_errors(errs, _step_scale(yc), *self.calibration, orgs=orgs, season=season)
         return Fitted(med, em, scale, nonnegative=never_negative(values))
 

@@ -268,9 +268,10 @@ class ErrorModel:
 
 
 def seasonal_errors(errors: np.ndarray, orgs: list[int], n: int,
-                    indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                    indices: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
     """Errors divided by the seasonal scale of the time point each is about, and that scale for the
-    future steps (cyclic, entry 0 = the step after point n - 1).
+    future steps (cyclic, entry 0 = the step after point n - 1); without indices or origins, the errors
+    unchanged and None.
 
     ``indices`` are multiplicative seasonal indices (mean 1) of the history, position o % m; the scale is
     index ** LEVEL_POWER, the power by which errors follow the level (level_adjusted). Pooled without it,
@@ -280,6 +281,8 @@ def seasonal_errors(errors: np.ndarray, orgs: list[int], n: int,
     1: MSIS model-1 Tourism Quarterly 16.74 -> 15.23 (power 1: 15.47), Tourism Monthly 16.51 -> 15.52
     (15.67), M4 Hourly 6.93 -> 6.57 (6.25; models 2 and 4 gain less with 1).
     """
+    if indices is None or not len(orgs):
+        return errors, None
     m = len(indices)
     sc = np.asarray(indices, dtype=float) ** LEVEL_POWER
     pos = (np.asarray(orgs)[:, None] + np.arange(errors.shape[1])[None, :]) % m
