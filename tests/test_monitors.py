@@ -89,6 +89,18 @@ class Receiver:
         raise AssertionError(f"expected {count} acknowledged events, got {len(self.acknowledged())}")
 
 
+def settled_deliveries(client: FlaskClient, headers: dict[str, str], monitor_id: str,
+                       timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The delivery log once no event is still pending or sending. The receiver answers before the sender
+    records the outcome, so a log read straight after the last acknowledgement can still show it in flight."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = client.get(f"/monitors/{monitor_id}/deliveries", headers=headers).json["deliveries"]
+        if all(d["status"] not in ("pending", "sending") for d in log) or time.monotonic() > deadline:
+            return log
+        time.sleep(0.05)
+
+
 def minute_series(count: int, start: int = 0) -> tuple[list[str], list[float]]:
     stamps = [f"2026-01-{1 + (i // 1440):02d}T{(i // 60) % 24:02d}:{i % 60:02d}:00Z" for i in range(start, start
                                                                                                      + count)]
@@ -409,7 +421,7 @@ def test_alerts_are_signed_ordered_and_logged(client: FlaskClient, keys: dict, m
         view = client.get(f"/monitors/{monitor_id}", headers=owner).json
         assert view["open_anomalies"] == []
 
-        log = client.get(f"/monitors/{monitor_id}/deliveries", headers=keys["reader"]).json["deliveries"]
+        log = settled_deliveries(client, keys["reader"], monitor_id)
         assert len(log) == expected_events
         assert all(d["status"] == "delivered" and len(d["attempts"]) == 1 for d in log)
         assert log[0]["attempts"][0]["status_code"] == 200
