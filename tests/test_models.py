@@ -373,3 +373,28 @@ def test_seasonal_errors_round_trip():
     assert np.allclose(out[0], 1.0 / sc[[1, 2, 3]])  # origin 5 forecasts points 5, 6, 7
     assert np.allclose(out[1], 1.0 / sc[[0, 1, 2]])  # origin 8: points 8, 9, 10
     assert np.allclose(fut, sc[[2, 3, 0, 1]])  # the step after point 9 is point 10
+
+
+def test_model3_origins_decompose_only_their_own_history(monkeypatch):
+    """STL smooths both ways: components taken from the whole history would let every rolling origin see
+    the window it is judged on, and the interval would rest on optimistic errors. Each origin decomposes
+    exactly the points before it; only the final forecast decomposes the whole history."""
+    from app.forecast import estimators
+    from app.forecast.intervals import origins
+
+    real = estimators.seasonal_components
+    lengths: list[int] = []
+
+    def recording(x, periods, seasonal):
+        lengths.append(len(x))
+        return real(x, periods, seasonal)
+
+    monkeypatch.setattr(estimators, "seasonal_components", recording)
+    rng = np.random.default_rng(3)
+    n, t = 1000, np.arange(1000)
+    y = 50 + 10 * np.sin(2 * np.pi * t / 24) + 4 * np.sin(2 * np.pi * t / 168) + rng.standard_normal(n)
+    model = estimators.MSTLForecaster()
+    model.fit(y.tolist(), 48, (24, 168))
+    expected, _ = origins(n, 48, model._min_train(n, (24, 168)), model.n_origins, short=True)
+    assert len(expected) >= 2
+    assert sorted(lengths) == sorted([*expected, n])

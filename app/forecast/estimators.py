@@ -226,9 +226,9 @@ class MSTLForecaster(ForecastModel):
     adjusted series is forecast by damped-trend exponential smoothing or by simple exponential
     smoothing (no trend), whichever has the lower error at the rolling origins: a trend is projected
     only where projecting one has worked in this series' own history.
-    Intervals: the rolling-origin error model of app.forecast.intervals at ``n_origins`` origins. The
-    decomposition is computed once and reused at every origin (seasonal components continued from the
-    cycle before the origin), so origins cost a smoothing fit, not a decomposition.
+    Intervals: the rolling-origin error model of app.forecast.intervals at ``n_origins`` origins. Each
+    origin decomposes the history before it (one MSTL per origin, about 10 ms at 1,000 points), so its
+    errors are those of forecasts made without the window they are judged on.
     History cap: 6 (position variant) or 10 cycles of the longest period, between 300 and 3000 points
     (a period that then has fewer than two cycles is dropped).
     """
@@ -237,7 +237,11 @@ class MSTLForecaster(ForecastModel):
     description = ("Complex seasonal / long horizon: MSTL multiple-seasonal decomposition with a "
                    "seasonal-position Theta or a validated exponential-smoothing model on the adjusted series.")
 
-    def __init__(self, max_history: int = 3000, n_origins: int = 4, calibration: tuple[float, float] = (1.1, 0.3),
+    # calibration chosen on every development set's training rows once the origins decomposed only their own
+    # history: (1.05, 0.2) against the earlier (1.1, 0.3), largest coverage miss beyond 5 points 0.038 -> 0.027,
+    # mean MSIS over the eight sets -1.7% (the earlier constants made up for the shared decomposition's
+    # optimistic errors; with honest errors they were too wide: holdouts +2.6% MSIS)
+    def __init__(self, max_history: int = 3000, n_origins: int = 4, calibration: tuple[float, float] = (1.05, 0.2),
                  gate: float = STRENGTH_GATE, margin: float = 2.0) -> None:
         super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration)
         self.gate = gate
@@ -263,28 +267,34 @@ class MSTLForecaster(ForecastModel):
         pc = usable_periods(per, n)
         position = position and bool(pc)
         mult = bool(pc) and bool(np.min(yc) > 0) and multiplicative_fits(yc, pc[0])
-        seas = seasonal_components(np.log(yc) if mult else yc, pc, stl_window) if pc and np.ptp(yc) > 0 else []
-        removed = list(zip(seas, pc, strict=False))[1 if position else 0:]
-        total = np.sum([c for c, _ in removed], axis=0) if removed else np.zeros(n)
-        adj = yc / np.exp(total) if mult else yc - total
 
-        def seasonal_future(o: int, h: int) -> np.ndarray:
-            fut = np.zeros(h)
-            for c, p in removed:
-                fut = fut + continue_cycle(c[:o], p, h)
-            return fut
+        def decomposed(o: int) -> tuple[list[tuple[np.ndarray, int]], np.ndarray]:
+            """The components removed from yc[:o] (with their periods) and the adjusted yc[:o]."""
+            x = yc[:o]
+            po = usable_periods(pc, o)
+            seas = seasonal_components(np.log(x) if mult else x, po, stl_window) if po and np.ptp(x) > 0 else []
+            removed = list(zip(seas, po, strict=False))[1 if position else 0:]
+            total = np.sum([c for c, _ in removed], axis=0) if removed else np.zeros(o)
+            return removed, (x / np.exp(total) if mult else x - total)
 
         def adjusted_forecasts(o: int, h: int) -> list[np.ndarray]:
             """Candidate forecasts from origin o (in yc): position variant, or [damped, SES]."""
-            fut = seasonal_future(o, h)
+            # each origin decomposes only the history before it: STL smooths both ways, so components
+            # taken from the whole history would tell every origin about the window it is judged on,
+            # and its errors would be too small (training rows, M4 Hourly, with the recalibration: 50% /
+            # 80% coverage 0.41 / 0.75 with one shared decomposition, 0.49 / 0.82 with one per origin)
+            removed, adj = decomposed(o)
+            fut = np.zeros(h)
+            for c, p in removed:
+                fut = fut + continue_cycle(c, p, h)
             combine = (lambda f: f * np.exp(fut)) if mult else (lambda f: f + fut)
             if position:
-                f = combine(position_theta(adj[:o], h, pc[0]))
+                f = combine(position_theta(adj, h, pc[0]))
                 po = usable_periods(per, off + o)
                 others = [CANDIDATES[name](y[:off + o], h, po) for name in ("ptheta_s", "plevel_log")]
                 # median with two other multiple-seasonal forecasts (OWA 0.59 -> 0.51 on M4 Hourly training)
                 return [np.median(np.stack([f, *others]), axis=0)]
-            return [combine(damped_forecast(adj[:o], h)), combine(ses_forecast(adj[:o], h))]
+            return [combine(damped_forecast(adj, h)), combine(ses_forecast(adj, h))]
 
         mt = self._min_train(n, pc)
         orgs, hv = origins(n, horizon, mt, self.n_origins, short=True)
