@@ -341,6 +341,27 @@ def test_trend_floor_applies_at_any_cut_window():
     assert fit_errors(flat, 1.0, trend=True).b < 0.3
 
 
+def test_a_growth_floor_widens_far_steps_without_narrowing_near_ones():
+    """A floor on the horizon exponent says errors grow at least that fast, not that the first steps'
+    errors are smaller than measured: with the floor, every step's interval is at least as wide as
+    without it, at every confidence and for symmetric and signed quantiles, and the far steps are wider."""
+    from app.forecast.intervals import TREND_CUT_POWER, fit_errors
+
+    rng = np.random.default_rng(4)
+    cut = rng.standard_normal((12, 6))  # errors that barely grow over the horizon
+    cut[:3, 4:] = np.nan  # the three newest windows cut at the end of the history
+    orgs = list(range(40, 4, -3))
+    plain = fit_errors(cut, 1.0, orgs=orgs)  # the fitted growth: too few windows cut for the random-walk floor
+    floored = fit_errors(cut, 1.0, orgs=orgs, trend=True)
+    assert plain.b < 0.3 < TREND_CUT_POWER == floored.b
+    for c in (0.5, 0.8, 0.95, 0.99):
+        with_floor, without = floored.half_widths(8, c)[0], plain.half_widths(8, c)[0]
+        assert np.all(with_floor >= without - 1e-12), c
+        assert with_floor[-1] > without[-1], c
+        for signed_with, signed_without in zip(floored.asymmetric(8, c), plain.asymmetric(8, c), strict=True):
+            assert np.all(signed_with >= signed_without - 1e-12), c
+
+
 def test_interval_follows_a_multiplicative_season():
     """Quarterly tourist numbers: a strong multiplicative season whose noise grows with it. The high
     season's errors no longer set one width for every step: the interval is wider in the high season
