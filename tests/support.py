@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -209,6 +209,19 @@ class Server:
                 self.process.wait()
         self._log.close()
         return self.process.returncode
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0, message: str = "condition",
+             interval: float = 0.1) -> Any:
+    """The first truthy value of ``condition()``, polled until ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -11,14 +11,14 @@ import json
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.support import ROOT, Server, bearer, cli_in_process, missing_service
+from tests.support import ROOT, Server, bearer, cli_in_process, missing_service, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -86,17 +86,6 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 def make_key(env: dict[str, str], permissions: str, *args: str) -> dict:
     return json.loads(cli_in_process("keys", "create", "--permissions", permissions, *args, "--json", env=env).stdout)
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, message: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(0.2)
 
 
 class Page:

@@ -18,10 +18,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import func, select
 
+from app.monitors.queue import ACTIVE
 from app.monitors.records import MonitorEventRecord, MonitorPointRecord
 from app.monitors.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from tests.conftest import build_app, drop_all_tables, new_key, services_of
-from tests.support import free_port, settings_for
+from tests.support import free_port, settings_for, wait_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
 
@@ -93,12 +94,11 @@ def settled_deliveries(client: FlaskClient, headers: dict[str, str], monitor_id:
                        timeout: float = 30.0) -> list[dict[str, Any]]:
     """The delivery log once no event is still pending or sending. The receiver answers before the sender
     records the outcome, so a log read straight after the last acknowledgement can still show it in flight."""
-    deadline = time.monotonic() + timeout
-    while True:
-        log = client.get(f"/monitors/{monitor_id}/deliveries", headers=headers).json["deliveries"]
-        if all(d["status"] not in ("pending", "sending") for d in log) or time.monotonic() > deadline:
-            return log
-        time.sleep(0.05)
+    def log() -> list[dict[str, Any]]:
+        return client.get(f"/monitors/{monitor_id}/deliveries", headers=headers).json["deliveries"]
+
+    wait_for(lambda: all(d["status"] not in ACTIVE for d in log()), timeout, "the delivery log to settle")
+    return log()  # settled events do not change again
 
 
 def minute_series(count: int, start: int = 0) -> tuple[list[str], list[float]]:

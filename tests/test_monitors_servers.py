@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import RedisServer, Server, bearer, cli_in_process, free_port, postgres_database
+from tests.support import RedisServer, Server, bearer, cli_in_process, free_port, postgres_database, wait_for
 from tests.test_monitors import Receiver, minute_series
 
 pytestmark = pytest.mark.slow
@@ -47,15 +47,6 @@ def deliveries(server: Server, key: str, monitor_id: str) -> list[dict[str, Any]
     return answer.json()["deliveries"]
 
 
-def wait_until(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_pending_alerts_survive_a_restart(tmp_path: Path) -> None:
     env = {**FAST_RETRIES, "DATABASE_URL": f"sqlite:///{tmp_path / 'monitors.sqlite3'}"}
     cli_in_process("db", "upgrade", env=env)
@@ -72,7 +63,7 @@ def test_pending_alerts_survive_a_restart(tmp_path: Path) -> None:
         answer = requests.post(f"{first.url}/monitors/{monitor_id}/points", headers=bearer(key), timeout=30,
                                json={"timestamps": stamps, "values": values})
         assert answer.status_code == 200, answer.text
-        wait_until(lambda: any(d["attempts"] for d in deliveries(first, key, monitor_id)), 20, "a failed attempt")
+        wait_for(lambda: any(d["attempts"] for d in deliveries(first, key, monitor_id)), 20, "a failed attempt")
     finally:
         first.stop()
 
@@ -87,8 +78,8 @@ def test_pending_alerts_survive_a_restart(tmp_path: Path) -> None:
         assert [e["sequence"] for e in events] == sorted(d["sequence"] for d in log)
         assert all(d["signature_ok"] for d in receiver.deliveries)
         # the receiver answers before the sender records the outcome: the last event may still read "sending"
-        wait_until(lambda: all(d["status"] == "delivered" for d in deliveries(second, key, monitor_id)), 20,
-                   "every delivery recorded as delivered")
+        wait_for(lambda: all(d["status"] == "delivered" for d in deliveries(second, key, monitor_id)), 20,
+                 "every delivery recorded as delivered")
         final = deliveries(second, key, monitor_id)
         head = next(d for d in final if d["sequence"] == 1)
         assert head["attempts"][0]["status_code"] is None and head["attempts"][-1]["status_code"] == 200
