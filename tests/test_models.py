@@ -419,3 +419,20 @@ def test_model3_origins_decompose_only_their_own_history(monkeypatch):
     expected, _ = origins(n, 48, model._min_train(n, (24, 168)), model.n_origins, short=True)
     assert len(expected) >= 2
     assert sorted(lengths) == sorted([*expected, n])
+
+
+def test_short_monthly_without_season_chooses_level_or_trend():
+    """48 monthly points, no season: simple exponential smoothing alone competes with the equal-weight
+    combination of the four level/trend members. A level with noise gets a level forecast (the members
+    that project a trend made larger errors at the origins); a steady climb gets its trend continued."""
+    rng = np.random.default_rng(5)
+    per = seasonal_periods("Monthly", 1, 48)
+    assert per == (12,)
+    level = 200 + 3 * rng.standard_normal(48)
+    med = np.array(run_forecast(DEFAULT_MODEL_ID, level.tolist(), 18, 0.9, per).median)
+    assert np.ptp(med) < 1e-9 * abs(med[0])
+    assert abs(med[0] - level.mean()) < 3
+    climb = 100 + 2.0 * np.arange(48) + 3 * rng.standard_normal(48)
+    med = np.array(run_forecast(DEFAULT_MODEL_ID, climb.tolist(), 18, 0.9, per).median)
+    assert np.all(np.diff(med) > 0)
+    assert med[-1] > med[0] + 5

@@ -164,4 +164,8 @@ LEVEL_POOL = ("ses_sa", "theta_sa", "damped_sa", "ar3_diff_sa", "ses_sa5", "thet
 # the equal-weight combination of simple exponential smoothing, Theta, damped trend and random walk with
 # drift, or drift alone, whichever has the lower error at the origins (see SelectionEnsemble).
 SHORT_POOL: tuple[tuple[str, ...], ...] = (("ses_sa", "theta_sa", "damped_sa", "drift_sa"), ("drift_sa",))
+# Short histories with a usable season that is not strong (monthly data of 2-5 years, a few days of hourly data):
+# simple exponential smoothing alone, or the equal-weight combination of the four level/trend members, whichever
+# has the lower error at the origins (see SelectionEnsemble).
+SHORT_PERIODIC_POOL: tuple[tuple[str, ...], ...] = (("ses_sa",), ("ses_sa", "theta_sa", "damped_sa", "ar3_diff_sa"))
 SEASONAL_POOL = ("snaive_s", "snaive_l", "ptheta_s", "pses_s", "ptheta_l", "wprof_l", "plevel", "plevel_log")
