@@ -106,7 +106,8 @@ class SelectionEnsemble(ForecastModel):
         whole = len(orgs) >= self.n_origins and all(o + hv <= n for o in orgs)
         seasonal = bool(per) and seasonal_strength(y, per[0]) >= self.gate
         low_frequency = not per or per[0] <= LOW_FREQUENCY_PERIOD
-        if self.short_pool and low_frequency and not whole and not seasonal and n <= RECENT_FLOOR:
+        short_pool = self.short_pool if low_frequency else self.short_periodic_pool
+        if short_pool and not whole and not seasonal and n <= RECENT_FLOOR:
             # too short for whole windows at every origin and no longer than the "recent" members' window
             # (yearly data, short quarterly and monthly series): the pool's full- and recent-history
             # members are then the same four forecasts twice, and picking 3 of them on a handful of cut
@@ -119,16 +120,14 @@ class SelectionEnsemble(ForecastModel):
             # Tourism Yearly 22.11 / 3.06 -> 20.18 / 2.89, M1 Quarterly 15.31 / 1.62 -> 14.90 / 1.56.
             # Strongly seasonal short series keep the full pool: their seasonal-position members matter
             # (Tourism Quarterly 19.70 with them, 20.27 without).
-            pool, top = list(self.short_pool), 1
-        elif self.short_periodic_pool and not whole and not seasonal and n <= RECENT_FLOOR:
-            # the same duplication with a usable season of more than 4 points (monthly data of 2-5 years): ranking
-            # the four members on a few cut windows kept 3 of them, two of which project a trend that such a
-            # history cannot pin down (M1 Monthly, 221 of these series in the training rows: sMAPE of SES alone
-            # 23.65, of the 3 chosen 26.12; holdouts 19.42 and 21.78). A level-only forecast competes with the
-            # equal-weight four instead. Training rows / holdouts, model-1 M1 Monthly sMAPE 18.60 / 14.74 ->
-            # 18.18 / 14.26, MASE 1.364 / 1.062 -> 1.362 / 1.059 (SES alone: 17.90 / 14.33; no other development
-            # set has such series)
-            pool, top = list(self.short_periodic_pool), 1
+            # A usable season of more than 4 points (monthly data of 2-5 years) gives the same duplication but
+            # another choice (``short_periodic_pool``): ranking the four members on a few cut windows kept 3 of
+            # them, two of which project a trend that such a history cannot pin down (M1 Monthly, 221 of these
+            # series in the training rows: sMAPE of SES alone 23.65, of the 3 chosen 26.12; holdouts 19.42 and
+            # 21.78), so a level-only forecast competes with the equal-weight four. Training rows / holdouts,
+            # model-1 M1 Monthly sMAPE 18.60 / 14.74 -> 18.18 / 14.26, MASE 1.364 / 1.062 -> 1.362 / 1.059 (SES
+            # alone: 17.90 / 14.33; no other development set has such series).
+            pool, top = list(short_pool), 1
         else:
             pool = [(c,) for c in self.level_pool]
             if seasonal:
