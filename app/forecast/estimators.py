@@ -56,7 +56,8 @@ STRENGTH_GATE = 0.5  # seasonal strength above which seasonal-position methods a
 class SelectionEnsemble(ForecastModel):
     """forecast-model-1: per-series validated combination of statistical forecasters.
 
-    Pool: exponential smoothing (SES, damped trend), Theta and a ridge AR(3) on first differences
+    Pool: exponential smoothing (SES, damped trend), the optimised Theta method
+    (app.forecast.smoothing.optimised_theta_forecast) and a ridge AR(3) on first differences
     (app.forecast.smoothing.ar_diff_forecast) on the seasonally adjusted
     series (classical decomposition), each on the full and on the recent history; for strongly
     seasonal series (strength >= 0.5) also seasonal-position models (seasonal naive, position SES /

@@ -53,6 +53,86 @@ def theta_forecast(y: np.ndarray, h: int) -> np.ndarray:
     return level + drift
 
 
+OTM_STEPS = 3  # in-sample forecast steps whose mean squared errors the optimised Theta method minimises
+OTM_ALPHA = (0.1, 0.99)  # range of its smoothing parameter (as in Fiorucci et al. 2016)
+
+
+def _theta_line(y: np.ndarray) -> tuple[float, float]:
+    """Intercept and slope of the least-squares line through y at times 1..n."""
+    n = len(y)
+    t = np.arange(1, n + 1, dtype=float)
+    slope = 6.0 * (2.0 * float(np.mean(t * y)) - (1.0 + n) * float(np.mean(y))) / (n * n - 1.0)
+    return float(np.mean(y)) - (n + 1.0) * slope / 2.0, slope
+
+
+def _theta_trend(alpha: float, intercept: float, slope: float, start: int, stop: int) -> np.ndarray:
+    """The theta line's contribution g_i at times start..stop-1 (Fiorucci et al. 2016, eq. for mu_t)."""
+    i = np.arange(start, stop, dtype=float)
+    return intercept * (1.0 - alpha) ** i + slope * (1.0 - (1.0 - alpha) ** (i + 1.0)) / alpha
+
+
+def _otm_fit(y: np.ndarray, alpha: float, steps: int) -> tuple[float, float, float]:
+    """(initial level l0, c = 1 - 1/theta, loss) of the optimised Theta method at this alpha.
+
+    The forecast of y_{i+j} made after y_{i-1} (i >= 1, j < steps) is L_{i-1} + l0 (1-a)^i + c G_ij, with L
+    simple exponential smoothing started at 0 and G_ij = g_{i+j} + a (g_i + ... + g_{i+j-1}): linear in l0
+    and c, so the mean over j of each step's mean squared error is a quadratic in them, solved exactly
+    (c clipped to [0, 1], i.e. theta >= 1).
+    """
+    n = len(y)
+    intercept, slope = _theta_line(y)
+    lev0 = lfilter([alpha], [1.0, alpha - 1.0], y)
+    decay = (1.0 - alpha) ** np.arange(n + 1, dtype=float)
+    g = intercept * decay[:-1] + slope * (1.0 - decay[1:]) / alpha
+    cg = np.concatenate([[0.0], np.cumsum(g)])
+    sums = np.zeros(6)  # aa, ag, gg, ar, gr, rr, each the mean over j of the mean over i
+    used = min(steps, n - 1)
+    for j in range(used):
+        m = n - 1 - j
+        a = decay[1:m + 1]
+        gj = g[1 + j:n] + alpha * (cg[1 + j:n] - cg[1:m + 1])
+        r = y[1 + j:n] - lev0[:m]
+        sums += np.array([a @ a, a @ gj, gj @ gj, a @ r, gj @ r, r @ r]) / (m * used)
+    saa, sag, sgg, sar, sgr, srr = sums
+    det = saa * sgg - sag * sag
+    c = (saa * sgr - sag * sar) / det if det > 1e-12 * saa * sgg else 0.0
+    c = min(max(c, 0.0), 1.0)
+    l0 = (sar - c * sag) / saa
+    loss = srr - 2 * l0 * sar - 2 * c * sgr + l0 * l0 * saa + 2 * l0 * c * sag + c * c * sgg
+    return l0, c, float(loss)
+
+
+def fit_optimised_theta(y: np.ndarray, steps: int = OTM_STEPS) -> tuple[float, float, float]:
+    """(alpha, initial level l0, c = 1 - 1/theta) of the optimised Theta method (see optimised_theta_forecast).
+
+    For each alpha the initial level and c are exact (_otm_fit); alpha is searched on a grid and refined
+    around its best point, so the fit is the loss's minimum, not wherever a simplex search stopped.
+    """
+    grid = np.linspace(OTM_ALPHA[0], OTM_ALPHA[1], 10)
+    losses = [_otm_fit(y, float(a), steps)[2] for a in grid]
+    k = int(np.argmin(losses))
+    res = minimize_scalar(lambda a: _otm_fit(y, a, steps)[2], method="bounded", options={"xatol": 1e-3},
+                          bounds=(float(grid[max(k - 1, 0)]), float(grid[min(k + 1, len(grid) - 1)])))
+    alpha = float(res.x) if res.fun <= losses[k] else float(grid[k])
+    l0, c, _ = _otm_fit(y, alpha, steps)
+    return alpha, l0, c
+
+
+def optimised_theta_forecast(y: np.ndarray, h: int, steps: int = OTM_STEPS) -> np.ndarray:
+    """Optimised Theta method (OTM, Fiorucci et al. 2016): the Theta method with the weight of its theta
+    line (theta >= 1), its smoothing parameter and its initial level fitted to the history's in-sample
+    forecasts 1 to ``steps`` steps ahead, instead of theta fixed at 2 and SES's one-step fit.
+    """
+    n = len(y)
+    if n < 4 or np.ptp(y) == 0:
+        return theta_forecast(y, h)
+    alpha, l0, c = fit_optimised_theta(y, steps)
+    level = float(ses_levels(y, alpha, l0)[-1])
+    intercept, slope = _theta_line(y)
+    g = _theta_trend(alpha, intercept, slope, n, n + h)
+    return level + c * (g + alpha * np.concatenate([[0.0], np.cumsum(g)[:-1]]))
+
+
 def _damped_matrices(alpha: float, beta: float, phi: float) -> tuple[np.ndarray, np.ndarray]:
     d = np.array([[1.0 - alpha, phi * (1.0 - alpha)], [-beta, phi * (1.0 - beta)]])
     g = np.array([alpha, beta])
