@@ -82,14 +82,14 @@ def _otm_fit(y: np.ndarray, alpha: float, steps: int) -> tuple[float, float, flo
     n = len(y)
     intercept, slope = _theta_line(y)
     lev0 = lfilter([alpha], [1.0, alpha - 1.0], y)
-    decay = (1.0 - alpha) ** np.arange(n + 1, dtype=float)
-    g = intercept * decay[:-1] + slope * (1.0 - decay[1:]) / alpha
+    decay = (1.0 - alpha) ** np.arange(1, n, dtype=float)
+    g = _theta_trend(alpha, intercept, slope, 0, n)
     cg = np.concatenate([[0.0], np.cumsum(g)])
     sums = np.zeros(6)  # aa, ag, gg, ar, gr, rr, each the mean over j of the mean over i
     used = min(steps, n - 1)
     for j in range(used):
         m = n - 1 - j
-        a = decay[1:m + 1]
+        a = decay[:m]
         gj = g[1 + j:n] + alpha * (cg[1 + j:n] - cg[1:m + 1])
         r = y[1 + j:n] - lev0[:m]
         sums += np.array([a @ a, a @ gj, gj @ gj, a @ r, gj @ r, r @ r]) / (m * used)
