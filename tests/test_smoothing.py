@@ -74,9 +74,11 @@ def test_optimised_theta_continues_a_line():
 
 
 def test_optimised_theta_keeps_theta_at_least_one():
-    # A series that rose and then fell back: its least-squares line still rises, and its in-sample forecasts
-    # would gain from theta < 1 (a trend against the line); the method stays at theta >= 1.
-    y = np.r_[np.linspace(0, 10, 20), np.linspace(10, 2, 20)] + 5
+    # theta >= 1 is c = 1 - 1/theta in [0, 1]. A series that rose for 10 points and fell for 30: its
+    # least-squares line is almost flat, and its in-sample forecasts would be best served by c = 6 (theta
+    # < 0: a fall many times the line's rise, extrapolated); the method stops at the whole line, c = 1.
+    y = np.r_[np.linspace(5, 25, 10), np.linspace(25, 15, 30)]
     alpha, l0, c = fit_optimised_theta(y)
-    assert 0 <= c <= 1
-    assert np.all(np.isfinite(optimised_theta_forecast(y, 8)))
+    assert c == 1.0
+    forecast = optimised_theta_forecast(y, 8)
+    assert np.all(np.isfinite(forecast)) and np.all(np.abs(np.diff(forecast)) < 1.0)
