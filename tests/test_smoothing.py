@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from app.forecast.smoothing import OTM_STEPS, _otm_fit, fit_optimised_theta, optimised_theta_forecast
+from app.forecast.smoothing import OTM_STEPS, _otm_fit, _theta_line, fit_optimised_theta, optimised_theta_forecast
 
 
 def _recursion(y: np.ndarray, l0: float, alpha: float, theta: float, h: int,
@@ -54,11 +54,12 @@ def _series(kind: str, n: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("n", [12, 40, 200])
 def test_optimised_theta_is_the_recursions_best_fit(kind, n):
     y = _series(kind, n, seed=n)
-    alpha, l0, c = fit_optimised_theta(y)
+    alpha, l0, c = fit_optimised_theta(y, _theta_line(y))
     theta = 1 / (1 - c) if c < 1 else 1e12
     loss, forecast = _recursion(y, l0, alpha, theta, 6)
     assert 0.1 <= alpha <= 0.99 and 0 <= c <= 1
-    assert _otm_fit(y, alpha, OTM_STEPS)[2] == pytest.approx(loss, rel=1e-9)  # the loss is the recursion's
+    # the loss is the recursion's
+    assert _otm_fit(y, alpha, OTM_STEPS, _theta_line(y))[2] == pytest.approx(loss, rel=1e-9)
     np.testing.assert_allclose(optimised_theta_forecast(y, 6), forecast, rtol=1e-6, atol=1e-6)
     # No parameter point the recursion can be given does better: simplex searches from several starts, over
     # (l0, alpha, theta) with theta >= 1, as statsforecast and forecTheta fit the method.
@@ -78,7 +79,7 @@ def test_optimised_theta_keeps_theta_at_least_one():
     # least-squares line is almost flat, and its in-sample forecasts would be best served by c = 6 (theta
     # < 0: a fall many times the line's rise, extrapolated); the method stops at the whole line, c = 1.
     y = np.r_[np.linspace(5, 25, 10), np.linspace(25, 15, 30)]
-    alpha, l0, c = fit_optimised_theta(y)
+    alpha, l0, c = fit_optimised_theta(y, _theta_line(y))
     assert c == 1.0
     forecast = optimised_theta_forecast(y, 8)
     assert np.all(np.isfinite(forecast)) and np.all(np.abs(np.diff(forecast)) < 1.0)

@@ -71,8 +71,9 @@ def _theta_trend(alpha: float, intercept: float, slope: float, start: int, stop:
     return intercept * (1.0 - alpha) ** i + slope * (1.0 - (1.0 - alpha) ** (i + 1.0)) / alpha
 
 
-def _otm_fit(y: np.ndarray, alpha: float, steps: int) -> tuple[float, float, float]:
-    """(initial level l0, c = 1 - 1/theta, loss) of the optimised Theta method at this alpha.
+def _otm_fit(y: np.ndarray, alpha: float, steps: int, line: tuple[float, float]) -> tuple[float, float, float]:
+    """(initial level l0, c = 1 - 1/theta, loss) of the optimised Theta method at this alpha; ``line`` is
+    _theta_line(y), passed in because it does not depend on alpha.
 
     The forecast of y_{i+j} made after y_{i-1} (i >= 1, j < steps) is L_{i-1} + l0 (1-a)^i + c G_ij, with L
     simple exponential smoothing started at 0 and G_ij = g_{i+j} + a (g_i + ... + g_{i+j-1}): linear in l0
@@ -80,7 +81,7 @@ def _otm_fit(y: np.ndarray, alpha: float, steps: int) -> tuple[float, float, flo
     (c clipped to [0, 1], i.e. theta >= 1).
     """
     n = len(y)
-    intercept, slope = _theta_line(y)
+    intercept, slope = line
     lev0 = lfilter([alpha], [1.0, alpha - 1.0], y)
     decay = (1.0 - alpha) ** np.arange(1, n, dtype=float)
     g = _theta_trend(alpha, intercept, slope, 0, n)
@@ -102,19 +103,21 @@ def _otm_fit(y: np.ndarray, alpha: float, steps: int) -> tuple[float, float, flo
     return l0, c, float(loss)
 
 
-def fit_optimised_theta(y: np.ndarray, steps: int = OTM_STEPS) -> tuple[float, float, float]:
-    """(alpha, initial level l0, c = 1 - 1/theta) of the optimised Theta method (see optimised_theta_forecast).
+def fit_optimised_theta(y: np.ndarray, line: tuple[float, float],
+                        steps: int = OTM_STEPS) -> tuple[float, float, float]:
+    """(alpha, initial level l0, c = 1 - 1/theta) of the optimised Theta method (see optimised_theta_forecast),
+    ``line`` being _theta_line(y).
 
     For each alpha the initial level and c are exact (_otm_fit); alpha is searched on a grid and refined
     around its best point, so the fit is the loss's minimum, not wherever a simplex search stopped.
     """
     grid = np.linspace(OTM_ALPHA[0], OTM_ALPHA[1], 10)
-    losses = [_otm_fit(y, float(a), steps)[2] for a in grid]
+    losses = [_otm_fit(y, float(a), steps, line)[2] for a in grid]
     k = int(np.argmin(losses))
-    res = minimize_scalar(lambda a: _otm_fit(y, a, steps)[2], method="bounded", options={"xatol": 1e-3},
+    res = minimize_scalar(lambda a: _otm_fit(y, a, steps, line)[2], method="bounded", options={"xatol": 1e-3},
                           bounds=(float(grid[max(k - 1, 0)]), float(grid[min(k + 1, len(grid) - 1)])))
     alpha = float(res.x) if res.fun <= losses[k] else float(grid[k])
-    l0, c, _ = _otm_fit(y, alpha, steps)
+    l0, c, _ = _otm_fit(y, alpha, steps, line)
     return alpha, l0, c
 
 
@@ -126,10 +129,10 @@ def optimised_theta_forecast(y: np.ndarray, h: int, steps: int = OTM_STEPS) -> n
     n = len(y)
     if n < 4 or np.ptp(y) == 0:
         return theta_forecast(y, h)
-    alpha, l0, c = fit_optimised_theta(y, steps)
+    line = _theta_line(y)
+    alpha, l0, c = fit_optimised_theta(y, line, steps)
     level = float(ses_levels(y, alpha, l0)[-1])
-    intercept, slope = _theta_line(y)
-    g = _theta_trend(alpha, intercept, slope, n, n + h)
+    g = _theta_trend(alpha, *line, n, n + h)
     return level + c * (g + alpha * np.concatenate([[0.0], np.cumsum(g)[:-1]]))
 
 
