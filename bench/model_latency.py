@@ -2,8 +2,10 @@
 
     python bench/model_latency.py [--repeats 15] [--compare /path/to/other/checkout]
 
-Cases: 1,000 hourly points (periods 24, 168; horizon 48) for every model, and model-3 on 2,016
-five-minute points (periods 12, 288: one week; horizon 48), the shape of an operational metric.
+Cases: 1,000 hourly points (periods 24, 168; horizon 48) for every model; 3,000 hourly points, the
+longest history any model reads (a longer request is cut to its model's cap, so this is the cost of the
+largest request); and model-3 on 2,016 five-minute points (periods 12, 288: one week; horizon 48), the
+shape of an operational metric.
 Reports the median wall and CPU seconds over ``--repeats`` runs (each on a fresh series of the same
 shape). ``--compare`` runs the same cases against another checkout (e.g. the previous commit in a git
 worktree) in a subprocess, so both figures come from the same machine at the same time.
@@ -30,16 +32,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _series(kind: str, seed: int) -> tuple[np.ndarray, str, int]:
     rng = np.random.default_rng(seed)
-    if kind == "hourly-1000":
-        t = np.arange(1000)
-        y = 100 + 10 * np.sin(2 * np.pi * t / 24) + 3 * np.sin(2 * np.pi * t / 168) + rng.standard_normal(1000)
+    if kind.startswith("hourly-"):
+        n = int(kind.split("-")[1])
+        t = np.arange(n)
+        y = 100 + 10 * np.sin(2 * np.pi * t / 24) + 3 * np.sin(2 * np.pi * t / 168) + rng.standard_normal(n)
         return y, "Hours", 1
     t = np.arange(2016)
     y = 60 + 20 * np.sin(2 * np.pi * t / 288) + 3 * rng.standard_normal(2016)
     return np.clip(y, 0, 100), "Minutes", 5
 
 
-CASES = [(m, "hourly-1000") for m in ("forecast-model-1", "forecast-model-2", "forecast-model-3", "forecast-model-4")]
+_MODELS = ("forecast-model-1", "forecast-model-2", "forecast-model-3", "forecast-model-4")
+CASES = [(m, "hourly-1000") for m in _MODELS] + [(m, "hourly-3000") for m in _MODELS]
 CASES.append(("forecast-model-3", "five-minute-2016"))
 
 

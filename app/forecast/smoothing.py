@@ -65,10 +65,16 @@ def _theta_line(y: np.ndarray) -> tuple[float, float]:
     return float(np.mean(y)) - (n + 1.0) * slope / 2.0, slope
 
 
-def _theta_trend(alpha: float, intercept: float, slope: float, start: int, stop: int) -> np.ndarray:
-    """The theta line's contribution g_i at times start..stop-1 (Fiorucci et al. 2016, eq. for mu_t)."""
-    i = np.arange(start, stop, dtype=float)
-    return intercept * (1.0 - alpha) ** i + slope * (1.0 - (1.0 - alpha) ** (i + 1.0)) / alpha
+def _decay_powers(alpha: float, start: int, stop: int) -> np.ndarray:
+    """(1 - alpha)^i for i = start..stop. Computed once per alpha and sliced: at 3,000 points the powers
+    were three quarters of a fit's cost when each use took its own."""
+    return (1.0 - alpha) ** np.arange(start, stop + 1, dtype=float)
+
+
+def _theta_trend(alpha: float, intercept: float, slope: float, powers: np.ndarray) -> np.ndarray:
+    """The theta line's contribution g_i at times start..stop-1 (Fiorucci et al. 2016, eq. for mu_t), from
+    ``powers`` = _decay_powers(alpha, start, stop)."""
+    return intercept * powers[:-1] + slope * (1.0 - powers[1:]) / alpha
 
 
 def _otm_fit(y: np.ndarray, alpha: float, steps: int, line: tuple[float, float]) -> tuple[float, float, float]:
@@ -83,8 +89,9 @@ def _otm_fit(y: np.ndarray, alpha: float, steps: int, line: tuple[float, float])
     n = len(y)
     intercept, slope = line
     lev0 = lfilter([alpha], [1.0, alpha - 1.0], y)
-    decay = (1.0 - alpha) ** np.arange(1, n, dtype=float)
-    g = _theta_trend(alpha, intercept, slope, 0, n)
+    powers = _decay_powers(alpha, 0, n)
+    decay = powers[1:n]
+    g = _theta_trend(alpha, intercept, slope, powers)
     cg = np.concatenate([[0.0], np.cumsum(g)])
     sums = np.zeros(6)  # aa, ag, gg, ar, gr, rr, each the mean over j of the mean over i
     used = min(steps, n - 1)
@@ -132,7 +139,7 @@ def optimised_theta_forecast(y: np.ndarray, h: int, steps: int = OTM_STEPS) -> n
     line = _theta_line(y)
     alpha, l0, c = fit_optimised_theta(y, line, steps)
     level = float(ses_levels(y, alpha, l0)[-1])
-    g = _theta_trend(alpha, *line, n, n + h)
+    g = _theta_trend(alpha, *line, _decay_powers(alpha, n, n + h))
     return level + c * (g + alpha * np.concatenate([[0.0], np.cumsum(g)[:-1]]))
 
 
