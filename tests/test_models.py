@@ -436,3 +436,39 @@ def test_short_monthly_without_season_chooses_level_or_trend():
     med = np.array(run_forecast(DEFAULT_MODEL_ID, climb.tolist(), 18, 0.9, per).median)
     assert np.all(np.diff(med) > 0)
     assert med[-1] > med[0] + 5
+
+
+@pytest.mark.parametrize(("frequency", "step", "n", "offered"), [
+    ("Hours", 1, 1000, True),      # periods (24, 168): 3 cycles are 72 points, 5 cycles 120
+    ("Weekly", 1, 300, True),      # period 52: 156 and 260 points
+    ("Monthly", 1, 200, False),    # period 12: both windows are the 60-point floor
+    ("Minutes", 5, 2000, False),   # periods (12, 288): the shortest period decides, as above
+])
+def test_three_cycle_members_only_where_they_differ_from_five(monkeypatch, frequency, step, n, offered):
+    """Model-1 offers its level/trend members on the last 3 cycles only for seasons longer than 12 points;
+    for shorter ones that window is the same RECENT_FLOOR points as the 5-cycle one, and a duplicate
+    member would count twice among the chosen."""
+    from app.forecast import estimators
+    from app.forecast.candidates import THREE_CYCLE_POOL
+
+    run: set[str] = set()
+    for name in THREE_CYCLE_POOL:
+        real = estimators.CANDIDATES[name]
+        monkeypatch.setitem(estimators.CANDIDATES, name,
+                            lambda y, h, p, name=name, real=real: run.add(name) or real(y, h, p))
+    rng = np.random.default_rng(11)
+    t = np.arange(n)
+    per = seasonal_periods(frequency, step, n)
+    y = 100 + 10 * np.sin(2 * np.pi * t / per[0]) + 0.02 * t + rng.standard_normal(n)
+    run_forecast(DEFAULT_MODEL_ID, y.tolist(), 12, 0.9, per)
+    assert run == (set(THREE_CYCLE_POOL) if offered else set())
+
+
+def test_three_cycle_member_reads_the_last_three_cycles():
+    from app.forecast.candidates import CANDIDATES
+
+    rng = np.random.default_rng(12)
+    y = 1 + 0.1 * np.sin(2 * np.pi * np.arange(500) / 24) + 0.01 * rng.standard_normal(500)
+    got = CANDIDATES["otm_sa3"](y, 24, (24, 168))
+    assert np.array_equal(got, CANDIDATES["otm_sa"](y[-72:], 24, (24,)))
+    assert not np.array_equal(got, CANDIDATES["otm_sa5"](y, 24, (24, 168)))

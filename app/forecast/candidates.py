@@ -159,6 +159,9 @@ CANDIDATES.update({
     "damped_sa5": recent("damped_sa"),
     "ar3_diff_sa5": recent("ar3_diff_sa"),
     "otm_sa5": recent("otm_sa"),
+    # 3 cycles: the shortest window the classical decomposition still adjusts (deseasonalised needs 3 cycles)
+    "otm_sa3": recent("otm_sa", cycles=3),
+    "damped_sa3": recent("damped_sa", cycles=3),
 })
 
 # Level/trend family (any series) and seasonal-position family (strongly seasonal series only).
@@ -168,6 +171,10 @@ CANDIDATES.update({
 # 18.13 / 1.351 / 13.52, M1 Quarterly 14.87 / 1.569 / 12.76 -> 14.88 / 1.562 / 12.69, M4 Hourly OWA 0.461 ->
 # 0.454, M4 Weekly 0.753 -> 0.739. Adding it beside the standard Theta instead was no better and costs more.
 LEVEL_POOL = ("ses_sa", "otm_sa", "damped_sa", "ar3_diff_sa", "ses_sa5", "otm_sa5", "damped_sa5", "ar3_diff_sa5")
+# The trend members on the last 3 cycles, for seasons longer than MONTHLY_PERIOD (hourly, weekly data), where
+# that window differs from the 5-cycle one (both are RECENT_FLOOR points for a season of at most 12); see
+# SelectionEnsemble.
+THREE_CYCLE_POOL = ("otm_sa3", "damped_sa3")
 # Short histories without a strong season (too few points for whole windows at every rolling origin):
 # the equal-weight combination of simple exponential smoothing, Theta, damped trend and random walk with
 # drift, or drift alone, whichever has the lower error at the origins (see SelectionEnsemble). Standard
