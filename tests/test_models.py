@@ -444,13 +444,19 @@ def test_short_monthly_without_season_chooses_level_or_trend():
     ("Monthly", 1, 200, False),    # period 12: both windows are the 60-point floor
     ("Minutes", 5, 2000, False),   # periods (12, 288): the shortest period decides, as above
 ])
-def test_three_cycle_members_only_where_they_differ_from_five(monkeypatch, frequency, step, n, offered):
-    """Model-1 offers its level/trend members on the last 3 cycles only for seasons longer than 12 points;
-    for shorter ones that window is the same RECENT_FLOOR points as the 5-cycle one, and a duplicate
-    member would count twice among the chosen."""
+@pytest.mark.parametrize(("model_id", "members"), [
+    ("forecast-model-1", ("otm_sa3", "damped_sa3")),
+    ("forecast-model-2", ("otm_sa3",)),
+])
+def test_three_cycle_members_only_where_they_differ_from_five(monkeypatch, frequency, step, n, offered,
+                                                              model_id, members):
+    """Models 1 and 2 offer members on the last 3 cycles only for seasons longer than 12 points; for
+    shorter ones that window is the same RECENT_FLOOR points as the 5-cycle one, and a duplicate member
+    would count twice among the chosen."""
     from app.forecast import estimators
     from app.forecast.candidates import THREE_CYCLE_POOL
 
+    assert model_id != DEFAULT_MODEL_ID or members == THREE_CYCLE_POOL
     run: set[str] = set()
     for name in THREE_CYCLE_POOL:
         real = estimators.CANDIDATES[name]
@@ -460,8 +466,8 @@ def test_three_cycle_members_only_where_they_differ_from_five(monkeypatch, frequ
     t = np.arange(n)
     per = seasonal_periods(frequency, step, n)
     y = 100 + 10 * np.sin(2 * np.pi * t / per[0]) + 0.02 * t + rng.standard_normal(n)
-    run_forecast(DEFAULT_MODEL_ID, y.tolist(), 12, 0.9, per)
-    assert run == (set(THREE_CYCLE_POOL) if offered else set())
+    run_forecast(model_id, y.tolist(), 12, 0.9, per)
+    assert run == (set(members) if offered else set())
 
 
 def test_three_cycle_member_reads_the_last_three_cycles():
