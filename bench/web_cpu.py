@@ -39,7 +39,9 @@ import common as c  # noqa: E402
 from latency import HORIZON, MODELS, make_series  # noqa: E402
 
 SIZES = (1_000, 100_000)
-PROFILE_MODEL = "forecast-model-2"  # the quickest model: the pool's wait does not matter to process CPU
+# The quickest model: the same web work costs more CPU time after a longer wait for the pool (caches and clock
+# go cold: 1.45 ms with a 6 ms model-2, 1.70 ms with a 13 ms one, 3.33 ms with models 1, 3 and 4).
+PROFILE_MODEL = "forecast-model-2"
 
 
 def forecast_body(n: int) -> bytes:
