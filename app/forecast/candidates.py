@@ -100,14 +100,20 @@ def deseasonalised(base: Callable[[np.ndarray, int], np.ndarray]) -> Candidate:
 
 
 RECENT_FLOOR = 60  # fewest points a "recent" candidate reads (see recent)
+RECENT_CYCLES = 5  # cycles of the shortest period a "recent" candidate reads
+SHORT_RECENT_CYCLES = 3  # the same for THREE_CYCLE_POOL: the fewest the classical decomposition still adjusts
 
 
-def recent(name: str, cycles: int = 5, floor: int = RECENT_FLOOR) -> Candidate:
+def recent_window(periods: tuple[int, ...], cycles: int = RECENT_CYCLES, floor: int = RECENT_FLOOR) -> int:
+    """Points a recent(name, cycles, floor) candidate reads: the last ``cycles`` cycles, at least ``floor``."""
+    return max(cycles * _short(periods), floor)
+
+
+def recent(name: str, cycles: int = RECENT_CYCLES, floor: int = RECENT_FLOOR) -> Candidate:
     """Candidate ``name`` run on the last ``cycles`` cycles of the shortest period (>= ``floor`` points)."""
 
     def f(y: np.ndarray, h: int, periods: tuple[int, ...]) -> np.ndarray:
-        cap = max(cycles * _short(periods), floor)
-        yc = y[-cap:]
+        yc = y[-recent_window(periods, cycles, floor):]
         return CANDIDATES[name](yc, h, tuple(p for p in periods if len(yc) >= 2 * p))
 
     return f
@@ -159,9 +165,8 @@ CANDIDATES.update({
     "damped_sa5": recent("damped_sa"),
     "ar3_diff_sa5": recent("ar3_diff_sa"),
     "otm_sa5": recent("otm_sa"),
-    # 3 cycles: the shortest window the classical decomposition still adjusts (deseasonalised needs 3 cycles)
-    "otm_sa3": recent("otm_sa", cycles=3),
-    "damped_sa3": recent("damped_sa", cycles=3),
+    "otm_sa3": recent("otm_sa", cycles=SHORT_RECENT_CYCLES),
+    "damped_sa3": recent("damped_sa", cycles=SHORT_RECENT_CYCLES),
 })
 
 # Level/trend family (any series) and seasonal-position family (strongly seasonal series only).
@@ -171,9 +176,8 @@ CANDIDATES.update({
 # 18.13 / 1.351 / 13.52, M1 Quarterly 14.87 / 1.569 / 12.76 -> 14.88 / 1.562 / 12.69, M4 Hourly OWA 0.461 ->
 # 0.454, M4 Weekly 0.753 -> 0.739. Adding it beside the standard Theta instead was no better and costs more.
 LEVEL_POOL = ("ses_sa", "otm_sa", "damped_sa", "ar3_diff_sa", "ses_sa5", "otm_sa5", "damped_sa5", "ar3_diff_sa5")
-# The trend members on the last 3 cycles, for seasons longer than MONTHLY_PERIOD (hourly, weekly data), where
-# that window differs from the 5-cycle one (both are RECENT_FLOOR points for a season of at most 12); see
-# SelectionEnsemble.
+# The trend members on the last 3 cycles, offered where that window differs from the 5-cycle one (a season of
+# more than 12 points: hourly, weekly data; for shorter ones both are RECENT_FLOOR points); see SelectionEnsemble.
 THREE_CYCLE_POOL = ("otm_sa3", "damped_sa3")
 # Short histories without a strong season (too few points for whole windows at every rolling origin):
 # the equal-weight combination of simple exponential smoothing, Theta, damped trend and random walk with

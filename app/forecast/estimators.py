@@ -25,9 +25,11 @@ from app.forecast.candidates import (
     SEASONAL_POOL,
     SHORT_PERIODIC_POOL,
     SHORT_POOL,
+    SHORT_RECENT_CYCLES,
     THREE_CYCLE_POOL,
     multiplicative_fits,
     multiplicative_indices,
+    recent_window,
     seasonal_strength,
 )
 from app.forecast.decompose import continue_cycle, seasonal_components
@@ -135,15 +137,16 @@ class SelectionEnsemble(ForecastModel):
             pool, top = list(short_pool), 1
         else:
             pool = [(c,) for c in self.level_pool]
-            if per and per[0] > MONTHLY_PERIOD:
+            if per and recent_window(per, SHORT_RECENT_CYCLES) != recent_window(per):
                 # a season longer than monthly data's (hourly, weekly) can move within the 5-cycle window (a
                 # month of hourly data, two years of weekly): the trend members on 3 cycles as well. Model-1,
                 # training rows / holdouts, OWA and MSIS: M4 Hourly 0.4539 / 7.28 -> 0.4482 / 7.13 and 0.4265 /
                 # 6.37 -> 0.4255 / 6.31; M4 Weekly 0.7390 / 21.81 -> 0.7192 / 21.27 and 0.7330 / 18.53 -> 0.7119 /
                 # 18.14. All four level members on 3 cycles: 0.4482 / 0.7289 on the training rows, for 25% more
                 # time; SES, Theta and AR(3): 0.4488 / 0.7353; the 3-cycle members in place of the 5-cycle ones:
-                # 0.4520 / 0.7360. Shorter seasons are not offered them: both windows are then RECENT_FLOOR
-                # points, and a duplicate member would count twice among the chosen
+                # 0.4520 / 0.7360. Only where the two windows differ (a season of more than 12 points): for
+                # shorter ones both are RECENT_FLOOR points, and a duplicate member would count twice among
+                # the chosen
                 pool += [(c,) for c in self.three_cycle_pool]
             if seasonal:
                 pool += [(c,) for c in self.seasonal_pool]
