@@ -478,3 +478,43 @@ def test_three_cycle_member_reads_the_last_three_cycles():
     got = CANDIDATES["otm_sa3"](y, 24, (24, 168))
     assert np.array_equal(got, CANDIDATES["otm_sa"](y[-72:], 24, (24,)))
     assert not np.array_equal(got, CANDIDATES["otm_sa5"](y, 24, (24, 168)))
+
+
+def test_combination_weights_follow_the_origin_errors():
+    from app.forecast.estimators import combination_weights
+
+    w = combination_weights(np.array([0.1, 0.2, 0.4]), 2.0)
+    assert w.sum() == pytest.approx(1.0)
+    assert w[0] / w[1] == pytest.approx(4.0) and w[1] / w[2] == pytest.approx(4.0)
+    assert np.allclose(combination_weights(np.array([0.1, 0.2, 0.4]), 0.0), 1 / 3)
+    # a member that forecast every window exactly keeps a finite weight, shared with any other such member
+    w = combination_weights(np.array([0.0, 0.0, 0.3]), 2.0)
+    assert np.all(np.isfinite(w)) and w[0] == pytest.approx(0.5) and w[2] < 1e-12
+
+
+def test_members_are_weighted_by_their_origin_errors(monkeypatch):
+    """Model-1 averages its chosen members weighted by (1 / origin sMAPE) ** WEIGHT_POWER: on a trending
+    series a drift member (close at every origin) outweighs a no-change one (always behind), so the median
+    sits nearer the drift forecast than the equal-weight mean does, and at power 0 it is that mean."""
+    from app.forecast import estimators
+    from app.forecast.estimators import WEIGHT_POWER, SelectionEnsemble
+
+    def drift(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
+        return y[-1] + (y[-1] - y[0]) / (len(y) - 1) * np.arange(1, h + 1)
+
+    def level(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
+        return np.full(h, y[-1])
+
+    monkeypatch.setitem(estimators.CANDIDATES, "test_drift", drift)
+    monkeypatch.setitem(estimators.CANDIDATES, "test_level", level)
+    rng = np.random.default_rng(5)
+    y = 100 + 0.5 * np.arange(200) + rng.standard_normal(200)
+    pools = dict(level_pool=("test_drift", "test_level"), seasonal_pool=(), short_pool=(), short_periodic_pool=(),
+                 three_cycle_pool=(), top=2, top_monthly=None)
+    weighted = SelectionEnsemble(**pools).fit(y.tolist(), 10, ()).predict(0.9)[0]
+    equal = SelectionEnsemble(**pools, weight_power=0.0).fit(y.tolist(), 10, ()).predict(0.9)[0]
+    d, lv = drift(y, 10, ()), level(y, 10, ())
+    assert WEIGHT_POWER > 0
+    assert np.allclose(equal, (d + lv) / 2)
+    share = (weighted - lv) / (d - lv)  # the drift member's weight, step by step
+    assert np.allclose(share, share[0]) and 0.5 < share[0] < 1.0
