@@ -510,7 +510,7 @@ def test_members_are_weighted_by_their_origin_errors(monkeypatch):
     rng = np.random.default_rng(5)
     y = 100 + 0.5 * np.arange(200) + rng.standard_normal(200)
     pools = dict(level_pool=("test_drift", "test_level"), seasonal_pool=(), short_pool=(), short_periodic_pool=(),
-                 three_cycle_pool=(), top=2, top_monthly=None)
+                 three_cycle_pool=(), top=2, top_quarterly=2, top_monthly=2)
     weighted = SelectionEnsemble(**pools).fit(y.tolist(), 10, ()).predict(0.9)[0]
     equal = SelectionEnsemble(**pools, weight_power=0.0).fit(y.tolist(), 10, ()).predict(0.9)[0]
     d, lv = drift(y, 10, ()), level(y, 10, ())
@@ -518,3 +518,29 @@ def test_members_are_weighted_by_their_origin_errors(monkeypatch):
     assert np.allclose(equal, (d + lv) / 2)
     share = (weighted - lv) / (d - lv)  # the drift member's weight, step by step
     assert np.allclose(share, share[0]) and 0.5 < share[0] < 1.0
+
+
+@pytest.mark.parametrize(("frequency", "n", "kept"), [
+    ("Hours", 1000, 3),        # a season of 24 points: the best 3
+    ("Quarterly", 120, 6),     # a season of 4 points: the best 6
+    ("Monthly", 200, None),    # a season of 12 points: every member of the pool
+])
+def test_how_many_members_model_1_keeps(monkeypatch, frequency, n, kept):
+    """Model-1 forecasts with the members it keeps; only those are run on the whole history, so the
+    members called with all n points are the kept ones."""
+    from app.forecast import estimators
+    from app.forecast.candidates import LEVEL_POOL, SEASONAL_POOL, THREE_CYCLE_POOL
+
+    per = seasonal_periods(frequency, 1, n)
+    offered = set(LEVEL_POOL) | set(SEASONAL_POOL) | (set(THREE_CYCLE_POOL) if frequency == "Hours" else set())
+    whole: set[str] = set()
+    for name in offered:
+        real = estimators.CANDIDATES[name]
+        monkeypatch.setitem(estimators.CANDIDATES, name, lambda y, h, p, name=name, real=real: (
+            whole.add(name) if len(y) == n else None) or real(y, h, p))
+    rng = np.random.default_rng(21)
+    t = np.arange(n)
+    y = 100 + 20 * np.sin(2 * np.pi * t / per[0]) + 0.05 * t + rng.standard_normal(n)
+    assert estimators.seasonal_strength((y / np.mean(np.abs(y))), per[0]) >= estimators.STRENGTH_GATE
+    run_forecast(DEFAULT_MODEL_ID, y.tolist(), 8, 0.9, per)
+    assert len(whole) == (len(offered) if kept is None else kept)
