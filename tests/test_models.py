@@ -520,19 +520,24 @@ def test_members_are_weighted_by_their_origin_errors(monkeypatch):
     assert np.allclose(share, share[0]) and 0.5 < share[0] < 1.0
 
 
-@pytest.mark.parametrize(("frequency", "n", "kept"), [
-    ("Hours", 1000, 3),        # a season of 24 points: the best 3
-    ("Quarterly", 120, 6),     # a season of 4 points: the best 6
-    ("Monthly", 200, None),    # a season of 12 points: every member of the pool
+@pytest.mark.parametrize(("model_id", "frequency", "n", "kept"), [
+    ("forecast-model-1", "Hours", 1000, 3),        # a season of 24 points: the best 3
+    ("forecast-model-1", "Quarterly", 120, 6),     # a season of 4 points: the best 6
+    ("forecast-model-1", "Monthly", 200, None),    # a season of 12 points: every member of the pool
+    ("forecast-model-4", "Hours", 1000, 2),
+    ("forecast-model-4", "Quarterly", 120, 2),
+    ("forecast-model-4", "Monthly", 200, None),
 ])
-def test_how_many_members_model_1_keeps(monkeypatch, frequency, n, kept):
-    """Model-1 forecasts with the members it keeps; only those are run on the whole history, so the
-    members called with all n points are the kept ones."""
+def test_how_many_members_are_kept(monkeypatch, model_id, frequency, n, kept):
+    """Models 1 and 4 forecast with the members they keep; only those are run on the whole history, so
+    the members called with all n points are the kept ones."""
     from app.forecast import estimators
-    from app.forecast.candidates import LEVEL_POOL, SEASONAL_POOL, THREE_CYCLE_POOL
 
+    model = models.REGISTRY[model_id]
     per = seasonal_periods(frequency, 1, n)
-    offered = set(LEVEL_POOL) | set(SEASONAL_POOL) | (set(THREE_CYCLE_POOL) if frequency == "Hours" else set())
+    offered = set(model.level_pool) | set(model.seasonal_pool)
+    if frequency == "Hours":
+        offered |= set(model.three_cycle_pool)
     whole: set[str] = set()
     for name in offered:
         real = estimators.CANDIDATES[name]
@@ -542,5 +547,5 @@ def test_how_many_members_model_1_keeps(monkeypatch, frequency, n, kept):
     t = np.arange(n)
     y = 100 + 20 * np.sin(2 * np.pi * t / per[0]) + 0.05 * t + rng.standard_normal(n)
     assert estimators.seasonal_strength((y / np.mean(np.abs(y))), per[0]) >= estimators.STRENGTH_GATE
-    run_forecast(DEFAULT_MODEL_ID, y.tolist(), 8, 0.9, per)
+    run_forecast(model_id, y.tolist(), 8, 0.9, per)
     assert len(whole) == (len(offered) if kept is None else kept)
