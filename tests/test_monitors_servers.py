@@ -4,6 +4,7 @@ Redis share one monitor and one alert queue without losing a point or sending an
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import RedisServer, Server, bearer, cli_in_process, free_port, postgres_database, wait_for
+from tests.support import RedisServer, Server, bearer, cli_in_process, postgres_database, wait_for
 from tests.test_monitors import Receiver, minute_series
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,12 @@ def test_pending_alerts_survive_a_restart(tmp_path: Path) -> None:
     env = {**FAST_RETRIES, "DATABASE_URL": f"sqlite:///{tmp_path / 'monitors.sqlite3'}"}
     cli_in_process("db", "upgrade", env=env)
     key = create_key(env)
-    receiver_port = free_port()  # nothing listens yet: every delivery fails
+    # The port stays bound, without listening, until the receiver takes it: connections are refused (every
+    # delivery fails), and no server of a test running beside this one can be given it meanwhile (one was,
+    # and answered 400 where no answer was expected).
+    reserved = socket.socket()
+    reserved.bind(("127.0.0.1", 0))
+    receiver_port = reserved.getsockname()[1]
     first = Server(env, log_path=tmp_path / "first.log")
     try:
         first.wait_ready()
@@ -67,6 +73,7 @@ def test_pending_alerts_survive_a_restart(tmp_path: Path) -> None:
     finally:
         first.stop()
 
+    reserved.close()
     receiver = Receiver(receiver_port)
     receiver.secrets[monitor_id] = created["webhook_secret"]
     receiver.start()
