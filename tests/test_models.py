@@ -527,9 +527,12 @@ def test_members_are_weighted_by_their_origin_errors(monkeypatch):
     ("forecast-model-4", "Hours", 1000, 2),
     ("forecast-model-4", "Quarterly", 120, 2),
     ("forecast-model-4", "Monthly", 200, None),
+    ("forecast-model-2", "Hours", 1000, 1),        # one of its three
+    ("forecast-model-2", "Quarterly", 120, None),  # both of its two, weighted
+    ("forecast-model-2", "Monthly", 200, None),
 ])
 def test_how_many_members_are_kept(monkeypatch, model_id, frequency, n, kept):
-    """Models 1 and 4 forecast with the members they keep; only those are run on the whole history, so
+    """Models 1, 2 and 4 forecast with the members they keep; only those are run on the whole history, so
     the members called with all n points are the kept ones."""
     from app.forecast import estimators
 
