@@ -537,6 +537,8 @@ def test_how_many_members_are_kept(monkeypatch, model_id, frequency, n, kept):
     from app.forecast import estimators
 
     model = models.REGISTRY[model_id]
+    # a combined member (model-1's quarterly pair) would call its parts whether or not they were kept alone
+    monkeypatch.setattr(model, "quarterly_pool", ())
     per = seasonal_periods(frequency, 1, n)
     offered = set(model.level_pool) | set(model.seasonal_pool)
     if frequency == "Hours":
@@ -552,3 +554,25 @@ def test_how_many_members_are_kept(monkeypatch, model_id, frequency, n, kept):
     assert estimators.seasonal_strength((y / np.mean(np.abs(y))), per[0]) >= estimators.STRENGTH_GATE
     run_forecast(model_id, y.tolist(), 8, 0.9, per)
     assert len(whole) == (len(offered) if kept is None else kept)
+
+
+@pytest.mark.parametrize(("frequency", "n", "offered"), [
+    ("Quarterly", 120, True),
+    ("Monthly", 200, False),
+    ("Hours", 1000, False),
+])
+def test_quarterly_data_get_model_2s_theta_pair(monkeypatch, frequency, n, offered):
+    """Model-1 offers quarterly data the mean of standard Theta on 5 cycles and seasonal-position Theta as one
+    member: its standard Theta part runs at the rolling origins there, and nowhere else in its pool."""
+    from app.forecast import estimators
+    from app.forecast.candidates import QUARTERLY_POOL
+
+    assert QUARTERLY_POOL == (("theta_sa5", "ptheta_s"),)
+    calls: list[int] = []
+    real = estimators.CANDIDATES["theta_sa5"]
+    monkeypatch.setitem(estimators.CANDIDATES, "theta_sa5", lambda y, h, p: calls.append(len(y)) or real(y, h, p))
+    per = seasonal_periods(frequency, 1, n)
+    t = np.arange(n)
+    y = 100 + 20 * np.sin(2 * np.pi * t / per[0]) + 0.05 * t + np.random.default_rng(22).standard_normal(n)
+    run_forecast(DEFAULT_MODEL_ID, y.tolist(), 8, 0.9, per)
+    assert (len([c for c in calls if c < n]) >= 8) == offered
