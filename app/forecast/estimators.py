@@ -180,14 +180,6 @@ class SelectionEnsemble(ForecastModel):
                 pool += [(c,) for c in self.three_cycle_pool]
             if seasonal:
                 pool += [(c,) for c in self.seasonal_pool]
-            if per and per[0] <= LOW_FREQUENCY_PERIOD:
-                # model-2's weighted pair of Theta forecasts beat this pool on Tourism Quarterly (training rows /
-                # holdouts, sMAPE 18.33 / 14.27 against 18.85 / 14.61); as one more member, training rows
-                # sMAPE / MASE / MSIS Tourism Quarterly 18.85 / 1.900 / 14.50 -> 18.72 / 1.890 / 14.39, M1
-                # Quarterly 14.91 / 1.560 / 12.77 -> 14.92 / 1.562 / 12.81; holdouts 14.61 / 1.548 / 12.66 ->
-                # 14.55 / 1.538 / 12.56 and 15.36 / 1.615 / 17.78 -> 15.31 / 1.610 / 17.70. Standard Theta alone
-                # as the extra member: 18.85 and 14.91 / 12.84
-                pool += list(self.quarterly_pool)
             # monthly and quarterly data (a season of at most 12 points) gain from averaging more members:
             # training rows, sMAPE top 3 -> 6: Tourism Quarterly 17.97 -> 17.74, Tourism Monthly 22.07 ->
             # 21.84, M1 Monthly 18.24 -> 17.82; hourly and weekly data lose (M4 OWA 0.427 -> 0.432 Hourly,
@@ -198,6 +190,13 @@ class SelectionEnsemble(ForecastModel):
             # / 14.50 -> 18.77 / 1.909 / 14.74, M1 Quarterly 14.91 / 1.560 -> 14.94 / 1.569): an 8-step horizon
             # gives the weights fewer errors to go on
             if per and per[0] <= LOW_FREQUENCY_PERIOD:
+                # model-2's weighted pair of Theta forecasts beat this pool on Tourism Quarterly (training rows /
+                # holdouts, sMAPE 18.33 / 14.27 against 18.85 / 14.61); as one more member, training rows
+                # sMAPE / MASE / MSIS Tourism Quarterly 18.85 / 1.900 / 14.50 -> 18.72 / 1.890 / 14.39, M1
+                # Quarterly 14.91 / 1.560 / 12.77 -> 14.92 / 1.562 / 12.81; holdouts 14.61 / 1.548 / 12.66 ->
+                # 14.55 / 1.538 / 12.56 and 15.36 / 1.615 / 17.78 -> 15.31 / 1.610 / 17.70. Standard Theta alone
+                # as the extra member: 18.85 and 14.91 / 12.84
+                pool += list(self.quarterly_pool)
                 top = self.top_quarterly
             elif per and per[0] <= MONTHLY_PERIOD:
                 top = self.top_monthly
