@@ -520,6 +520,46 @@ def test_members_are_weighted_by_their_origin_errors(monkeypatch):
     assert np.allclose(share, share[0]) and 0.5 < share[0] < 1.0
 
 
+def test_with_fixed_share_splits_the_weight():
+    from app.forecast.estimators import with_fixed_share
+
+    chosen, weights = np.array([0, 2]), np.array([0.75, 0.25])
+    assert with_fixed_share(chosen, weights, np.array([4]), 0.0, 5) == (chosen, weights)
+    keep, w = with_fixed_share(chosen, weights, np.array([4]), 0.5, 5)
+    assert keep.tolist() == [0, 2, 4] and np.allclose(w, [0.375, 0.125, 0.5])
+    # a fixed member that the ranking chose as well gets both parts
+    keep, w = with_fixed_share(chosen, weights, np.array([2]), 0.5, 5)
+    assert keep.tolist() == [0, 2] and np.allclose(w, [0.375, 0.625])
+
+
+@pytest.mark.parametrize(("n", "fixed"), [(120, True), (60, False)])
+def test_long_seasonal_quarterly_histories_give_the_pair_a_fixed_share(monkeypatch, n, fixed):
+    """Model-1's quarterly pool holds PAIR_SHARE of the combination for a strongly seasonal quarterly history
+    longer than 60 points even when the origins rank it last; a shorter one keeps the ranked members only."""
+    from app.forecast import estimators
+    from app.forecast.estimators import PAIR_SHARE, SelectionEnsemble
+
+    def repeat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
+        return np.resize(y[-4:], h)
+
+    def flat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
+        return np.full(h, np.mean(y))
+
+    monkeypatch.setitem(estimators.CANDIDATES, "test_repeat", repeat)
+    monkeypatch.setitem(estimators.CANDIDATES, "test_flat", flat)
+    pools = dict(level_pool=("test_repeat",), seasonal_pool=(), short_pool=(), short_periodic_pool=(),
+                 three_cycle_pool=(), top_quarterly=1, quarterly_pool=(("test_flat",),))
+    t = np.arange(n)
+    y = 100 + 20 * np.sin(2 * np.pi * t / 4 + 0.3) + np.random.default_rng(23).standard_normal(n)
+    assert estimators.seasonal_strength(y / np.mean(np.abs(y)), 4) >= estimators.STRENGTH_GATE
+    med = SelectionEnsemble(**pools).fit(y.tolist(), 8, (4,)).predict(0.9)[0]
+    share = PAIR_SHARE if fixed else 0.0
+    assert 0 < PAIR_SHARE < 1
+    assert np.allclose(med, (1 - share) * repeat(y, 8, (4,)) + share * flat(y, 8, (4,)))
+    ranked_only = SelectionEnsemble(**pools, pair_share=0.0).fit(y.tolist(), 8, (4,)).predict(0.9)[0]
+    assert np.allclose(ranked_only, repeat(y, 8, (4,)))
+
+
 @pytest.mark.parametrize(("model_id", "frequency", "n", "kept"), [
     ("forecast-model-1", "Hours", 1000, 3),        # a season of 24 points: the best 3
     ("forecast-model-1", "Quarterly", 120, 6),     # a season of 4 points: the best 6
