@@ -164,7 +164,8 @@ class SelectionEnsemble(ForecastModel):
         seasonal = bool(per) and seasonal_strength(y, per[0]) >= self.gate
         low_frequency = not per or per[0] <= LOW_FREQUENCY_PERIOD
         short_pool = self.short_pool if low_frequency else self.short_periodic_pool
-        share = 0.0  # of the combination held by the quarterly pool whatever its rank (see below)
+        # pool members holding a fixed share of the combination whatever their rank, and that share (see below)
+        fixed, share = np.zeros(0, dtype=int), 0.0
         if short_pool and not whole and not seasonal and n <= RECENT_FLOOR:
             # too short for whole windows at every origin and no longer than the "recent" members' window
             # (yearly data, short quarterly and monthly series): the pool's full- and recent-history
@@ -217,6 +218,7 @@ class SelectionEnsemble(ForecastModel):
                 # Quarterly 14.91 / 1.560 / 12.77 -> 14.92 / 1.562 / 12.81; holdouts 14.61 / 1.548 / 12.66 ->
                 # 14.55 / 1.538 / 12.56 and 15.36 / 1.615 / 17.78 -> 15.31 / 1.610 / 17.70. Standard Theta alone
                 # as the extra member: 18.85 and 14.91 / 12.84
+                quarterly = np.arange(len(pool), len(pool) + len(self.quarterly_pool))
                 pool += list(self.quarterly_pool)
                 top = self.top_quarterly
                 if seasonal and n > RECENT_FLOOR:
@@ -227,7 +229,7 @@ class SelectionEnsemble(ForecastModel):
                     # (--split valid) 14.94 / 1.660 -> 14.59 / 1.630, holdouts 13.11 / 1.538 -> 12.74 / 1.489.
                     # Shorter ones do not gain on the training rows (Tourism Quarterly's 62: 24.15 -> 24.24,
                     # M1 Quarterly's 74: 13.30 -> 13.43)
-                    share = self.pair_share
+                    fixed, share = quarterly, self.pair_share
             elif per and per[0] <= MONTHLY_PERIOD:
                 top = self.top_monthly
             else:
@@ -256,7 +258,6 @@ class SelectionEnsemble(ForecastModel):
         else:
             chosen = np.arange(len(pool) if top is None else min(top, len(pool)))
             weights = np.full(len(chosen), 1.0 / len(chosen))
-        fixed = np.arange(len(pool) - len(self.quarterly_pool), len(pool)) if share else np.zeros(0, dtype=int)
         chosen, weights = with_fixed_share(chosen, weights, fixed, share, len(pool))
         if r:
             errs = level_adjusted(act - np.tensordot(weights, fc[chosen], axes=1), y, orgs, level_span(per))
