@@ -532,15 +532,16 @@ def test_with_fixed_share_splits_the_weight():
     assert keep.tolist() == [0, 2] and np.allclose(w, [0.375, 0.625])
 
 
-@pytest.mark.parametrize(("n", "fixed"), [(120, True), (60, False)])
-def test_long_seasonal_quarterly_histories_give_the_pair_a_fixed_share(monkeypatch, n, fixed):
-    """Model-1's quarterly pool holds PAIR_SHARE of the combination for a strongly seasonal quarterly history
-    longer than 60 points even when the origins rank it last; a shorter one keeps the ranked members only."""
+@pytest.mark.parametrize(("period", "n", "fixed"), [(4, 120, True), (4, 60, False), (12, 120, True), (12, 60, False)])
+def test_long_seasonal_histories_give_the_pair_a_fixed_share(monkeypatch, period, n, fixed):
+    """Model-1's pair pool holds PAIR_SHARE_QUARTERLY (quarterly data) or PAIR_SHARE_MONTHLY (monthly data) of the
+    combination for a strongly seasonal history longer than 60 points even when the origins rank it last; a
+    shorter one keeps the ranked members only."""
     from app.forecast import estimators
-    from app.forecast.estimators import PAIR_SHARE, SelectionEnsemble
+    from app.forecast.estimators import PAIR_SHARE_MONTHLY, PAIR_SHARE_QUARTERLY, SelectionEnsemble
 
     def repeat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
-        return np.resize(y[-4:], h)
+        return np.resize(y[-period:], h)
 
     def flat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
         return np.full(h, np.mean(y))
@@ -548,16 +549,17 @@ def test_long_seasonal_quarterly_histories_give_the_pair_a_fixed_share(monkeypat
     monkeypatch.setitem(estimators.CANDIDATES, "test_repeat", repeat)
     monkeypatch.setitem(estimators.CANDIDATES, "test_flat", flat)
     pools = dict(level_pool=("test_repeat",), seasonal_pool=(), short_pool=(), short_periodic_pool=(),
-                 three_cycle_pool=(), top_quarterly=1, quarterly_pool=(("test_flat",),))
+                 three_cycle_pool=(), top_quarterly=1, top_monthly=1, pair_pool=(("test_flat",),))
     t = np.arange(n)
-    y = 100 + 20 * np.sin(2 * np.pi * t / 4 + 0.3) + np.random.default_rng(23).standard_normal(n)
-    assert estimators.seasonal_strength(y / np.mean(np.abs(y)), 4) >= estimators.STRENGTH_GATE
-    med = SelectionEnsemble(**pools).fit(y.tolist(), 8, (4,)).predict(0.9)[0]
-    share = PAIR_SHARE if fixed else 0.0
-    assert 0 < PAIR_SHARE < 1
-    assert np.allclose(med, (1 - share) * repeat(y, 8, (4,)) + share * flat(y, 8, (4,)))
-    ranked_only = SelectionEnsemble(**pools, pair_share=0.0).fit(y.tolist(), 8, (4,)).predict(0.9)[0]
-    assert np.allclose(ranked_only, repeat(y, 8, (4,)))
+    y = 100 + 20 * np.sin(2 * np.pi * t / period + 0.3) + np.random.default_rng(23).standard_normal(n)
+    assert estimators.seasonal_strength(y / np.mean(np.abs(y)), period) >= estimators.STRENGTH_GATE
+    med = SelectionEnsemble(**pools).fit(y.tolist(), 8, (period,)).predict(0.9)[0]
+    share = (PAIR_SHARE_QUARTERLY if period == 4 else PAIR_SHARE_MONTHLY) if fixed else 0.0
+    assert 0 < PAIR_SHARE_MONTHLY < PAIR_SHARE_QUARTERLY < 1
+    assert np.allclose(med, (1 - share) * repeat(y, 8, (period,)) + share * flat(y, 8, (period,)))
+    ranked_only = SelectionEnsemble(**pools, pair_share_quarterly=0.0, pair_share_monthly=0.0).fit(
+        y.tolist(), 8, (period,)).predict(0.9)[0]
+    assert np.allclose(ranked_only, repeat(y, 8, (period,)))
 
 
 @pytest.mark.parametrize(("model_id", "frequency", "n", "kept"), [
@@ -578,7 +580,7 @@ def test_how_many_members_are_kept(monkeypatch, model_id, frequency, n, kept):
 
     model = models.REGISTRY[model_id]
     # a combined member (model-1's quarterly pair) would call its parts whether or not they were kept alone
-    monkeypatch.setattr(model, "quarterly_pool", ())
+    monkeypatch.setattr(model, "pair_pool", ())
     per = seasonal_periods(frequency, 1, n)
     offered = set(model.level_pool) | set(model.seasonal_pool)
     if frequency == "Hours":
@@ -598,16 +600,19 @@ def test_how_many_members_are_kept(monkeypatch, model_id, frequency, n, kept):
 
 @pytest.mark.parametrize(("frequency", "n", "offered"), [
     ("Quarterly", 120, True),
-    ("Monthly", 200, False),
+    ("Quarterly", 40, True),
+    ("Monthly", 200, True),   # a long strongly seasonal monthly history
+    ("Monthly", 48, False),
     ("Hours", 1000, False),
 ])
-def test_quarterly_data_get_model_2s_theta_pair(monkeypatch, frequency, n, offered):
-    """Model-1 offers quarterly data the mean of standard Theta on 5 cycles and seasonal-position Theta as one
-    member: its standard Theta part runs at the rolling origins there, and nowhere else in its pool."""
+def test_model_2s_theta_pair_is_offered_where_it_helps(monkeypatch, frequency, n, offered):
+    """Model-1 offers quarterly data, and long strongly seasonal monthly data, the mean of standard Theta on 5
+    cycles and seasonal-position Theta as one member: its standard Theta part runs at the rolling origins there,
+    and nowhere else in its pool."""
     from app.forecast import estimators
-    from app.forecast.candidates import QUARTERLY_POOL
+    from app.forecast.candidates import THETA_PAIR_POOL
 
-    assert QUARTERLY_POOL == (("theta_sa5", "ptheta_s"),)
+    assert THETA_PAIR_POOL == (("theta_sa5", "ptheta_s"),)
     calls: list[int] = []
     real = estimators.CANDIDATES["theta_sa5"]
     monkeypatch.setitem(estimators.CANDIDATES, "theta_sa5", lambda y, h, p: calls.append(len(y)) or real(y, h, p))

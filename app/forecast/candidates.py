@@ -189,8 +189,8 @@ SHORT_POOL: tuple[tuple[str, ...], ...] = (("ses_sa", "theta_sa", "damped_sa", "
 # simple exponential smoothing alone, or the equal-weight combination of the four level/trend members, whichever
 # has the lower error at the origins (see SelectionEnsemble).
 SHORT_PERIODIC_POOL: tuple[tuple[str, ...], ...] = (("ses_sa",), ("ses_sa", "theta_sa", "damped_sa", "ar3_diff_sa"))
-# Quarterly data (a shortest season of at most 4 points) also get model-2's two Theta forecasts, standard Theta on
-# the adjusted last 5 cycles and seasonal-position Theta, averaged as one member: a Theta-family pair that beat
-# model-1's six members on Tourism Quarterly (see SelectionEnsemble).
-QUARTERLY_POOL: tuple[tuple[str, ...], ...] = (("theta_sa5", "ptheta_s"),)
+# Quarterly data (a shortest season of at most 4 points), and long strongly seasonal monthly data, also get
+# model-2's two Theta forecasts, standard Theta on the adjusted last 5 cycles and seasonal-position Theta, averaged
+# as one member: a Theta-family pair that beat model-1's six members on Tourism Quarterly (see SelectionEnsemble).
+THETA_PAIR_POOL: tuple[tuple[str, ...], ...] = (("theta_sa5", "ptheta_s"),)
 SEASONAL_POOL = ("snaive_s", "snaive_l", "ptheta_s", "pses_s", "ptheta_l", "wprof_l", "plevel", "plevel_log")
