@@ -110,8 +110,7 @@ class SelectionEnsemble(ForecastModel):
     model-2's pair of Theta forecasts averaged as one member (``pair_pool``), which holds a fixed share of
     the combination (``pair_share_quarterly``, with_fixed_share) when the history is strongly seasonal and
     longer than 60 points; such monthly histories get the pair too, with ``pair_share_monthly``. Every
-    candidate is run
-    at ``n_origins`` rolling origins inside the history (step = horizon, at least ``min_step``); the
+    candidate is run at ``n_origins`` rolling origins inside the history (step = horizon, at least ``min_step``); the
     forecast is the mean of the ``top`` candidates with the lowest sMAPE over those origins
     (``top_quarterly`` when the shortest period is at most 4 points, ``top_monthly`` when it is at most 12;
     None keeps every member), each weighted by (1 / its sMAPE) ** ``weight_power`` (combination_weights).
