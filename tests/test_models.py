@@ -579,7 +579,7 @@ def test_how_many_members_are_kept(monkeypatch, model_id, frequency, n, kept):
     from app.forecast import estimators
 
     model = models.REGISTRY[model_id]
-    # a combined member (model-1's quarterly pair) would call its parts whether or not they were kept alone
+    # a combined member (model-1's Theta pair) would call its parts whether or not they were kept alone
     monkeypatch.setattr(model, "pair_pool", ())
     per = seasonal_periods(frequency, 1, n)
     offered = set(model.level_pool) | set(model.seasonal_pool)

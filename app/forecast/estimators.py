@@ -215,39 +215,38 @@ class SelectionEnsemble(ForecastModel):
             # / 15.58 -> 23.07 / 1.782 / 15.36); quarterly data do not (power 4, Tourism Quarterly 18.85 / 1.900
             # / 14.50 -> 18.77 / 1.909 / 14.74, M1 Quarterly 14.91 / 1.560 -> 14.94 / 1.569): an 8-step horizon
             # gives the weights fewer errors to go on
+            # a long strongly seasonal history (more than RECENT_FLOOR points, so its recent members differ from
+            # the full ones) gives the Theta pair a fixed share of the combination, whatever the origins rank it
+            long_seasonal = seasonal and n > RECENT_FLOOR
             if per and per[0] <= LOW_FREQUENCY_PERIOD:
                 # model-2's weighted pair of Theta forecasts beat this pool on Tourism Quarterly (training rows /
                 # holdouts, sMAPE 18.33 / 14.27 against 18.85 / 14.61); as one more member, training rows
                 # sMAPE / MASE / MSIS Tourism Quarterly 18.85 / 1.900 / 14.50 -> 18.72 / 1.890 / 14.39, M1
                 # Quarterly 14.91 / 1.560 / 12.77 -> 14.92 / 1.562 / 12.81; holdouts 14.61 / 1.548 / 12.66 ->
                 # 14.55 / 1.538 / 12.56 and 15.36 / 1.615 / 17.78 -> 15.31 / 1.610 / 17.70. Standard Theta alone
-                # as the extra member: 18.85 and 14.91 / 12.84
-                pair = np.arange(len(pool), len(pool) + len(self.pair_pool))
-                pool += list(self.pair_pool)
-                top = self.top_quarterly
-                if seasonal and n > RECENT_FLOOR:
-                    # a long strongly seasonal history offers 17 members (its recent ones now differ
-                    # from the full ones), and ranking them on the errors of a few 8-step windows chases noise:
-                    # the Theta pair holds ``pair_share_quarterly`` of the weight, the ranked members the rest. Tourism
-                    # Quarterly's 262 such series, sMAPE / MASE, ranked only -> half to the pair: training rows
-                    # (--split valid) 14.94 / 1.660 -> 14.59 / 1.630, holdouts 13.11 / 1.538 -> 12.74 / 1.489.
-                    # Shorter ones do not gain on the training rows (Tourism Quarterly's 62: 24.15 -> 24.24,
-                    # M1 Quarterly's 74: 13.30 -> 13.43)
-                    fixed, share = pair, self.pair_share_quarterly
+                # as the extra member: 18.85 and 14.91 / 12.84.
+                # A long strongly seasonal history offers 17 members, and ranking them on the errors of a few
+                # 8-step windows chases noise: the pair holds ``pair_share_quarterly`` of the weight, the ranked
+                # members the rest. Tourism Quarterly's 262 such series, sMAPE / MASE, ranked only -> half to the
+                # pair: training rows (--split valid) 14.94 / 1.660 -> 14.59 / 1.630, holdouts 13.11 / 1.538 ->
+                # 12.74 / 1.489. Shorter ones do not gain on the training rows (Tourism Quarterly's 62: 24.15 ->
+                # 24.24, M1 Quarterly's 74: 13.30 -> 13.43)
+                top, pair_share, offer_pair = self.top_quarterly, self.pair_share_quarterly, True
             elif per and per[0] <= MONTHLY_PERIOD:
-                top = self.top_monthly
-                if seasonal and n > RECENT_FLOOR and self.pair_share_monthly > 0:
-                    # the same pair on long strongly seasonal monthly data, with a smaller share: every member is
-                    # kept there and 18-24-step windows rank them better. Training rows / holdouts, sMAPE / MASE /
-                    # MSIS, share 0 -> 0.25: Tourism Monthly 23.07 / 1.782 / 15.36 -> 22.97 / 1.770 / 15.21 and
-                    # 18.02 / 1.417 / 11.37 -> 17.99 / 1.406 / 11.39, M1 Monthly 17.64 / 1.324 / 13.21 -> 17.63 /
-                    # 1.323 / 13.22 and 14.01 / 1.040 / 8.68 -> 13.99 / 1.040 / 8.67; at 0.5 the holdouts' MSIS
-                    # rose (Tourism Monthly 11.46) and M1 Monthly's training rows lost (17.65)
-                    fixed = np.arange(len(pool), len(pool) + len(self.pair_pool))
-                    pool += list(self.pair_pool)
-                    share = self.pair_share_monthly
+                # the same pair on long strongly seasonal monthly data only, with a smaller share: every member is
+                # kept there and 18-24-step windows rank them better. Training rows / holdouts, sMAPE / MASE /
+                # MSIS, share 0 -> 0.25: Tourism Monthly 23.07 / 1.782 / 15.36 -> 22.97 / 1.770 / 15.21 and
+                # 18.02 / 1.417 / 11.37 -> 17.99 / 1.406 / 11.39, M1 Monthly 17.64 / 1.324 / 13.21 -> 17.63 /
+                # 1.323 / 13.22 and 14.01 / 1.040 / 8.68 -> 13.99 / 1.040 / 8.67; at 0.5 the holdouts' MSIS
+                # rose (Tourism Monthly 11.46) and M1 Monthly's training rows lost (17.65)
+                top, pair_share = self.top_monthly, self.pair_share_monthly
+                offer_pair = long_seasonal and pair_share > 0
             else:
-                top = self.top
+                top, pair_share, offer_pair = self.top, 0.0, False
+            if offer_pair:
+                if long_seasonal:
+                    fixed, share = np.arange(len(pool), len(pool) + len(self.pair_pool)), pair_share
+                pool += list(self.pair_pool)
         names = sorted({m for combo in pool for m in combo})
         col = {m: i for i, m in enumerate(names)}
         r = len(orgs)
