@@ -548,8 +548,10 @@ def test_long_seasonal_histories_give_the_pair_a_fixed_share(monkeypatch, period
 
     monkeypatch.setitem(estimators.CANDIDATES, "test_repeat", repeat)
     monkeypatch.setitem(estimators.CANDIDATES, "test_flat", flat)
+    # model-3's fixed share on short quarterly histories is tested on its own (below)
     pools = dict(level_pool=("test_repeat",), seasonal_pool=(), short_pool=(), short_periodic_pool=(),
-                 three_cycle_pool=(), top_quarterly=1, top_monthly=1, pair_pool=(("test_flat",),))
+                 three_cycle_pool=(), top_quarterly=1, top_monthly=1, pair_pool=(("test_flat",),),
+                 mstl_share_quarterly=0.0)
     t = np.arange(n)
     y = 100 + 20 * np.sin(2 * np.pi * t / period + 0.3) + np.random.default_rng(23).standard_normal(n)
     assert estimators.seasonal_strength(y / np.mean(np.abs(y)), period) >= estimators.STRENGTH_GATE
@@ -560,6 +562,63 @@ def test_long_seasonal_histories_give_the_pair_a_fixed_share(monkeypatch, period
     ranked_only = SelectionEnsemble(**pools, pair_share_quarterly=0.0, pair_share_monthly=0.0).fit(
         y.tolist(), 8, (period,)).predict(0.9)[0]
     assert np.allclose(ranked_only, repeat(y, 8, (period,)))
+
+
+@pytest.mark.parametrize(("period", "n", "amplitude", "fixed"), [
+    (4, 40, 20.0, True),    # short strongly seasonal quarterly history
+    (4, 12, 20.0, True),    # three years
+    (4, 120, 20.0, False),  # long: the Theta pair's share instead
+    (4, 40, 0.0, False),    # no season
+    (12, 40, 20.0, False),  # monthly
+])
+def test_short_seasonal_quarterly_histories_give_model_3_a_fixed_share(monkeypatch, period, n, amplitude, fixed):
+    """Model-1 gives model-3's median (mstl_median) MSTL_SHARE_QUARTERLY of the combination on a strongly seasonal
+    quarterly history of at most 60 points, even when the origins rank it last, and nowhere else."""
+    from app.forecast import estimators
+    from app.forecast.estimators import MSTL_SHARE_QUARTERLY, SelectionEnsemble
+
+    def repeat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
+        return np.resize(y[-period:], h) if amplitude else np.full(h, y[-1])
+
+    def flat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
+        return np.full(h, 0.9 * np.mean(y))
+
+    monkeypatch.setitem(estimators.CANDIDATES, "test_repeat", repeat)
+    monkeypatch.setattr(estimators, "mstl_median", flat)
+    pools = dict(level_pool=("test_repeat",), seasonal_pool=(), short_pool=(), short_periodic_pool=(),
+                 three_cycle_pool=(), top_quarterly=1, top_monthly=1, pair_pool=())
+    t = np.arange(n)
+    y = 100 + amplitude * np.sin(2 * np.pi * t / period + 0.3) + np.random.default_rng(24).standard_normal(n)
+    strong = estimators.seasonal_strength(y / np.mean(np.abs(y)), period) >= estimators.STRENGTH_GATE
+    assert strong == (amplitude > 0)
+    med = SelectionEnsemble(**pools).fit(y.tolist(), 8, (period,)).predict(0.9)[0]
+    share = MSTL_SHARE_QUARTERLY if fixed else 0.0
+    assert 0 < MSTL_SHARE_QUARTERLY < 0.5
+    assert np.allclose(med, (1 - share) * repeat(y, 8, (period,)) + share * flat(y, 8, (period,)))
+
+
+@pytest.mark.parametrize(("model_id", "n", "runs"), [
+    ("forecast-model-1", 40, True),
+    ("forecast-model-1", 120, False),
+    ("forecast-model-2", 40, False),
+    ("forecast-model-4", 40, False),
+])
+def test_model_3_runs_at_model_1s_origins_on_short_seasonal_quarterly_data(monkeypatch, model_id, n, runs):
+    """The model-3 member is fitted at each of model-1's rolling origins on the history before it (so model-1's
+    interval holds its errors) and on the whole history; models 2 and 4, and long histories, do not run it."""
+    from app.forecast import estimators
+
+    lengths: list[int] = []
+    real = estimators.MSTL_POOL_MODEL.fit
+    monkeypatch.setattr(estimators.MSTL_POOL_MODEL, "fit", lambda y, h, p: lengths.append(len(y)) or real(y, h, p))
+    t = np.arange(n)
+    y = 100 + 20 * np.sin(2 * np.pi * t / 4) + 0.3 * t + np.random.default_rng(25).standard_normal(n)
+    out = run_forecast(model_id, y.tolist(), 8, 0.9, (4,))
+    assert out.fallback is None
+    if runs:
+        assert lengths.count(n) == 1 and len([k for k in lengths if k < n]) >= 8
+    else:
+        assert lengths == []
 
 
 @pytest.mark.parametrize(("model_id", "frequency", "n", "kept"), [
