@@ -72,7 +72,7 @@ PAIR_SHARE_MONTHLY = 0.25
 # Share of model-1's combination held by model-3's median (mstl_median) on a strongly seasonal quarterly history of
 # at most RECENT_FLOOR points; see SelectionEnsemble.fit.
 MSTL_SHARE_QUARTERLY = 0.3
-MSTL_MEMBER = "mstl"  # pool name of that member (see member())
+MSTL_MEMBER = "mstl"  # pool name of that member (see pool_member())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -256,7 +256,7 @@ class SelectionEnsemble(ForecastModel):
                 if long_seasonal:
                     fixed, share = np.arange(len(pool), len(pool) + len(self.pair_pool)), pair_share
                 pool += list(self.pair_pool)
-            if seasonal and not long_seasonal and per[0] <= LOW_FREQUENCY_PERIOD and self.mstl_share_quarterly > 0:
+            if seasonal and n <= RECENT_FLOOR and per[0] <= LOW_FREQUENCY_PERIOD and self.mstl_share_quarterly > 0:
                 # a short strongly seasonal quarterly history (the pair then ranked with the others) gives model-3's
                 # median a fixed share: its STL-adjusted damped trend or exponential smoothing lags these growing
                 # series less than the classically adjusted members (step-1 outcomes above the median minus below,
