@@ -227,6 +227,7 @@ class SelectionEnsemble(ForecastModel):
             # a long strongly seasonal history (more than RECENT_FLOOR points, so its recent members differ from
             # the full ones) gives the Theta pair a fixed share of the combination, whatever the origins rank it
             long_seasonal = seasonal and n > RECENT_FLOOR
+            mstl_share = 0.0  # model-3's median's fixed share (quarterly data only, see below)
             if per and per[0] <= LOW_FREQUENCY_PERIOD:
                 # model-2's weighted pair of Theta forecasts beat this pool on Tourism Quarterly (training rows /
                 # holdouts, sMAPE 18.33 / 14.27 against 18.85 / 14.61); as one more member, training rows
@@ -241,6 +242,18 @@ class SelectionEnsemble(ForecastModel):
                 # 12.74 / 1.489. Shorter ones do not gain on the training rows (Tourism Quarterly's 62: 24.15 ->
                 # 24.24, M1 Quarterly's 74: 13.30 -> 13.43)
                 top, pair_share, offer_pair = self.top_quarterly, self.pair_share_quarterly, True
+                # a short strongly seasonal quarterly history (the pair then ranked with the others) gives model-3's
+                # median a fixed share: its STL-adjusted damped trend or exponential smoothing lags these growing
+                # series less than the classically adjusted members (step-1 outcomes above the median minus below,
+                # M1 Quarterly's 74 such series, training rows: model-1 +0.46, model-3 +0.22, after +0.38).
+                # Training rows (--split valid) / holdouts, model-1 sMAPE / MASE / MSIS, share 0 -> 0.3: M1
+                # Quarterly 14.937 / 1.565 / 12.816 -> 14.927 / 1.563 / 12.850 and 15.324 / 1.614 / 17.748 ->
+                # 15.048 / 1.594 / 17.725, Tourism Quarterly 18.469 / 1.868 / 14.420 -> 18.392 / 1.861 / 14.354 and
+                # 14.304 / 1.507 / 12.327 -> 14.313 / 1.510 / 12.340; at 0.2 M1 Quarterly's training rows 14.930 /
+                # 12.884. Seasonal-position Theta in its place (model-3's forecast of most of Tourism's such series)
+                # lost on M1 Quarterly (15.061). Model-3 runs at each of up to 12 origins: a 40-point quarterly
+                # forecast took 0.64 s of CPU against 0.25-0.29 s (bench/model_latency.py, quarterly-40)
+                mstl_share = self.mstl_share_quarterly if seasonal and not long_seasonal else 0.0
             elif per and per[0] <= MONTHLY_PERIOD:
                 # the same pair on long strongly seasonal monthly data only, with a smaller share: every member is
                 # kept there and 18-24-step windows rank them better. Training rows / holdouts, sMAPE / MASE /
@@ -256,19 +269,8 @@ class SelectionEnsemble(ForecastModel):
                 if long_seasonal:
                     fixed, share = np.arange(len(pool), len(pool) + len(self.pair_pool)), pair_share
                 pool += list(self.pair_pool)
-            if seasonal and n <= RECENT_FLOOR and per[0] <= LOW_FREQUENCY_PERIOD and self.mstl_share_quarterly > 0:
-                # a short strongly seasonal quarterly history (the pair then ranked with the others) gives model-3's
-                # median a fixed share: its STL-adjusted damped trend or exponential smoothing lags these growing
-                # series less than the classically adjusted members (step-1 outcomes above the median minus below,
-                # M1 Quarterly's 74 such series, training rows: model-1 +0.46, model-3 +0.22, after +0.38).
-                # Training rows (--split valid) / holdouts, model-1 sMAPE / MASE / MSIS, share 0 -> 0.3: M1
-                # Quarterly 14.937 / 1.565 / 12.816 -> 14.927 / 1.563 / 12.850 and 15.324 / 1.614 / 17.748 ->
-                # 15.048 / 1.594 / 17.725, Tourism Quarterly 18.469 / 1.868 / 14.420 -> 18.392 / 1.861 / 14.354 and
-                # 14.304 / 1.507 / 12.327 -> 14.313 / 1.510 / 12.340; at 0.2 M1 Quarterly's training rows 14.930 /
-                # 12.884. Seasonal-position Theta in its place (model-3's forecast of most of Tourism's such series)
-                # lost on M1 Quarterly (15.061). Model-3 runs at each of up to 12 origins: a 40-point quarterly
-                # forecast took 0.64 s of CPU against 0.25-0.29 s (bench/model_latency.py, quarterly-40)
-                fixed, share = np.array([len(pool)]), self.mstl_share_quarterly
+            if mstl_share > 0:
+                fixed, share = np.array([len(pool)]), mstl_share
                 pool.append((MSTL_MEMBER,))
         names = sorted({m for combo in pool for m in combo})
         col = {m: i for i, m in enumerate(names)}
