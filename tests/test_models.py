@@ -396,12 +396,9 @@ def test_seasonal_errors_round_trip():
     assert np.allclose(fut, sc[[2, 3, 0, 1]])  # the step after point 9 is point 10
 
 
-def test_model3_origins_decompose_only_their_own_history(monkeypatch):
-    """STL smooths both ways: components taken from the whole history would let every rolling origin see
-    the window it is judged on, and the interval would rest on optimistic errors. Each origin decomposes
-    exactly the points before it; only the final forecast decomposes the whole history."""
+def _record_decompositions(monkeypatch) -> list[int]:
+    """The length of every history model-3 decomposes from now on, in call order."""
     from app.forecast import estimators
-    from app.forecast.intervals import origins
 
     real = estimators.seasonal_components
     lengths: list[int] = []
@@ -411,14 +408,47 @@ def test_model3_origins_decompose_only_their_own_history(monkeypatch):
         return real(x, periods, seasonal)
 
     monkeypatch.setattr(estimators, "seasonal_components", recording)
+    return lengths
+
+
+def test_model3_origins_decompose_only_their_own_history(monkeypatch):
+    """STL smooths both ways: components taken from the whole history would let every rolling origin see
+    the window it is judged on, and the interval would rest on optimistic errors. Each origin decomposes
+    exactly the points before it; only the final forecast decomposes the whole history."""
+    from app.forecast import estimators
+    from app.forecast.intervals import origins
+
+    lengths = _record_decompositions(monkeypatch)
     rng = np.random.default_rng(3)
     n, t = 1000, np.arange(1000)
     y = 50 + 10 * np.sin(2 * np.pi * t / 24) + 4 * np.sin(2 * np.pi * t / 168) + rng.standard_normal(n)
     model = estimators.MSTLForecaster()
     model.fit(y.tolist(), 48, (24, 168))
-    expected, _ = origins(n, 48, model._min_train(n, (24, 168)), model.n_origins, short=True)
-    assert len(expected) >= 2
+    expected, _ = origins(n, 48, model._min_train(n, (24, 168)), model.whole_origins)
+    assert len(expected) == 8
     assert sorted(lengths) == sorted([*expected, n])
+
+
+@pytest.mark.parametrize("n, whole", [(120, 8), (56, 6), (36, 0)])
+def test_model3_takes_up_to_8_whole_windows(monkeypatch, n, whole):
+    """Model-3 is judged at up to 8 whole windows where at least 4 fit: with 4, a long history's errors rested
+    on a few independent values and the small-sample widening over-covered (Tourism Quarterly). A history with
+    room for fewer than 4 keeps its origins spread over it, windows cut at its end."""
+    from app.forecast import estimators
+    from app.forecast.intervals import origins
+
+    lengths = _record_decompositions(monkeypatch)
+    t = np.arange(n)
+    noise = np.random.default_rng(n).standard_normal(n)
+    y = 100 + 0.5 * t + 20 * np.tile([1.0, -0.5, 0.8, -1.3], n)[:n] + 2 * noise
+    estimators.MSTLForecaster().fit(y.tolist(), 8, (4,))
+    assert max(lengths) == n and lengths.count(n) == 1  # the final forecast decomposes the whole history
+    at_origins = sorted(x for x in lengths if x < n)
+    if whole:
+        assert at_origins == sorted(n - 8 * (j + 1) for j in range(whole))
+    else:
+        spread, _ = origins(n, 8, 8, 4, short=True)
+        assert len(spread) >= 4 and at_origins == sorted(spread)
 
 
 def test_short_monthly_without_season_chooses_level_or_trend():
