@@ -94,8 +94,19 @@ def suite_accuracy(quick: bool) -> str:
     result = subprocess.run(cmd, cwd=c.ROOT, env=c.base_env(), capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
         raise RuntimeError(f"accuracy.py failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    _describe_sample(c.RESULTS / "accuracy.md")
     print(result.stdout[-8000:], flush=True)
     return result.stdout
+
+
+def _describe_sample(path: Path) -> None:
+    """Put the machine, the code and where the full-set tables live under the sample table's title: the
+    sample is a quick check; every series of each set, with AutoARIMA and the anchors' combination, and
+    each change's before/after figures are kept by hand in docs/models.md."""
+    title, _, rest = path.read_text().partition("\n")
+    path.write_text(f"{title}\n\n{c.machine_line()}\n{c.CODE_LINE}\n\nA fixed sample of each development "
+                    "set. Every series of each set, with AutoARIMA and the anchors' combination, and what each "
+                    "change to the models measured: docs/models.md, section \"Measured\".\n" + rest)
 
 
 def suite_load(quick: bool) -> str:
