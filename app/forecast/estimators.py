@@ -392,9 +392,11 @@ class MSTLForecaster(ForecastModel):
     adjusted series is forecast by damped-trend exponential smoothing or by simple exponential
     smoothing (no trend), whichever has the lower error at the rolling origins: a trend is projected
     only where projecting one has worked in this series' own history.
-    Intervals: the rolling-origin error model of app.forecast.intervals at ``n_origins`` origins. Each
-    origin decomposes the history before it (one MSTL per origin, about 10 ms at 1,000 points), so its
-    errors are those of forecasts made without the window they are judged on.
+    Intervals: the rolling-origin error model of app.forecast.intervals at up to ``whole_origins`` whole
+    windows at the end of the history, or, where fewer than ``n_origins`` fit, ``n_origins`` or more origins
+    spread over it (windows cut at its end). Each origin decomposes the history before it (one MSTL per
+    origin, about 10 ms at 1,000 points), so its errors are those of forecasts made without the window they
+    are judged on.
     History cap: 6 (position variant) or 10 cycles of the longest period, between 300 and 3000 points
     (a period that then has fewer than two cycles is dropped).
     """
