@@ -1,12 +1,25 @@
-"""The optimised Theta method's closed-form fit against the method's own recursion, written as a plain loop."""
+"""The optimised Theta method's closed-form fit against the method's own recursion, written as a plain loop; the
+damped-trend fit's Nelder-Mead against scipy's; the seasonal adjustment shared by the pool's members."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from app.forecast.smoothing import OTM_STEPS, _otm_fit, _theta_line, fit_optimised_theta, optimised_theta_forecast
+from app.forecast.candidates import CANDIDATES, _adjustment
+from app.forecast.smoothing import (
+    DAMPED_BOUNDS,
+    OTM_STEPS,
+    _damped_sse,
+    _otm_fit,
+    _theta_line,
+    fit_optimised_theta,
+    nelder_mead,
+    optimised_theta_forecast,
+)
 
 
 def _recursion(y: np.ndarray, l0: float, alpha: float, theta: float, h: int,
@@ -83,3 +96,64 @@ def test_optimised_theta_keeps_theta_at_least_one():
     assert c == 1.0
     forecast = optimised_theta_forecast(y, 8)
     assert np.all(np.isfinite(forecast)) and np.all(np.abs(np.diff(forecast)) < 1.0)
+
+
+def _scipy_nelder_mead(f, x0, bounds, maxfev, xatol, fatol) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a start outside the bounds is warned about, then clipped
+        return minimize(f, np.asarray(x0, dtype=float), method="Nelder-Mead", bounds=bounds,
+                        options={"maxfev": maxfev, "xatol": xatol, "fatol": fatol}).x
+
+
+@pytest.mark.parametrize("kind", ["trend", "walk", "level"])
+@pytest.mark.parametrize("seed", range(12))
+def test_nelder_mead_is_scipys_on_the_damped_trend_fit(kind, seed):
+    # exactly the point scipy returns, so the forecasts are the ones measured with scipy's
+    n = [6, 15, 40, 120, 400, 1000][seed % 6]
+    y = _series(kind, n, seed) / 20
+    x0 = np.array([y[0], float(np.polyfit(np.arange(min(n, 10), dtype=float), y[:10], 1)[0])])
+    ours = nelder_mead(lambda p: _damped_sse(p, y, x0), [0.3, 0.1, 0.95], DAMPED_BOUNDS, 90, 1e-2, 1e-6)
+    theirs = _scipy_nelder_mead(lambda p: _damped_sse(p, y, x0), [0.3, 0.1, 0.95], DAMPED_BOUNDS, 90, 1e-2, 1e-6)
+    assert np.array_equal(np.array(ours), theirs)
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("maxfev, xatol, fatol", [(90, 1e-2, 1e-6), (300, 1e-6, 1e-10), (7, 1e-2, 1e-6)])
+@pytest.mark.parametrize("steps", [0.0, 0.5])
+def test_nelder_mead_is_scipys_on_any_function(seed, maxfev, xatol, fatol, steps):
+    # a rippled bowl whose minimum may lie outside the box, a start that may too, a budget that may run out
+    # mid-iteration: every branch (reflect, expand, both contractions, shrink, clipping, the evaluation cap);
+    # rounded to steps of 0.5, ties, where the order of equal vertices and each strict or loose comparison show
+    rng = np.random.default_rng(seed)
+    centre, weight = rng.uniform(-1, 2, 3), rng.uniform(0.1, 10, 3)
+
+    def f(p):
+        p = np.asarray(p, dtype=float)
+        v = float(np.sum(weight * (p - centre) ** 2) + 0.1 * np.sin(5 * p[0]))
+        return round(v / steps) * steps if steps else v
+
+    bounds = [(-0.5, 1.0), (0.0, 1.5), (0.2, 0.9)]
+    x0 = rng.uniform(-0.2, 1.0, 3)
+    ours = nelder_mead(f, x0, bounds, maxfev, xatol, fatol)
+    assert np.array_equal(np.array(ours), _scipy_nelder_mead(f, x0, bounds, maxfev, xatol, fatol))
+
+
+def test_seasonal_adjustment_is_shared_only_by_the_same_history():
+    _adjustment.cache_clear()
+    t = np.arange(120, dtype=float)
+    y = 10 + 0.05 * t + 2 * np.sin(2 * np.pi * t / 12) + np.random.default_rng(0).normal(0, 0.2, 120)
+    first = CANDIDATES["ses_sa"](y, 12, (12,))
+    CANDIDATES["theta_sa"](y.copy(), 12, (12,))  # same values in another array: the adjustment is reused
+    assert _adjustment.cache_info().hits == 1
+    assert np.array_equal(CANDIDATES["ses_sa"](y, 12, (12,)), first)
+    other = y.copy()
+    other[-1] += 1.0  # one value differs: its own adjustment, not the cached one
+    _adjustment.cache_clear()
+    expected = CANDIDATES["ses_sa"](other, 12, (12,))
+    _adjustment.cache_clear()
+    CANDIDATES["ses_sa"](y, 12, (12,))
+    assert np.array_equal(CANDIDATES["ses_sa"](other, 12, (12,)), expected)
+    assert _adjustment.cache_info().misses == 2
+    indices, _ = _adjustment(12, y.tobytes())
+    with pytest.raises(ValueError):
+        indices[0] = 0.0  # shared between members, so read-only

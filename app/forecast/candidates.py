@@ -7,6 +7,7 @@ shortest period, "_l" the longest; without periods every candidate degrades to a
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 import numpy as np
 
@@ -77,6 +78,33 @@ def multiplicative_fits(y: np.ndarray, m: int) -> bool:
     return multiplicative_indices(y, m) is not None
 
 
+@lru_cache(maxsize=32)
+def _adjustment(m: int, data: bytes) -> tuple[np.ndarray, bool] | None:
+    """Seasonal indices of the history whose float64 bytes are ``data`` and whether they divide (multiplicative)
+    or subtract, or None when the 90% ACF test finds no season of m points (see deseasonalised).
+
+    Memoised: at each rolling origin every deseasonalised member (SES, Theta, damped trend, AR on the adjusted
+    series) adjusts the same history; the test and both decompositions were about a tenth of model-1's time at
+    1,000 hourly points, and sharing them saves 5-10% of that forecast's CPU (quarterly data: no measurable
+    change). Keyed on the values themselves, so a hit is the same history, never a lookalike; 32 histories at
+    the 3,000-point cap hold under 1 MB. The indices are read-only, since every member shares them."""
+    y = np.frombuffer(data)
+    n = len(y)
+    if m < 2 or n < 3 * m or not acf_seasonal(y, m):
+        return None
+    add, add_sse = _classical(y, m, False)
+    if np.min(y) > 0:
+        # multiplicative unless the additive seasonal shape leaves clearly smaller remainders (a
+        # strong trend under a constant-amplitude season: ratios to the early, lower level would
+        # inflate the season at today's level); margin measured on M4 / M1 / Tourism development data
+        mult, mult_sse = _classical(y, m, True)
+        if np.all(mult > 0) and mult_sse <= ADDITIVE_MARGIN * add_sse:
+            mult.setflags(write=False)
+            return mult, True
+    add.setflags(write=False)
+    return add, False
+
+
 def deseasonalised(base: Callable[[np.ndarray, int], np.ndarray]) -> Candidate:
     """M4-benchmark style: classical decomposition (shortest period, when the 90% ACF test says
     seasonal; multiplicative for positive data) around a non-seasonal forecaster."""
@@ -84,17 +112,13 @@ def deseasonalised(base: Callable[[np.ndarray, int], np.ndarray]) -> Candidate:
     def f(y: np.ndarray, h: int, periods: tuple[int, ...]) -> np.ndarray:
         m = _short(periods)
         n = len(y)
-        if m < 2 or n < 3 * m or not acf_seasonal(y, m):
+        adjustment = _adjustment(m, np.ascontiguousarray(y, dtype=float).tobytes()) if m >= 2 and n >= 3 * m else None
+        if adjustment is None:
             return base(y, h)
-        add, add_sse = _classical(y, m, False)
-        if np.min(y) > 0:
-            # multiplicative unless the additive seasonal shape leaves clearly smaller remainders (a
-            # strong trend under a constant-amplitude season: ratios to the early, lower level would
-            # inflate the season at today's level); margin measured on M4 / M1 / Tourism development data
-            mult, mult_sse = _classical(y, m, True)
-            if np.all(mult > 0) and mult_sse <= ADDITIVE_MARGIN * add_sse:
-                return base(y / mult[np.arange(n) % m], h) * mult[np.arange(n, n + h) % m]
-        return base(y - add[np.arange(n) % m], h) + add[np.arange(n, n + h) % m]
+        idx, multiplicative = adjustment
+        if multiplicative:
+            return base(y / idx[np.arange(n) % m], h) * idx[np.arange(n, n + h) % m]
+        return base(y - idx[np.arange(n) % m], h) + idx[np.arange(n, n + h) % m]
 
     return f
 

