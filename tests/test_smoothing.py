@@ -19,6 +19,7 @@ from app.forecast.smoothing import (
     fit_optimised_theta,
     nelder_mead,
     optimised_theta_forecast,
+    ses_levels,
 )
 
 
@@ -157,3 +158,14 @@ def test_seasonal_adjustment_is_shared_only_by_the_same_history():
     indices, _ = _adjustment(12, y.tobytes())
     with pytest.raises(ValueError):
         indices[0] = 0.0  # shared between members, so read-only
+
+
+@pytest.mark.parametrize("alpha", [0.001, 0.2, 0.5, 0.999])
+@pytest.mark.parametrize("l0", [-3.7, 0.0, 1e-9, 12.5])
+def test_ses_levels_start_where_scipys_lfiltic_starts_them(alpha, l0):
+    # the initial state is written out instead of calling lfiltic: the levels must not move by one bit
+    from scipy.signal import lfilter, lfiltic
+
+    y = _series("walk", 30, 3)
+    expected, _ = lfilter([alpha], [1.0, alpha - 1.0], y, zi=lfiltic([alpha], [1.0, alpha - 1.0], [l0]))
+    assert np.array_equal(ses_levels(y, alpha, l0), expected)

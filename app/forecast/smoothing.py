@@ -12,13 +12,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.optimize import minimize_scalar
-from scipy.signal import lfilter, lfiltic
+from scipy.signal import lfilter
 
 
 def ses_levels(y: np.ndarray, alpha: float, l0: float) -> np.ndarray:
     """Levels l_1..l_n of simple exponential smoothing, l_t = a*y_t + (1-a)*l_{t-1}."""
-    zi = lfiltic([alpha], [1.0, alpha - 1.0], [l0])
-    out, _ = lfilter([alpha], [1.0, alpha - 1.0], y, zi=zi)
+    # the filter state lfiltic([alpha], [1, alpha - 1], [l0]) gives, written out (that call cost more than the
+    # filter on a short series, and SES is fitted at every origin of every short series)
+    out, _ = lfilter([alpha], [1.0, alpha - 1.0], y, zi=[0.0 - (alpha - 1.0) * l0])
     return out
 
 
