@@ -238,6 +238,7 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], bounds: 
             fsim[k] = call(sim[k])
     except _EvaluationsSpent:
         pass
+
     def ranked() -> tuple[list[list[float]], list[float]]:
         # best first, by numpy's argsort as scipy's: it is not stable, so equal values keep its order, not Python's
         order = np.argsort(np.array(fsim, dtype=float)).tolist()
