@@ -45,8 +45,11 @@ TEST_WORKERS ?= 3
 test: install-dev
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
+# ruff, and the package boundaries as import contracts (no circle, no private name across packages, the
+# worker side apart from the web side).
 lint: install-dev
 	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_architecture.py
 
 bench: install-dev
 	$(BIN)/python bench/run.py

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import atexit
 
-from app.forecast.pool import pin_blas_threads
+from app.compute.pool import pin_blas_threads
 
 pin_blas_threads()
 
@@ -15,19 +15,20 @@ from app.settings import Settings  # noqa: E402
 
 
 def create_app(settings: Settings | None = None, *, start_workers: bool = False) -> Flask:
-    from app import cors, errors, health, jsonio, metrics, observability, openapi, pipeline, verify
+    from app import cors, errors, health, jsonio, metrics, observability, openapi, verify
     from app.anomalies import routes as anomaly_routes
     from app.azure import routes as azure_routes
     from app.cli import register_cli
+    from app.compute.pool import WorkerPool
     from app.dashboard import init_dashboard
     from app.db import Database
     from app.forecast import routes as forecast_routes
-    from app.forecast.pool import ForecastPool
     from app.keys import api as keys_api
     from app.keys.store import KeyStore, UsageRecorder
     from app.monitors import routes as monitor_routes
     from app.ratelimit import init_rate_limits
     from app.services import Services
+    from app.web import pipeline
 
     settings = settings or Settings.from_env()
     observability.configure_logging(settings.log_level)
@@ -48,16 +49,18 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
         database=database,
         keys=KeyStore(database, cache_seconds=settings.key_cache_seconds),
         usage=UsageRecorder(database, flush_seconds=settings.usage_flush_seconds),
-        pool=ForecastPool(
+        pool=WorkerPool(
             workers=settings.forecast_workers,
             timeout_seconds=settings.forecast_timeout_seconds,
             queue_limit=settings.forecast_queue_limit,
+            warm_up="app.compute.forecast.jobs:warm_up",
+            on_ready_change=metrics.WORKERS_READY.set,
         ),
         limits=init_rate_limits(app, settings),
     )
     app.extensions["forecast_service"] = services
 
-    # The request id comes first so every later answer and log line carries it; app.pipeline then
+    # The request id comes first so every later answer and log line carries it; app.web.pipeline then
     # runs the checks in their documented order.
     observability.init_request_tracking(app)
     pipeline.init_pipeline(app)

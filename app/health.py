@@ -6,8 +6,8 @@ import logging
 
 from flask import Blueprint, Response, jsonify
 
-from app.pipeline import public
 from app.services import current_services
+from app.web.pipeline import public
 
 bp = Blueprint("health", __name__)
 log = logging.getLogger("app.health")

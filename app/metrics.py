@@ -16,8 +16,8 @@ from prometheus_client import (
     multiprocess,
 )
 
-from app.pipeline import requires, uncounted
 from app.services import current_services
+from app.web.pipeline import requires, uncounted
 
 bp = Blueprint("metrics", __name__)
 

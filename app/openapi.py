@@ -10,17 +10,14 @@ from marshmallow import Schema, fields
 
 from app.anomalies import openapi_doc as anomaly_docs
 from app.azure import openapi_doc as azure_docs
-from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.forecast.schemas import (
-    ErrorSchema,
-    ForecastRequestSchema,
-    ForecastResponseSchema,
-    JsonArray,
-)
+from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
+from app.forecast.schemas import ForecastRequestSchema, ForecastResponseSchema
 from app.keys import api as keys_api
 from app.monitors import openapi_doc as monitor_docs
-from app.pipeline import uncounted
 from app.verify import VerifyResponseSchema
+from app.web.fields import JsonArray
+from app.web.pipeline import uncounted
+from app.web.validation import ErrorSchema
 
 if TYPE_CHECKING:  # apispec loads when the document is first asked for, not in every admin command
     from apispec import APISpec

@@ -2,7 +2,7 @@
 the X-RateLimit-* headers and the 429 body.
 
 The storage (memory, or Redis with REDIS_URL) comes from ``limits`` with the strategy from
-app.counted_window; the request pipeline (app.pipeline) decides when a request is counted and calls
+app.counted_window; the request pipeline (app.web.pipeline) decides when a request is counted and calls
 ``RateLimits`` here, which returns the window figures instead of stashing them anywhere. Flask-Limiter, which
 the service used first, is not used: its request hooks had no limit declared to check, since a key's limits
 come from the key store, yet they cost about a fifth of a GET /verify's CPU in the web process.

@@ -12,7 +12,7 @@ from app.keys.store import KeyStore, UsageRecorder
 from app.settings import Settings
 
 if TYPE_CHECKING:
-    from app.forecast.pool import ForecastPool
+    from app.compute.pool import WorkerPool
     from app.ratelimit import RateLimits
 
 
@@ -22,14 +22,14 @@ class Services:
     database: Database
     keys: KeyStore
     usage: UsageRecorder
-    pool: ForecastPool
+    pool: WorkerPool
     limits: RateLimits
 
     def warm_up(self) -> None:
         """What a serving process needs before its first request: the forecast workers spawned, and numpy
         with the timestamp tables loaded (about 0.1 s that the first series would otherwise wait for).
         Admin commands never call this, so they never load numpy."""
-        from app.forecast.timestamps import prepare_tables
+        from app.series.timestamps import prepare_tables
 
         self.pool.start()
         prepare_tables()

@@ -8,7 +8,7 @@ from flask import Blueprint, Response, jsonify
 from marshmallow import Schema, fields, validate
 
 from app.keys.records import PERMISSIONS
-from app.pipeline import current_key, limit_status, uncounted
+from app.web.pipeline import current_key, limit_status, uncounted
 
 bp = Blueprint("verify", __name__)
 

@@ -53,7 +53,8 @@ Forecast = dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 def _inprocess(task: tuple[str, DataSet, Series, list[float]]) -> tuple[Forecast, float, str | None]:
     model_id, ds, s, confs = task
-    from app.forecast.models import run_forecast_multi, seasonal_periods
+    from app.compute.forecast.models import run_forecast_multi
+    from app.series.frequencies import seasonal_periods
 
     per = seasonal_periods(ds.data_frequency, 1, len(s.history))
     t = time.perf_counter()

@@ -30,7 +30,7 @@ import common as c  # noqa: E402
 MODELS = ["forecast-model-1", "forecast-model-2", "forecast-model-3", "forecast-model-4"]
 SIZES = [100, 1_000, 10_000, 100_000]
 HORIZON = 48
-COUNTED_BODY = "{}"  # POST /forecast with it: authenticated, counted (D3.3), then 400 INVALID_REQUEST
+COUNTED_BODY = "{}"  # POST /forecast with it: authenticated, counted, then 400 INVALID_REQUEST
 
 
 # ============================================================================================ verify
@@ -240,12 +240,12 @@ def reps_for(n: int, quick: bool) -> int:
 
 
 def forecast_startup(runs: int) -> dict:
-    """Child process: ForecastPool(workers=2).start(wait=True) wall time and pool.startup_seconds."""
-    from app.forecast.pool import ForecastPool
+    """Child process: WorkerPool(workers=2).start(wait=True) wall time and pool.startup_seconds."""
+    from app.compute.pool import WorkerPool
 
     startup: list[dict] = []
     for _ in range(runs):
-        pool = ForecastPool(workers=2, timeout_seconds=30, queue_limit=4)
+        pool = WorkerPool(workers=2, timeout_seconds=30, queue_limit=4)
         t0 = time.perf_counter()
         pool.start(wait=True)
         wall = time.perf_counter() - t0
@@ -260,7 +260,8 @@ def forecast_serve() -> None:
     Driven call by call by the orchestrator, interleaved with the HTTP requests for the same cell, so both
     see the same code and the same machine load (the machine may be shared).
     """
-    from app.forecast.models import run_forecast, seasonal_periods
+    from app.compute.forecast.models import run_forecast
+    from app.series.frequencies import seasonal_periods
 
     run_forecast("forecast-model-2", [float(i % 7) for i in range(60)], 3, 0.9, (7,))
     cache: dict[int, list[float]] = {}
@@ -384,7 +385,7 @@ def suite_forecast(quick: bool) -> str:
         f"POST /forecast end-to-end through gunicorn (default config, FORECAST_WORKERS=2, SQLite keys), one "
         f"client, keep-alive, requests one after another; hourly series, horizon {HORIZON}, confidence 0.95; "
         "body JSON pre-encoded (client encoding not timed).",
-        "In-process: app.forecast.models.run_forecast in a long-lived child process with BLAS pinned to 1 thread, "
+        "In-process: app.compute.forecast.models.run_forecast in a long-lived child process, BLAS on 1 thread, "
         "same series and periods (seasonal_periods('Hours', 1, n)), called right after each HTTP request "
         "(interleaved, so both see the same code and machine load). First call of each cell is a warm-up.",
         "Series: 200 + 0.002 t + 30 sin(2 pi t/24) + 12 sin(2 pi t/168 + 1) + N(0, 6), seed 42, 3 decimals.",
@@ -400,7 +401,7 @@ def suite_forecast(quick: bool) -> str:
     ]
     header = ["model", "points", "reps", "e2e p50 ms", "e2e p95 ms", "in-process p50 ms", "in-process p95 ms",
               "HTTP overhead ms", "web-process CPU ms/req", "e2e ms per 1,000 pts", "x vs previous size", "target"]
-    extra = (f"Worker start-up (ForecastPool(workers=2).start(wait=True), {len(startup)} run(s)): "
+    extra = (f"Worker start-up (WorkerPool(workers=2).start(wait=True), {len(startup)} run(s)): "
              f"wall p50 {c.median(walls):.2f} s (max {max(walls):.2f} s); per worker (pool.startup_seconds) "
              f"p50 {c.median(per_worker):.2f} s, max {max(per_worker):.2f} s.")
     return c.write_table("forecast", "Forecast latency per model and series length", notes, header, rows, extra)

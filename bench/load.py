@@ -6,7 +6,7 @@ Starts its own throwaway SQLite database, gunicorn (gunicorn.conf.py as shipped:
 forecast workers = cores) and nginx from nginx/forecast.conf.template, all on 127.0.0.1. The clients are threads
 with one requests.Session each, in this process (separate from the server's processes). Each client loops for
 --seconds, picking GET /verify or POST /forecast (an hourly series of 500 points, horizon 24, X-Model-Id 1-4) at
-random, with a key drawn from: a high-limit key, several keys with ordinary limits (the SPEC 8.3 Free tier,
+random, with a key drawn from: a high-limit key, several keys with ordinary limits (the Free tier,
 10/minute) so that 429s happen, and rarely an unknown key (401). After a 429 or a 500 with Retry-After a
 client backs off 0.5 s.
 
@@ -17,7 +17,7 @@ minute: nearly every answer is a 429 given before the body was read. Any of its 
 
 After the run gunicorn is stopped gracefully (SIGTERM) and the usage counts are read back with
 `flask --app wsgi keys list --json`: their sum must equal the responses the clients got with real keys
-(every status but 401 counts, D2.5). Statuses other than 200/429 for real keys fail the run, except 500 with
+(every status but 401 counts). Statuses other than 200/429 for real keys fail the run, except 500 with
 Retry-After (forecast queue saturated), counted separately. Writes bench/results/load.md and prints it.
 Exit status 0 when every check holds.
 """
@@ -146,7 +146,7 @@ def hourly_body(points: int, seed: int) -> bytes:
 class Tally:
     latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     statuses: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
-    keyed_counted: int = 0  # responses to real keys with a status other than 401 (D2.5: these count)
+    keyed_counted: int = 0  # responses to real keys with a status other than 401 (these count)
     unexpected: list[str] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -263,7 +263,7 @@ def main() -> int:
     if args.gunicorn_threads:
         env["GUNICORN_THREADS"] = str(args.gunicorn_threads)
     flask_cli(env, "db", "upgrade")
-    ordinary = [create_key(env, "--tier", "free") for _ in range(ORDINARY_KEYS)]  # SPEC 8.3 Free: 10/minute
+    ordinary = [create_key(env, "--tier", "free") for _ in range(ORDINARY_KEYS)]  # Free tier: 10/minute
     high = create_key(env, "--per-minute", HIGH_LIMIT, "--per-hour", HIGH_LIMIT, "--per-day", HIGH_LIMIT)
     early_key = create_key(env, "--per-minute", "5")
     cert, tls_key = self_signed(workdir)

@@ -60,7 +60,8 @@ CASES.append(("forecast-model-1", "quarterly-40"))
 def _serve(root: str) -> None:
     """Worker: import ``root``'s app, then time one forecast per stdin line "model case seed"."""
     sys.path.insert(0, root)
-    from app.forecast.models import run_forecast, seasonal_periods
+    from app.compute.forecast.models import run_forecast
+    from app.series.frequencies import seasonal_periods
 
     for line in sys.stdin:
         model_id, kind, seed = line.split()

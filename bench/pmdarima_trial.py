@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import datasets  # noqa: E402
 
-from app.forecast.base import _normalise  # noqa: E402
-from app.forecast.candidates import deseasonalised  # noqa: E402
-from app.forecast.catalog import seasonal_periods  # noqa: E402
-from app.forecast.smoothing import ar_diff_forecast  # noqa: E402
+from app.compute.forecast.base import _normalise  # noqa: E402
+from app.compute.forecast.candidates import deseasonalised  # noqa: E402
+from app.compute.forecast.smoothing import ar_diff_forecast  # noqa: E402
+from app.series.frequencies import seasonal_periods  # noqa: E402
 
 
 def auto_arima_forecast(y: np.ndarray, h: int) -> np.ndarray:

@@ -9,8 +9,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+from app.compute.pool import pin_blas_threads  # noqa: E402
+
+pin_blas_threads()  # before any test module loads numpy
 
 from app import create_app  # noqa: E402
 from app.keys import crud  # noqa: E402

@@ -201,7 +201,7 @@ def test_a_key_is_needed_and_read_permission(served: tuple[Flask, str], client: 
 
 
 def test_timestamp_forms_fast_and_slow_paths_agree() -> None:
-    from app.anomalies.instants import epoch_seconds
+    from app.series.instants import epoch_seconds
 
     zulu = ["2026-03-29T00:30:00Z", "2026-03-29T01:30:00.5Z", "2026-03-29T02:30:00Z"]
     # Crossing a DST change: the offset changes, the instants stay one hour apart.

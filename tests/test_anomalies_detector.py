@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from app.detect import detectors
-from app.detect.jobs import DEFAULT_DETECTOR, DETECTOR_IDS, FALLBACK_DETECTOR, DetectionResult, DetectJob
+from app.compute.detect import detectors
+from app.compute.detect.jobs import DetectJob
+from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, FALLBACK_DETECTOR, DetectionResult
 
 FIELDS = ("expected", "lower", "upper", "score", "is_anomaly", "direction")
 

@@ -1,4 +1,4 @@
-"""Every authentication outcome (SPEC 5, D2.1-D2.7) through HTTP, on SQLite and PostgreSQL."""
+"""Every authentication outcome through HTTP, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_revoked_key_is_401(db_app: Flask) -> None:
     assert client.get("/verify", headers=bearer(plain)).status_code == 200
     with services_of(db_app).database.session() as session:
         crud.revoke_key(session, key_id=key_id)
-    services_of(db_app).keys.forget()  # what the 5 s cache expiry does on its own (D2.6)
+    services_of(db_app).keys.forget()  # what the 5 s cache expiry does on its own
     assert_unauthorized(client.get("/verify", headers=bearer(plain)), "revoked")
 
 
@@ -80,7 +80,7 @@ def test_key_expires_at_the_exact_second(db_app: Flask, monkeypatch: pytest.Monk
     plain, _ = new_key(db_app, expires_at=expires)
     client = db_app.test_client()
 
-    import app.auth as auth_module
+    import app.web.auth as auth_module
 
     class Clock(datetime):
         moment = expires - timedelta(microseconds=1)
@@ -113,7 +113,7 @@ def test_usage_counts_every_authenticated_request_but_not_401s(db_app: Flask) ->
     plain, key_id = new_key(db_app, permissions=("write",))
     client = db_app.test_client()
     client.get("/verify", headers=bearer(plain))  # 200
-    client.post("/forecast", headers=bearer(plain), json={})  # 403, still authenticated (D2.5)
+    client.post("/forecast", headers=bearer(plain), json={})  # 403, still authenticated
     client.get("/nowhere", headers=bearer(plain))  # 404
     client.get("/verify", headers=bearer("ak_" + "1" * 64))  # 401: not this key's
     services_of(db_app).usage.flush()

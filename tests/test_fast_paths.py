@@ -21,15 +21,9 @@ from app import jsonio
 from app.errors import ApiError
 from app.forecast import body as forecast_body
 from app.forecast import schemas
-from app.forecast import timestamps as timestamps_module
-from app.forecast.timestamps import (
-    FREQUENCIES,
-    TimeAxis,
-    TimestampError,
-    _parse_axis_per_item,
-    parse_axis,
-    regular_axis,
-)
+from app.series import timestamps as timestamps_module
+from app.series.timestamps import FREQUENCIES, TimeAxis, TimestampError, _parse_axis_per_item, parse_axis, regular_axis
+from app.web import fields, validation
 
 # ------------------------------------------------------------------------------------------- JSON parsing
 
@@ -430,8 +424,8 @@ value_items = (
 def test_one_pass_value_check_agrees_with_the_per_item_check(values: list[Any]) -> None:
     fast_problems: list[dict[str, Any]] = []
     slow_problems: list[dict[str, Any]] = []
-    fast = schemas._values_array(values, fast_problems)
-    slow = schemas._check_values(values, slow_problems)
+    fast = fields.values_array(values, fast_problems)
+    slow = fields.check_values(values, slow_problems)
     assert repr(fast_problems) == repr(slow_problems)
     if not slow_problems:
         assert fast.dtype == np.float64
@@ -446,7 +440,7 @@ _MAX_POINTS = 10_000
 def _general_outcome(raw: bytes, headers: dict[str, str], max_points: int) -> tuple[Any, ...]:
     """What the general path (json, marshmallow, the per-stage checks) answers for a POST /forecast body."""
     try:
-        forecast_request, submitted = schemas.load_request(schemas.parse_json_body(raw), headers)
+        forecast_request, submitted = schemas.load_request(validation.parse_json_body(raw), headers)
         series = schemas.check_series(submitted, forecast_request.data_frequency, max_points=max_points)
     except ApiError as exc:
         return ("error", exc.status, exc.message, json.dumps(exc.details, sort_keys=True, default=repr))
@@ -622,7 +616,7 @@ def _gunicorn_body(data: bytes, declared: int) -> Any:
 
 @pytest.mark.parametrize("sent,declared", [(300_000, 300_000), (150_000, 300_000), (1, 1), (0, 0)])
 def test_body_from_gunicorns_length_reader_is_werkzeugs(json_app: Flask, sent: int, declared: int) -> None:
-    from app.forecast.routes import _read_body
+    from app.web.body import read_body
 
     data = bytes(range(256)) * (300_000 // 256 + 1)
     expected = _gunicorn_body(data[:sent], declared).read(declared) if declared else b""
@@ -630,14 +624,14 @@ def test_body_from_gunicorns_length_reader_is_werkzeugs(json_app: Flask, sent: i
     environ = {"wsgi.input": body, "wsgi.input_terminated": True, "CONTENT_LENGTH": str(declared)}
     with json_app.test_request_context("/forecast", method="POST", environ_overrides=environ):
         assert request.content_length == declared
-        assert _read_body(1_000_000) == expected
+        assert read_body(1_000_000) == expected
         assert body.read() == b""  # nothing left behind for the next request on the connection
 
 
 def test_body_over_the_limit_is_still_werkzeugs_413(json_app: Flask) -> None:
     from werkzeug.exceptions import RequestEntityTooLarge
 
-    from app.forecast.routes import _read_body
+    from app.web.body import read_body
 
     json_app.config["MAX_CONTENT_LENGTH"] = 100
     try:
@@ -647,6 +641,6 @@ def test_body_over_the_limit_is_still_werkzeugs_413(json_app: Flask) -> None:
             json_app.test_request_context("/forecast", method="POST", environ_overrides=environ),
             pytest.raises(RequestEntityTooLarge),
         ):
-            _read_body(1_000)
+            read_body(1_000)
     finally:
         json_app.config["MAX_CONTENT_LENGTH"] = None

@@ -1,5 +1,5 @@
 """Faults through a real gunicorn: Redis and PostgreSQL going away and coming back, SIGTERM during forecasts,
-a forecast worker killed mid-request. Nothing may hang, nothing may be lost (D2.5, D3.7, D6.2, D6.4)."""
+a forecast worker killed mid-request. Nothing may hang, nothing may be lost."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 INVALID_BODY = b"{}"
 JSON = {"Content-Type": "application/json"}
-# No single request may take longer than this, whatever is down (the D3.7 / D1 answer is a quick 500).
+# No single request may take longer than this, whatever is down (the / D1 answer is a quick 500).
 REQUEST_BOUND = 15.0
 
 
@@ -84,9 +84,9 @@ def error_code(response: requests.Response) -> str:
 
 
 def counts_as_use(response: requests.Response) -> bool:
-    """D2.5: an authenticated request (any status but 401) is one use. A 500 that came before the key could be
+    """an authenticated request (any status but 401) is one use. A 500 that came before the key could be
     looked up (database down, key not cached) is not authenticated; such answers carry no rate-limit headers
-    because no key was identified (D3.4 headers describe the key's window)."""
+    because no key was identified (headers describe the key's window)."""
     if response.status_code == 401:
         return False
     if response.status_code == 500:
@@ -121,7 +121,7 @@ def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
         redis.stop()
 
 
-# 1. Redis away and back (D3.7: fail closed, recover without a restart).
+# 1. Redis away and back (fail closed, recover without a restart).
 
 
 def test_redis_outage_fails_closed_and_recovers_without_restart(serving: Serving) -> None:
@@ -163,7 +163,7 @@ def test_redis_outage_fails_closed_and_recovers_without_restart(serving: Serving
     assert server.process.poll() is None
 
 
-# 2. PostgreSQL restarted while serving (D2.5: counts made during the outage are flushed later).
+# 2. PostgreSQL restarted while serving (counts made during the outage are flushed later).
 
 
 def test_postgres_restart_while_serving_loses_no_usage(tmp_path: Path) -> None:
@@ -209,7 +209,7 @@ def test_postgres_restart_while_serving_loses_no_usage(tmp_path: Path) -> None:
             # The cached key may still pass for a moment; past the cache, the answer is a quick 500, never a 401.
             assert {r.status_code for r in during} <= {200, 500}, [r.status_code for r in during]
             failed = [r for r in during if r.status_code == 500]
-            assert failed, "the key cache outlived a 4 s outage (D2.6 allows 5 s at most, KEY_CACHE_SECONDS=2)"
+            assert failed, "the key cache outlived a 4 s outage (allows 5 s at most, KEY_CACHE_SECONDS=2)"
             assert {error_code(r) for r in failed} == {"INTERNAL_ERROR"}
             assert during[-1].status_code == 500  # a key that could not be looked up is not called invalid
 

@@ -1,4 +1,4 @@
-"""POST /forecast answered by real models in real worker processes (D4, D5, D6.2)."""
+"""POST /forecast answered by real models in real worker processes."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.forecast.catalog import MODEL_IDS
-from app.forecast.jobs import ForecastJob
-from app.forecast.pool import ForecastPool, ForecastTimeout, WorkerCrashed
+from app.compute.forecast.catalog import MODEL_IDS
+from app.compute.forecast.jobs import ForecastJob
+from app.compute.pool import JobTimeout, WorkerCrashed, WorkerPool
 from tests.conftest import build_app, new_key, services_of
 from tests.support import bearer, settings_for
 
@@ -157,7 +157,7 @@ def test_ready_when_workers_are_up(client: FlaskClient) -> None:
     assert ready.get_json()["checks"] == {"database": "ok", "rate_limit_storage": "ok", "forecast_workers": "2/2"}
 
 
-def _wait_for_workers(pool: ForecastPool, count: int, timeout: float = 60) -> None:
+def _wait_for_workers(pool: WorkerPool, count: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while pool.ready_workers < count:
         assert time.monotonic() < deadline, "worker was not replaced"
@@ -168,11 +168,11 @@ JOB = ForecastJob("forecast-model-2", [float(i % 5) for i in range(50)], 4, 0.9,
 
 
 def test_a_forecast_past_its_timeout_frees_the_worker() -> None:
-    pool = ForecastPool(workers=1, timeout_seconds=0.001, queue_limit=4)
+    pool = WorkerPool(workers=1, timeout_seconds=0.001, queue_limit=4)
     pool.start(wait=True)
     try:
         long_job = ForecastJob("forecast-model-1", [float(i % 24) for i in range(50_000)], 48, 0.95, (24, 168))
-        with pytest.raises(ForecastTimeout):
+        with pytest.raises(JobTimeout):
             pool.submit(long_job)
         pool.timeout_seconds = 30
         _wait_for_workers(pool, 1)
@@ -182,7 +182,7 @@ def test_a_forecast_past_its_timeout_frees_the_worker() -> None:
 
 
 def test_a_worker_that_dies_answers_500_and_is_replaced() -> None:
-    pool = ForecastPool(workers=1, timeout_seconds=30, queue_limit=4)
+    pool = WorkerPool(workers=1, timeout_seconds=30, queue_limit=4)
     pool.start(wait=True)
     try:
         [pid] = pool.worker_pids()
@@ -211,7 +211,8 @@ def test_pool_errors_reach_the_client_as_500(tmp_path: Path) -> None:
 @pytest.mark.parametrize("model_id", MODEL_IDS)
 def test_http_answer_equals_the_model_called_in_process(client: FlaskClient, key: str, model_id: str) -> None:
     """What the benchmarks measure in-process is exactly what a client receives (bench/accuracy.py relies on it)."""
-    from app.forecast.models import run_forecast, seasonal_periods
+    from app.compute.forecast.models import run_forecast
+    from app.series.frequencies import seasonal_periods
 
     body = {**hourly(300), "confidence": 0.8}
     response = client.post("/forecast", headers={**bearer(key), "X-Model-Id": model_id}, json=body)
@@ -224,7 +225,7 @@ def test_http_answer_equals_the_model_called_in_process(client: FlaskClient, key
 def test_saturated_pool_answers_busy_with_retry_after() -> None:
     import threading
 
-    pool = ForecastPool(workers=1, timeout_seconds=30, queue_limit=0)
+    pool = WorkerPool(workers=1, timeout_seconds=30, queue_limit=0)
     pool.start(wait=True)
     try:
         slow = ForecastJob("forecast-model-3", [float(i % 24) + i * 1e-3 for i in range(100_000)], 100, 0.95, (24, 168))
@@ -233,7 +234,7 @@ def test_saturated_pool_answers_busy_with_retry_after() -> None:
         deadline = time.monotonic() + 10
         while pool._admitted == 0 and time.monotonic() < deadline:
             time.sleep(0.001)
-        from app.forecast.pool import PoolBusy
+        from app.compute.pool import PoolBusy
 
         with pytest.raises(PoolBusy) as busy:
             pool.submit(JOB)

@@ -3,7 +3,7 @@
 (a) schemathesis generates requests from the app's own OpenAPI document (app.openapi.build_spec(), the
     document GET /openapi.json serves) for every operation, positive and negative data, with a valid key
     and without one, and sends them to the Flask app over WSGI: never a 5xx, every non-2xx body is the
-    SPEC 2.4 envelope with a code from the enum, and schemathesis' own response checks pass.
+    error envelope with a code from the enum, and schemathesis' own response checks pass.
 (b) hypothesis posts random JSON values and mutations of a valid body to POST /forecast: the status is
     always one of 200, 400, 413, 415, 422 and the body is either a forecast or the envelope.
 
@@ -49,7 +49,7 @@ FUZZ_SETTINGS = settings(
 
 SCHEMA = schemathesis.openapi.from_dict(build_spec())
 OPERATIONS = sorted((op.ok().method.upper(), op.ok().path) for op in SCHEMA.get_all_operations())
-UNKEYED_PATHS = {"/healthz", "/readyz"}  # D6.4: probes need no key
+UNKEYED_PATHS = {"/healthz", "/readyz"}  # probes need no key
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ class Hostile:
 
 
 def envelope(response: requests.Response, status: int, code: str) -> dict[str, Any]:
-    """The SPEC 2.4 body: application/json, {"error": {"code", "message", "details"?}}."""
+    """The error body: application/json, {"error": {"code", "message", "details"?}}."""
     assert response.status_code == status, (response.status_code, response.headers, response.text[:500])
     assert response.headers.get("Content-Type", "").startswith("application/json"), response.headers
     body = response.json()
@@ -272,7 +272,7 @@ def test_ten_kib_authorization_header_is_401_in_the_envelope(hostile: Hostile, p
 def test_ten_kib_header_value_other_than_authorization_still_answered(hostile: Hostile) -> None:
     response = hostile.send("GET", "/verify", headers={"X-Request-Id": "r" * 10240})
     assert response.status_code == 200
-    assert len(response.headers.get("X-Request-Id", "")) < 200  # an insane client id is not echoed (D1.3)
+    assert len(response.headers.get("X-Request-Id", "")) < 200  # an insane client id is not echoed
 
 
 # Keep-alive connections after early answers (and idle ones that must not pin threads): tests/test_keepalive.py.

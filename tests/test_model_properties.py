@@ -4,20 +4,18 @@ histories, a season under a strong trend, and the two model-3 failure shapes (do
 from __future__ import annotations
 
 import dataclasses
-import os
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.stats import t as student_t
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from scipy.stats import t as student_t  # noqa: E402
-
-from app.forecast.intervals import STEP_MIN_ERRORS, effective_count, fit_errors  # noqa: E402
-from app.forecast.models import MODEL_IDS, run_forecast, seasonal_periods  # noqa: E402
-from app.forecast.seasonal import acf_seasonal  # noqa: E402
+from app.compute.forecast.catalog import MODEL_IDS
+from app.compute.forecast.intervals import STEP_MIN_ERRORS, effective_count, fit_errors
+from app.compute.forecast.models import run_forecast
+from app.compute.forecast.seasonal import acf_seasonal
+from app.series.frequencies import seasonal_periods
 
 # The step-1 median stays inside [min - K * spread, max + K * spread] of the history (spread = max - min).
 # K = 0.5 allows a trend to carry the first step beyond the range (a linear trend moves 1/n of the range

@@ -1,29 +1,17 @@
-"""Model guarantees (DECISIONS D4.3-D4.6): property-based and explicit edge cases."""
+"""Model guarantees: property-based and explicit edge cases."""
 
 from __future__ import annotations
 
-import os
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from app.forecast import models  # noqa: E402
-from app.forecast.models import (  # noqa: E402
-    DEFAULT_MODEL_ID,
-    MODEL_IDS,
-    ForecastError,
-    ForecastResult,
-    describe_models,
-    run_forecast,
-    run_forecast_multi,
-    seasonal_periods,
-)
+from app.compute.forecast import models
+from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS, describe_models
+from app.compute.forecast.models import ForecastError, run_forecast, run_forecast_multi
+from app.compute.forecast.results import ForecastResult
+from app.series.frequencies import seasonal_periods
 
 FREQUENCIES = ("Seconds", "Minutes", "Hours", "Daily", "Weekly", "Monthly", "Quarterly", "Yearly")
 
@@ -214,7 +202,7 @@ def test_model4_robust_to_spikes():
 
 
 # --------------------------------------------------------------------------------------------------
-# fallback (D4.4)
+# fallback
 
 
 class _Boom(models.ForecastModel):
@@ -314,7 +302,7 @@ def test_short_yearly_growth_is_continued():
 def test_cut_windows_floor_the_horizon_growth():
     """Errors whose far steps were seen only at a few early origins (windows cut at the end of a short
     history) cannot claim that errors do not grow with the horizon: the exponent is at least 0.5."""
-    from app.forecast.intervals import fit_errors
+    from app.compute.forecast.intervals import fit_errors
 
     rng = np.random.default_rng(4)
     flat = rng.standard_normal((12, 6))  # same spread at every step: fitted growth ~0
@@ -329,7 +317,7 @@ def test_trend_floor_applies_at_any_cut_window():
     """A trend extrapolation's errors grow at least like k ** TREND_CUT_POWER as soon as one window was
     cut at the end of the history; other errors keep their fitted growth unless most windows were cut,
     and whole windows always keep it."""
-    from app.forecast.intervals import TREND_CUT_POWER, fit_errors
+    from app.compute.forecast.intervals import TREND_CUT_POWER, fit_errors
 
     rng = np.random.default_rng(4)
     flat = rng.standard_normal((12, 6))
@@ -345,7 +333,7 @@ def test_a_growth_floor_widens_far_steps_without_narrowing_near_ones():
     """A floor on the horizon exponent says errors grow at least that fast, not that the first steps'
     errors are smaller than measured: with the floor, every step's interval is at least as wide as
     without it, at every confidence and for symmetric and signed quantiles, and the far steps are wider."""
-    from app.forecast.intervals import TREND_CUT_POWER, fit_errors
+    from app.compute.forecast.intervals import TREND_CUT_POWER, fit_errors
 
     rng = np.random.default_rng(4)
     cut = rng.standard_normal((12, 6))  # errors that barely grow over the horizon
@@ -385,7 +373,7 @@ def test_interval_follows_a_multiplicative_season():
 def test_seasonal_errors_round_trip():
     """Errors divided by their time point's seasonal scale, and the future steps' scale continuing the
     same positions."""
-    from app.forecast.intervals import LEVEL_POWER, seasonal_errors
+    from app.compute.forecast.intervals import LEVEL_POWER, seasonal_errors
 
     idx = np.array([0.5, 1.0, 1.5, 1.0])
     errs = np.ones((2, 3))
@@ -398,7 +386,7 @@ def test_seasonal_errors_round_trip():
 
 def _record_decompositions(monkeypatch) -> list[int]:
     """The length of every history model-3 decomposes from now on, in call order."""
-    from app.forecast import estimators
+    from app.compute.forecast import estimators
 
     real = estimators.seasonal_components
     lengths: list[int] = []
@@ -415,8 +403,8 @@ def test_model3_origins_decompose_only_their_own_history(monkeypatch):
     """STL smooths both ways: components taken from the whole history would let every rolling origin see
     the window it is judged on, and the interval would rest on optimistic errors. Each origin decomposes
     exactly the points before it; only the final forecast decomposes the whole history."""
-    from app.forecast import estimators
-    from app.forecast.intervals import origins
+    from app.compute.forecast import estimators
+    from app.compute.forecast.intervals import origins
 
     lengths = _record_decompositions(monkeypatch)
     rng = np.random.default_rng(3)
@@ -434,8 +422,8 @@ def test_model3_takes_up_to_8_whole_windows(monkeypatch, n, whole):
     """Model-3 is judged at up to 8 whole windows where at least 4 fit: with 4, a long history's errors rested
     on a few independent values and the small-sample widening over-covered (Tourism Quarterly). A history with
     room for fewer than 4 keeps its origins spread over it, windows cut at its end."""
-    from app.forecast import estimators
-    from app.forecast.intervals import origins
+    from app.compute.forecast import estimators
+    from app.compute.forecast.intervals import origins
 
     lengths = _record_decompositions(monkeypatch)
     t = np.arange(n)
@@ -483,8 +471,8 @@ def test_three_cycle_members_only_where_they_differ_from_five(monkeypatch, frequ
     """Models 1 and 2 offer members on the last 3 cycles only for seasons longer than 12 points; for
     shorter ones that window is the same RECENT_FLOOR points as the 5-cycle one, and a duplicate member
     would count twice among the chosen."""
-    from app.forecast import estimators
-    from app.forecast.candidates import THREE_CYCLE_POOL
+    from app.compute.forecast import estimators
+    from app.compute.forecast.candidates import THREE_CYCLE_POOL
 
     assert model_id != DEFAULT_MODEL_ID or members == THREE_CYCLE_POOL
     run: set[str] = set()
@@ -501,7 +489,7 @@ def test_three_cycle_members_only_where_they_differ_from_five(monkeypatch, frequ
 
 
 def test_three_cycle_member_reads_the_last_three_cycles():
-    from app.forecast.candidates import CANDIDATES
+    from app.compute.forecast.candidates import CANDIDATES
 
     rng = np.random.default_rng(12)
     y = 1 + 0.1 * np.sin(2 * np.pi * np.arange(500) / 24) + 0.01 * rng.standard_normal(500)
@@ -511,7 +499,7 @@ def test_three_cycle_member_reads_the_last_three_cycles():
 
 
 def test_combination_weights_follow_the_origin_errors():
-    from app.forecast.estimators import combination_weights
+    from app.compute.forecast.estimators import combination_weights
 
     w = combination_weights(np.array([0.1, 0.2, 0.4]), 2.0)
     assert w.sum() == pytest.approx(1.0)
@@ -526,8 +514,8 @@ def test_members_are_weighted_by_their_origin_errors(monkeypatch):
     """Model-1 averages its chosen members weighted by (1 / origin sMAPE) ** WEIGHT_POWER: on a trending
     series a drift member (close at every origin) outweighs a no-change one (always behind), so the median
     sits nearer the drift forecast than the equal-weight mean does, and at power 0 it is that mean."""
-    from app.forecast import estimators
-    from app.forecast.estimators import WEIGHT_POWER, SelectionEnsemble
+    from app.compute.forecast import estimators
+    from app.compute.forecast.estimators import WEIGHT_POWER, SelectionEnsemble
 
     def drift(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
         return y[-1] + (y[-1] - y[0]) / (len(y) - 1) * np.arange(1, h + 1)
@@ -551,7 +539,7 @@ def test_members_are_weighted_by_their_origin_errors(monkeypatch):
 
 
 def test_with_fixed_share_splits_the_weight():
-    from app.forecast.estimators import with_fixed_share
+    from app.compute.forecast.estimators import with_fixed_share
 
     chosen, weights = np.array([0, 2]), np.array([0.75, 0.25])
     assert with_fixed_share(chosen, weights, np.array([4]), 0.0, 5) == (chosen, weights)
@@ -567,8 +555,8 @@ def test_long_seasonal_histories_give_the_pair_a_fixed_share(monkeypatch, period
     """Model-1's pair pool holds PAIR_SHARE_QUARTERLY (quarterly data) or PAIR_SHARE_MONTHLY (monthly data) of the
     combination for a strongly seasonal history longer than 60 points even when the origins rank it last; a
     shorter one keeps the ranked members only."""
-    from app.forecast import estimators
-    from app.forecast.estimators import PAIR_SHARE_MONTHLY, PAIR_SHARE_QUARTERLY, SelectionEnsemble
+    from app.compute.forecast import estimators
+    from app.compute.forecast.estimators import PAIR_SHARE_MONTHLY, PAIR_SHARE_QUARTERLY, SelectionEnsemble
 
     def repeat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
         return np.resize(y[-period:], h)
@@ -604,8 +592,8 @@ def test_long_seasonal_histories_give_the_pair_a_fixed_share(monkeypatch, period
 def test_short_seasonal_quarterly_histories_give_model_3_a_fixed_share(monkeypatch, period, n, amplitude, fixed):
     """Model-1 gives model-3's median (mstl_median) MSTL_SHARE_QUARTERLY of the combination on a strongly seasonal
     quarterly history of at most 60 points, even when the origins rank it last, and nowhere else."""
-    from app.forecast import estimators
-    from app.forecast.estimators import MSTL_SHARE_QUARTERLY, SelectionEnsemble
+    from app.compute.forecast import estimators
+    from app.compute.forecast.estimators import MSTL_SHARE_QUARTERLY, SelectionEnsemble
 
     def repeat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
         return np.resize(y[-period:], h) if amplitude else np.full(h, y[-1])
@@ -636,7 +624,7 @@ def test_short_seasonal_quarterly_histories_give_model_3_a_fixed_share(monkeypat
 def test_model_3_runs_at_model_1s_origins_on_short_seasonal_quarterly_data(monkeypatch, model_id, n, runs):
     """The model-3 member is fitted at each of model-1's rolling origins on the history before it (so model-1's
     interval holds its errors) and on the whole history; models 2 and 4, and long histories, do not run it."""
-    from app.forecast import estimators
+    from app.compute.forecast import estimators
 
     lengths: list[int] = []
     real = estimators.MSTL_POOL_MODEL.fit
@@ -665,7 +653,7 @@ def test_model_3_runs_at_model_1s_origins_on_short_seasonal_quarterly_data(monke
 def test_how_many_members_are_kept(monkeypatch, model_id, frequency, n, kept):
     """Models 1, 2 and 4 forecast with the members they keep; only those are run on the whole history, so
     the members called with all n points are the kept ones."""
-    from app.forecast import estimators
+    from app.compute.forecast import estimators
 
     model = models.REGISTRY[model_id]
     # a combined member (model-1's Theta pair) would call its parts whether or not they were kept alone
@@ -698,8 +686,8 @@ def test_model_2s_theta_pair_is_offered_where_it_helps(monkeypatch, frequency, n
     """Model-1 offers quarterly data, and long strongly seasonal monthly data, the mean of standard Theta on 5
     cycles and seasonal-position Theta as one member: its standard Theta part runs at the rolling origins there,
     and nowhere else in its pool."""
-    from app.forecast import estimators
-    from app.forecast.candidates import THETA_PAIR_POOL
+    from app.compute.forecast import estimators
+    from app.compute.forecast.candidates import THETA_PAIR_POOL
 
     assert THETA_PAIR_POOL == (("theta_sa5", "ptheta_s"),)
     calls: list[int] = []

@@ -1,4 +1,4 @@
-"""GET /openapi.json (D6.5) and GET /metrics (D6.4)."""
+"""GET /openapi.json and GET /metrics."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from flask import Flask
 from openapi_spec_validator import validate
 
-from app.forecast.schemas import ErrorSchema
 from app.verify import VerifyResponseSchema
+from app.web.validation import ErrorSchema
 from tests.conftest import new_key
 from tests.support import bearer
 

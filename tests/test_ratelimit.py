@@ -1,4 +1,4 @@
-"""Rate limits exactly per D3 and SPEC 8: counts, rolling windows, headers, 429s, shared Redis, fail closed."""
+"""Rate limits as the contract gives them: counts, rolling windows, headers, 429s, shared Redis, fail closed."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def test_new_limits_apply_after_the_cache_expires(app: Flask, client: FlaskClien
     assert spend(client, key).status_code == 429
     with services_of(app).database.session() as session:
         crud.set_limits(session, key_id=key_id, per_minute=4)
-    services_of(app).keys.forget()  # what the 5 s cache expiry does on its own (D2.6)
+    services_of(app).keys.forget()  # what the 5 s cache expiry does on its own
     response = spend(client, key)
     # The counters are kept per limit value, so a changed limit starts its windows afresh (README).
     assert response.status_code == 400

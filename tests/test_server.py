@@ -112,7 +112,7 @@ def test_usage_exact_after_concurrent_requests_and_a_graceful_restart(server_env
         deadline = time.monotonic() + 10
         while usage_of(server_env, key["id"]) != 207 and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert usage_of(server_env, key["id"]) == 207  # flushed while running, within seconds (D2.5)
+        assert usage_of(server_env, key["id"]) == 207  # flushed while running, within seconds
     finally:
         restarted.stop()
 
@@ -288,7 +288,7 @@ def test_nginx_terminates_tls_in_front_of_gunicorn(sqlite_server_env: dict[str, 
             with pytest.raises(ssl.SSLError):
                 _tls_handshake(https_port, "evil.example", cert).close()
 
-            # The app refuses plain HTTP that reaches it directly, before looking at the key (D6.6).
+            # The app refuses plain HTTP that reaches it directly, before looking at the key.
             direct = requests.get(app.url + "/verify", headers=bearer(key["key"]), timeout=10)
             assert direct.status_code == 403 and direct.json()["error"]["message"] == "HTTPS is required."
 

@@ -33,7 +33,7 @@ def test_building_the_app_loads_no_numeric_library(tmp_path: Path) -> None:
 def test_a_warmed_up_web_process_loads_numpy_but_no_estimator_library(tmp_path: Path) -> None:
     code = (
         "import wsgi\n"
-        "from app.forecast.timestamps import prepare_tables\n"
+        "from app.series.timestamps import prepare_tables\n"
         "prepare_tables()\n"
         "from app.openapi import build_spec\n"
         "build_spec()"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from app.forecast.candidates import CANDIDATES, _adjustment
-from app.forecast.smoothing import (
+from app.compute.forecast.candidates import CANDIDATES, _adjustment
+from app.compute.forecast.smoothing import (
     DAMPED_BOUNDS,
     OTM_STEPS,
     _damped_sse,

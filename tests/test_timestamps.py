@@ -9,14 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from app.forecast.timestamps import (
-    FREQUENCIES,
-    TimeAxis,
-    TimestampError,
-    _parse_slow,
-    future_timestamps,
-    parse_axis,
-)
+from app.series.timestamps import FREQUENCIES, TimeAxis, TimestampError, _parse_slow, future_timestamps, parse_axis
 
 FIXED_SECONDS = {"Seconds": 1, "Minutes": 60, "Hours": 3600, "Daily": 86_400, "Weekly": 604_800}
 CALENDAR_MONTHS = {"Monthly": 1, "Quarterly": 3, "Yearly": 12}

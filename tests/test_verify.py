@@ -1,4 +1,4 @@
-"""GET /verify exactly per SPEC 2.5 / 4.2 and D3.6, plus the envelope and request ids (D1.2, D1.3)."""
+"""GET /verify as the contract gives it, plus the envelope and request ids."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def test_verify_body_matches_the_contract(app: Flask) -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", body["timestamp"])
     assert body["apiKey"] == {"permissions": ["read", "write"]}
     rate = body["rateLimit"]
-    assert rate["limit"] == "100"  # Read/Write level, per minute (SPEC 8.2)
-    assert rate["remaining"] == "100"  # /verify reports, it does not spend (D3.3)
+    assert rate["limit"] == "100"  # Read/Write level, per minute
+    assert rate["remaining"] == "100"  # /verify reports, it does not spend
     reset_ms = int(rate["resetTime"])
     assert abs(reset_ms / 1000 - (time.time() + 60)) < 5
     assert response.headers["X-RateLimit-Limit"] == "100"

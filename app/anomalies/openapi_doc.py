@@ -7,7 +7,7 @@ from typing import Any
 
 from app.anomalies.routes import FALLBACK_HEADER
 from app.anomalies.schemas import AnomalyRequestSchema, AnomalyResponseSchema, LastPointResponseSchema
-from app.detect.jobs import DEFAULT_DETECTOR, DETECTOR_IDS
+from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS
 
 DESCRIPTION = (
     "Judges every row causally, from the rows before it only, as a live monitor would have: expected value, "

@@ -6,40 +6,24 @@ import orjson
 from flask import Blueprint, Response, request
 
 from app.anomalies.schemas import CheckedSeries, check_series, load_request
-from app.detect.jobs import DetectionResult, DetectJob
-from app.errors import InternalError, UnsupportedMediaType
-from app.forecast.pool import PoolError
-from app.forecast.routes import _is_json_content_type, _read_body
-from app.forecast.schemas import parse_json_body
-from app.pipeline import requires
+from app.compute.detect.jobs import DetectJob
+from app.compute.detect.results import DetectionResult
 from app.services import current_services
+from app.web.body import read_json as read_json_body
+from app.web.jobs import run_job
+from app.web.pipeline import requires
 
 bp = Blueprint("anomalies", __name__)
 
 FALLBACK_HEADER = "X-Anomaly-Fallback"
 
 
-def require_json() -> None:
-    if request.content_type and not _is_json_content_type(request.mimetype):
-        raise UnsupportedMediaType(
-            "The request body must be JSON (Content-Type: application/json).",
-            details={"field": "Content-Type", "issue": "Must be application/json", "provided": request.mimetype},
-        )
-
-
 def read_json() -> object:
-    return parse_json_body(_read_body(current_services().settings.max_body_bytes))
+    return read_json_body(current_services().settings.max_body_bytes)
 
 
 def run_detection(job: DetectJob) -> DetectionResult:
-    """The job's result from the worker pool; a pool failure is a 500 with the request id (and Retry-After)."""
-    try:
-        return current_services().pool.submit(job)
-    except PoolError as exc:
-        error = InternalError(f"Anomaly detection failed: {exc}")
-        if exc.retry_after:
-            error.headers["Retry-After"] = str(exc.retry_after)
-        raise error from exc
+    return run_job(current_services().pool, job, failure="Anomaly detection failed")
 
 
 def _job(series: CheckedSeries, data_frequency: str, confidence: float, detector: str, start: int = 0) -> DetectJob:
@@ -71,7 +55,6 @@ def _headers(response: Response, detector: str, result: DetectionResult) -> Resp
 @bp.post("/anomalies")
 @requires("read")
 def detect_series() -> Response:
-    require_json()
     anomaly_request = load_request(read_json(), request.headers)
     series = check_series(anomaly_request, max_points=current_services().settings.max_points)
     job = _job(series, anomaly_request.data_frequency, anomaly_request.confidence, anomaly_request.detector)
@@ -93,7 +76,6 @@ def detect_series() -> Response:
 @bp.post("/anomalies/last")
 @requires("read")
 def detect_last() -> Response:
-    require_json()
     anomaly_request = load_request(read_json(), request.headers)
     series = check_series(anomaly_request, max_points=current_services().settings.max_points)
     last = len(series.values) - 1

@@ -13,19 +13,13 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from app.anomalies.instants import epoch_seconds
-from app.detect.jobs import DEFAULT_DETECTOR, DETECTOR_IDS
+from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS
 from app.errors import DataValidationError, sentence
-from app.forecast.schemas import (
-    FREQUENCY_ISSUE,
-    JsonArray,
-    StrictFloat,
-    _envelope,
-    _values_array,
-    load_object,
-    problem,
-)
-from app.forecast.timestamps import FREQUENCIES, TimestampError
+from app.forecast.schemas import FREQUENCY_ISSUE
+from app.series.instants import epoch_seconds
+from app.series.timestamps import FREQUENCIES, TimestampError
+from app.web.fields import JsonArray, StrictFloat, values_array
+from app.web.validation import envelope, load_object, problem
 
 MIN_POINTS = 12
 DEFAULT_CONFIDENCE = 0.99
@@ -176,8 +170,8 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
     longest = max(len(timestamps), len(values))
     if longest > max_points:
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
-        raise DataValidationError(sentence(f"Invalid series data: {problems[0]['issue']}"), details=_envelope(problems))
-    floats = _values_array(values, problems)
+        raise DataValidationError(sentence(f"Invalid series data: {problems[0]['issue']}"), details=envelope(problems))
+    floats = values_array(values, problems)
     instants: Any = []
     if timestamps:
         try:
@@ -186,5 +180,5 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
             problems.append(problem("series[0].timestamps", exc.issue, exc.provided, index=exc.index))
     if problems:
         first = problems[0]
-        raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=_envelope(problems))
+        raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=envelope(problems))
     return CheckedSeries(epoch_seconds=instants, values=floats)

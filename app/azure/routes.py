@@ -13,7 +13,7 @@ import orjson
 from flask import Blueprint, Response, g, jsonify
 from werkzeug.exceptions import HTTPException
 
-from app.anomalies.routes import FALLBACK_HEADER, require_json
+from app.anomalies.routes import FALLBACK_HEADER
 from app.azure.schemas import (
     AzureError,
     AzureSeries,
@@ -23,13 +23,14 @@ from app.azure.schemas import (
     load,
     sensitivity_to_confidence,
 )
-from app.detect.jobs import ChangePointJob, ChangePointResult, DetectionResult, DetectJob
-from app.errors import ApiError, InternalError
-from app.forecast.pool import PoolError
-from app.forecast.routes import _read_body
-from app.forecast.schemas import parse_json_body
-from app.pipeline import key_header, requires
+from app.compute.detect.jobs import ChangePointJob, DetectJob
+from app.compute.detect.results import ChangePointResult, DetectionResult, history_rows
+from app.errors import ApiError
 from app.services import current_services
+from app.web.body import read_body, require_json_content_type
+from app.web.jobs import run_job
+from app.web.pipeline import key_header, requires
+from app.web.validation import parse_json_body
 
 bp = Blueprint("azure", __name__, url_prefix="/anomalydetector/v1.1")
 log = logging.getLogger("app.azure")
@@ -82,13 +83,7 @@ def _http_error(exc: HTTPException) -> Response:
 
 
 def _submit(job: DetectJob | ChangePointJob) -> DetectionResult | ChangePointResult:
-    try:
-        return current_services().pool.submit(job)
-    except PoolError as exc:
-        error = InternalError(f"Anomaly detection failed: {exc}.")
-        if exc.retry_after:
-            error.headers["Retry-After"] = str(exc.retry_after)
-        raise error from exc
+    return run_job(current_services().pool, job, failure="Anomaly detection failed")
 
 
 def _detect_job(series: AzureSeries, sensitivity: int, start: int = 0) -> DetectJob:
@@ -113,7 +108,7 @@ def _read_azure_json() -> object:
     """Azure's series is one object per point, thousands of brackets that make the shared parser take the
     slow path to stay safe on nesting depth; orjson refuses anything nested past 1,024 levels itself, and
     whatever it refuses (NaN, huge integers, bad UTF-8, depth) goes through the shared parser."""
-    raw = _read_body(current_services().settings.max_body_bytes)
+    raw = read_body(current_services().settings.max_body_bytes)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -121,7 +116,7 @@ def _read_azure_json() -> object:
 
 
 def _parse(schema: DetectLoadSchema | ChangePointLoadSchema) -> tuple[dict, AzureSeries]:
-    require_json()
+    require_json_content_type()
     try:
         body = _read_azure_json()
     except ApiError as exc:
@@ -162,8 +157,6 @@ def entire_detect() -> Response:
 @key_header(SUBSCRIPTION_KEY_HEADER)
 @requires("read")
 def last_detect() -> Response:
-    from app.detect.detectors import history_rows  # worker-side module: loaded on first use, not by the CLI
-
     data, series = _parse(_detect_schema)
     last = len(series.values) - 1
     result = _submit(_detect_job(series, data["sensitivity"], start=last))
@@ -189,7 +182,7 @@ def last_detect() -> Response:
 def change_point_detect() -> Response:
     import numpy as np
 
-    from app.detect.detectors import nominal_step, period_seconds
+    from app.series.frequencies import nominal_step, period_seconds
 
     data, series = _parse(_change_point_schema)
     window = data["stableTrendWindow"]

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from marshmallow import Schema, ValidationError, fields, validate
 
-from app.anomalies.instants import epoch_seconds
 from app.errors import ApiError
-from app.forecast.schemas import JsonArray, StrictFloat
-from app.forecast.timestamps import TimestampError
+from app.series.instants import epoch_seconds
+from app.series.timestamps import TimestampError
+from app.web.fields import JsonArray, StrictFloat
 
 if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pays for it
     import numpy as np

@@ -135,7 +135,7 @@ def register_identity_source(app: Flask, database: Database, keys: KeyStore) -> 
     Both the session cookie and the session's CSRF token in the X-CSRF-Token header are needed, so a
     request another site forges (which cannot read the token) is never authenticated by the cookie.
     """
-    from app.pipeline import add_identity_source
+    from app.web.pipeline import add_identity_source
 
     def from_dashboard_session() -> ApiKey | None:
         token = request.cookies.get(COOKIE_NAME)

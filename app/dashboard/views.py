@@ -19,17 +19,17 @@ from flask import Blueprint, Response, current_app, g, make_response, redirect, 
 from flask import send_from_directory as _send_from_directory
 from markupsafe import Markup
 
+from app.compute.forecast.catalog import DEFAULT_MODEL_ID, describe_models
 from app.dashboard import sessions
 from app.dashboard.sessions import DashboardSession
 from app.errors import ApiError
-from app.forecast.catalog import DEFAULT_MODEL_ID, describe_models
-from app.forecast.timestamps import FREQUENCIES
 from app.keys import crud, manage
 from app.keys.api import display_form, key_body, rate_windows
 from app.keys.limits import TIERS
 from app.keys.records import OUTCOMES, PERMISSIONS, ApiKey
-from app.pipeline import public
+from app.series.timestamps import FREQUENCIES
 from app.services import current_services
+from app.web.pipeline import public
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"

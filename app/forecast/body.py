@@ -35,13 +35,13 @@ from app.forecast.schemas import (
     MIN_POINTS,
     ForecastRequest,
     SeriesData,
-    all_in_range,
     check_series,
     load_request,
     model_id_from_headers,
-    parse_json_body,
 )
-from app.forecast.timestamps import FREQUENCIES, regular_axis, regular_axis_from_json
+from app.series.timestamps import FREQUENCIES, regular_axis, regular_axis_from_json
+from app.web.fields import all_in_range
+from app.web.validation import parse_json_body
 
 
 class _Series(msgspec.Struct, forbid_unknown_fields=True):

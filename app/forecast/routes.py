@@ -7,81 +7,32 @@ import time
 
 from flask import Blueprint, Response, jsonify, request
 
-from app.errors import DataValidationError, InternalError, PayloadTooLarge, UnsupportedMediaType, sentence
+from app.compute.forecast.catalog import describe_models
+from app.compute.forecast.jobs import ForecastJob
+from app.compute.forecast.results import ForecastResult
+from app.errors import DataValidationError, InternalError, sentence
 from app.forecast.body import read_forecast_request
-from app.forecast.catalog import describe_models, seasonal_periods
-from app.forecast.jobs import ForecastJob, ForecastResult
-from app.forecast.pool import PoolError
 from app.forecast.schemas import RECOMMENDED_POINTS
-from app.forecast.timestamps import TimestampError, future_timestamps
 from app.metrics import record_forecast
-from app.pipeline import requires, uncounted
+from app.series.frequencies import seasonal_periods
+from app.series.timestamps import TimestampError, future_timestamps
 from app.services import current_services
-
-try:
-    from gunicorn.http.body import Body as _GunicornBody
-    from gunicorn.http.body import LengthReader as _GunicornLengthReader
-except ImportError:  # served by something else: werkzeug reads every body
-    _GunicornBody = _GunicornLengthReader = None  # type: ignore[assignment,misc]
+from app.web.body import read_body, require_json_content_type
+from app.web.jobs import run_job
+from app.web.pipeline import requires, uncounted
 
 bp = Blueprint("forecast", __name__)
 meta = Blueprint("meta", __name__)
 log = logging.getLogger("app.forecast")
 
 
-def _is_json_content_type(mimetype: str) -> bool:
-    return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
-
-
-def _read_body(max_bytes: int) -> bytes:
-    """The body, or 413. A chunked body has no Content-Length, and werkzeug then stops reading at the cap
-    without complaint: the truncated prefix would be parsed as if it were the request."""
-    if request.content_length is not None:
-        fast = _read_declared_length_from_gunicorn(request.content_length)
-        if fast is not None:
-            return fast
-        return request.get_data(cache=False)  # werkzeug answers 413 from the declared length
-    raw = request.environ["wsgi.input"].read(max_bytes + 1)
-    if len(raw) > max_bytes:
-        raise PayloadTooLarge("The request body is larger than the service accepts.")
-    return raw
-
-
-def _read_declared_length_from_gunicorn(length: int) -> bytes | None:
-    """The body read straight from gunicorn's length reader, or None to let werkzeug read it.
-
-    gunicorn's wsgi.input takes 1 KiB per step and copies the rest of its socket chunk on every step: about
-    25 ms of CPU for a 3 MB body (100,000 points). Its length reader underneath reads whole chunks. The bytes
-    are the same either way, and a short body comes back short either way (gunicorn terminates the input);
-    a body over the limit, or a stream something has already read from, goes to werkzeug as before.
-    """
-    stream = request.environ.get("wsgi.input")
-    if stream is None or _GunicornBody is None or type(stream) is not _GunicornBody:
-        return None
-    reader = stream.reader
-    limit = request.max_content_length
-    if (
-        type(reader) is not _GunicornLengthReader
-        or stream.buf.tell()
-        or reader.length != length
-        or (limit is not None and length > limit)
-        or "stream" in request.__dict__
-    ):
-        return None
-    return reader.read(length) if length else b""
-
-
 @bp.post("/forecast")
 @requires("read")
 def forecast() -> Response:
-    if request.content_type and not _is_json_content_type(request.mimetype):
-        raise UnsupportedMediaType(
-            "The request body must be JSON (Content-Type: application/json).",
-            details={"field": "Content-Type", "issue": "Must be application/json", "provided": request.mimetype},
-        )
+    require_json_content_type()
     services = current_services()
     forecast_request, series = read_forecast_request(
-        _read_body(services.settings.max_body_bytes), request.headers, max_points=services.settings.max_points
+        read_body(services.settings.max_body_bytes), request.headers, max_points=services.settings.max_points
     )
 
     try:
@@ -101,13 +52,10 @@ def forecast() -> Response:
     )
     started = time.perf_counter()
     try:
-        result: ForecastResult = services.pool.submit(job)
-    except PoolError as exc:
-        record_forecast(job.model_id, type(exc).__name__, time.perf_counter() - started)
-        error = InternalError(str(exc))
-        if exc.retry_after:
-            error.headers["Retry-After"] = str(exc.retry_after)
-        raise error from exc
+        result: ForecastResult = run_job(services.pool, job)
+    except InternalError as exc:
+        record_forecast(job.model_id, type(exc.__cause__).__name__, time.perf_counter() - started)
+        raise
     record_forecast(job.model_id, "ok", time.perf_counter() - started, fallback=result.fallback is not None)
 
     response = jsonify(

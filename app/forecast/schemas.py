@@ -6,17 +6,17 @@ Both list every problem found in details.errors and the first one in field/issue
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from app import jsonio
-from app.errors import DataValidationError, InvalidRequest, sentence
-from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.forecast.timestamps import FREQUENCIES, TimeAxis, TimestampError, parse_axis, regular_axis
+from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
+from app.errors import DataValidationError, sentence
+from app.series.timestamps import FREQUENCIES, TimeAxis, TimestampError, parse_axis, regular_axis
+from app.web.fields import JsonArray, StrictFloat, values_array
+from app.web.validation import envelope, load_object, problem
 
 if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pays for it
     import numpy as np
@@ -25,9 +25,6 @@ MIN_POINTS = 10
 HORIZON_RANGE = (1, 100)
 CONFIDENCE_RANGE = (0.1, 0.99)
 DEFAULT_CONFIDENCE = 0.95
-# Finite but near float max (1e308), sums and spreads inside the models overflow and every model and its
-# fallback fail (500). Far above any real measurement (the edge cases tested go to 1e12); such values answer 422.
-MAX_ABS_VALUE = 1e300
 # The data-preparation guide's advice; shorter series still get a forecast, with a warning header.
 RECOMMENDED_POINTS = {
     "Seconds": 100,
@@ -40,26 +37,6 @@ RECOMMENDED_POINTS = {
     "Yearly": 5,
 }
 FREQUENCY_ISSUE = "Must be one of: " + ", ".join(FREQUENCIES)
-
-
-class JsonArray(fields.Field):
-    """An array taken as it is; its elements are judged later as series data (422), not as shape (400)."""
-
-    default_error_messages = {"invalid": "Must be an array."}  # noqa: RUF012
-
-    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> list[Any]:
-        if not isinstance(value, list):
-            raise self.make_error("invalid")
-        return value
-
-
-class StrictFloat(fields.Float):
-    """A JSON number only: marshmallow's Float would also take "0.9" and true."""
-
-    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.make_error("invalid")
-        return super()._deserialize(value, attr, data, **kwargs)
 
 
 class SeriesSchema(Schema):
@@ -119,89 +96,7 @@ class ForecastResponseSchema(Schema):
     upper_bound = fields.List(fields.Float(), required=True)
 
 
-class ErrorBodySchema(Schema):
-    code = fields.String(
-        required=True,
-        validate=validate.OneOf(
-            ["UNAUTHORIZED", "INVALID_REQUEST", "DATA_VALIDATION_ERROR", "RATE_LIMIT_EXCEEDED", "INTERNAL_ERROR"]
-        ),
-    )
-    message = fields.String(required=True)
-    details = fields.Dict()
-
-
-class ErrorSchema(Schema):
-    error = fields.Nested(ErrorBodySchema, required=True)
-
-
 _request_schema = ForecastRequestSchema()
-
-
-def excerpt(value: Any) -> Any:
-    """A short stand-in for a submitted value (never more than an excerpt)."""
-    if isinstance(value, list):
-        return f"array of {len(value)} items"
-    if isinstance(value, dict):
-        return f"object with {len(value)} keys"
-    if isinstance(value, str):
-        return value if len(value) <= 64 else value[:61] + "..."
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
-
-
-def problem(field: str, issue: str, provided: Any, **extra: Any) -> dict[str, Any]:
-    return {"field": field, "issue": issue, "provided": excerpt(provided), **extra}
-
-
-def _envelope(problems: list[dict[str, Any]]) -> dict[str, Any]:
-    details = dict(problems[0])
-    if len(problems) > 1:
-        details["errors"] = problems
-    return details
-
-
-def _reject_constant(name: str) -> float:
-    # NaN / Infinity are not JSON; we still parse them so the error can point at the element (a 422).
-    return float(name.replace("Infinity", "inf"))
-
-
-def parse_json_body(raw: bytes) -> Any:
-    try:
-        return jsonio.loads_with_constants(raw, parse_constant=_reject_constant)
-    except RecursionError as exc:
-        raise InvalidRequest(
-            "The request body is nested too deeply.", details=problem("body", "nested too deeply", "")
-        ) from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(
-            "The request body is not valid JSON.",
-            details=problem("body", f"invalid JSON: {str(exc)[:120]}", ""),
-        ) from exc
-
-
-def _flatten(messages: Any, path: str, data: Any, out: list[dict[str, Any]]) -> None:
-    if isinstance(messages, list) and all(isinstance(m, str) for m in messages):
-        issue = "; ".join(messages)
-        if issue == "Missing data for required field.":
-            issue = "Required field is missing"
-        out.append(problem(path or "body", issue, data if data is not _MISSING else None))
-        return
-    if isinstance(messages, dict):
-        for key, nested in messages.items():
-            if key == "_schema":
-                _flatten(nested, path or "body", data, out)
-                continue
-            child_path = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
-            child = _MISSING
-            if isinstance(data, dict):
-                child = data.get(key, _MISSING)
-            elif isinstance(data, list) and isinstance(key, int) and key < len(data):
-                child = data[key]
-            _flatten(nested, child_path, child, out)
-
-
-_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -218,26 +113,6 @@ class SubmittedSeries:
 
     timestamps: list[Any]
     values: list[Any]
-
-
-def load_object(schema: Schema, body: Any, problems: list[dict[str, Any]]) -> dict[str, Any]:
-    """``body`` loaded by ``schema``, or 400 listing every problem: the body's own first, then ``problems``
-    already found (in headers). Every JSON endpoint's request-shape stage goes through here."""
-    if not isinstance(body, dict):
-        problems.insert(0, problem("body", "Must be a JSON object", body))
-        raise InvalidRequest("The request body must be a JSON object.", details=_envelope(problems))
-    try:
-        data = schema.load(body)
-    except ValidationError as exc:
-        schema_problems: list[dict[str, Any]] = []
-        _flatten(exc.messages, "", body, schema_problems)
-        problems[:0] = schema_problems
-        data = None
-    if problems or data is None:
-        first = problems[0]
-        raise InvalidRequest(sentence(f"Invalid request: {first['field']}: {first['issue']}"),
-                             details=_envelope(problems))
-    return data
 
 
 def load_request(body: Any, headers: Mapping[str, str]) -> tuple[ForecastRequest, SubmittedSeries]:
@@ -298,16 +173,16 @@ def check_series(submitted: SubmittedSeries, frequency: str, *, max_points: int)
     longest = max(len(timestamps), len(values))
     if longest > max_points:
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
-        raise DataValidationError(sentence(f"Invalid series data: {problems[0]['issue']}"), details=_envelope(problems))
+        raise DataValidationError(sentence(f"Invalid series data: {problems[0]['issue']}"), details=envelope(problems))
 
-    floats = _values_array(values, problems)
+    floats = values_array(values, problems)
     # The whole series in one pass when it is regular; item by item only to find and name a defect.
     axis = regular_axis(timestamps, frequency)
     if axis is None:
         axis = _axis_item_by_item(timestamps, frequency, problems)
     if problems or axis is None:
         first = problems[0]
-        raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=_envelope(problems))
+        raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=envelope(problems))
     return SeriesData(axis=axis, values=floats)
 
 
@@ -336,50 +211,3 @@ def _first_non_string(items: list[Any]) -> int | None:
     return None
 
 
-def _values_array(values: list[Any], problems: list[dict[str, Any]]) -> np.ndarray:
-    """The values as float64 when all are fine, checked in one pass; else _check_values names the first defect."""
-    import numpy as np
-    if set(map(type, values)) <= {float, int}:  # bool is excluded: type(True) is bool
-        try:
-            array = np.array(values, dtype=np.float64)
-        except OverflowError:  # an integer past the float range: reported as not finite below
-            array = None
-        if array is not None and (array.size == 0 or all_in_range(array)):
-            return array
-    return np.array(_check_values(values, problems), dtype=np.float64)
-
-
-def all_in_range(array: np.ndarray) -> bool:
-    """Every value finite and at most MAX_ABS_VALUE in magnitude (a non-empty float64 array)."""
-    # max and min carry a NaN through and NaN compares False, so these also refuse NaN and the infinities.
-    return bool(array.max() <= MAX_ABS_VALUE and array.min() >= -MAX_ABS_VALUE)
-
-
-def _check_values(values: list[Any], problems: list[dict[str, Any]]) -> list[float]:
-    floats: list[float] = []
-    for index, value in enumerate(values):
-        # bool is an int subclass in Python but true/false are not numbers in JSON.
-        if type(value) not in (int, float):
-            issue = "missing value (null)" if value is None else "value must be a number"
-            problems.append(problem("series[0].values", issue, value, index=index))
-            return floats
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
-        if not math.isfinite(number):
-            problems.append(problem("series[0].values", "value must be a finite number", str(value)[:64], index=index))
-            return floats
-        if abs(number) > MAX_ABS_VALUE:
-            problems.append(
-                problem(
-                    "series[0].values",
-                    f"value out of range: magnitude must be at most {MAX_ABS_VALUE:g}",
-                    value,
-                    index=index,
-                    maximum=MAX_ABS_VALUE,
-                )
-            )
-            return floats
-        floats.append(number)
-    return floats

@@ -18,8 +18,10 @@ from app.keys import manage
 from app.keys.crud import KeyInputError, UsageBucket
 from app.keys.limits import TIERS
 from app.keys.records import OUTCOMES, PERMISSIONS, ApiKey
-from app.pipeline import current_key, requires
 from app.services import current_services
+from app.web.body import read_body
+from app.web.pipeline import current_key, requires
+from app.web.validation import parse_json_body
 
 bp = Blueprint("keys", __name__)
 
@@ -239,14 +241,17 @@ def _load(schema: Schema, payload: Any) -> dict[str, Any]:
 
 
 def _json_body(*, optional: bool = False) -> Any:
-    raw = request.get_data(cache=True)
+    raw = read_body(current_services().settings.max_body_bytes)
     if not raw.strip():
         if optional:
             return {}
         raise InvalidRequest("A JSON body is required.", details={"field": "body", "issue": "missing"})
     if not (request.mimetype or "").endswith("json"):
         raise UnsupportedMediaType("The request body must be JSON (Content-Type: application/json).")
-    payload = request.get_json(silent=True)
+    try:
+        payload = parse_json_body(raw)
+    except InvalidRequest:  # malformed, or nested past what the parser walks: both are "not an object" here
+        payload = None
     if not isinstance(payload, dict):
         raise InvalidRequest("The body must be a JSON object.", details={"field": "body", "issue": "not a JSON object"})
     return payload

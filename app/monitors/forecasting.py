@@ -7,11 +7,13 @@ import statistics
 from datetime import datetime
 from typing import Any
 
-from app.errors import DataValidationError, InternalError
-from app.forecast.catalog import seasonal_periods
-from app.forecast.jobs import ForecastJob, ForecastResult
-from app.forecast.pool import ForecastPool, PoolError
-from app.forecast.timestamps import TimeAxis, TimestampError, future_timestamps, parse_axis
+from app.compute.forecast.jobs import ForecastJob
+from app.compute.forecast.results import ForecastResult
+from app.compute.pool import WorkerPool
+from app.errors import DataValidationError
+from app.series.frequencies import seasonal_periods
+from app.series.timestamps import TimeAxis, TimestampError, future_timestamps, parse_axis
+from app.web.jobs import run_job
 
 # The most recent points a forecast fits on: two cycles of the longest season /forecast looks for at
 # minute spacing (a day), with room to spare, while keeping the fit's cost bounded.
@@ -59,7 +61,7 @@ def _axis(frequency: str, epochs: list[int], texts: list[str]) -> TimeAxis:
 
 def forecast(
     *,
-    pool: ForecastPool,
+    pool: WorkerPool,
     model_id: str,
     data_frequency: str,
     confidence: float,
@@ -87,13 +89,7 @@ def forecast(
         confidence=confidence,
         periods=seasonal_periods(data_frequency, axis.step, len(values)),
     )
-    try:
-        result: ForecastResult = pool.submit(job)
-    except PoolError as exc:
-        error = InternalError(str(exc))
-        if exc.retry_after:
-            error.headers["Retry-After"] = str(exc.retry_after)
-        raise error from exc
+    result: ForecastResult = run_job(pool, job)
     return {
         "model": model_id,
         "confidence": confidence,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
+from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.monitors.schemas import (
     DeliveriesSchema,
     MonitorCreateSchema,

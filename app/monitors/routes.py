@@ -9,9 +9,8 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, jsonify, request
 
-from app.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
-from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.forecast.schemas import parse_json_body, problem
+from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
+from app.errors import InvalidRequest
 from app.monitors import forecasting, service
 from app.monitors.cache import HistoryCache, MonitorLocks
 from app.monitors.queue import RetryPolicy
@@ -25,8 +24,10 @@ from app.monitors.schemas import (
 from app.monitors.sender import DeliverySender
 from app.monitors.service import MonitorRuntime
 from app.monitors.webhooks import WebhookAddressError, check_url
-from app.pipeline import current_key, requires
 from app.services import Services, current_services
+from app.web.body import read_json
+from app.web.pipeline import current_key, requires
+from app.web.validation import problem
 
 bp = Blueprint("monitors", __name__)
 
@@ -82,22 +83,7 @@ def _runtime() -> MonitorRuntime:
 
 
 def _json_body() -> Any:
-    if request.content_type and not (
-        request.mimetype == "application/json"
-        or (request.mimetype.startswith("application/") and request.mimetype.endswith("+json"))
-    ):
-        raise UnsupportedMediaType(
-            "The request body must be JSON (Content-Type: application/json).",
-            details={"field": "Content-Type", "issue": "Must be application/json", "provided": request.mimetype},
-        )
-    max_bytes = current_services().settings.max_body_bytes
-    if request.content_length is not None:
-        raw = request.get_data(cache=False)
-    else:
-        raw = request.environ["wsgi.input"].read(max_bytes + 1)
-        if len(raw) > max_bytes:
-            raise PayloadTooLarge("The request body is larger than the service accepts.")
-    return parse_json_body(raw)
+    return read_json(current_services().settings.max_body_bytes)
 
 
 def _int_arg(name: str, default: int, low: int, high: int) -> int:

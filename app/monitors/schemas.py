@@ -15,10 +15,11 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate
 
-from app.detect.jobs import DETECTOR_IDS
+from app.compute.detect.results import DETECTOR_IDS
 from app.errors import DataValidationError, InvalidRequest
-from app.forecast.schemas import MAX_ABS_VALUE, JsonArray, StrictFloat, problem
-from app.forecast.timestamps import FREQUENCIES
+from app.series.timestamps import FREQUENCIES
+from app.web.fields import MAX_ABS_VALUE, JsonArray, StrictFloat
+from app.web.validation import problem
 
 DEFAULT_RETENTION = 10_000
 MAX_RETENTION = 1_000_000

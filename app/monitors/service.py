@@ -23,11 +23,12 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from app.compute.detect import jobs as detect_jobs
+from app.compute.detect.jobs import DetectJob
+from app.compute.detect.results import DEFAULT_DETECTOR, DetectionResult
+from app.compute.pool import PoolBusy, PoolError, WorkerPool
 from app.db import Database
-from app.detect import jobs as detect_jobs
-from app.detect.jobs import DEFAULT_DETECTOR, DetectionResult, DetectJob
 from app.errors import DataValidationError, InternalError, NotFound
-from app.forecast.pool import ForecastPool, PoolBusy, PoolError
 from app.monitors import queue
 from app.monitors.cache import History, HistoryCache, MonitorLocks
 from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorPointRecord, MonitorRecord
@@ -371,7 +372,7 @@ def _load_history(session: Session, monitor: MonitorState) -> History:
     )
 
 
-def _judge(pool: ForecastPool, job: DetectJob) -> DetectionResult:
+def _judge(pool: WorkerPool, job: DetectJob) -> DetectionResult:
     deadline = time.monotonic() + POOL_BUSY_PATIENCE_SECONDS
     pause = 0.005
     while True:
@@ -438,7 +439,7 @@ def _stored_verdicts(
 def append_points(
     *,
     database: Database,
-    pool: ForecastPool,
+    pool: WorkerPool,
     runtime: MonitorRuntime,
     account_id: str,
     monitor_id: str,
@@ -458,7 +459,7 @@ def append_points(
 def _append_once(
     *,
     database: Database,
-    pool: ForecastPool,
+    pool: WorkerPool,
     runtime: MonitorRuntime,
     account_id: str,
     monitor_id: str,
@@ -511,7 +512,7 @@ def _judge_slot(runtime: MonitorRuntime) -> Iterator[None]:
 
 
 def _judge_new(
-    pool: ForecastPool, monitor: MonitorState, history: History, epochs: list[int], values: list[float]
+    pool: WorkerPool, monitor: MonitorState, history: History, epochs: list[int], values: list[float]
 ) -> tuple[list[_Verdict], int | None]:
     import numpy as np
     hist_epochs, hist_values = history.series(tail_rows(monitor))

@@ -10,7 +10,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.signal import lfilter
 
-from app.forecast.smoothing import ses_forecast, theta_forecast
+from app.compute.forecast.smoothing import ses_forecast, theta_forecast
 
 
 def naive(y: np.ndarray, h: int) -> np.ndarray:

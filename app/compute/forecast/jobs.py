@@ -10,13 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True)
-class ForecastResult:
-    median: list[float]
-    lower: list[float]
-    upper: list[float]
-    fallback: str | None = None
+from app.compute.forecast.results import ForecastResult
 
 
 @dataclass(frozen=True)
@@ -32,7 +26,7 @@ class ForecastJob:
         return self.model_id
 
     def run(self) -> ForecastResult:
-        from app.forecast.models import run_forecast
+        from app.compute.forecast.models import run_forecast
 
         return run_forecast(self.model_id, self.values, self.horizon, self.confidence, self.periods)
 

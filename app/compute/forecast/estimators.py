@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.forecast.base import (
+from app.compute.forecast.base import (
     Fitted,
     ForecastModel,
     _normalise,
@@ -18,7 +18,7 @@ from app.forecast.base import (
     never_negative,
     usable_periods,
 )
-from app.forecast.candidates import (
+from app.compute.forecast.candidates import (
     CANDIDATES,
     LEVEL_POOL,
     RECENT_FLOOR,
@@ -34,8 +34,8 @@ from app.forecast.candidates import (
     recent_window,
     seasonal_strength,
 )
-from app.forecast.decompose import continue_cycle, seasonal_components
-from app.forecast.intervals import (
+from app.compute.forecast.decompose import continue_cycle, seasonal_components
+from app.compute.forecast.intervals import (
     ErrorModel,
     fit_errors,
     level_adjusted,
@@ -43,9 +43,9 @@ from app.forecast.intervals import (
     seasonal_errors,
     window,
 )
-from app.forecast.robust import clean_spikes
-from app.forecast.seasonal import position_theta
-from app.forecast.smoothing import damped_forecast, ses_forecast
+from app.compute.forecast.robust import clean_spikes
+from app.compute.forecast.seasonal import position_theta
+from app.compute.forecast.smoothing import damped_forecast, ses_forecast
 
 PERIOD_STRENGTH = 0.3  # seasonal strength a period needs for model-3 to decompose it (chance: ~1/cycles)
 POSITION_CYCLES = 8  # cycles of the shortest period model-3's seasonal-position variant needs
@@ -106,8 +106,8 @@ class SelectionEnsemble(ForecastModel):
     """forecast-model-1: per-series validated combination of statistical forecasters.
 
     Pool: exponential smoothing (SES, damped trend), the optimised Theta method
-    (app.forecast.smoothing.optimised_theta_forecast) and a ridge AR(3) on first differences
-    (app.forecast.smoothing.ar_diff_forecast) on the seasonally adjusted
+    (app.compute.forecast.smoothing.optimised_theta_forecast) and a ridge AR(3) on first differences
+    (app.compute.forecast.smoothing.ar_diff_forecast) on the seasonally adjusted
     series (classical decomposition), each on the full and on the recent history (the last 5 cycles; for a
     season longer than 12 points, the trend members also on the last 3: ``three_cycle_pool``); for strongly
     seasonal series (strength >= 0.5) also seasonal-position models (seasonal naive, position SES /
@@ -127,7 +127,7 @@ class SelectionEnsemble(ForecastModel):
     Intervals: empirical quantiles of the combination's errors at the same origins (errors rescaled
     towards today's level for positive series, and by their time point's seasonal index under a
     strong multiplicative season), widened by a Student-t ratio when the origins hold few
-    independent errors (app.forecast.intervals) and by ``calibration`` (selection makes in-sample
+    independent errors (app.compute.forecast.intervals) and by ``calibration`` (selection makes in-sample
     errors optimistic; measured on M4 training data). Short histories get up to 12 origins.
     Never-negative histories get forecasts and bounds floored at zero.
     History cap: 3000 points.
@@ -382,7 +382,7 @@ class MSTLForecaster(ForecastModel):
     """forecast-model-3: MSTL multiple-seasonal decomposition + a validated model of the adjusted series.
 
     The last cycles of the history (see below) are decomposed once by MSTL with all usable periods
-    (app.forecast.decompose), on the log scale when the data are positive and seasonal ratios fit
+    (app.compute.forecast.decompose), on the log scale when the data are positive and seasonal ratios fit
     (seasonal factors). Strongly seasonal series with at least ``POSITION_CYCLES`` cycles (strength
     >= 0.5, and seasonal-position Theta not twice as bad as adjusted Theta at rolling origins): the
     longer seasonal components (e.g. weekly in hourly data) are removed and continued from their last
@@ -392,7 +392,7 @@ class MSTLForecaster(ForecastModel):
     adjusted series is forecast by damped-trend exponential smoothing or by simple exponential
     smoothing (no trend), whichever has the lower error at the rolling origins: a trend is projected
     only where projecting one has worked in this series' own history.
-    Intervals: the rolling-origin error model of app.forecast.intervals at up to ``whole_origins`` whole
+    Intervals: the rolling-origin error model of app.compute.forecast.intervals at up to ``whole_origins`` whole
     windows at the end of the history, or, where fewer than ``n_origins`` fit, ``n_origins`` or more origins
     spread over it (windows cut at its end). Each origin decomposes the history before it (one MSTL per
     origin, about 10 ms at 1,000 points), so its errors are those of forecasts made without the window they

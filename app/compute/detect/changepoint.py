@@ -12,11 +12,15 @@ Unlike anomaly detection this looks at rows after the one judged: a shift is onl
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from app.detect.jobs import ChangePointJob, ChangePointResult
+from app.compute.detect.results import ChangePointResult
+
+if TYPE_CHECKING:
+    from app.compute.detect.jobs import ChangePointJob
 
 NOISE_INFLATION = 1.2
 

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from app.forecast.seasonal import (
+from app.compute.forecast.seasonal import (
     acf_seasonal,
     naive,
     position_theta,
@@ -19,7 +19,7 @@ from app.forecast.seasonal import (
     seasonal_naive,
     weekly_profile,
 )
-from app.forecast.smoothing import (
+from app.compute.forecast.smoothing import (
     ar_diff_forecast,
     damped_forecast,
     drift_forecast,

@@ -1,4 +1,4 @@
-"""The time axis of a forecast request: validate the input timestamps and continue them (DECISIONS D5).
+"""The time axis of a forecast request: validate the input timestamps and continue them (docs/contract.md).
 
 Decisions this module makes where D5 is silent:
 
@@ -75,10 +75,10 @@ _BODY = (
     r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.([0-9]{1,6}))?"
 )
 _OFFSET = r"[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]"
-_TIMESTAMP_RE = re.compile(f"{_BODY}(Z|{_OFFSET})?")
+TIMESTAMP_RE = re.compile(f"{_BODY}(Z|{_OFFSET})?")
 
 _NAIVE, _ZULU, _OFFSET_FORM = "naive", "Z", "offset"
-_FORM_RES = {
+FORM_RES = {
     _NAIVE: re.compile(_BODY),
     _ZULU: re.compile(f"{_BODY}Z"),
     _OFFSET_FORM: re.compile(f"{_BODY}{_OFFSET}"),
@@ -299,7 +299,7 @@ def _axis_from_rows(text: bytes | memoryview, start: int, end: int, first: str, 
     translation: a 100,000-point text is 2.3 MB."""
     import numpy as np
 
-    match = _TIMESTAMP_RE.fullmatch(first)
+    match = TIMESTAMP_RE.fullmatch(first)
     if match is None:
         return None
     form = _form_of(match.group(2))
@@ -455,12 +455,12 @@ def _parse_all_fast(timestamps: Sequence[str]) -> tuple[list[datetime], str, tzi
     the side: checks on them equal checks in UTC, and naive arithmetic is several times faster.
     """
     first = timestamps[0]
-    match = _TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
+    match = TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
     if match is None:
         return None
     form = _form_of(match.group(2))
     try:
-        if not all(map(_FORM_RES[form].fullmatch, timestamps)):
+        if not all(map(FORM_RES[form].fullmatch, timestamps)):
             return None
         if form == _NAIVE:
             return list(map(datetime.fromisoformat, timestamps)), form, None
@@ -478,7 +478,7 @@ def _parse_slow(timestamps: Sequence[str], frequency: str) -> TimeAxis:
     form0 = _NAIVE
     failure: TimestampError | None = None
     for index, text in enumerate(timestamps):
-        match = _TIMESTAMP_RE.fullmatch(text) if isinstance(text, str) else None
+        match = TIMESTAMP_RE.fullmatch(text) if isinstance(text, str) else None
         if match is None:
             failure = TimestampError("invalid timestamp format", index, text)
             break

@@ -1,7 +1,7 @@
-"""What the web process knows about the models: ids, descriptions and seasonal periods.
+"""The forecast models' ids and descriptions.
 
 No numeric imports here: the web process and the admin CLI import this module, while the estimators
-themselves load only inside the worker processes (app.forecast.pool).
+themselves load only inside the worker processes (app.compute.pool).
 """
 
 from __future__ import annotations
@@ -19,36 +19,6 @@ DESCRIPTIONS: dict[str, str] = {
     "forecast-model-4": "High-variance ops metrics: spike-robust forecast, empirical rolling-origin intervals, "
     "never negative for non-negative data.",
 }
-
-# Seasonal periods per data_frequency, in units of that frequency (docs/contract.md, "Models").
-BASE_PERIODS: dict[str, tuple[int, ...]] = {
-    "Seconds": (60,),
-    "Minutes": (60, 1440),
-    "Hours": (24, 168),
-    "Daily": (7, 365),
-    "Weekly": (52,),
-    "Monthly": (12,),
-    "Quarterly": (4,),
-    "Yearly": (),
-}
-
-
-def seasonal_periods(data_frequency: str, step: int, n_points: int) -> tuple[int, ...]:
-    """Seasonal periods in observations for a series spaced ``step`` units apart.
-
-    A period is kept only when it is a whole number of steps and the history holds two full cycles.
-    """
-    if step < 1:
-        raise ValueError("step must be >= 1")
-    out = []
-    for p in BASE_PERIODS[data_frequency]:
-        if p % step:
-            continue
-        q = p // step
-        if q >= 2 and n_points >= 2 * q:
-            out.append(q)
-    return tuple(out)
-
 
 def describe_models() -> list[dict[str, str]]:
     return [{"id": mid, "description": DESCRIPTIONS[mid]} for mid in MODEL_IDS]

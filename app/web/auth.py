@@ -1,4 +1,4 @@
-"""Who is calling: the HTTPS rule, the key's form and its state. The order of checks is app.pipeline's."""
+"""Who is calling: the HTTPS rule, the key's form and its state. The order of checks is app.web.pipeline's."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.ndimage import median_filter
 
-from app.forecast.seasonal import additive_profiles
+from app.compute.forecast.seasonal import additive_profiles
 
 
 def clean_spikes(y: np.ndarray, periods: tuple[int, ...], threshold: float = 5.0) -> np.ndarray:

@@ -6,8 +6,8 @@ all the work (point forecast and rolling-origin error measurement), so several c
 request cost one fit. ``run_forecast`` adds the fallback and the output guarantees.
 
 Every model works on a scale-normalised copy of (at most) the last ``max_history`` points, so the cost
-is bounded whatever the request size (up to 100,000 points). The contract is in app.forecast.base, the
-four estimators (with their history caps and measured figures) in app.forecast.estimators, chosen on
+is bounded whatever the request size (up to 100,000 points). The contract is in app.compute.forecast.base, the
+four estimators (with their history caps and measured figures) in app.compute.forecast.estimators, chosen on
 M4 training data (bench/accuracy.py --split valid).
 """
 
@@ -17,16 +17,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.forecast.base import ForecastModel, usable_periods
-from app.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS, describe_models, seasonal_periods
-from app.forecast.estimators import (
+from app.compute.forecast.base import ForecastModel, usable_periods
+from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS, describe_models
+from app.compute.forecast.estimators import (
     FallbackModel,
     MSTLForecaster,
     PositionTheta,
     RobustConformal,
     SelectionEnsemble,
 )
-from app.forecast.jobs import ForecastResult
+from app.compute.forecast.results import ForecastResult
+from app.compute.pool import JobFailed
+from app.series.frequencies import seasonal_periods
 
 __all__ = [
     "DEFAULT_MODEL_ID",
@@ -44,7 +46,7 @@ __all__ = [
 ]
 
 
-class ForecastError(Exception):
+class ForecastError(JobFailed):
     """The model and its fallback both failed."""
 
 
@@ -110,8 +112,10 @@ def run_forecast_multi(model_id: str, values: Sequence[float], horizon: int, con
     try:
         outs = _predict_all(fb_model, arr, horizon, confidences, periods)
     except Exception as exc:  # noqa: BLE001
-        raise ForecastError(f"{model_id} failed ({reason}) and fallback {fb_name} failed "
-                            f"({type(exc).__name__})") from exc
+        raise ForecastError(
+            f"The model could not produce a forecast: {model_id} failed ({reason}) and fallback {fb_name} failed "
+            f"({type(exc).__name__})"
+        ) from exc
     note = f"{fb_name}; {model_id} failed: {reason}"[:190]
     return [_finalise(o, note) for o in outs]
 

@@ -1,6 +1,6 @@
 """Timestamps of an anomaly request: the forms /forecast accepts, but gaps and jitter are allowed.
 
-The accepted text forms are those of app.forecast.timestamps (same regular expressions, so the two
+The accepted text forms are those of app.series.timestamps (same regular expressions, so the two
 endpoints never disagree about what a timestamp is). Here the series only has to be strictly increasing
 and written in one form throughout; the spacing may vary, because real streams miss intervals and
 arrive off the grid. Timestamps without an offset are taken as UTC.
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from app.forecast.timestamps import _FORM_RES, _TIMESTAMP_RE, TimestampError
+from app.series.timestamps import FORM_RES, TIMESTAMP_RE, TimestampError
 
 if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pays for it
     import numpy as np
@@ -42,12 +42,12 @@ def _epoch_seconds_fast(timestamps: Sequence[object]) -> np.ndarray | None:
     import numpy as np
 
     first = timestamps[0]
-    match = _TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
+    match = TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
     if match is None:
         return None
     form = _form(match.group(2))
     try:
-        if not all(map(_FORM_RES[form].fullmatch, timestamps)):  # TypeError on a non-string
+        if not all(map(FORM_RES[form].fullmatch, timestamps)):  # TypeError on a non-string
             return None
         texts: Sequence[str] = timestamps  # type: ignore[assignment]
         shift = 0.0
@@ -72,16 +72,16 @@ def _epoch_seconds_fast(timestamps: Sequence[object]) -> np.ndarray | None:
 
 def _epoch_seconds_walk(timestamps: Sequence[object]) -> list[float]:
     first = timestamps[0]
-    match = _TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
+    match = TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
     if match is None:
         raise TimestampError("invalid timestamp format", 0, first)
     form = _form(match.group(2))
-    pattern = _FORM_RES[form]
+    pattern = FORM_RES[form]
     out: list[float] = []
     previous: datetime | None = None
     for index, text in enumerate(timestamps):
         if not isinstance(text, str) or pattern.fullmatch(text) is None:
-            other = _TIMESTAMP_RE.fullmatch(text) if isinstance(text, str) else None
+            other = TIMESTAMP_RE.fullmatch(text) if isinstance(text, str) else None
             if other is None:
                 raise TimestampError("invalid timestamp format", index, text)
             raise TimestampError(

@@ -1,7 +1,10 @@
-"""Forecasts run in worker processes: the web threads stay free, a stuck fit can be killed.
+"""A generic pool of worker processes: numeric jobs (forecasts, detections) run there, so the web threads
+stay free and a stuck job can be killed.
 
 Each worker is a spawned process with one BLAS thread that takes one job at a time over a pipe.
 A job past its timeout kills its worker, which is replaced in the background; so does a worker crash.
+The pool knows nothing of what its jobs compute: a job is any picklable object with ``run()``, a job may
+raise JobFailed with a message safe to show, and the pool reports its ready count through a callback.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable
+from importlib import import_module
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
-log = logging.getLogger("app.forecast.pool")
+log = logging.getLogger("app.compute.pool")
 
 _BLAS_THREAD_VARIABLES = (
     "OPENBLAS_NUM_THREADS",
@@ -37,18 +42,22 @@ def pin_blas_threads() -> None:
 
 
 class Job(Protocol):
-    """Anything picklable whose run() computes in a worker (app.forecast.jobs)."""
+    """Anything picklable whose run() computes in a worker (app.compute.forecast.jobs, app.compute.detect.jobs)."""
 
     def run(self) -> Any: ...
 
 
+class JobFailed(Exception):
+    """Raised by a job whose failure is expected and whose message is safe to show a client."""
+
+
 class PoolError(Exception):
-    """A forecast could not be computed by the pool; the message is safe to show a client."""
+    """A job could not be computed by the pool; the message is safe to show a client."""
 
     retry_after: int | None = None
 
 
-class ForecastTimeout(PoolError):
+class JobTimeout(PoolError):
     pass
 
 
@@ -60,20 +69,19 @@ class PoolBusy(PoolError):
     retry_after = 5
 
 
-class ModelFailed(PoolError):
+class JobError(PoolError):
     pass
 
 
-def _worker_main(connection: Connection) -> None:
+def _worker_main(connection: Connection, warm_up: str | None) -> None:
     # A group-wide SIGTERM/SIGINT (systemd, Ctrl-C) must not kill forecasts gunicorn is still draining;
     # the parent ends its workers itself, and a closed pipe ends them too.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pin_blas_threads()
-    from app.forecast.jobs import warm_up
-    from app.forecast.models import ForecastError
-
-    warm_up()
+    if warm_up:  # "module:function", run once so a worker's first real job is not the slow one
+        module, _, function = warm_up.partition(":")
+        getattr(import_module(module), function)()
     connection.send(("ready", os.getpid()))
     while True:
         try:
@@ -84,16 +92,16 @@ def _worker_main(connection: Connection) -> None:
             return
         try:
             connection.send(("ok", job.run()))
-        except ForecastError as exc:
+        except JobFailed as exc:
             connection.send(("failed", str(exc)[:300]))
         except Exception as exc:  # the parent answers 500; the worker stays useful
             connection.send(("failed", f"{type(exc).__name__}: {str(exc)[:300]}"))
 
 
 class _Worker:
-    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
+    def __init__(self, context: multiprocessing.context.BaseContext, warm_up: str | None) -> None:
         self.connection, child = context.Pipe(duplex=True)
-        self.process: BaseProcess = context.Process(target=_worker_main, args=(child,), daemon=True)
+        self.process: BaseProcess = context.Process(target=_worker_main, args=(child, warm_up), daemon=True)
         self.started_at = time.perf_counter()
         self.process.start()
         child.close()
@@ -130,9 +138,22 @@ class _Worker:
             self.connection.close()
 
 
-class ForecastPool:
-    def __init__(self, *, workers: int, timeout_seconds: float, queue_limit: int, startup_timeout: float = 120.0):
+class WorkerPool:
+    def __init__(
+        self,
+        *,
+        workers: int,
+        timeout_seconds: float,
+        queue_limit: int,
+        startup_timeout: float = 120.0,
+        warm_up: str | None = None,
+        on_ready_change: Callable[[int], None] | None = None,
+    ):
+        """``warm_up`` names a "module:function" each worker runs before it takes jobs; ``on_ready_change``
+        hears the number of ready workers whenever it changes (metrics, readiness)."""
         self.size = max(1, workers)
+        self.warm_up = warm_up
+        self.on_ready_change = on_ready_change
         self.timeout_seconds = timeout_seconds
         self.queue_limit = queue_limit
         self.startup_timeout = startup_timeout
@@ -162,7 +183,7 @@ class ForecastPool:
                 thread.join()
 
     def _spawn_in_background(self) -> threading.Thread:
-        thread = threading.Thread(target=self._spawn, name="forecast-worker-spawn", daemon=True)
+        thread = threading.Thread(target=self._spawn, name="pool-worker-spawn", daemon=True)
         thread.start()
         return thread
 
@@ -171,7 +192,7 @@ class ForecastPool:
         with self._lock:
             self._starting += 1
         try:
-            worker = _Worker(self._context)
+            worker = _Worker(self._context, self.warm_up)
             with self._lock:
                 self._workers.add(worker)
             ready = worker.wait_ready(self.startup_timeout)
@@ -188,7 +209,7 @@ class ForecastPool:
             return
         self._discard(worker)
         if not self._closed:
-            log.error("a forecast worker failed to start; retrying in 5 s")
+            log.error("a worker process failed to start; retrying in 5 s")
             time.sleep(5)
             self._spawn_in_background()
 
@@ -211,15 +232,15 @@ class ForecastPool:
         # other cheap endpoints always find a free thread however many forecasts arrive.
         with self._lock:
             if self._alive == 0 and self._starting == 0:
-                raise PoolBusy("No forecast workers are running.")
+                raise PoolBusy("No workers are running.")
             if self._admitted >= self.size + self.queue_limit:
-                raise PoolBusy("The forecast workers are saturated; retry shortly.")
+                raise PoolBusy("The workers are saturated; retry shortly.")
             self._admitted += 1
         try:
             try:
                 worker = self._idle.get(timeout=self.timeout_seconds)
             except queue.Empty as exc:
-                raise PoolBusy("No forecast worker became free in time; retry shortly.") from exc
+                raise PoolBusy("No worker became free in time; retry shortly.") from exc
             return self._run_on(worker, job)
         finally:
             with self._lock:
@@ -230,18 +251,18 @@ class ForecastPool:
             worker.connection.send(job)
             if not worker.wait_for_answer(self.timeout_seconds):
                 self._replace(worker, reason="timeout")
-                raise ForecastTimeout(f"The forecast did not finish within {self.timeout_seconds:g} seconds.")
+                raise JobTimeout(f"The job did not finish within {self.timeout_seconds:g} seconds.")
             status, payload = worker.connection.recv()
         except (EOFError, OSError, BrokenPipeError) as exc:
             self._replace(worker, reason="crash")
-            raise WorkerCrashed("The forecast worker stopped unexpectedly.") from exc
+            raise WorkerCrashed("The worker process stopped unexpectedly.") from exc
         self._idle.put(worker)
         if status == "failed":
-            raise ModelFailed(f"The model could not produce a forecast: {payload}")
+            raise JobError(payload)
         return payload
 
     def _replace(self, worker: _Worker, *, reason: str) -> None:
-        log.warning("replacing forecast worker", extra={"fields": {"pid": worker.process.pid, "reason": reason}})
+        log.warning("replacing worker process", extra={"fields": {"pid": worker.process.pid, "reason": reason}})
         with self._lock:
             self._alive -= 1
         self._publish_ready()
@@ -250,11 +271,8 @@ class ForecastPool:
             self._spawn_in_background()
 
     def _publish_ready(self) -> None:
-        # Each gunicorn process writes its own value when it changes; with several processes /metrics adds up
-        # the live ones', so a process that serves no request still counts.
-        from app.metrics import WORKERS_READY
-
-        WORKERS_READY.set(self.ready_workers)
+        if self.on_ready_change is not None:
+            self.on_ready_change(self.ready_workers)
 
     def _discard(self, worker: _Worker) -> None:
         with self._lock:

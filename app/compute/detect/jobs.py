@@ -15,25 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_DETECTOR = "anomaly-model-1"
-# The simpler detector answers when the default one fails; it can also be asked for by name.
-FALLBACK_DETECTOR = "anomaly-model-2"
-DETECTOR_IDS: tuple[str, ...] = (DEFAULT_DETECTOR, FALLBACK_DETECTOR)
-
-
-@dataclass(frozen=True)
-class DetectionResult:
-    """Plain Python lists, one entry per judged row (rows start..n-1)."""
-
-    expected: list[float]
-    lower: list[float]
-    upper: list[float]
-    score: list[float]  # in [0, 1]; is_anomaly == (score >= 0.5)
-    is_anomaly: list[bool]
-    direction: list[str | None]  # "up" | "down" | None (None for a row that is not an anomaly)
-    warmup_points: int  # how many of ALL n rows (from row 0) are warm-up
-    period: int | None  # seasonality used, in rows, or None
-    fallback: str | None = None  # why the fallback detector answered instead of the requested one
+from app.compute.detect.results import DEFAULT_DETECTOR, ChangePointResult, DetectionResult
 
 
 @dataclass(frozen=True)
@@ -52,16 +34,9 @@ class DetectJob:
         return self.detector or DEFAULT_DETECTOR
 
     def run(self) -> DetectionResult:
-        from app.detect.detectors import detect
+        from app.compute.detect.detectors import detect
 
         return detect(self)
-
-
-@dataclass(frozen=True)
-class ChangePointResult:
-    is_change_point: list[bool]
-    confidence: list[float]  # in [0, 1], one per row
-    period: int | None
 
 
 @dataclass(frozen=True)
@@ -78,6 +53,6 @@ class ChangePointJob:
         return "change-point"
 
     def run(self) -> ChangePointResult:
-        from app.detect.changepoint import detect_change_points
+        from app.compute.detect.changepoint import detect_change_points
 
         return detect_change_points(self)

@@ -21,20 +21,21 @@ from __future__ import annotations
 import logging
 import math
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from app.detect.jobs import DEFAULT_DETECTOR, FALLBACK_DETECTOR, DetectionResult, DetectJob
+from app.compute.detect.results import BAND_BLOCK, BAND_ROWS, CHOOSER_ROWS, WARMUP
+from app.series.frequencies import nominal_step, period_seconds
+
+if TYPE_CHECKING:
+    from app.compute.detect.jobs import DetectJob
+from app.compute.detect.results import DEFAULT_DETECTOR, FALLBACK_DETECTOR, DetectionResult
 
 log = logging.getLogger("app.detect")
 
-# Rows 0..WARMUP-1 are warm-up: they only teach the detector. With the minimum of 12 points the last
-# row is still judged (Azure's last-point check needs that).
-WARMUP = 11
 LOCAL_MEAN_ROWS = 8
-CHOOSER_ROWS = 288  # recent errors that choose the predictor (a day of five-minute rows)
-BAND_ROWS = 1200  # recent errors that set the expected range
 BAND_MARGIN = 1.5
 BAND_QUANTILE = 0.99
 RECENT_ROWS = 12
@@ -42,29 +43,9 @@ RECENT_ROWS = 12
 CHOOSER_POWER = 0.25
 RECENT_FACTOR = 1.0
 SCORE_POWER = 2.0
-MAX_PERIOD_ROWS = 2016
-BAND_BLOCK = 8
-
-DAY = 86_400.0
-_PERIOD_CANDIDATES: dict[str, tuple[float, ...]] = {
-    "Seconds": (DAY, 3_600.0, 60.0),
-    "Minutes": (DAY, 3_600.0),
-    "Hours": (DAY, 7 * DAY),
-    "Daily": (7 * DAY,),
-    "Weekly": (364 * DAY,),
-    "Monthly": (365.2425 * DAY,),
-    "Quarterly": (365.2425 * DAY,),
-    "Yearly": (),
-}
 
 FALLBACK_MEDIAN_ROWS = 48
 FALLBACK_MARGIN = 1.5
-
-
-def history_rows(period_rows: int | None) -> int:
-    """How many trailing rows the default detector reads to judge the last one."""
-    seasons = 3 * period_rows if period_rows else 0
-    return max(BAND_ROWS + CHOOSER_ROWS, seasons + CHOOSER_ROWS) + BAND_BLOCK + 1
 
 
 def detect(job: DetectJob) -> DetectionResult:
@@ -91,24 +72,6 @@ def detect(job: DetectJob) -> DetectionResult:
             return DetectionResult(**{**result.__dict__, "fallback": fallback})
     result = median_detector(times, values, job.confidence, job.start)
     return result
-
-
-def nominal_step(times: np.ndarray) -> float:
-    """Median spacing of the first WARMUP rows: fixed once warm-up ends, so later rows cannot change it."""
-    head = times[: min(len(times), WARMUP)]
-    if len(head) < 2:
-        return 0.0
-    return float(np.median(np.diff(head)))
-
-
-def period_seconds(data_frequency: str, step: float) -> float | None:
-    if step <= 0:
-        return None
-    for candidate in _PERIOD_CANDIDATES.get(data_frequency, ()):
-        rows = candidate / step
-        if 4 <= rows <= MAX_PERIOD_ROWS:
-            return candidate
-    return None
 
 
 def _seasonal_rows(times: np.ndarray, rows: np.ndarray, lag: float, tolerance: float) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The fit/predict contract shared by every forecast model (see app.forecast.models).
+"""The fit/predict contract shared by every forecast model (see app.compute.forecast.models).
 
 A model is a class configured only in its constructor. ``fit(values, horizon, periods)`` normalises the
 last ``max_history`` points by their mean absolute value, makes the point forecast and measures
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.forecast.intervals import MIN_SAMPLES, ErrorModel, fit_errors, level_adjusted, origins, window
+from app.compute.forecast.intervals import MIN_SAMPLES, ErrorModel, fit_errors, level_adjusted, origins, window
 
 
 def usable_periods(periods: Sequence[int], n: int) -> tuple[int, ...]:
@@ -76,7 +76,7 @@ def _step_scale(y: np.ndarray) -> float:
 
 
 class ForecastModel:
-    """Base class: point forecast + rolling-origin empirical intervals (app.forecast.intervals).
+    """Base class: point forecast + rolling-origin empirical intervals (app.compute.forecast.intervals).
 
     Subclasses implement ``point(y, h, periods)`` on a normalised array. Constructor arguments:
     ``max_history`` (points read, newest last), ``n_origins`` (rolling origins for the errors),

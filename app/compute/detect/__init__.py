@@ -1,0 +1,1 @@
+"""The anomaly detectors and change-point finder, run in worker processes only."""

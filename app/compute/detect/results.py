@@ -1,0 +1,46 @@
+"""The detectors' ids and what a detection job returns to the web process (plain lists, picklable)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Rows 0..WARMUP-1 are warm-up: they only teach the detector. With the minimum of 12 points the last
+# row is still judged (Azure's last-point check needs that).
+WARMUP = 11
+CHOOSER_ROWS = 288  # recent errors that choose the predictor (a day of five-minute rows)
+BAND_ROWS = 1200  # recent errors that set the expected range
+BAND_BLOCK = 8
+
+
+def history_rows(period_rows: int | None) -> int:
+    """How many trailing rows the default detector reads to judge the last one."""
+    seasons = 3 * period_rows if period_rows else 0
+    return max(BAND_ROWS + CHOOSER_ROWS, seasons + CHOOSER_ROWS) + BAND_BLOCK + 1
+
+
+DEFAULT_DETECTOR = "anomaly-model-1"
+# The simpler detector answers when the default one fails; it can also be asked for by name.
+FALLBACK_DETECTOR = "anomaly-model-2"
+DETECTOR_IDS: tuple[str, ...] = (DEFAULT_DETECTOR, FALLBACK_DETECTOR)
+
+
+@dataclass(frozen=True)
+class DetectionResult:
+    """Plain Python lists, one entry per judged row (rows start..n-1)."""
+
+    expected: list[float]
+    lower: list[float]
+    upper: list[float]
+    score: list[float]  # in [0, 1]; is_anomaly == (score >= 0.5)
+    is_anomaly: list[bool]
+    direction: list[str | None]  # "up" | "down" | None (None for a row that is not an anomaly)
+    warmup_points: int  # how many of ALL n rows (from row 0) are warm-up
+    period: int | None  # seasonality used, in rows, or None
+    fallback: str | None = None  # why the fallback detector answered instead of the requested one
+
+
+@dataclass(frozen=True)
+class ChangePointResult:
+    is_change_point: list[bool]
+    confidence: list[float]  # in [0, 1], one per row
+    period: int | None

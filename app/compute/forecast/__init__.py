@@ -1,0 +1,1 @@
+"""The forecast models, run in worker processes only."""

@@ -1,0 +1,76 @@
+"""What each data_frequency means beyond its unit: the seasonal periods the models look for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# Seasonal periods per data_frequency, in units of that frequency (docs/contract.md, "Models").
+BASE_PERIODS: dict[str, tuple[int, ...]] = {
+    "Seconds": (60,),
+    "Minutes": (60, 1440),
+    "Hours": (24, 168),
+    "Daily": (7, 365),
+    "Weekly": (52,),
+    "Monthly": (12,),
+    "Quarterly": (4,),
+    "Yearly": (),
+}
+
+
+def seasonal_periods(data_frequency: str, step: int, n_points: int) -> tuple[int, ...]:
+    """Seasonal periods in observations for a series spaced ``step`` units apart.
+
+    A period is kept only when it is a whole number of steps and the history holds two full cycles.
+    """
+    if step < 1:
+        raise ValueError("step must be >= 1")
+    out = []
+    for p in BASE_PERIODS[data_frequency]:
+        if p % step:
+            continue
+        q = p // step
+        if q >= 2 and n_points >= 2 * q:
+            out.append(q)
+    return tuple(out)
+
+
+# The anomaly detectors' season, in seconds, by data_frequency: the first candidate that spans 4 to
+# MAX_PERIOD_ROWS rows of the series' own spacing.
+DAY = 86_400.0
+PERIOD_CANDIDATES: dict[str, tuple[float, ...]] = {
+    "Seconds": (DAY, 3_600.0, 60.0),
+    "Minutes": (DAY, 3_600.0),
+    "Hours": (DAY, 7 * DAY),
+    "Daily": (7 * DAY,),
+    "Weekly": (364 * DAY,),
+    "Monthly": (365.2425 * DAY,),
+    "Quarterly": (365.2425 * DAY,),
+    "Yearly": (),
+}
+
+MAX_PERIOD_ROWS = 2016
+# A series' nominal spacing is read off its first rows only, so later rows never change it.
+STEP_ROWS = 11
+
+
+def nominal_step(times: np.ndarray) -> float:
+    """Median spacing of the first STEP_ROWS rows: fixed once warm-up ends, so later rows cannot change it."""
+    head = times[: min(len(times), STEP_ROWS)]
+    if len(head) < 2:
+        return 0.0
+    import numpy as np
+
+    return float(np.median(np.diff(head)))
+
+
+def period_seconds(data_frequency: str, step: float) -> float | None:
+    if step <= 0:
+        return None
+    for candidate in PERIOD_CANDIDATES.get(data_frequency, ()):
+        rows = candidate / step
+        if 4 <= rows <= MAX_PERIOD_ROWS:
+            return candidate
+    return None

@@ -1,0 +1,132 @@
+"""The package boundaries, as import contracts read from the source (every import, module level or not).
+
+- No import circle between modules of ``app``.
+- No private name (``_x``) imported from another package.
+- The worker side (``app.compute``) imports nothing of the web side, nor Flask.
+- The web side reaches ``app.compute`` only through the pool and the light modules a job needs
+  (``jobs``, ``results``, ``catalog``), so the numeric stack never loads in the web process.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+WEB_SAFE_COMPUTE = {"app.compute", "app.compute.pool"} | {
+    f"app.compute.{area}.{module}" for area in ("forecast", "detect") for module in ("jobs", "results", "catalog")
+} | {"app.compute.forecast", "app.compute.detect"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def app_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in (ROOT / "app").rglob("*.py")}
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> list[tuple[str, list[str]]]:
+    """(imported module, names taken from it) for every import statement of one file."""
+    out: list[tuple[str, list[str]]] = []
+    tree = ast.parse(path.read_text(), filename=str(path))
+    type_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if id(node) in type_only:  # annotations only: never executed, so never a circle or a load
+            continue
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [alias.name for alias in node.names]
+            # "from app.web import pipeline" imports the module app.web.pipeline
+            submodules = [f"{node.module}.{name}" for name in names if f"{node.module}.{name}" in modules]
+            out.extend((sub, []) for sub in submodules)
+            taken = [n for n in names if f"{node.module}.{n}" not in modules]
+            if taken or not submodules:
+                out.append((node.module, taken))
+    return out
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    if parts[:2] == ["app", "compute"] and len(parts) > 3:
+        return ".".join(parts[:3])
+    return ".".join(parts[:2]) if len(parts) > 2 or module in {"app"} else module
+
+
+def graph() -> dict[str, set[str]]:
+    modules = app_modules()
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for target, _ in imports_of(path, modules):
+            if target in modules and target != name:
+                edges[name].add(target)
+    return edges
+
+
+def test_no_import_circle() -> None:
+    edges = graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                circles.append(stack[stack.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    # A package's __init__ importing its own modules is how packages work, not a circle.
+    circles = [c for c in circles if not any(m.count(".") < 1 for m in c)]
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_no_private_name_crosses_a_package() -> None:
+    modules = app_modules()
+    offences = []
+    for name, path in modules.items():
+        for target, names in imports_of(path, modules):
+            if not target.startswith("app") or package_of(target) == package_of(name):
+                continue
+            offences += [f"{name} takes {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")]
+    assert not offences, "\n".join(offences)
+
+
+def test_worker_side_imports_nothing_of_the_web_side() -> None:
+    modules = app_modules()
+    web_roots = ("flask", "werkzeug", "app.web", "app.forecast", "app.anomalies", "app.monitors", "app.keys",
+                 "app.dashboard", "app.azure", "app.services", "app.metrics")
+    offences = [
+        f"{name} imports {target}"
+        for name, path in modules.items()
+        if name.startswith("app.compute")
+        for target, _ in imports_of(path, modules)
+        if target.startswith(web_roots)
+    ]
+    assert not offences, "\n".join(offences)
+
+
+def test_web_side_reaches_compute_only_through_the_pool_and_job_modules() -> None:
+    modules = app_modules()
+    offences = [
+        f"{name} imports {target}"
+        for name, path in modules.items()
+        if not name.startswith("app.compute")
+        for target, _ in imports_of(path, modules)
+        if target.startswith("app.compute") and target not in WEB_SAFE_COMPUTE
+    ]
+    assert not offences, "\n".join(offences)
