@@ -3,7 +3,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from flask import Flask
@@ -13,11 +12,7 @@ from app.compute.pool import pin_blas_threads  # noqa: E402
 
 pin_blas_threads()  # before any test module loads numpy
 
-from app import create_app  # noqa: E402
-from app.keys import crud  # noqa: E402
-from app.services import Services  # noqa: E402
-from app.settings import Settings  # noqa: E402
-from tests.support import migrate, postgres_database, settings_for  # noqa: E402
+from tests.support import build_app, drop_all_tables, postgres_database, settings_for  # noqa: E402
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
@@ -54,15 +49,6 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     drop_all_tables(url)
 
 
-def drop_all_tables(postgres_url: str) -> None:
-    """Empties the session's PostgreSQL database whatever tables the migrations have added since."""
-    import psycopg
-
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE")
-        conn.execute("CREATE SCHEMA public")
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def module_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One database per test module, on SQLite and on the real PostgreSQL (a fresh database, dropped after)."""
@@ -71,14 +57,6 @@ def module_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest
         return
     with postgres_database() as url:
         yield url
-
-
-def build_app(settings: Settings, *, start_workers: bool = False) -> Flask:
-    migrate(settings)
-    app = create_app(settings, start_workers=False)
-    if start_workers:
-        app.extensions["forecast_service"].pool.start(wait=True)
-    return app
 
 
 @pytest.fixture
@@ -100,14 +78,3 @@ def module_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
 @pytest.fixture
 def client(app: Flask) -> FlaskClient:
     return app.test_client()
-
-
-def services_of(app: Flask) -> Services:
-    return app.extensions["forecast_service"]
-
-
-def new_key(app: Flask, permissions: tuple[str, ...] = ("read",), **kwargs: Any) -> tuple[str, str]:
-    """Creates a key through the same CRUD the CLI uses; returns (plain key, key id)."""
-    with services_of(app).database.session() as session:
-        created = crud.create_key(session, permissions=permissions, **kwargs)
-    return created.plain_key, created.key.id

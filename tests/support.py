@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from flask import Flask
+from flask.testing import FlaskClient
 
+from app import create_app
+from app.keys import crud
+from app.monitors.queue import ACTIVE
+from app.monitors.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from app.services import Services
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -348,3 +361,204 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+# ------------------------------------------------------------------------------------- in-process apps
+
+
+def build_app(settings: Settings, *, start_workers: bool = False) -> Flask:
+    migrate(settings)
+    app = create_app(settings, start_workers=False)
+    if start_workers:
+        app.extensions["forecast_service"].pool.start(wait=True)
+    return app
+
+
+def services_of(app: Flask) -> Services:
+    return app.extensions["forecast_service"]
+
+
+def new_key(app: Flask, permissions: tuple[str, ...] = ("read",), **kwargs: Any) -> tuple[str, str]:
+    """Creates a key through the same CRUD the CLI uses; returns (plain key, key id)."""
+    with services_of(app).database.session() as session:
+        created = crud.create_key(session, permissions=permissions, **kwargs)
+    return created.plain_key, created.key.id
+
+
+# ---------------------------------------------------------------------------------------------- nginx
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def render_nginx(tmp_path: Path, upstream_port: int) -> tuple[Path, int, int, Path]:
+    cert, key = _self_signed(tmp_path)
+    http_port, https_port = free_port(), free_port()
+    site = (ROOT / "nginx" / "forecast.conf.template").read_text()
+    for name, value in {
+        "SERVER_NAME": "localhost",
+        "HTTP_PORT": str(http_port),
+        "HTTPS_PORT": str(https_port),
+        "UPSTREAM": f"127.0.0.1:{upstream_port}",
+        "TLS_CERT": str(cert),
+        "TLS_KEY": str(key),
+        "MAX_BODY": "16m",
+    }.items():
+        site = site.replace("${" + name + "}", value)
+    if nginx_version() < (1, 25, 1):
+        # The template uses `http2 on;` (nginx 1.25.1+); older nginx (Debian 12 ships 1.22) has only the listen
+        # parameter, as the template's header says. The rest of the template is tested as shipped.
+        site = site.replace("    http2 on;\n", "")
+        site = site.replace(f"listen {https_port} ssl;", f"listen {https_port} ssl http2;")
+    config = tmp_path / "nginx.conf"
+    config.write_text(
+        # pytest's temp dirs are 0700; nginx's workers must write request bodies there, so they run as us.
+        "user root;\n"
+        f"daemon off;\npid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/nginx-error.log;\nworker_processes 1;\n"
+        "events { worker_connections 256; }\n"
+        f"http {{\n access_log off;\n client_body_temp_path {tmp_path}/body;\n proxy_temp_path {tmp_path}/proxy;\n"
+        f" fastcgi_temp_path {tmp_path}/fcgi;\n uwsgi_temp_path {tmp_path}/uwsgi;\n scgi_temp_path {tmp_path}/scgi;\n"
+        f"{site}\n}}\n"
+    )
+    return config, http_port, https_port, cert
+
+
+def nginx_version() -> tuple[int, ...]:
+    shown = subprocess.run([nginx_binary(), "-v"], capture_output=True, text=True).stderr
+    found = re.search(r"nginx/(\d+)\.(\d+)\.(\d+)", shown)
+    assert found, shown
+    return tuple(int(part) for part in found.groups())
+
+
+def nginx_binary() -> str:
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if nginx is None:
+        missing_service("nginx is not installed (apt-get install -y nginx-light)")
+    return str(nginx)
+
+
+@contextmanager
+def running_nginx(directory: Path, upstream_port: int) -> Iterator[tuple[str, int, Path]]:
+    """nginx from the shipped template in front of 127.0.0.1:upstream_port; yields (https base, http port, cert)."""
+    config, http_port, https_port, cert = render_nginx(directory, upstream_port)
+    proxy = subprocess.Popen([nginx_binary(), "-c", str(config), "-e", str(directory / "nginx-error.log")],
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", https_port), timeout=1).close()
+                break
+            except OSError:
+                assert proxy.poll() is None, (directory / "nginx-error.log").read_text()
+                assert time.monotonic() < deadline, (directory / "nginx-error.log").read_text()
+                time.sleep(0.1)
+        yield f"https://localhost:{https_port}", http_port, cert
+    finally:
+        proxy.send_signal(signal.SIGQUIT)
+        try:
+            proxy.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+            proxy.wait()
+
+
+# ---------------------------------------------------------------------------------------------- monitors
+
+
+class Receiver:
+    """A real HTTP receiver on 127.0.0.1 that records every delivery and checks its signature."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self.secrets: dict[str, str] = {}  # monitor id -> secret, for signature checks
+        self.deliveries: list[dict[str, Any]] = []
+        self.status = 200
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> Receiver:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                event = json.loads(body)
+                secret = receiver.secrets.get(event["monitor_id"], "")
+                timestamp = int(self.headers[TIMESTAMP_HEADER])
+                with receiver._lock:
+                    receiver.deliveries.append(
+                        {
+                            "event": event,
+                            "event_id_header": self.headers[EVENT_ID_HEADER],
+                            "signature_ok": verify(secret, timestamp, body, self.headers[SIGNATURE_HEADER]),
+                            "timestamp": timestamp,
+                            "status": receiver.status,
+                        }
+                    )
+                self.send_response(receiver.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def acknowledged(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [d["event"] for d in self.deliveries if 200 <= d["status"] < 300]
+
+    def wait_for(self, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            events = self.acknowledged()
+            if len(events) >= count:
+                return events
+            time.sleep(0.05)
+        raise AssertionError(f"expected {count} acknowledged events, got {len(self.acknowledged())}")
+
+
+def settled_deliveries(client: FlaskClient, headers: dict[str, str], monitor_id: str,
+                       timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The delivery log once no event is still pending or sending. The receiver answers before the sender
+    records the outcome, so a log read straight after the last acknowledgement can still show it in flight."""
+    def log() -> list[dict[str, Any]]:
+        return client.get(f"/monitors/{monitor_id}/deliveries", headers=headers).json["deliveries"]
+
+    wait_for(lambda: all(d["status"] not in ACTIVE for d in log()), timeout, "the delivery log to settle")
+    return log()  # settled events do not change again
+
+
+def minute_series(count: int, start: int = 0) -> tuple[list[str], list[float]]:
+    stamps = [f"2026-01-{1 + (i // 1440):02d}T{(i // 60) % 24:02d}:{i % 60:02d}:00Z" for i in range(start, start
+                                                                                                     + count)]
+    values = [10 + 3 * math.sin(i / 15) + 0.2 * math.cos(i * 1.7) for i in range(start, start + count)]
+    return stamps, values
+
+
+def drop_all_tables(postgres_url: str) -> None:
+    """Empties the session's PostgreSQL database whatever tables the migrations have added since."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA public CASCADE")
+        conn.execute("CREATE SCHEMA public")

@@ -32,8 +32,7 @@ from schemathesis.checks import (
 )
 
 from app.openapi import build_spec
-from tests.conftest import build_app, new_key, services_of
-from tests.support import bearer, settings_for
+from tests.support import bearer, build_app, new_key, services_of, settings_for
 
 pytestmark = pytest.mark.slow
 

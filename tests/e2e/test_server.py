@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import signal
 import socket
 import ssl
-import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.support import ROOT, Server, bearer, cli_in_process, free_port, missing_service, postgres_database
+from tests.support import (
+    ROOT,
+    Server,
+    bearer,
+    cli_in_process,
+    postgres_database,
+    running_nginx,
+)
 
 pytestmark = pytest.mark.slow
 KEY = re.compile(r"ak_[0-9a-f]{64}")
@@ -151,89 +155,6 @@ def test_more_than_one_worker_without_redis_is_refused(sqlite_server_env: dict[s
     assert refused.process.wait(timeout=60) != 0
     assert "without REDIS_URL" in refused.log()
     refused.stop()
-
-
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    cert, key = directory / "tls.crt", directory / "tls.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
-def render_nginx(tmp_path: Path, upstream_port: int) -> tuple[Path, int, int, Path]:
-    cert, key = _self_signed(tmp_path)
-    http_port, https_port = free_port(), free_port()
-    site = (ROOT / "nginx" / "forecast.conf.template").read_text()
-    for name, value in {
-        "SERVER_NAME": "localhost",
-        "HTTP_PORT": str(http_port),
-        "HTTPS_PORT": str(https_port),
-        "UPSTREAM": f"127.0.0.1:{upstream_port}",
-        "TLS_CERT": str(cert),
-        "TLS_KEY": str(key),
-        "MAX_BODY": "16m",
-    }.items():
-        site = site.replace("${" + name + "}", value)
-    if nginx_version() < (1, 25, 1):
-        # The template uses `http2 on;` (nginx 1.25.1+); older nginx (Debian 12 ships 1.22) has only the listen
-        # parameter, as the template's header says. The rest of the template is tested as shipped.
-        site = site.replace("    http2 on;\n", "")
-        site = site.replace(f"listen {https_port} ssl;", f"listen {https_port} ssl http2;")
-    config = tmp_path / "nginx.conf"
-    config.write_text(
-        # pytest's temp dirs are 0700; nginx's workers must write request bodies there, so they run as us.
-        "user root;\n"
-        f"daemon off;\npid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/nginx-error.log;\nworker_processes 1;\n"
-        "events { worker_connections 256; }\n"
-        f"http {{\n access_log off;\n client_body_temp_path {tmp_path}/body;\n proxy_temp_path {tmp_path}/proxy;\n"
-        f" fastcgi_temp_path {tmp_path}/fcgi;\n uwsgi_temp_path {tmp_path}/uwsgi;\n scgi_temp_path {tmp_path}/scgi;\n"
-        f"{site}\n}}\n"
-    )
-    return config, http_port, https_port, cert
-
-
-def nginx_version() -> tuple[int, ...]:
-    shown = subprocess.run([nginx_binary(), "-v"], capture_output=True, text=True).stderr
-    found = re.search(r"nginx/(\d+)\.(\d+)\.(\d+)", shown)
-    assert found, shown
-    return tuple(int(part) for part in found.groups())
-
-
-def nginx_binary() -> str:
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    if nginx is None:
-        missing_service("nginx is not installed (apt-get install -y nginx-light)")
-    return str(nginx)
-
-
-@contextmanager
-def running_nginx(directory: Path, upstream_port: int) -> Iterator[tuple[str, int, Path]]:
-    """nginx from the shipped template in front of 127.0.0.1:upstream_port; yields (https base, http port, cert)."""
-    config, http_port, https_port, cert = render_nginx(directory, upstream_port)
-    proxy = subprocess.Popen([nginx_binary(), "-c", str(config), "-e", str(directory / "nginx-error.log")],
-                             start_new_session=True)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", https_port), timeout=1).close()
-                break
-            except OSError:
-                assert proxy.poll() is None, (directory / "nginx-error.log").read_text()
-                assert time.monotonic() < deadline, (directory / "nginx-error.log").read_text()
-                time.sleep(0.1)
-        yield f"https://localhost:{https_port}", http_port, cert
-    finally:
-        proxy.send_signal(signal.SIGQUIT)
-        try:
-            proxy.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proxy.kill()
-            proxy.wait()
 
 
 def _closed_without_answer(port: int, host: str) -> bool:

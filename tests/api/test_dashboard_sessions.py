@@ -15,8 +15,7 @@ from flask.testing import FlaskClient
 
 from app.dashboard import sessions
 from app.settings import Settings
-from tests.conftest import build_app, new_key, services_of
-from tests.support import settings_for
+from tests.support import build_app, new_key, services_of, settings_for
 
 ADMIN = ("read", "write", "admin")
 TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')

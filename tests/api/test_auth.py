@@ -10,8 +10,7 @@ import pytest
 from flask import Flask
 
 from app.keys import crud
-from tests.conftest import build_app, new_key, services_of
-from tests.support import bearer, settings_for
+from tests.support import bearer, build_app, new_key, services_of, settings_for
 
 
 @pytest.fixture(scope="module")

@@ -298,7 +298,7 @@ def test_service_still_healthy_and_worker_memory_bounded(served: tuple[Server, d
 @pytest.fixture(scope="module")
 def through_nginx(served: tuple[Server, dict[str, str], str], tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[tuple[str, str]]:
-    from tests.test_server import running_nginx
+    from tests.support import running_nginx
 
     with running_nginx(tmp_path_factory.mktemp("hostile-nginx"), served[0].port) as (base, _, cert):
         yield base, str(cert)
@@ -326,8 +326,7 @@ def test_nginx_refuses_oversized_headers_in_the_envelope(through_nginx: tuple[st
 
 
 def test_nginx_answers_an_unreachable_app_in_the_envelope(tmp_path: Path) -> None:
-    from tests.support import free_port
-    from tests.test_server import running_nginx
+    from tests.support import free_port, running_nginx
 
     with running_nginx(tmp_path, free_port()) as (base, _, cert):  # nothing listens upstream
         response = requests.get(base + "/verify", verify=str(cert), timeout=ANSWER_WITHIN)

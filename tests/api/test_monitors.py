@@ -3,13 +3,9 @@ POST /anomalies, idempotent retries, conflicts, retention, concurrent writers, f
 
 from __future__ import annotations
 
-import json
-import math
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,94 +14,19 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import func, select
 
-from app.monitors.queue import ACTIVE
 from app.monitors.records import MonitorEventRecord, MonitorPointRecord
-from app.monitors.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
-from tests.conftest import build_app, drop_all_tables, new_key, services_of
-from tests.support import free_port, settings_for, wait_for
+from tests.support import (
+    Receiver,
+    build_app,
+    drop_all_tables,
+    minute_series,
+    new_key,
+    services_of,
+    settings_for,
+    settled_deliveries,
+)
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
-
-
-class Receiver:
-    """A real HTTP receiver on 127.0.0.1 that records every delivery and checks its signature."""
-
-    def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}/hook"
-        self.secrets: dict[str, str] = {}  # monitor id -> secret, for signature checks
-        self.deliveries: list[dict[str, Any]] = []
-        self.status = 200
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-
-    def start(self) -> Receiver:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                event = json.loads(body)
-                secret = receiver.secrets.get(event["monitor_id"], "")
-                timestamp = int(self.headers[TIMESTAMP_HEADER])
-                with receiver._lock:
-                    receiver.deliveries.append(
-                        {
-                            "event": event,
-                            "event_id_header": self.headers[EVENT_ID_HEADER],
-                            "signature_ok": verify(secret, timestamp, body, self.headers[SIGNATURE_HEADER]),
-                            "timestamp": timestamp,
-                            "status": receiver.status,
-                        }
-                    )
-                self.send_response(receiver.status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        ThreadingHTTPServer.allow_reuse_address = True
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def acknowledged(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [d["event"] for d in self.deliveries if 200 <= d["status"] < 300]
-
-    def wait_for(self, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            events = self.acknowledged()
-            if len(events) >= count:
-                return events
-            time.sleep(0.05)
-        raise AssertionError(f"expected {count} acknowledged events, got {len(self.acknowledged())}")
-
-
-def settled_deliveries(client: FlaskClient, headers: dict[str, str], monitor_id: str,
-                       timeout: float = 30.0) -> list[dict[str, Any]]:
-    """The delivery log once no event is still pending or sending. The receiver answers before the sender
-    records the outcome, so a log read straight after the last acknowledgement can still show it in flight."""
-    def log() -> list[dict[str, Any]]:
-        return client.get(f"/monitors/{monitor_id}/deliveries", headers=headers).json["deliveries"]
-
-    wait_for(lambda: all(d["status"] not in ACTIVE for d in log()), timeout, "the delivery log to settle")
-    return log()  # settled events do not change again
-
-
-def minute_series(count: int, start: int = 0) -> tuple[list[str], list[float]]:
-    stamps = [f"2026-01-{1 + (i // 1440):02d}T{(i // 60) % 24:02d}:{i % 60:02d}:00Z" for i in range(start, start
-                                                                                                     + count)]
-    values = [10 + 3 * math.sin(i / 15) + 0.2 * math.cos(i * 1.7) for i in range(start, start + count)]
-    return stamps, values
 
 
 @pytest.fixture(scope="module")

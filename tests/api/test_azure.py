@@ -13,8 +13,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.conftest import build_app, new_key, services_of
-from tests.support import bearer, settings_for
+from tests.support import bearer, build_app, new_key, services_of, settings_for
 
 BASE = "/anomalydetector/v1.1/timeseries"
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from flask import Flask
 
-from tests.conftest import build_app, new_key, services_of
-from tests.support import settings_for
+from tests.support import ROOT, build_app, new_key, services_of, settings_for
 
-NAB_DEV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nab-dev" / "data"
+NAB_DEV = ROOT.parent / "shared" / "data" / "nab-dev" / "data"
 FILES = ["realTraffic/speed_7578.csv", "artificialWithAnomaly/art_daily_jumpsup.csv"]
 
 

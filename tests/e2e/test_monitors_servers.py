@@ -15,8 +15,16 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import RedisServer, Server, bearer, cli_in_process, postgres_database, wait_for
-from tests.test_monitors import Receiver, minute_series
+from tests.support import (
+    Receiver,
+    RedisServer,
+    Server,
+    bearer,
+    cli_in_process,
+    minute_series,
+    postgres_database,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.conftest import build_app, new_key, services_of
-from tests.support import bearer, postgres_database, settings_for
+from tests.support import bearer, build_app, new_key, postgres_database, services_of, settings_for
 
 PLAIN_KEY = re.compile(r"ak_[0-9a-f]{64}")
 ADMIN = ("read", "write", "admin")

@@ -15,8 +15,18 @@ from flask.testing import FlaskClient
 
 import app.ratelimit as ratelimit_module
 from app.keys import crud
-from tests.conftest import build_app, new_key, services_of
-from tests.support import REDIS_URL, bearer, flush_redis, free_port, missing_service, redis_available, settings_for
+from tests.support import (
+    REDIS_URL,
+    bearer,
+    build_app,
+    flush_redis,
+    free_port,
+    missing_service,
+    new_key,
+    redis_available,
+    services_of,
+    settings_for,
+)
 
 
 @pytest.fixture(scope="module")

@@ -248,7 +248,7 @@ def test_a_client_stalled_mid_body_is_closed_and_frees_its_thread(served: tuple[
 
 @pytest.fixture(scope="module")
 def through_nginx(served: tuple[Server, Keys], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    from tests.test_server import running_nginx
+    from tests.support import running_nginx
 
     with running_nginx(tmp_path_factory.mktemp("keepalive-nginx"), served[0].port) as (base, _, cert):
         yield base, str(cert)

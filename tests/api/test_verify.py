@@ -8,8 +8,7 @@ import time
 import pytest
 from flask import Flask
 
-from tests.conftest import new_key
-from tests.support import bearer
+from tests.support import bearer, new_key
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +100,7 @@ def test_cors_is_off_by_default(app: Flask) -> None:
 
 
 def test_cors_for_configured_origins_only(tmp_path) -> None:
-    from tests.conftest import build_app, services_of
-    from tests.support import settings_for
+    from tests.support import build_app, services_of, settings_for
 
     app = build_app(settings_for(f"sqlite:///{tmp_path / 'k.sqlite3'}", cors_origins=("https://app.example",)))
     plain, _ = new_key(app)

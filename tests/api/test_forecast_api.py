@@ -18,8 +18,7 @@ from flask.testing import FlaskClient
 from app.compute.forecast.catalog import MODEL_IDS
 from app.compute.forecast.jobs import ForecastJob
 from app.compute.pool import JobTimeout, WorkerCrashed, WorkerPool
-from tests.conftest import build_app, new_key, services_of
-from tests.support import bearer, settings_for
+from tests.support import bearer, build_app, new_key, services_of, settings_for
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,7 @@ from openapi_spec_validator import validate
 
 from app.verify import VerifyResponseSchema
 from app.web.validation import ErrorSchema
-from tests.conftest import new_key
-from tests.support import bearer
+from tests.support import bearer, new_key
 
 
 @pytest.fixture(scope="module")
