@@ -24,7 +24,8 @@ from app.azure.schemas import (
     sensitivity_to_confidence,
 )
 from app.compute.detect.jobs import ChangePointJob, DetectJob
-from app.compute.detect.results import ChangePointResult, DetectionResult, history_rows
+from app.compute.detect.results import ChangePointResult, DetectionResult
+from app.compute.detect.streaming import lookback_rows
 from app.errors import ApiError
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
@@ -164,7 +165,7 @@ def last_detect() -> Response:
     flag, value, expected = result.is_anomaly[0], float(series.values[last]), result.expected[0]
     body = {
         "period": result.period or 0,
-        "suggestedWindow": min(len(series.values), history_rows(result.period)),
+        "suggestedWindow": min(len(series.values), lookback_rows(result.period)),
         "expectedValue": expected,
         "upperMargin": result.upper[0] - expected,
         "lowerMargin": expected - result.lower[0],

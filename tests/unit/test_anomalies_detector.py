@@ -102,7 +102,7 @@ def test_a_failing_default_detector_falls_back_and_says_so(monkeypatch: pytest.M
     def broken(*args: object) -> DetectionResult:
         raise np.linalg.LinAlgError("singular")
 
-    monkeypatch.setattr(detectors, "adaptive_detector", broken)
+    monkeypatch.setattr(detectors, "streaming_detector", broken)
     times, values = five_minute_series(300)
     result = DetectJob(times, values, "Minutes", 0.99).run()
     assert result.fallback is not None and FALLBACK_DETECTOR in result.fallback and DEFAULT_DETECTOR in result.fallback

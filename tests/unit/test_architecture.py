@@ -4,7 +4,8 @@
 - No private name (``_x``) imported from another package.
 - The worker side (``app.compute``) imports nothing of the web side, nor Flask.
 - The web side reaches ``app.compute`` only through the pool and the light modules a job needs
-  (``jobs``, ``results``, ``catalog``), so the numeric stack never loads in the web process.
+  (``jobs``, ``results``, ``catalog``) or the plain-Python streaming detector, and those modules import
+  nothing numeric, so the numeric stack never loads in the web process.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 WEB_SAFE_COMPUTE = {"app.compute", "app.compute.pool"} | {
     f"app.compute.{area}.{module}" for area in ("forecast", "detect") for module in ("jobs", "results", "catalog")
-} | {"app.compute.forecast", "app.compute.detect"}
+} | {"app.compute.forecast", "app.compute.detect", "app.compute.detect.streaming"}
 
 
 def module_name(path: Path) -> str:
@@ -27,8 +28,9 @@ def app_modules() -> dict[str, Path]:
     return {module_name(path): path for path in (ROOT / "app").rglob("*.py")}
 
 
-def imports_of(path: Path, modules: dict[str, Path]) -> list[tuple[str, list[str]]]:
-    """(imported module, names taken from it) for every import statement of one file."""
+def imports_of(path: Path, modules: dict[str, Path], *, at_load: bool = False) -> list[tuple[str, list[str]]]:
+    """(imported module, names taken from it) for every import statement of one file; with ``at_load``,
+    only those that run when the module is imported (not inside functions or classes)."""
     out: list[tuple[str, list[str]]] = []
     tree = ast.parse(path.read_text(), filename=str(path))
     type_only = {
@@ -37,8 +39,14 @@ def imports_of(path: Path, modules: dict[str, Path]) -> list[tuple[str, list[str
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
         for inner in ast.walk(node)
     }
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if at_load and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        for inner in ast.walk(node)
+    }
     for node in ast.walk(tree):
-        if id(node) in type_only:  # annotations only: never executed, so never a circle or a load
+        if id(node) in type_only or id(node) in skipped:  # annotations only: never executed, so never a circle or a load
             continue
         if isinstance(node, ast.Import):
             out.extend((alias.name, []) for alias in node.names)
@@ -128,5 +136,20 @@ def test_web_side_reaches_compute_only_through_the_pool_and_job_modules() -> Non
         if not name.startswith("app.compute")
         for target, _ in imports_of(path, modules)
         if target.startswith("app.compute") and target not in WEB_SAFE_COMPUTE
+    ]
+    assert not offences, "\n".join(offences)
+
+
+def test_what_the_web_side_may_import_from_compute_loads_nothing_numeric() -> None:
+    import sys
+
+    modules = app_modules()
+    allowed_roots = set(sys.stdlib_module_names) | {"app"}
+    offences = [
+        f"{name} imports {target}"
+        for name in sorted(WEB_SAFE_COMPUTE & set(modules))
+        for target, _ in imports_of(modules[name], modules, at_load=True)
+        if target.split(".")[0] not in allowed_roots
+        or (target.startswith("app.") and target not in WEB_SAFE_COMPUTE and not target.startswith("app.series"))
     ]
     assert not offences, "\n".join(offences)

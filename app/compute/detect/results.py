@@ -4,20 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Rows 0..WARMUP-1 are warm-up: they only teach the detector. With the minimum of 12 points the last
-# row is still judged (Azure's last-point check needs that).
-WARMUP = 11
-CHOOSER_ROWS = 288  # recent errors that choose the predictor (a day of five-minute rows)
-BAND_ROWS = 1200  # recent errors that set the expected range
-BAND_BLOCK = 8
-
-
-def history_rows(period_rows: int | None) -> int:
-    """How many trailing rows the default detector reads to judge the last one."""
-    seasons = 3 * period_rows if period_rows else 0
-    return max(BAND_ROWS + CHOOSER_ROWS, seasons + CHOOSER_ROWS) + BAND_BLOCK + 1
-
-
 DEFAULT_DETECTOR = "anomaly-model-1"
 # The simpler detector answers when the default one fails; it can also be asked for by name.
 FALLBACK_DETECTOR = "anomaly-model-2"

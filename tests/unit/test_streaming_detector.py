@@ -1,0 +1,133 @@
+"""The default detector's promises: causal and split-invariant, robust to what it flags, level shifts adopted."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.compute.detect.streaming import REANCHOR_ROWS, WARMUP, StreamingDetector, Verdicts
+
+HOUR = 3600.0
+
+
+def hourly(values: list[float]) -> tuple[list[float], list[float]]:
+    return [1.7e9 + HOUR * i for i in range(len(values))], values
+
+
+def daily_wave(n: int, seed: int = 7) -> list[float]:
+    rng = random.Random(seed)
+    return [120 + 60 * math.sin(2 * math.pi * (i + 16) / 24) + rng.gauss(0, 5) for i in range(n)]
+
+
+def judge(values: list[float], **config: object) -> Verdicts:
+    detector = StreamingDetector(data_frequency="Hours", **config)  # type: ignore[arg-type]
+    times, values = hourly(values)
+    return detector.update(detector.initial_state(), times, values)
+
+
+def halfwidth(verdicts: Verdicts, row: int) -> float:
+    return verdicts.upper[row] - verdicts.expected[row]
+
+
+def test_spikes_then_a_drop_the_drop_is_flagged_and_the_recoveries_are_not() -> None:
+    values = daily_wave(400)
+    assert 170 < values[350] < 200  # the drop below starts from the daily peak
+    clean = list(values)
+    for row in (150, 151, 300):
+        values[row] += 600
+    values[350] = clean[350] = 53.0
+    spiky, quiet = judge(values), judge(clean)
+
+    assert spiky.is_anomaly[350] and quiet.is_anomaly[350]
+    assert spiky.direction[350] == "down"
+    assert [row for row, flagged in enumerate(spiky.is_anomaly) if flagged] == [150, 151, 300, 350]
+    assert not spiky.is_anomaly[152] and not spiky.is_anomaly[301]
+    # The range after each spike is back near its width before it within a few rows, and never below zero.
+    for spike in (151, 300):
+        assert halfwidth(spiky, spike + 3) <= 1.5 * halfwidth(spiky, spike - 1)
+    assert halfwidth(spiky, 350) <= 1.5 * halfwidth(quiet, 350)
+    assert spiky.lower[350] > 0
+
+
+def test_a_level_shift_is_flagged_then_becomes_the_new_normal() -> None:
+    rng = random.Random(3)
+    values = [100 + rng.gauss(0, 2) for _ in range(300)] + [200 + rng.gauss(0, 2) for _ in range(100)]
+    verdicts = judge(values, period=0)
+    flagged = [row for row, is_anomaly in enumerate(verdicts.is_anomaly) if is_anomaly]
+    assert flagged[:REANCHOR_ROWS] == list(range(300, 300 + REANCHOR_ROWS))
+    assert not any(verdicts.is_anomaly[300 + REANCHOR_ROWS + 5 :])
+    assert verdicts.expected[-1] == pytest.approx(200, abs=10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=6), seed=st.integers(0, 1000))
+def test_any_split_into_calls_gives_the_same_verdicts(cuts: list[int], seed: int) -> None:
+    values = daily_wave(600, seed)
+    values[200] += 500
+    times, _ = hourly(values)
+    detector = StreamingDetector(data_frequency="Hours")
+    whole = detector.update(detector.initial_state(), times, values)
+    state = detector.initial_state()
+    pieces = Verdicts()
+    bounds = [0, *sorted(cuts), len(values)]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        part = detector.update(state, times[lo:hi], values[lo:hi])
+        for name in ("expected", "lower", "upper", "score", "is_anomaly", "direction"):
+            getattr(pieces, name).extend(getattr(part, name))
+    assert pieces == whole
+
+
+def test_later_rows_never_change_earlier_verdicts() -> None:
+    values = daily_wave(300)
+    short = judge(values[:200])
+    values[250] = 9999.0
+    long = judge(values)
+    assert long.score[:200] == short.score and long.expected[:200] == short.expected
+
+
+def test_repeated_and_backward_timestamps_are_judged_in_order() -> None:
+    values = daily_wave(200)
+    times, _ = hourly(values)
+    times[100] = times[99]  # an hour written twice
+    times[150:] = [t - 55 * 60 for t in times[150:]]  # a clock stepping back 55 minutes
+    detector = StreamingDetector(data_frequency="Hours")
+    verdicts = detector.update(detector.initial_state(), times, values)
+    assert len(verdicts.score) == 200
+    assert all(math.isfinite(x) for x in verdicts.expected + verdicts.lower + verdicts.upper)
+
+
+def test_feedback_rows_are_learnt_as_normal() -> None:
+    rng = random.Random(5)
+    values = [100.0]
+    for row in range(1, 300):  # a random walk: the last value is its best predictor
+        values.append(values[-1] + rng.gauss(0, 1) + (60 if row == 200 else 0))
+    detector = StreamingDetector(data_frequency="Hours", period=0)
+    times, _ = hourly(values)
+    told = detector.update(detector.initial_state(), times, values, normal=[i == 200 for i in range(300)])
+    untold = judge(values, period=0)
+    assert told.is_anomaly[200] and untold.is_anomaly[200]  # the verdict of the row itself stands
+    assert untold.is_anomaly[201] and not told.is_anomaly[201]  # the next row is judged against the new level
+
+
+def test_the_floor_keeps_small_deviations_quiet() -> None:
+    values = [10.0 + 0.01 * (i % 3) for i in range(200)]
+    values[150] = 10.5
+    assert judge(values, period=0).is_anomaly[150]
+    assert not judge(values, period=0, floor=(1.0, 0.0)).is_anomaly[150]
+    assert not judge(values, period=0, floor=(0.0, 0.1)).is_anomaly[150]
+
+
+def test_warm_up_and_edge_series() -> None:
+    for values in ([5.0] * 12, [0.0] * 50, [1e12 + i for i in range(50)], [1e-9 * (i % 5) for i in range(50)],
+                   [-3.0 - i for i in range(50)]):
+        verdicts = judge(values)
+        assert verdicts.score[:WARMUP] == [0.0] * WARMUP
+        assert len(verdicts.score) == len(values)
+        for row in range(len(values)):
+            assert verdicts.lower[row] <= verdicts.expected[row] <= verdicts.upper[row]
+            assert 0.0 <= verdicts.score[row] <= 1.0
+    assert not any(judge([5.0] * 100).is_anomaly)
