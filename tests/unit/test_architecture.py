@@ -46,7 +46,7 @@ def imports_of(path: Path, modules: dict[str, Path], *, at_load: bool = False) -
         for inner in ast.walk(node)
     }
     for node in ast.walk(tree):
-        if id(node) in type_only or id(node) in skipped:  # annotations only: never executed, so never a circle or a load
+        if id(node) in type_only or id(node) in skipped:  # type-only: never executed, never a circle or load
             continue
         if isinstance(node, ast.Import):
             out.extend((alias.name, []) for alias in node.names)
