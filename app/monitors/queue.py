@@ -9,6 +9,12 @@ Order per monitor: only a monitor's oldest undelivered event (lowest ``seq`` amo
 be claimed, so a receiver sees a monitor's events in order even across retries and servers. On
 PostgreSQL the claim is ``SELECT ... FOR UPDATE SKIP LOCKED``: two servers never take the same event
 and never wait on each other. SQLite has one writer at a time, which serializes claims by itself.
+
+Which due event goes first: events never attempted before retries (a receiver that is down must not make
+everyone else's fresh alerts queue behind its backlog), the accounts taking turns, then by due time. A
+sender passes a ``ClaimGate`` that admits only events it has room for (its per-destination and per-account
+caps); events it has no room for stay pending for another sender or a later claim, and the query leaves out
+the webhook URLs and accounts already full, so one dead receiver's backlog cannot hide other events.
 """
 
 from __future__ import annotations
@@ -16,12 +22,13 @@ from __future__ import annotations
 import json
 import random
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import Select, and_, bindparam, exists, or_, select, update
+from sqlalchemy import Select, and_, bindparam, case, exists, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from app.db import Database
@@ -30,6 +37,9 @@ from app.monitors.webhooks import DeliveryOutcome
 from app.settings import Settings
 
 ACTIVE = ("pending", "sending")
+# Due events one claim reads at a time (when a gate may turn some down), and how many such reads it makes.
+CLAIM_WINDOW = 64
+CLAIM_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -104,10 +114,40 @@ class ClaimedEvent:
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A due event as the claim sees it before taking it: what a gate needs to decide whether there is room."""
+
+    id: str
+    url: str | None
+    account_id: str
+
+
+class ClaimGate(Protocol):
+    """A sender's limits on what it has in flight, consulted by ``claim`` for each due event before taking it."""
+
+    def excluded(self) -> tuple[Collection[str], Collection[str]]:
+        """Webhook URLs and account ids with no room now; the claim's query leaves their events out."""
+        ...
+
+    def admit(self, candidate: Candidate) -> bool:
+        """Reserves room for the candidate; False leaves the event pending."""
+        ...
+
+    def release(self, event_id: str) -> None:
+        """Gives back the room of an admitted event (also one the claim then could not take)."""
+        ...
+
+
 @cache
-def _due_statement(limit: int, row_locks: bool) -> Select[tuple[str]]:
-    """The ids of events a sender may claim at the bound ``now``, built once: every sender asks each second,
-    and building the statement (an alias, an EXISTS, a dozen comparisons) cost more than running it."""
+def _due_statement(limit: int, row_locks: bool) -> Select[tuple[str, str | None, str]]:
+    """The events a sender may claim at the bound ``now`` (minus the bound ``skip_urls`` and ``skip_accounts``),
+    built once: every sender asks each second, and building the statement (an alias, an EXISTS, a window, a
+    dozen comparisons) cost more than running it.
+
+    Order: never-attempted events before retries; within each, the accounts take turns (every account's first
+    due event, then every account's second, ...), so one account's backlog cannot fill the window ahead of
+    another account's alert; then by due time."""
     earlier = aliased(MonitorEventRecord)
     blocked = exists().where(
         and_(
@@ -116,11 +156,35 @@ def _due_statement(limit: int, row_locks: bool) -> Select[tuple[str]]:
             earlier.status.in_(ACTIVE),
         )
     )
+    retry = case((MonitorEventRecord.attempts == 0, 0), else_=1)
+    # The turns are numbered in a subquery: PostgreSQL allows no FOR UPDATE beside a window function.
+    ranked = (
+        select(
+            MonitorEventRecord.id.label("id"),
+            retry.label("retry"),
+            func.row_number()
+            .over(partition_by=MonitorRecord.account_id,
+                  order_by=(retry, MonitorEventRecord.next_attempt_at, MonitorEventRecord.seq))
+            .label("turn"),
+        )
+        .join(MonitorRecord, MonitorRecord.id == MonitorEventRecord.monitor_id)
+        .where(
+            MonitorEventRecord.status.in_(ACTIVE),
+            MonitorEventRecord.next_attempt_at <= bindparam("now"),
+            ~blocked,
+            # NOT IN is unknown for a NULL url, and an event whose webhook was removed must still be claimed
+            # (to be cancelled).
+            or_(MonitorRecord.webhook_url.is_(None),
+                MonitorRecord.webhook_url.not_in(bindparam("skip_urls", expanding=True))),
+            MonitorRecord.account_id.not_in(bindparam("skip_accounts", expanding=True)),
+        )
+        .subquery()
+    )
     due = (
-        select(MonitorEventRecord.id)
-        .where(MonitorEventRecord.status.in_(ACTIVE), MonitorEventRecord.next_attempt_at <= bindparam("now"),
-               ~blocked)
-        .order_by(MonitorEventRecord.next_attempt_at, MonitorEventRecord.seq)
+        select(MonitorEventRecord.id, MonitorRecord.webhook_url, MonitorRecord.account_id)
+        .join(ranked, ranked.c.id == MonitorEventRecord.id)
+        .join(MonitorRecord, MonitorRecord.id == MonitorEventRecord.monitor_id)
+        .order_by(ranked.c.retry, ranked.c.turn, MonitorEventRecord.next_attempt_at, MonitorEventRecord.seq)
         .limit(limit)
     )
     if row_locks:
@@ -128,48 +192,79 @@ def _due_statement(limit: int, row_locks: bool) -> Select[tuple[str]]:
     return due
 
 
-def claim(database: Database, *, limit: int, policy: RetryPolicy, now: datetime | None = None) -> list[ClaimedEvent]:
+def claim(
+    database: Database,
+    *,
+    limit: int,
+    policy: RetryPolicy,
+    now: datetime | None = None,
+    gate: ClaimGate | None = None,
+) -> list[ClaimedEvent]:
+    """Takes up to ``limit`` due events (new ones first), each only if ``gate`` admits it, and leases them."""
     now = now or datetime.now(UTC)
-    due = _due_statement(limit, database.engine.dialect.name == "postgresql")
+    window = limit if gate is None else max(limit, CLAIM_WINDOW)
+    due = _due_statement(window, database.engine.dialect.name == "postgresql")
     claimed: list[ClaimedEvent] = []
     lease_end = now + timedelta(seconds=policy.lease_seconds)
     with database.session() as session:
-        ids = list(session.execute(due, {"now": now}).scalars())
-        for event_id in ids:
-            # The status/lease condition again: on SQLite another process may have claimed it since the
-            # SELECT (on PostgreSQL the row lock already excludes that).
-            result = session.execute(
-                update(MonitorEventRecord)
-                .where(
-                    MonitorEventRecord.id == event_id,
-                    MonitorEventRecord.status.in_(ACTIVE),
-                    MonitorEventRecord.next_attempt_at <= now,
-                )
-                .values(status="sending", next_attempt_at=lease_end, attempts=MonitorEventRecord.attempts + 1)
-            )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
-                continue
-            row = session.execute(
-                select(MonitorEventRecord, MonitorRecord.webhook_url, MonitorRecord.webhook_secret)
-                .join(MonitorRecord, MonitorRecord.id == MonitorEventRecord.monitor_id)
-                .where(MonitorEventRecord.id == event_id)
-            ).one_or_none()
-            if row is None:
-                continue
-            event, url, secret = row
-            claimed.append(
-                ClaimedEvent(
-                    id=event.id,
-                    monitor_id=event.monitor_id,
-                    seq=event.seq,
-                    attempt=event.attempts,
-                    body=event.payload.encode(),
-                    url=url,
-                    secret=secret,
-                    created_at=event.created_at,
-                )
-            )
+        for _ in range(CLAIM_ROUNDS):
+            skip_urls, skip_accounts = gate.excluded() if gate is not None else ((), ())
+            rows = session.execute(
+                due, {"now": now, "skip_urls": list(skip_urls), "skip_accounts": list(skip_accounts)}
+            ).all()
+            for event_id, url, account_id in rows:
+                if len(claimed) >= limit:
+                    break
+                if gate is not None and not gate.admit(Candidate(event_id, url, account_id)):
+                    continue
+                event = _take(session, event_id, now=now, lease_end=lease_end)
+                if event is not None:
+                    claimed.append(event)
+                elif gate is not None:
+                    gate.release(event_id)
+            if gate is None or len(claimed) >= limit or len(rows) < window:
+                break
+            # A full window the gate turned (partly) down: read again without what it has just learned is
+            # full; when it learned nothing, the same rows would come back.
+            after_urls, after_accounts = gate.excluded()
+            if len(after_urls) + len(after_accounts) <= len(skip_urls) + len(skip_accounts):
+                break
     return claimed
+
+
+def _take(session: Session, event_id: str, *, now: datetime, lease_end: datetime) -> ClaimedEvent | None:
+    """Leases one due event in the claim's transaction; None when another sender took it first."""
+    # The status/lease condition again: on SQLite another process may have claimed it since the SELECT (on
+    # PostgreSQL the row lock already excludes that).
+    result = session.execute(
+        update(MonitorEventRecord)
+        .where(
+            MonitorEventRecord.id == event_id,
+            MonitorEventRecord.status.in_(ACTIVE),
+            MonitorEventRecord.next_attempt_at <= now,
+        )
+        .values(status="sending", next_attempt_at=lease_end, attempts=MonitorEventRecord.attempts + 1)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return None
+    row = session.execute(
+        select(MonitorEventRecord, MonitorRecord.webhook_url, MonitorRecord.webhook_secret)
+        .join(MonitorRecord, MonitorRecord.id == MonitorEventRecord.monitor_id)
+        .where(MonitorEventRecord.id == event_id)
+    ).one_or_none()
+    if row is None:
+        return None
+    event, url, secret = row
+    return ClaimedEvent(
+        id=event.id,
+        monitor_id=event.monitor_id,
+        seq=event.seq,
+        attempt=event.attempts,
+        body=event.payload.encode(),
+        url=url,
+        secret=secret,
+        created_at=event.created_at,
+    )
 
 
 def complete(
@@ -229,12 +324,16 @@ def complete(
     return status
 
 
-def next_due(database: Database) -> datetime | None:
-    """When the earliest pending event falls due (the sender sleeps until then, or until woken)."""
+def next_due(database: Database, *, after: datetime | None = None) -> datetime | None:
+    """When the earliest pending event falls due (the sender sleeps until then, or until woken); with ``after``,
+    the earliest falling due later than that (the sender's last claim saw the earlier ones)."""
+    statement = (
+        select(MonitorEventRecord.next_attempt_at)
+        .where(or_(MonitorEventRecord.status == "pending", MonitorEventRecord.status == "sending"))
+        .order_by(MonitorEventRecord.next_attempt_at)
+        .limit(1)
+    )
+    if after is not None:
+        statement = statement.where(MonitorEventRecord.next_attempt_at > after)
     with database.session() as session:
-        return session.execute(
-            select(MonitorEventRecord.next_attempt_at)
-            .where(or_(MonitorEventRecord.status == "pending", MonitorEventRecord.status == "sending"))
-            .order_by(MonitorEventRecord.next_attempt_at)
-            .limit(1)
-        ).scalar_one_or_none()
+        return session.execute(statement).scalar_one_or_none()
