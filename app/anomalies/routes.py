@@ -69,6 +69,7 @@ def detect_series() -> Response:
         "direction": result.direction,
         "warmup_points": result.warmup_points,
         "period": result.period,
+        "out_of_order": series.out_of_order,
     }
     return _headers(json_response(body), anomaly_request.detector, result)
 
@@ -91,5 +92,6 @@ def detect_last() -> Response:
         "direction": result.direction[0],
         "warmup_points": result.warmup_points,
         "period": result.period,
+        "out_of_order": series.out_of_order,
     }
     return _headers(json_response(body), anomaly_request.detector, result)

@@ -13,7 +13,7 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS
+from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, SENSITIVITY_RANGE, confidence_for_sensitivity
 from app.errors import DataValidationError, sentence
 from app.forecast.schemas import FREQUENCY_ISSUE
 from app.series.instants import epoch_seconds
@@ -65,12 +65,21 @@ class AnomalyRequestSchema(Schema):
         metadata={"description": "The nominal spacing of the series; it sets which seasonality is tried."},
     )
     confidence = StrictFloat(
-        load_default=DEFAULT_CONFIDENCE,
+        load_default=None,
         allow_nan=False,
         validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999"),
         metadata={
             "description": "Share of normal points the expected range should hold; higher means a wider range "
-            "and fewer anomalies."
+            "and fewer anomalies. Default 0.99.",
+        },
+    )
+    sensitivity = fields.Integer(
+        load_default=None,
+        strict=True,
+        validate=validate.Range(*SENSITIVITY_RANGE, error="Must be between 0 and 99"),
+        metadata={
+            "description": "Azure's 0-99 scale instead of confidence: higher means a narrower range and more "
+            "anomalies; 99 is confidence 0.99, every 49.5 points lower makes outliers ten times rarer.",
         },
     )
 
@@ -99,6 +108,12 @@ class AnomalyResponseSchema(Schema):
     period = fields.Integer(
         allow_none=True, required=True, metadata={"description": "Seasonality used, in rows; null when none."}
     )
+    out_of_order = fields.List(
+        fields.Integer(),
+        required=True,
+        metadata={"description": "Rows whose timestamp is not after the row before it (a repeated hour, a clock "
+                  "stepping back); they are judged in the order given like every other row."},
+    )
 
 
 class LastPointResponseSchema(Schema):
@@ -111,6 +126,7 @@ class LastPointResponseSchema(Schema):
     direction = fields.String(allow_none=True, required=True)
     warmup_points = fields.Integer(required=True)
     period = fields.Integer(allow_none=True, required=True)
+    out_of_order = fields.List(fields.Integer(), required=True, metadata={"description": "As in POST /anomalies."})
 
 
 _request_schema = AnomalyRequestSchema()
@@ -129,6 +145,15 @@ class AnomalyRequest:
 class CheckedSeries:
     epoch_seconds: Any  # float64 numpy array, UTC seconds
     values: Any  # float64 numpy array
+    out_of_order: list[int]  # rows whose timestamp is not after the row before (judged in the order given)
+
+
+def out_of_order_rows(instants: Any) -> list[int]:
+    import numpy as np
+
+    if len(instants) < 2:
+        return []
+    return (np.flatnonzero(np.diff(instants) <= 0) + 1).tolist()
 
 
 def load_request(body: Any, headers: Mapping[str, str]) -> AnomalyRequest:
@@ -139,13 +164,18 @@ def load_request(body: Any, headers: Mapping[str, str]) -> AnomalyRequest:
         detector = detector.strip()
         if detector not in DETECTOR_IDS:
             problems.append(problem("X-Model-Id", "Must be one of: " + ", ".join(DETECTOR_IDS), detector))
+    if isinstance(body, dict) and body.get("confidence") is not None and body.get("sensitivity") is not None:
+        problems.append(problem("sensitivity", "Give confidence or sensitivity, not both", body["sensitivity"]))
     data = load_object(_request_schema, body, problems)
     series = data["series"][0]
+    confidence = DEFAULT_CONFIDENCE if data["confidence"] is None else data["confidence"]
+    if data["sensitivity"] is not None:
+        confidence = confidence_for_sensitivity(data["sensitivity"])
     return AnomalyRequest(
         timestamps=series["timestamps"],
         values=series["values"],
         data_frequency=data["data_frequency"],
-        confidence=data["confidence"],
+        confidence=confidence,
         detector=detector or DEFAULT_DETECTOR,
     )
 
@@ -175,10 +205,10 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
     instants: Any = []
     if timestamps:
         try:
-            instants = epoch_seconds(timestamps)
+            instants = epoch_seconds(timestamps, increasing=False)
         except TimestampError as exc:
             problems.append(problem("series[0].timestamps", exc.issue, exc.provided, index=exc.index))
     if problems:
         first = problems[0]
         raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=envelope(problems))
-    return CheckedSeries(epoch_seconds=instants, values=floats)
+    return CheckedSeries(epoch_seconds=instants, values=floats, out_of_order=out_of_order_rows(instants))

@@ -21,10 +21,9 @@ from app.azure.schemas import (
     DetectLoadSchema,
     check_series,
     load,
-    sensitivity_to_confidence,
 )
 from app.compute.detect.jobs import ChangePointJob, DetectJob
-from app.compute.detect.results import ChangePointResult, DetectionResult
+from app.compute.detect.results import ChangePointResult, DetectionResult, confidence_for_sensitivity
 from app.compute.detect.streaming import lookback_rows
 from app.errors import ApiError
 from app.services import current_services
@@ -93,7 +92,7 @@ def _detect_job(series: AzureSeries, sensitivity: int, start: int = 0) -> Detect
         epoch_seconds=np.asarray(series.epoch_seconds, dtype=np.float64),
         values=np.asarray(series.values, dtype=np.float64),
         data_frequency=series.data_frequency or "Seconds",
-        confidence=sensitivity_to_confidence(sensitivity),
+        confidence=confidence_for_sensitivity(sensitivity),
         start=start,
         period=series.period,
     )

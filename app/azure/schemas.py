@@ -352,8 +352,3 @@ def _values(points: list[Any]) -> np.ndarray:
         if not math.isfinite(float(value)) or abs(value) > MAX_ABS_VALUE:
             raise AzureError("InvalidSeries", f"The magnitude of 'value' at index {index} in 'series' is too large.")
     raise AssertionError("a defect was found in bulk but not point by point")  # pragma: no cover
-
-
-def sensitivity_to_confidence(sensitivity: int) -> float:
-    """99 -> 0.99 (the service's default); every 49.5 points lower makes outliers ten times rarer."""
-    return 1.0 - 10.0 ** (-4.0 + 2.0 * sensitivity / 99.0)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pays for it
     import numpy as np
 
+    from app.compute.detect.streaming import DetectorState
+
 
 
 @dataclass
@@ -77,19 +79,28 @@ class History:
         self.after_head = stored_count - len(epochs)
 
 
+@dataclass
+class JudgeState:
+    """The default detector's state after the monitor's stored points, at the monitor's ``revision``."""
+
+    revision: int
+    detector: DetectorState
+    size: int
+
+
 class HistoryCache:
-    """LRU of History by monitor id, bounded by the points it holds. Callers read and change an entry only
-    while holding the monitor's lock (MonitorLocks), so entries need no lock of their own."""
+    """LRU of History or JudgeState by monitor id, bounded by the numbers they hold. Callers read and change
+    an entry only while holding the monitor's lock (MonitorLocks), so entries need no lock of their own."""
 
     def __init__(self, *, max_points: int = 4_000_000) -> None:
-        self._entries: OrderedDict[str, History] = OrderedDict()
+        self._entries: OrderedDict[str, History | JudgeState] = OrderedDict()
         # Each entry's size when last put, and their sum: entries grow in place between get and put.
         self._sizes: dict[str, int] = {}
         self._total = 0
         self._max_points = max_points
         self._lock = threading.Lock()
 
-    def get(self, monitor_id: str, revision: int) -> History | None:
+    def get(self, monitor_id: str, revision: int) -> History | JudgeState | None:
         with self._lock:
             entry = self._entries.get(monitor_id)
             if entry is None or entry.revision != revision:
@@ -97,7 +108,7 @@ class HistoryCache:
             self._entries.move_to_end(monitor_id)
             return entry
 
-    def put(self, monitor_id: str, entry: History) -> None:
+    def put(self, monitor_id: str, entry: History | JudgeState) -> None:
         with self._lock:
             self._entries[monitor_id] = entry
             self._entries.move_to_end(monitor_id)

@@ -8,6 +8,7 @@ from typing import Any
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.monitors.schemas import (
     DeliveriesSchema,
+    FeedbackRequestSchema,
     MonitorCreateSchema,
     MonitorListSchema,
     MonitorPatchSchema,
@@ -31,7 +32,8 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
     for name, schema in (("MonitorCreateRequest", MonitorCreateSchema), ("MonitorUpdateRequest", MonitorPatchSchema),
                          ("Monitor", MonitorSchema), ("MonitorList", MonitorListSchema),
                          ("PointsRequest", PointsRequestSchema), ("PointsResponse", PointsResponseSchema),
-                         ("Deliveries", DeliveriesSchema), ("WebhookSecret", SecretSchema)):
+                         ("Deliveries", DeliveriesSchema), ("WebhookSecret", SecretSchema),
+                         ("FeedbackRequest", FeedbackRequestSchema)):
         spec.components.schema(name, schema=schema)
     secured = [{"bearerAuth": []}]
     monitor_id = {"in": "path", "name": "monitor_id", "required": True, "schema": {"type": "string"},
@@ -109,6 +111,14 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             {**json_ok("200", "One entry per sent point, as POST /anomalies answers.", "PointsResponse"),
              **fail("400", "401", "403", "404", "413", "415", "422", "429", "500")},
             body="PointsRequest", parameters=[monitor_id],
+        ),
+    })
+    spec.path(path="/monitors/{monitor_id}/feedback", operations={
+        "post": operation(
+            "markMonitorPointNormal", "Say a stored point is not an anomaly; the detector learns it as normal", "write",
+            {**json_ok("200", "The point, with its feedback; its verdict stays as given.", "Point"),
+             **fail("400", "401", "403", "404", "415", "422", "429", "500")},
+            body="FeedbackRequest", parameters=[monitor_id],
         ),
     })
     spec.path(path="/monitors/{monitor_id}/webhook-secret", operations={

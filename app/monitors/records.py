@@ -1,4 +1,4 @@
-"""The monitor tables (migration 0002): monitors, their judged points, the alert queue and its delivery log."""
+"""The monitor tables (migrations 0002, 0004): monitors, their judged points, the alert queue, its delivery log."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ class MonitorRecord(Base):
     event_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     # Time of the first point of the anomaly run in progress, None when no run is open.
     open_anomaly_epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # Azure's 0-99 scale; when set it decides the range instead of ``confidence``.
+    sensitivity: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Deviations from the expected value below either of these never make an anomaly.
+    min_deviation: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    min_relative_deviation: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class MonitorPointRecord(Base):
@@ -50,6 +55,8 @@ class MonitorPointRecord(Base):
     is_anomaly: Mapped[bool] = mapped_column(Boolean)
     direction: Mapped[str | None] = mapped_column(String(8), nullable=True)
     warmup: Mapped[bool] = mapped_column(Boolean)
+    # "not_anomaly" once a user said so; the detector then learns the point as a normal one.
+    feedback: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class MonitorEventRecord(Base):

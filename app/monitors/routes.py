@@ -15,11 +15,13 @@ from app.monitors import forecasting, service
 from app.monitors.cache import HistoryCache, MonitorLocks
 from app.monitors.queue import RetryPolicy
 from app.monitors.schemas import (
+    FeedbackRequestSchema,
     MonitorCreateSchema,
     MonitorPatchSchema,
     PointsRequestSchema,
     check_points,
     load,
+    point_epoch,
 )
 from app.monitors.sender import DeliverySender
 from app.monitors.service import MonitorRuntime
@@ -40,6 +42,7 @@ MAX_DELIVERIES = 1000
 _create_schema = MonitorCreateSchema()
 _patch_schema = MonitorPatchSchema()
 _points_schema = PointsRequestSchema()
+_feedback_schema = FeedbackRequestSchema()
 
 
 def init_monitors(app: Flask, services: Services, *, start_sender: bool) -> MonitorRuntime:
@@ -196,6 +199,17 @@ def add_points(monitor_id: str) -> Response:
         monitor_id=monitor_id, points=points,
     )
     return jsonify(answer)
+
+
+@bp.post("/monitors/<monitor_id>/feedback")
+@requires("write")
+def feedback(monitor_id: str) -> Response:
+    body = load(_feedback_schema, _json_body())
+    view = service.mark_not_anomaly(
+        database=current_services().database, runtime=_runtime(), account_id=current_key().account_id,
+        monitor_id=monitor_id, epoch=point_epoch(body["timestamp"]),
+    )
+    return jsonify(view)
 
 
 @bp.post("/monitors/<monitor_id>/webhook-secret")

@@ -15,10 +15,10 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate
 
-from app.compute.detect.results import DETECTOR_IDS
+from app.compute.detect.results import DETECTOR_IDS, SENSITIVITY_RANGE
 from app.errors import DataValidationError, InvalidRequest
-from app.series.timestamps import FREQUENCIES
-from app.web.fields import MAX_ABS_VALUE, JsonArray, StrictFloat
+from app.series.timestamps import FREQUENCIES, TIMESTAMP_FORM, UTC_RANGE_ISSUE, outside_utc_range
+from app.web.fields import MAX_ABS_VALUE, JsonArray, StoredText, StrictFloat
 from app.web.validation import problem
 
 DEFAULT_RETENTION = 10_000
@@ -34,8 +34,9 @@ _TIMESTAMP_RE = re.compile(
 )
 
 
-class StrictString(fields.String):
-    """A JSON string only (marshmallow's String is already strict; this also trims and refuses blank)."""
+class StrictString(StoredText):
+    """A JSON string the database can hold (marshmallow's String is already strict; this also trims and refuses
+    blank)."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> str:
         text = super()._deserialize(value, attr, data, **kwargs)
@@ -63,13 +64,33 @@ class MonitorCreateSchema(Schema):
         metadata={"description": "The detector that judges the points, as X-Model-Id on /anomalies; null for "
                   "the default."},
     )
+    sensitivity = fields.Integer(
+        load_default=None,
+        allow_none=True,
+        strict=True,
+        validate=validate.Range(*SENSITIVITY_RANGE, error="Must be between 0 and 99"),
+        metadata={"description": "Azure's 0-99 scale (higher: a narrower range, more anomalies); when set it "
+                  "decides the range instead of confidence. 99 equals confidence 0.99."},
+    )
+    min_deviation = StrictFloat(
+        load_default=0.0,
+        allow_nan=False,
+        validate=validate.Range(min=0, max=MAX_ABS_VALUE, error="Must be between 0 and 1e300"),
+        metadata={"description": "A point closer than this to its expected value is never an anomaly."},
+    )
+    min_relative_deviation = StrictFloat(
+        load_default=0.0,
+        allow_nan=False,
+        validate=validate.Range(0, 100, error="Must be between 0 and 100"),
+        metadata={"description": "As min_deviation, as a share of |expected| (0.1 = 10%)."},
+    )
     retention_points = fields.Integer(
         load_default=DEFAULT_RETENTION,
         strict=True,
         validate=validate.Range(1, MAX_RETENTION, error=f"Must be between 1 and {MAX_RETENTION}"),
         metadata={"description": "Points kept; the oldest are dropped beyond it."},
     )
-    webhook_url = fields.String(
+    webhook_url = StoredText(
         load_default=None,
         allow_none=True,
         metadata={"description": "https URL that receives signed alert events; null for none."},
@@ -84,7 +105,24 @@ class MonitorPatchSchema(Schema):
     confidence = StrictFloat(
         allow_nan=False, validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999")
     )
-    webhook_url = fields.String(allow_none=True, metadata={"description": "null removes the webhook."})
+    webhook_url = StoredText(allow_none=True, metadata={"description": "null removes the webhook."})
+    sensitivity = fields.Integer(
+        allow_none=True,
+        strict=True,
+        validate=validate.Range(*SENSITIVITY_RANGE, error="Must be between 0 and 99"),
+        metadata={"description": "Azure's 0-99 scale (higher: a narrower range, more anomalies); when set it "
+                  "decides the range instead of confidence. 99 equals confidence 0.99."},
+    )
+    min_deviation = StrictFloat(
+        allow_nan=False,
+        validate=validate.Range(min=0, max=MAX_ABS_VALUE, error="Must be between 0 and 1e300"),
+        metadata={"description": "A point closer than this to its expected value is never an anomaly."},
+    )
+    min_relative_deviation = StrictFloat(
+        allow_nan=False,
+        validate=validate.Range(0, 100, error="Must be between 0 and 100"),
+        metadata={"description": "As min_deviation, as a share of |expected| (0.1 = 10%)."},
+    )
 
 
 class PointsRequestSchema(Schema):
@@ -131,6 +169,10 @@ class PointSchema(Schema):
     is_anomaly = fields.Boolean(required=True)
     direction = fields.String(allow_none=True, required=True)
     warmup = fields.Boolean(required=True)
+    feedback = fields.String(
+        allow_none=True, required=True,
+        metadata={"description": "\"not_anomaly\" once a user said so (POST /monitors/{id}/feedback); else null."},
+    )
 
 
 class ForecastSchema(Schema):
@@ -147,6 +189,9 @@ class MonitorSchema(Schema):
     name = fields.String(required=True)
     data_frequency = fields.String(required=True)
     confidence = fields.Float(required=True)
+    sensitivity = fields.Integer(allow_none=True, required=True)
+    min_deviation = fields.Float(required=True)
+    min_relative_deviation = fields.Float(required=True)
     model = fields.String(required=True)
     retention_points = fields.Integer(required=True)
     webhook_url = fields.String(allow_none=True, required=True)
@@ -228,6 +273,17 @@ def _epoch_seconds(text: str) -> int:
     return math.floor(moment.timestamp())
 
 
+def point_epoch(text: Any) -> int:
+    """The whole second that identifies a stored point, from a timestamp in the points' form; 422 otherwise."""
+    if not isinstance(text, str) or not _TIMESTAMP_RE.fullmatch(text):
+        raise _reject("invalid timestamp format", "timestamp", text,
+                      expected="YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM]")
+    try:
+        return _epoch_seconds(text)
+    except (ValueError, OverflowError):
+        raise _reject("invalid timestamp", "timestamp", text) from None
+
+
 def _reject(issue: str, field: str, provided: Any, **extra: Any) -> DataValidationError:
     return DataValidationError(f"Invalid points: {issue}.", details=problem(field, issue, provided, **extra))
 
@@ -247,7 +303,7 @@ def check_points(timestamps: list[Any], values: list[Any], *, max_points: int) -
     for index, (text, value) in enumerate(zip(timestamps, values, strict=True)):
         match = _TIMESTAMP_RE.fullmatch(text) if isinstance(text, str) else None
         if match is None:
-            raise _reject("invalid timestamp format", "timestamps", text, index=index)
+            raise _reject("invalid timestamp format", "timestamps", text, index=index, expected=TIMESTAMP_FORM)
         suffix = match.group(1) or ""
         this_form = "Z" if suffix == "Z" else ("offset" if suffix else "naive")
         if form is None:
@@ -257,7 +313,10 @@ def check_points(timestamps: list[Any], values: list[Any], *, max_points: int) -
         try:
             epoch = _epoch_seconds(text)
         except (ValueError, OverflowError):
-            raise _reject("invalid timestamp format", "timestamps", text, index=index) from None
+            raise _reject("invalid timestamp format", "timestamps", text, index=index, expected=TIMESTAMP_FORM) \
+                from None
+        if outside_utc_range(text):  # stored as epoch seconds, it could never be written back as a date
+            raise _reject(UTC_RANGE_ISSUE, "timestamps", text, index=index)
         if epochs and epoch <= epochs[-1]:
             raise _reject("timestamps must be strictly increasing (whole seconds identify a point)", "timestamps",
                           text, index=index)
@@ -276,3 +335,17 @@ def check_points(timestamps: list[Any], values: list[Any], *, max_points: int) -
                           index=index, maximum=MAX_ABS_VALUE)
         floats.append(number)
     return IncomingPoints(epochs=epochs, texts=list(timestamps), values=floats)
+
+
+class FeedbackRequestSchema(Schema):
+    class Meta:
+        unknown = "exclude"
+
+    timestamp = fields.String(
+        required=True, metadata={"description": "A stored point's timestamp, as sent with the point."}
+    )
+    is_anomaly = fields.Boolean(
+        required=True,
+        validate=validate.Equal(False, error="Must be false: only 'not an anomaly' is taken"),
+        metadata={"description": "false: the point is normal; the detector learns it as such from now on."},
+    )

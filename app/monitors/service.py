@@ -23,30 +23,33 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from app.compute.detect import jobs as detect_jobs
 from app.compute.detect.jobs import DetectJob
-from app.compute.detect.results import DEFAULT_DETECTOR, DetectionResult
+from app.compute.detect.results import DEFAULT_DETECTOR, DetectionResult, confidence_for_sensitivity
+from app.compute.detect.streaming import WARMUP, StreamingDetector, lookback_rows
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
 from app.db import Database
 from app.errors import DataValidationError, InternalError, NotFound
 from app.monitors import queue
-from app.monitors.cache import History, HistoryCache, MonitorLocks
+from app.monitors.cache import History, HistoryCache, JudgeState, MonitorLocks
 from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorPointRecord, MonitorRecord
 from app.monitors.schemas import IncomingPoints
 from app.monitors.webhooks import new_secret
+from app.series.frequencies import MAX_PERIOD_ROWS
 
-# The history sent with new points. A detector reads the series' first rows (its nominal spacing) and a
-# bounded look-back; when the detector module publishes that look-back (HISTORY_ROWS), the first HEAD_ROWS
-# points plus the last HISTORY_ROWS are sent, else every retained point, so a monitor's verdict is always
-# what POST /anomalies gives for the monitor's retained points.
+# anomaly-model-2 (the rolling median) reads the series' first rows (its nominal spacing) and the last
+# rows before each judged one: the first HEAD_ROWS points plus the last TAIL_ROWS are sent with new points.
 HEAD_ROWS = 16
+TAIL_ROWS = 64
+NOT_ANOMALY = "not_anomaly"
+# anomaly-model-1 keeps its state in this process; after a restart (or another process's write) the state is
+# rebuilt from the last REBUILD_ROWS stored points, all a row's verdict can depend on at the longest season.
+REBUILD_ROWS = lookback_rows(MAX_PERIOD_ROWS)
 
 
 def tail_rows(monitor: MonitorState) -> int:
-    published = getattr(detect_jobs, "HISTORY_ROWS", None)
-    if isinstance(published, int) and published > 0:
-        return min(published, monitor.retention_points)
-    return monitor.retention_points
+    return min(TAIL_ROWS, monitor.retention_points)
+
+
 # A saturated pool is a moment's queue, not a failure of the write: retry for this long before a 500.
 POOL_BUSY_PATIENCE_SECONDS = 30.0
 APPEND_ATTEMPTS = 5
@@ -90,6 +93,17 @@ class MonitorState:
     revision: int
     event_seq: int
     open_anomaly_epoch: int | None
+    sensitivity: int | None
+    min_deviation: float
+    min_relative_deviation: float
+
+    def detector(self) -> StreamingDetector:
+        confidence = self.confidence if self.sensitivity is None else confidence_for_sensitivity(self.sensitivity)
+        return StreamingDetector(
+            data_frequency=self.data_frequency,
+            confidence=confidence,
+            floor=(self.min_deviation, self.min_relative_deviation),
+        )
 
 
 _STATE_COLUMNS = [MonitorRecord.__table__.c[name] for name in MonitorState.__dataclass_fields__]
@@ -146,6 +160,7 @@ def point_view(point: MonitorPointRecord) -> dict[str, Any]:
         "is_anomaly": point.is_anomaly,
         "direction": point.direction,
         "warmup": point.warmup,
+        "feedback": point.feedback,
     }
 
 
@@ -155,6 +170,9 @@ def monitor_view(monitor: MonitorRecord, *, last_timestamp: str | None) -> dict[
         "name": monitor.name,
         "data_frequency": monitor.data_frequency,
         "confidence": monitor.confidence,
+        "sensitivity": monitor.sensitivity,
+        "min_deviation": monitor.min_deviation,
+        "min_relative_deviation": monitor.min_relative_deviation,
         "model": monitor.model or DEFAULT_DETECTOR,
         "retention_points": monitor.retention_points,
         "webhook_url": monitor.webhook_url,
@@ -228,7 +246,10 @@ def history_for_forecast(
     with database.session() as session:
         monitor = _owned(session, account_id=account_id, monitor_id=monitor_id)
         rows = _last_points(session, monitor_id, max_points)
-    return monitor, [p.epoch for p in rows], [p.timestamp for p in rows], [p.value for p in rows]
+    # The forecast ahead starts from what the monitor judged normal: a flagged point counts as its expected
+    # value, so one spike at the end does not send the forecast up (unless a user said it was normal).
+    values = [p.expected if p.is_anomaly and p.feedback != NOT_ANOMALY else p.value for p in rows]
+    return monitor, [p.epoch for p in rows], [p.timestamp for p in rows], values
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -243,6 +264,9 @@ def create_monitor(*, database: Database, account_id: str, fields: dict[str, Any
         name=fields["name"],
         data_frequency=fields["data_frequency"],
         confidence=fields["confidence"],
+        sensitivity=fields.get("sensitivity"),
+        min_deviation=fields.get("min_deviation", 0.0),
+        min_relative_deviation=fields.get("min_relative_deviation", 0.0),
         model=fields.get("model"),
         retention_points=fields["retention_points"],
         webhook_url=fields.get("webhook_url"),
@@ -268,12 +292,33 @@ def update_monitor(*, database: Database, account_id: str, monitor_id: str, chan
                                                                                                           Any]:
     with database.session() as session:
         monitor = _owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
-        for name in ("name", "confidence", "webhook_url"):
+        for name in ("name", "confidence", "webhook_url", "sensitivity", "min_deviation", "min_relative_deviation"):
             if name in changes:
                 setattr(monitor, name, changes[name])
         monitor.updated_at = _now()
         session.flush()
         return describe_monitor(session, monitor, points=0)
+
+
+def mark_not_anomaly(
+    *, database: Database, runtime: MonitorRuntime, account_id: str, monitor_id: str, epoch: int
+) -> dict[str, Any]:
+    """Records a user's "not an anomaly" on a stored point. Its verdict stays as it was given; the detector
+    learns the point as normal from now on: the monitor's revision moves, so every process rebuilds its
+    state from the stored points with this one among the normal ones."""
+    with runtime.locks.lock_for(monitor_id), database.session() as session:
+        monitor = _owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
+        point = session.get(MonitorPointRecord, (monitor_id, epoch))
+        if point is None:
+            raise NotFound("No stored point at that timestamp.",
+                           details={"field": "timestamp", "issue": "no stored point", "provided": _epoch_text(epoch)})
+        point.feedback = NOT_ANOMALY
+        monitor.revision += 1
+        monitor.updated_at = _now()
+        session.flush()
+        view = point_view(point)
+    runtime.cache.drop(monitor_id)
+    return view
 
 
 def rotate_secret(*, database: Database, account_id: str, monitor_id: str) -> str:
@@ -480,22 +525,27 @@ def _append_once(
                 new_texts = points.texts[split:]
                 verdicts: list[_Verdict] = []
                 period: int | None = None
-                history: History | None = None
+                judged: History | JudgeState | None = None
                 if new_epochs:
-                    history = runtime.cache.get(monitor.id, monitor.revision)
-                    if history is None or not history.usable(tail_rows(monitor)):
-                        history = _load_history(session, monitor)
-                    verdicts, period = _judge_new(pool, monitor, history, new_epochs, new_values)
+                    if (monitor.model or DEFAULT_DETECTOR) == DEFAULT_DETECTOR:
+                        judged = _judge_state(session, runtime, monitor)
+                        verdicts, period = _judge_streaming(monitor, judged, new_epochs, new_values)
+                    else:
+                        judged = runtime.cache.get(monitor.id, monitor.revision)
+                        if not isinstance(judged, History) or not judged.usable(tail_rows(monitor)):
+                            judged = _load_history(session, monitor)
+                        verdicts, period = _judge_new(pool, monitor, judged, new_epochs, new_values)
                     with runtime.write_lock or nullcontext():
                         events_added = _store(session, monitor, new_epochs, new_texts, new_values, verdicts,
-                                              history)
+                                              judged)
                         session.commit()
         except BaseException:
-            # _store changes the cached history in place; a transaction that did not commit leaves it wrong.
+            # Judging and _store change the cached state in place; a transaction that did not commit leaves it
+            # wrong.
             runtime.cache.drop(monitor_id)
             raise
-        if history is not None:
-            runtime.cache.put(monitor_id, history)
+        if judged is not None:
+            runtime.cache.put(monitor_id, judged)
     if events_added:
         runtime.sender.notify()
     return _points_answer(monitor, old_records, new_texts, new_values, verdicts, period)
@@ -540,6 +590,50 @@ def _judge_new(
     return verdicts, result.period
 
 
+def _judge_state(session: Session, runtime: MonitorRuntime, monitor: MonitorState) -> JudgeState:
+    """The detector's state after the stored points: this process's own, or rebuilt from the last
+    REBUILD_ROWS stored points (feedback included) when another process wrote since, or after a restart."""
+    cached = runtime.cache.get(monitor.id, monitor.revision)
+    if isinstance(cached, JudgeState):
+        return cached
+    rows = list(
+        session.execute(
+            select(MonitorPointRecord.epoch, MonitorPointRecord.value, MonitorPointRecord.feedback)
+            .where(MonitorPointRecord.monitor_id == monitor.id)
+            .order_by(MonitorPointRecord.epoch.desc())
+            .limit(REBUILD_ROWS)
+        )
+    )
+    rows.reverse()
+    detector = monitor.detector()
+    state = detector.initial_state()
+    detector.update(state, [float(r[0]) for r in rows], [float(r[1]) for r in rows],
+                    normal=[r[2] == NOT_ANOMALY for r in rows])
+    return JudgeState(revision=monitor.revision, detector=state, size=StreamingDetector.size(state))
+
+
+def _judge_streaming(
+    monitor: MonitorState, judged: JudgeState, epochs: list[int], values: list[float]
+) -> tuple[list[_Verdict], int | None]:
+    state = judged.detector
+    before = state.rows
+    result = monitor.detector().update(state, [float(e) for e in epochs], values)
+    judged.size = StreamingDetector.size(state)
+    verdicts = [
+        _Verdict(
+            expected=result.expected[i],
+            lower=result.lower[i],
+            upper=result.upper[i],
+            score=result.score[i],
+            is_anomaly=result.is_anomaly[i],
+            direction=result.direction[i],
+            warmup=before + i < WARMUP,
+        )
+        for i in range(len(epochs))
+    ]
+    return verdicts, state.period or None
+
+
 def _store(
     session: Session,
     monitor: MonitorState,
@@ -547,7 +641,7 @@ def _store(
     texts: list[str],
     values: list[float],
     verdicts: list[_Verdict],
-    history: History,
+    judged: History | JudgeState,
 ) -> bool:
     """Writes the judged points, the events they raise, retention, and the monitor's new state; updates
     ``history`` in place to the new revision (the caller caches it only once this transaction commits)."""
@@ -615,7 +709,9 @@ def _store(
                    "sequence": event_seq, "created_at": _iso(now), **extra}
         queue.enqueue(session, monitor_id=monitor.id, webhook_url=monitor.webhook_url or "", seq=event_seq, kind=kind,
                       payload=payload, now=now)
-    history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=tail_rows(monitor))
+    history = judged if isinstance(judged, History) else None
+    if history is not None:
+        history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=tail_rows(monitor))
     if dropped:
         oldest = (
             select(MonitorPointRecord.epoch)
@@ -644,8 +740,9 @@ def _store(
         session.execute(
             table.update().where(table.c.id == monitor.id).values(first_epoch=head[0][0] if head else None)
         )
-        history.replace_head([int(e) for e, _ in head], [float(v) for _, v in head], stored_after - dropped)
-    history.revision = old_revision + 1
+        if history is not None:
+            history.replace_head([int(e) for e, _ in head], [float(v) for _, v in head], stored_after - dropped)
+    judged.revision = old_revision + 1
     monitor.revision = old_revision + 1
     monitor.point_count = stored_after - dropped
     monitor.last_epoch = epochs[-1]

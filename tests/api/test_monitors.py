@@ -3,6 +3,8 @@ POST /anomalies, idempotent retries, conflicts, retention, concurrent writers, f
 
 from __future__ import annotations
 
+import math
+import random
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -437,3 +439,102 @@ def test_many_writers_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
     finally:
         services_of(app).close()
         drop_all_tables(postgres_url)  # the session's database is shared with other modules' tests
+
+
+def hourly_points(values: list[float]) -> tuple[list[str], list[float]]:
+    stamps = [f"2026-02-{1 + i // 24:02d}T{i % 24:02d}:00:00Z" for i in range(len(values))]
+    return stamps, values
+
+
+def daily_wave(count: int) -> list[float]:
+    return [120 + 60 * math.sin(2 * math.pi * (i + 16) / 24) + 3 * math.sin(i * 1.7) for i in range(count)]
+
+
+def test_spikes_then_a_drop_one_point_at_a_time(client: FlaskClient, keys: dict, monitor_app: Flask) -> None:
+    monitor = create(client, keys["owner"], data_frequency="Hours")
+    values = daily_wave(400)
+    for row in (150, 151, 300):
+        values[row] += 600
+    values[350] = 53.0
+    stamps, values = hourly_points(values)
+    answers = [post_points(client, keys["owner"], monitor["id"], stamps[i : i + 1], values[i : i + 1]).get_json()
+               for i in range(400)]
+    flagged = [i for i, answer in enumerate(answers) if answer["is_anomaly"][0]]
+    assert flagged == [150, 151, 300, 350]
+    width = [answer["upper_bound"][0] - answer["expected"][0] for answer in answers]
+    assert width[154] <= 1.5 * width[149] and width[303] <= 1.5 * width[299]
+    # One point at a time gives what the whole series gives at once.
+    whole = client.post("/anomalies", headers=keys["owner"],
+                        json={"series": [{"timestamps": stamps, "values": values}], "data_frequency": "Hours"})
+    assert [answer["anomaly_score"][0] for answer in answers] == whole.get_json()["anomaly_score"]
+    # The forecast ahead starts from what was judged normal: the flagged points count as their expected values.
+    view = client.get(f"/monitors/{monitor['id']}?points=0&horizon=3&model=forecast-model-2",
+                      headers=keys["owner"]).get_json()
+    assert view["forecast"]["median"][0] > 100
+
+
+def test_a_restarted_process_rebuilds_the_state_from_the_stored_points(
+    client: FlaskClient, keys: dict, monitor_app: Flask
+) -> None:
+    monitor = create(client, keys["owner"], data_frequency="Hours")
+    stamps, values = hourly_points(daily_wave(300))
+    post_points(client, keys["owner"], monitor["id"], stamps[:250], values[:250])
+    monitor_app.extensions["monitors"].cache.drop(monitor["id"])  # what a restart or another process sees
+    after = post_points(client, keys["owner"], monitor["id"], stamps[250:], values[250:]).get_json()
+    whole = client.post("/anomalies", headers=keys["owner"],
+                        json={"series": [{"timestamps": stamps, "values": values}], "data_frequency": "Hours"})
+    assert after["anomaly_score"] == whole.get_json()["anomaly_score"][250:]
+
+
+def test_sensitivity_and_minimum_deviation(client: FlaskClient, keys: dict) -> None:
+    noise = random.Random(1)
+    values = [100.0 + noise.gauss(0, 0.5) for _ in range(200)]
+    values[150] = 102.0  # outside the default range, inside the widest (sensitivity 0)
+    stamps, values = hourly_points(values)
+    plain = create(client, keys["owner"], data_frequency="Hours")
+    quiet = create(client, keys["owner"], data_frequency="Hours", min_deviation=10)
+    relative = create(client, keys["owner"], data_frequency="Hours", min_relative_deviation=0.1)
+    dull = create(client, keys["owner"], data_frequency="Hours", sensitivity=0)
+    assert quiet["min_deviation"] == 10 and dull["sensitivity"] == 0 and plain["sensitivity"] is None
+    flags = {name: post_points(client, keys["owner"], m["id"], stamps, values).get_json()["is_anomaly"][150]
+             for name, m in (("plain", plain), ("quiet", quiet), ("relative", relative), ("dull", dull))}
+    assert flags == {"plain": True, "quiet": False, "relative": False, "dull": False}
+    changed = client.patch(f"/monitors/{plain['id']}", headers=keys["owner"], json={"min_deviation": 2.5})
+    assert changed.status_code == 200 and changed.get_json()["min_deviation"] == 2.5
+    bad = client.patch(f"/monitors/{plain['id']}", headers=keys["owner"], json={"sensitivity": 120})
+    assert bad.status_code == 400 and bad.get_json()["error"]["details"]["field"] == "sensitivity"
+
+
+def test_feedback_marks_a_point_normal_and_the_detector_learns_it(client: FlaskClient, keys: dict) -> None:
+    noise, rng_walk = random.Random(5), [100.0]
+    for i in range(1, 300):  # a random walk (the last value predicts it best) that steps up at row 200
+        rng_walk.append(rng_walk[-1] + noise.gauss(0, 1) + (60 if i == 200 else 0))
+    stamps, values = hourly_points(rng_walk)
+    told = create(client, keys["owner"], data_frequency="Hours", name="told")
+    untold = create(client, keys["owner"], data_frequency="Hours", name="untold")
+    for monitor in (told, untold):
+        first = post_points(client, keys["owner"], monitor["id"], stamps[:201], values[:201]).get_json()
+        assert first["is_anomaly"][200]
+    answer = client.post(f"/monitors/{told['id']}/feedback", headers=keys["owner"],
+                         json={"timestamp": stamps[200], "is_anomaly": False})
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    point = answer.get_json()
+    assert point["feedback"] == "not_anomaly" and point["is_anomaly"]  # the verdict given stands
+    rest_told = post_points(client, keys["owner"], told["id"], stamps[201:], values[201:]).get_json()
+    rest_untold = post_points(client, keys["owner"], untold["id"], stamps[201:], values[201:]).get_json()
+    assert rest_untold["is_anomaly"][0] and not rest_told["is_anomaly"][0]
+    shown = client.get(f"/monitors/{told['id']}?points=100", headers=keys["owner"]).get_json()["points"]
+    assert [p["feedback"] for p in shown if p["timestamp"] == stamps[200]] == ["not_anomaly"]
+    # Bad feedback changes nothing and says why.
+    missing = client.post(f"/monitors/{told['id']}/feedback", headers=keys["owner"],
+                          json={"timestamp": "2030-01-01T00:00:00Z", "is_anomaly": False})
+    assert missing.status_code == 404
+    wrong = client.post(f"/monitors/{told['id']}/feedback", headers=keys["owner"],
+                        json={"timestamp": stamps[10], "is_anomaly": True})
+    assert wrong.status_code == 400 and wrong.get_json()["error"]["details"]["field"] == "is_anomaly"
+    garbled = client.post(f"/monitors/{told['id']}/feedback", headers=keys["owner"],
+                          json={"timestamp": "yesterday", "is_anomaly": False})
+    assert garbled.status_code == 422
+    reader = client.post(f"/monitors/{told['id']}/feedback", headers=keys["reader"],
+                         json={"timestamp": stamps[10], "is_anomaly": False})
+    assert reader.status_code == 403

@@ -8,6 +8,13 @@ DEFAULT_DETECTOR = "anomaly-model-1"
 # The simpler detector answers when the default one fails; it can also be asked for by name.
 FALLBACK_DETECTOR = "anomaly-model-2"
 DETECTOR_IDS: tuple[str, ...] = (DEFAULT_DETECTOR, FALLBACK_DETECTOR)
+SENSITIVITY_RANGE = (0, 99)
+
+
+def confidence_for_sensitivity(sensitivity: int) -> float:
+    """Azure's 0-99 sensitivity as the range's confidence: 99 is 0.99 (the default range); every 49.5
+    points lower makes the range hold ten times fewer outliers (0 is 0.9999). Higher means more anomalies."""
+    return 1.0 - 10.0 ** (-4.0 + 2.0 * sensitivity / 99.0)
 
 
 @dataclass(frozen=True)

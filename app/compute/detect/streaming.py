@@ -35,6 +35,7 @@ normal rows. ``floor`` is a least half-width (a monitor's minimum deviation).
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -77,9 +78,14 @@ class Verdicts:
     direction: list[str | None] = field(default_factory=list)
 
 
+def _floats() -> array:
+    return array("d")
+
+
 @dataclass
 class DetectorState:
-    """Everything the detector remembers between rows; bounded by lookback_rows(period) numbers."""
+    """Everything the detector remembers between rows; bounded by lookback_rows(period) numbers, held in
+    typed arrays (8 bytes a number) because a server keeps one state per monitor."""
 
     rows: int = 0
     warm_times: list[float] = field(default_factory=list)
@@ -87,15 +93,16 @@ class DetectorState:
     origin: float = 0.0
     step: float = 0.0
     period: int = 0
-    slot_ids: list[int] = field(default_factory=list)  # ring of 3 seasons + 2, by slot
-    slot_values: list[float] = field(default_factory=list)
+    slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2, by slot
+    slot_values: array = field(default_factory=_floats)
     last_slot: int = 0
     last: float = 0.0  # last value as the short-term predictors see it
     local: list[float] = field(default_factory=list)
-    errors_sorted: list[float] = field(default_factory=list)
-    errors_ring: list[float] = field(default_factory=list)
+    errors_sorted: array = field(default_factory=_floats)
+    errors_ring: array = field(default_factory=_floats)
     errors_next: int = 0
-    chooser_ring: list[tuple[float | None, ...]] = field(default_factory=list)
+    chooser_ring: array = field(default_factory=_floats)  # _PREDICTORS errors a row, NaN where none
+    chooser_rows: int = 0
     chooser_next: int = 0
     chooser_sum: list[float] = field(default_factory=lambda: [0.0] * _PREDICTORS)
     chooser_count: list[int] = field(default_factory=lambda: [0] * _PREDICTORS)
@@ -123,6 +130,11 @@ class StreamingDetector:
 
     def initial_state(self) -> DetectorState:
         return DetectorState()
+
+    @staticmethod
+    def size(state: DetectorState) -> int:
+        """Numbers the state holds (what a cache of states is bounded by)."""
+        return len(state.errors_ring) * 2 + len(state.chooser_ring) + len(state.slot_ids) * 2 + LOCAL_ROWS
 
     def update(
         self,
@@ -193,8 +205,8 @@ class StreamingDetector:
         st.period = period
         if period:
             size = 3 * period + 2
-            st.slot_ids = [-(1 << 62)] * size
-            st.slot_values = [0.0] * size
+            st.slot_ids = array("q", [-(1 << 62)]) * size
+            st.slot_values = array("d", [0.0]) * size
             for moment, value in zip(times, st.warm_values, strict=True):
                 self._remember_season(st, moment, value)
         st.warm_times, st.warm_values = [], []
@@ -223,7 +235,7 @@ class StreamingDetector:
         return predictions
 
     def _choose(self, st: DetectorState, predictions: list[float | None]) -> int:
-        scored = len(st.chooser_ring)
+        scored = st.chooser_rows
         needed = min(scored, max(st.period, LOCAL_ROWS))
         best, best_error = _LAST, math.inf
         for j, prediction in enumerate(predictions):
@@ -295,16 +307,20 @@ class StreamingDetector:
         insort(st.errors_sorted, error)
 
     def _push_choice(self, st: DetectorState, errors: tuple[float | None, ...]) -> None:
-        if len(st.chooser_ring) < CHOOSER_ROWS:
-            st.chooser_ring.append(errors)
+        ring = st.chooser_ring
+        if st.chooser_rows < CHOOSER_ROWS:
+            ring.extend(math.nan if error is None else error for error in errors)
+            st.chooser_rows += 1
         else:
-            oldest = st.chooser_ring[st.chooser_next]
-            st.chooser_ring[st.chooser_next] = errors
-            st.chooser_next = (st.chooser_next + 1) % CHOOSER_ROWS
-            for j, error in enumerate(oldest):
-                if error is not None:
-                    st.chooser_sum[j] -= error
+            base = st.chooser_next * _PREDICTORS
+            for j in range(_PREDICTORS):
+                oldest = ring[base + j]
+                if oldest == oldest:  # not NaN: the predictor had a value then
+                    st.chooser_sum[j] -= oldest
                     st.chooser_count[j] -= 1
+                error = errors[j]
+                ring[base + j] = math.nan if error is None else error
+            st.chooser_next = (st.chooser_next + 1) % CHOOSER_ROWS
         for j, error in enumerate(errors):
             if error is not None:
                 st.chooser_sum[j] += error
