@@ -120,11 +120,15 @@ class StreamingDetector:
         confidence: float = 0.99,
         period: int | None = None,
         floor: tuple[float, float] = (0.0, 0.0),
+        margin: float = BAND_MARGIN,
+        top_rank: int = TOP_RANK,
     ) -> None:
         """``period`` in rows overrides the season data_frequency suggests (0: none); ``floor`` is
-        (absolute, relative to |expected|): the range is never narrower than either."""
+        (absolute, relative to |expected|): the range is never narrower than either. ``margin`` and
+        ``top_rank`` are the two constants chosen by leave-one-category-out (the benchmark varies them)."""
         self.data_frequency = data_frequency
-        self.stretch = BAND_MARGIN * stretch_for(confidence)
+        self.stretch = margin * stretch_for(confidence)
+        self.top_rank = top_rank
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
 
@@ -251,7 +255,7 @@ class StreamingDetector:
         errors = st.errors_sorted
         if not errors:
             return 0.0
-        rank = min(TOP_RANK, max(1, len(errors) // ROWS_PER_RANK))
+        rank = min(self.top_rank, max(1, len(errors) // ROWS_PER_RANK))
         return errors[len(errors) - rank]
 
     # -------------------------------------------------------------------------------------- learning
