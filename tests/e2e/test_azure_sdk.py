@@ -76,6 +76,20 @@ def test_entire_series(client: AnomalyDetectorClient) -> None:
     assert all(m >= 0 for m in result.upper_margins + result.lower_margins)
 
 
+def test_sensitivity_moves_the_margins_and_the_verdicts(client: AnomalyDetectorClient) -> None:
+    series = daily_points(120, spike_at=100)
+    answers = {
+        level: client.detect_univariate_entire_series(
+            options=UnivariateDetectionOptions(series=series, granularity=TimeGranularity.DAILY, sensitivity=level)
+        )
+        for level in (0, 50, 99)
+    }
+    margins = {level: sum(answer.upper_margins[20:]) for level, answer in answers.items()}
+    assert margins[0] > margins[50] > margins[99]  # lower sensitivity: wider margins
+    flags = {level: sum(answer.is_anomaly) for level, answer in answers.items()}
+    assert flags[0] <= flags[50] <= flags[99] and answers[0].is_anomaly[100]
+
+
 def test_last_point(client: AnomalyDetectorClient) -> None:
     options = UnivariateDetectionOptions(series=daily_points(60, spike_at=59), granularity=TimeGranularity.DAILY)
     result = client.detect_univariate_last_point(options=options)
