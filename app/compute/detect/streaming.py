@@ -19,11 +19,13 @@ How a row is judged (docs/anomalies.md says why each part is there):
    in a history shorter than 32 * TOP_RANK rows one rank is used per 32 rows. ``confidence`` stretches the
    range as a normal distribution would (1 at 0.99).
 3. Score. r = distance from ``expected`` / half-width; score = r^2 / (1 + r^2): 0.5 exactly on the edge of
-   the range, still rising far outside it. ``is_anomaly`` is score >= 0.5.
+   the range, still rising far outside it. ``is_anomaly`` is score >= 0.5. One incident is one anomaly: a
+   deviation no larger than one flagged on the same side in the last QUIET_ROWS rows is not news, and
+   scores just below 0.5 (it still counts as deviant for part 4).
 4. Robust to what it flags. A flagged row does not enter the short-term predictors (last value, local
    mean): they see ``expected`` instead, so the return to normal after a spike is judged against normal.
    After REANCHOR_ROWS flagged rows in a row on the same side the new level is adopted: those rows' real
-   values replace the stand-ins, so a deploy that doubled traffic alarms REANCHOR_ROWS times, not forever.
+   values replace the stand-ins, so a deploy that doubled traffic is flagged once, then is the new normal.
    Seasonal memory keeps real values (a daily pattern that changes is learnt the next day; the median of
    three seasons keeps a one-off spike from echoing a day later), and every error enters the scale window,
    where one rank per incident is all it can take.
@@ -53,8 +55,10 @@ CHOOSER_ROWS = 288  # errors that choose the predictor: a day of five-minute row
 CHOOSER_POWER = 0.25
 LOCAL_ROWS = 8
 REANCHOR_ROWS = 3
+QUIET_ROWS = 48  # one incident, one anomaly: how long a flagged deviation stays the news
 _Z99 = NormalDist().inv_cdf(0.995)
 _PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
+_JUST_BELOW = math.nextafter(0.5, 0.0)  # the score of a deviation that is part of an incident already flagged
 _LAST = 3
 
 
@@ -108,6 +112,9 @@ class DetectorState:
     chooser_count: list[int] = field(default_factory=lambda: [0] * _PREDICTORS)
     run_side: int = 0
     run: list[tuple[float, float]] = field(default_factory=list)  # (time, value) of the current flagged run
+    # The last QUIET_ROWS rows' deviations beyond the range, signed (+ above, - below), 0 for a row inside it.
+    recent_flags: array = field(default_factory=_floats)
+    recent_next: int = 0
 
 
 class StreamingDetector:
@@ -138,7 +145,8 @@ class StreamingDetector:
     @staticmethod
     def size(state: DetectorState) -> int:
         """Numbers the state holds (what a cache of states is bounded by)."""
-        return len(state.errors_ring) * 2 + len(state.chooser_ring) + len(state.slot_ids) * 2 + LOCAL_ROWS
+        return (len(state.errors_ring) * 2 + len(state.chooser_ring) + len(state.slot_ids) * 2 + LOCAL_ROWS
+                + QUIET_ROWS)
 
     def update(
         self,
@@ -176,9 +184,27 @@ class StreamingDetector:
         lifted = ratio * ratio
         score = 1.0 if math.isinf(lifted) else lifted / (1.0 + lifted)
         flagged = score >= 0.5
-        _emit(out, expected, expected - halfwidth, expected + halfwidth, score, flagged,
-              ("up" if residual > 0 else "down") if flagged else None)
+        news = flagged and not self._seen_lately(st, residual)
+        if flagged and not news:
+            score = _JUST_BELOW
+        _emit(out, expected, expected - halfwidth, expected + halfwidth, score, news,
+              ("up" if residual > 0 else "down") if news else None)
+        self._remember_flag(st, residual if flagged else 0.0)
         self._learn(st, moment, value, expected, halfwidth, predictions, flagged and not normal)
+
+    def _seen_lately(self, st: DetectorState, residual: float) -> bool:
+        """Whether a deviation on the same side at least as large was flagged in the last QUIET_ROWS rows:
+        then this one is part of the same incident, not news (it still counts as deviant when learning)."""
+        if residual > 0:
+            return any(earlier >= residual for earlier in st.recent_flags)
+        return any(earlier <= residual for earlier in st.recent_flags)
+
+    def _remember_flag(self, st: DetectorState, deviation: float) -> None:
+        if len(st.recent_flags) < QUIET_ROWS:
+            st.recent_flags.append(deviation)
+        else:
+            st.recent_flags[st.recent_next] = deviation
+            st.recent_next = (st.recent_next + 1) % QUIET_ROWS
 
     def _warm_up(self, st: DetectorState, moment: float, value: float) -> None:
         if st.rows:
