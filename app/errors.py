@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from flask import Flask, Response, current_app, g, jsonify
+from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger("app.errors")
@@ -35,6 +36,20 @@ class InvalidRequest(ApiError):
 
 class PayloadTooLarge(InvalidRequest):
     status = 413
+
+    @classmethod
+    def over(cls, limit: int | None) -> PayloadTooLarge:
+        """The 413 that names the limit (MAX_BODY_BYTES), so a client knows how far to cut its body."""
+        if limit is None:
+            return cls("The request body is larger than the service accepts.")
+        return cls(f"The request body is larger than the {_size(limit)} the service accepts.")
+
+
+def _size(limit: int) -> str:
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if limit >= unit and limit % unit == 0:
+            return f"{limit // unit} {name}"
+    return f"{limit:,} bytes"
 
 
 class UnsupportedMediaType(InvalidRequest):
@@ -107,9 +122,18 @@ _HTTP_EXCEPTIONS: dict[int, type[ApiError]] = {
 _HTTP_MESSAGES = {
     400: "The request could not be understood.",
     405: "Method not allowed for this endpoint.",
-    413: "The request body is larger than the service accepts.",
     415: "The request body must be JSON (Content-Type: application/json).",
 }
+
+try:
+    from gunicorn.http.errors import ChunkMissingTerminator, InvalidChunkSize, NoMoreData, ParseException
+except ImportError:  # served by something else
+    _BODY_FRAMING_ERRORS: tuple[type[Exception], ...] = ()
+else:
+    # Raised out of wsgi.input while a view reads the body: the bytes on the wire are not the body they claim
+    # to be (a chunk size that is not hexadecimal, a chunk without its CRLF, bad trailers, a body that ends
+    # early). That is the client's request, so a 400, not the 500 of an unexpected exception.
+    _BODY_FRAMING_ERRORS = (InvalidChunkSize, ChunkMissingTerminator, NoMoreData, ParseException)
 
 
 def _from_http_exception(exc: HTTPException) -> ApiError:
@@ -122,6 +146,8 @@ def _from_http_exception(exc: HTTPException) -> ApiError:
     headers = {}
     if status == 405 and hasattr(exc, "valid_methods") and exc.valid_methods:
         headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+    if status == 413:
+        return PayloadTooLarge.over(current_app.config.get("MAX_CONTENT_LENGTH"))
     message = _endpoint_list() if status == 404 else _HTTP_MESSAGES[status]
     return error_type(message, headers=headers)
 
@@ -155,8 +181,20 @@ def register_error_handlers(app: Flask) -> None:
     def _http_error(exc: HTTPException) -> Response:
         return error_response(_from_http_exception(exc))
 
+    for framing_error in _BODY_FRAMING_ERRORS:
+        app.register_error_handler(framing_error, _malformed_body)
+
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
         # Internals go to the log with the request id, never to the client.
         log.exception("unhandled exception")
         return error_response(InternalError("Unexpected server error. Quote the request id when reporting it."))
+
+
+def _malformed_body(exc: Exception) -> ResponseReturnValue:
+    error = InvalidRequest(
+        "The request body could not be read: its chunked encoding or its length is malformed.",
+        details={"field": "body", "issue": "malformed body framing", "provided": (str(exc) or type(exc).__name__)[:64]},
+    )
+    # Answered as the route answers any 400 (the Azure-compatible routes in Azure's shape).
+    return current_app.handle_user_exception(error)

@@ -278,6 +278,8 @@ def point_epoch(text: Any) -> int:
     if not isinstance(text, str) or not _TIMESTAMP_RE.fullmatch(text):
         raise _reject("invalid timestamp format", "timestamp", text,
                       expected="YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM]")
+    if outside_utc_range(text):  # as for the points: no stored point is there, and no date could name it
+        raise _reject(UTC_RANGE_ISSUE, "timestamp", text)
     try:
         return _epoch_seconds(text)
     except (ValueError, OverflowError):

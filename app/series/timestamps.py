@@ -21,6 +21,10 @@ Decisions this module makes where D5 is silent:
   strictly increasing, spacing. An error at index 1 about the spacing says the gap is not a whole
   number of units and gives the nearest sensible expected timestamp.
 - A forecast that would pass 9999-12-31 raises TimestampError at the last index.
+- A forecast works on the wall clock as written, so a series whose offset carries it past 9999-12-31 in UTC
+  (9999-12-31T23:30:00-01:00) is valid here. Where a timestamp is an instant (app.series.instants, the
+  monitors' stored points), outside_utc_range refuses it: no datetime holds that instant.
+- A format error carries the accepted form as ``expected``, so the answer says what to send instead.
 """
 
 from __future__ import annotations
@@ -95,6 +99,13 @@ _DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _PROVIDED_MAX = 64
 _MAX_YEAR = 9999
 
+# What "invalid timestamp format" expects, as the error's `expected` shows it (docs/contract.md, section 7).
+TIMESTAMP_FORM = "YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM]"
+UTC_RANGE_ISSUE = "timestamp out of range: with its UTC offset applied it must lie between 0001-01-01T00:00:00Z " \
+    "and 9999-12-31T23:59:59Z"
+_LAST_WALL = datetime.max
+_FIRST_WALL = datetime.min
+
 
 class TimestampError(ValueError):
     """One defect in the timestamps array; the API turns it into a 422 DATA_VALIDATION_ERROR."""
@@ -130,6 +141,24 @@ class TimeAxis:
     suffix: str  # "", "Z" or the last timestamp's own "±HH:MM"
     fraction_digits: int
     month_end: bool = False
+
+
+def format_error(index: int, provided: object) -> TimestampError:
+    """"invalid timestamp format" at ``index``, with the accepted form as ``expected``."""
+    return TimestampError("invalid timestamp format", index, provided, TIMESTAMP_FORM)
+
+
+def outside_utc_range(text: str) -> bool:
+    """Whether a well-formed timestamp (TIMESTAMP_RE) names an instant before 0001-01-01T00:00:00Z or past
+    9999-12-31T23:59:59.999999Z once its offset is applied. Only a first or last day written with an offset
+    can be: everything else is decided by the first characters, without parsing."""
+    if not text.startswith(("9999-12-31", "0001-01-01")) or len(text) < 25 or text[-6] not in "+-":
+        return False
+    offset = timedelta(hours=int(text[-5:-3]), minutes=int(text[-2:]))
+    wall = datetime.fromisoformat(text[:-6])
+    if text[-6] == "-":  # UTC is the wall clock plus the offset
+        return wall > _LAST_WALL - offset
+    return wall < _FIRST_WALL + offset
 
 
 def _excerpt(value: object) -> str:
@@ -480,7 +509,7 @@ def _parse_slow(timestamps: Sequence[str], frequency: str) -> TimeAxis:
     for index, text in enumerate(timestamps):
         match = TIMESTAMP_RE.fullmatch(text) if isinstance(text, str) else None
         if match is None:
-            failure = TimestampError("invalid timestamp format", index, text)
+            failure = format_error(index, text)
             break
         form = _form_of(match.group(2))
         if index == 0:
@@ -496,7 +525,7 @@ def _parse_slow(timestamps: Sequence[str], frequency: str) -> TimeAxis:
         try:
             dts.append(datetime.fromisoformat(text))
         except ValueError:
-            failure = TimestampError("invalid timestamp format", index, text)
+            failure = format_error(index, text)
             break
     # A spacing defect before the malformed element comes first in index order.
     if len(dts) >= 2:

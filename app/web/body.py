@@ -46,7 +46,7 @@ def read_body(max_bytes: int) -> bytes:
         return request.get_data(cache=False)  # werkzeug answers 413 from the declared length
     raw = request.environ["wsgi.input"].read(max_bytes + 1)
     if len(raw) > max_bytes:
-        raise PayloadTooLarge("The request body is larger than the service accepts.")
+        raise PayloadTooLarge.over(max_bytes)
     return raw
 
 

@@ -6,9 +6,9 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from marshmallow import fields
+from marshmallow import ValidationError, fields
 
-from app.web.validation import problem
+from app.web.validation import problem, unstorable
 
 if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pays for it
     import numpy as np
@@ -16,6 +16,18 @@ if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pay
 # Finite but near float max (1e308), sums and spreads inside the models overflow and every model and its
 # fallback fail (500). Far above any real measurement (the edge cases tested go to 1e12); such values answer 422.
 MAX_ABS_VALUE = 1e300
+
+
+class StoredText(fields.String):
+    """A string the service stores or looks up (a name, a URL): one the database can hold, or a 400."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        issue = unstorable(text)
+        if issue is not None:
+            raise ValidationError(issue + ".")
+        return text
+
 
 class JsonArray(fields.Field):
     """An array taken as it is; its elements are judged later as series data (422), not as shape (400)."""

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from flask import request
 from marshmallow import Schema, ValidationError, fields, validate
 
 from app import jsonio
-from app.errors import InvalidRequest, sentence
+from app.errors import InvalidRequest, NotFound, sentence
 
 
 def excerpt(value: Any) -> Any:
@@ -26,6 +27,44 @@ def excerpt(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+def unstorable(text: str) -> str | None:
+    """Why ``text`` cannot be kept or looked up as text, or None when it can.
+
+    PostgreSQL refuses NUL in text, and a lone surrogate (a JSON escape such as \\ud800 without its pair) is
+    not a character at all: neither database driver can encode it. Both would surface as a 500 from the
+    database; every string that is stored or compared against stored text is checked here first.
+    """
+    if "\x00" in text:
+        return "Must not contain the NUL character (U+0000)"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "Must not contain a lone surrogate (U+D800 to U+DFFF without its pair)"
+    return None
+
+
+def refuse_unstorable_request_values() -> None:
+    """A path segment or query parameter the database could not even compare (see unstorable) answers before
+    any view looks it up: 404 for an id in the path (no id holds such a character, and every route with an id
+    already answers 404 for an unknown one), 400 for a query parameter.
+
+    Run before every view, after the pipeline's own checks, so a bad key still answers 401 first.
+    """
+    for name, value in (request.view_args or {}).items():
+        issue = unstorable(value) if isinstance(value, str) else None
+        if issue is not None:
+            # "Must not contain X" -> "No key_id can contain X."
+            raise NotFound(sentence(f"No {name} can {issue.removeprefix('Must not ')}"),
+                           details=problem(name, issue, value))
+    for name in request.args:
+        for value in (name, *request.args.getlist(name)):
+            issue = unstorable(value)
+            if issue is not None:
+                raise InvalidRequest(sentence(f"Invalid request: {name}: {issue}"),
+                                     details=problem(name, issue, value))
 
 
 def problem(field: str, issue: str, provided: Any, **extra: Any) -> dict[str, Any]:

@@ -216,7 +216,9 @@ def test_invalid_format_named_at_its_index(bad: str) -> None:
     series = minutes("2024-01-01T00:00:00", 5, 10)
     series[3] = bad
     err = error_of(series, "Minutes")
-    assert (err.index, err.issue, err.provided, err.expected) == (3, "invalid timestamp format", bad, None)
+    # A format error names the accepted form (a spacing error names the timestamp expected instead).
+    assert (err.index, err.issue, err.provided, err.expected) == (
+        3, "invalid timestamp format", bad, "YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM]")
 
 
 @pytest.mark.parametrize("bad", ["2024-01-01T00:00:00.1234567", "2024-02-30T00:00:00", "2024-01-01T00:00"])
