@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from flask import Flask
@@ -93,7 +93,7 @@ def _invoked_as() -> str:
     return f"{program} --app wsgi"
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise click.ClickException(message)
 
 
@@ -117,7 +117,10 @@ def _parse_expiry(raw: str | None) -> datetime | None:
         value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
         _fail(f"--expires {raw!r} is not an ISO 8601 date-time (e.g. 2027-01-31T00:00:00Z)")
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:  # 9999-12-31 with a negative offset is past the last instant a datetime holds
+        _fail(f"--expires {raw!r} is after 9999-12-31T23:59:59Z once its UTC offset is applied")
 
 
 _DURATION = re.compile(r"^(\d+)\s*([smhd]?)$")
@@ -347,20 +350,31 @@ def keys_set_limits(
     click.echo(f"{key.id}: {key.per_minute}/minute, {key.per_hour}/hour, {key.per_day}/day")
 
 
+FULL_ACCESS = "read,write,admin,delete"
+
+
 @keys_cli.command("bootstrap")
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True)
 def keys_bootstrap(url: str) -> None:
     """Create a first full-access key when the store is empty, and show how to call the service."""
+    dashboard = f"{url.rstrip('/')}/dashboard/"
     with _key_store() as session:
-        if crud.count_keys(session) > 0:
-            click.echo(f"Keys already exist ({_invoked_as()} keys list); none created.")
+        existing = crud.count_keys(session)
+        if existing > 0:
+            # The first key is printed once only; someone who lost it needs the way to a new one, not a dead end.
+            click.echo(f"{existing} key(s) already exist, so none was created (see: {_invoked_as()} keys list).")
+            click.echo("Lost the admin key? Make a new full-access key (printed once) with:")
+            click.echo(f"  {_invoked_as()} keys create --permissions {FULL_ACCESS} --name admin")
+            click.echo(f"Then sign in to the dashboard at {dashboard} with it.")
             return
         created = crud.create_key(
-            session, permissions=("read", "write", "admin", "delete"), name="first key"
+            session, permissions=tuple(FULL_ACCESS.split(",")), name="first key"
         )
     click.echo(f"Created the first API key {created.key.id} (full access). It is shown once; keep it safe:")
     click.echo("")
     click.echo(f"  {created.plain_key}")
+    click.echo("")
+    click.echo(f"Dashboard: open {dashboard} and sign in with this key.")
     click.echo("")
     click.echo("Try it:")
     click.echo(f"  curl -s {url}/verify -H 'Authorization: Bearer {created.plain_key}'")

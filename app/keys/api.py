@@ -20,10 +20,16 @@ from app.keys.limits import TIERS
 from app.keys.records import OUTCOMES, PERMISSIONS, ApiKey
 from app.services import current_services
 from app.web.body import read_body
+from app.web.fields import StoredText
 from app.web.pipeline import current_key, requires
-from app.web.validation import parse_json_body
+from app.web.validation import parse_json_body, refuse_unstorable_request_values
 
 bp = Blueprint("keys", __name__)
+# For every route, not only these: an id in the path (404) or a query value (400) that no database can hold
+# (NUL, a lone surrogate) is answered before any view looks it up, instead of the driver's 500 (PostgreSQL
+# refuses NUL). Registered with the app's first blueprint that takes ids from the path; it runs after the
+# pipeline's own checks, so a bad key still answers 401 first. It belongs with app.web.pipeline's stages.
+bp.before_app_request(refuse_unstorable_request_values)
 
 MAX_HISTORY_HOURS = 90 * 24
 DEFAULT_HISTORY_HOURS = 168
@@ -31,9 +37,17 @@ MAX_NAME_LENGTH = 200
 
 
 def _no_control_characters(value: str) -> None:
-    # PostgreSQL cannot store NUL in text, and no name needs control characters.
+    # No name needs control characters (NUL, which no database here stores, is refused by StoredText too).
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
         raise ValidationError("Must not contain control characters.")
+
+
+def _representable(value: datetime) -> None:
+    # An offset can carry 9999-12-31 past the last instant a datetime holds; storing it in UTC would fail.
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError("Must be at most 9999-12-31T23:59:59Z once its UTC offset is applied.") from None
 
 
 def iso(value: datetime | None) -> str | None:
@@ -72,6 +86,21 @@ def bucket_body(bucket: UsageBucket) -> dict[str, Any]:
 
 
 # --- schemas -------------------------------------------------------------------------------------
+
+class _Instant(fields.AwareDateTime):
+    """An ISO 8601 date-time and nothing else: marshmallow's own reading stops where its pattern does, so
+    "2099-01-01T00:00:00Zjunk" would pass as 2099-01-01 (and fromisoformat, in C, stops at a NUL)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> datetime:
+        if isinstance(value, str):
+            try:
+                if "\x00" in value:
+                    raise ValueError(value)
+                datetime.fromisoformat(value)
+            except ValueError:
+                raise self.make_error("invalid", input=value, obj_type=self.OBJ_TYPE) from None
+        return super()._deserialize(value, attr, data, **kwargs)  # type: ignore[no-any-return]
+
 
 class LimitsSchema(Schema):
     class Meta:
@@ -125,7 +154,7 @@ class CreateKeySchema(Schema):
     class Meta:
         unknown = RAISE
 
-    name = fields.String(load_default="", validate=[validate.Length(max=MAX_NAME_LENGTH), _no_control_characters])
+    name = StoredText(load_default="", validate=[validate.Length(max=MAX_NAME_LENGTH), _no_control_characters])
     permissions = fields.List(
         fields.String(validate=validate.OneOf(PERMISSIONS)),
         required=True,
@@ -137,14 +166,18 @@ class CreateKeySchema(Schema):
         LimitsSchema, load_default=None, allow_none=True,
         metadata={"description": "Custom limits; each at most the calling key's own."},
     )
-    expires_at = fields.AwareDateTime(load_default=None, allow_none=True, format="iso", default_timezone=UTC)
+    expires_at = _Instant(
+        load_default=None, allow_none=True, format="iso", default_timezone=UTC, validate=_representable,
+        metadata={"description": "When the key stops working; at most the calling key's own expiry. Left out: "
+                  "the calling key's expiry (none when the calling key never expires)."},
+    )
 
 
 class UpdateKeySchema(Schema):
     class Meta:
         unknown = RAISE
 
-    name = fields.String(validate=[validate.Length(max=MAX_NAME_LENGTH), _no_control_characters])
+    name = StoredText(validate=[validate.Length(max=MAX_NAME_LENGTH), _no_control_characters])
     tier = fields.String(validate=validate.OneOf(list(TIERS)))
     limits = fields.Nested(LimitsSchema)
 
@@ -248,10 +281,7 @@ def _json_body(*, optional: bool = False) -> Any:
         raise InvalidRequest("A JSON body is required.", details={"field": "body", "issue": "missing"})
     if not (request.mimetype or "").endswith("json"):
         raise UnsupportedMediaType("The request body must be JSON (Content-Type: application/json).")
-    try:
-        payload = parse_json_body(raw)
-    except InvalidRequest:  # malformed, or nested past what the parser walks: both are "not an object" here
-        payload = None
+    payload = parse_json_body(raw)  # malformed or nested too deeply: its own 400, saying which
     if not isinstance(payload, dict):
         raise InvalidRequest("The body must be a JSON object.", details={"field": "body", "issue": "not a JSON object"})
     return payload
@@ -335,6 +365,8 @@ def revoke_key(key_id: str) -> Response:
         key = manage.revoke_key(current_services().database, current_key(), key_id)
     except manage.KeyNotFound:
         raise _not_found(key_id) from None
+    except manage.Refused as error:
+        raise _refused(error) from None
     current_services().keys.forget()
     return jsonify(key_body(key))
 
@@ -422,8 +454,10 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
                   body_required: bool = True, parameters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = {
             "operationId": op_id, "tags": ["Keys"], "summary": summary, "security": secured,
-            "description": "Needs a key with the admin permission; counted against its rate limits. Every "
-                           "change is logged with the acting key's id.",
+            "description": "Needs a key with the admin permission; counted against its rate limits. A key "
+                           "gives no more than it holds (permissions, limits, expiry), changes, rotates or revokes "
+                           "only keys whose permissions it holds, and manages no keys once it has been rotated "
+                           "(403). Every change is logged with the acting key's id.",
             "responses": responses,
         }
         if parameters:

@@ -154,9 +154,15 @@ def revoke_key(session: Session, *, key_id: str, now: datetime | None = None) ->
 
 
 def rotate_key(
-    session: Session, *, key_id: str, grace: timedelta = timedelta(hours=24), now: datetime | None = None
+    session: Session,
+    *,
+    key_id: str,
+    grace: timedelta = timedelta(hours=24),
+    now: datetime | None = None,
+    expires_by: datetime | None = None,
 ) -> tuple[CreatedKey, ApiKey]:
-    """A new key with the same account, permissions and limits; the old one ends after the grace."""
+    """A new key with the same account, permissions, limits and expiry (no later than ``expires_by`` when
+    given: the expiry of the key that asked for the rotation); the old one ends after the grace."""
     now = now or datetime.now(UTC)
     old = _get_record(session, key_id)
     old_key = ApiKey.from_record(old)
@@ -164,12 +170,15 @@ def rotate_key(
         raise KeyInputError(f"key {key_id} is {old_key.status(now)}; only an active key can be rotated")
     if grace < timedelta(0):
         raise KeyInputError("grace must not be negative")
+    expires_at = old.expires_at
+    if expires_by is not None and (expires_at is None or expires_by < expires_at):
+        expires_at = expires_by
     created = create_key(
         session,
         permissions=old_key.permissions,
         name=old.name,
         account_id=old.account_id,
-        expires_at=old.expires_at,
+        expires_at=expires_at,
         tier=old.tier,
         per_minute=old.per_minute,
         per_hour=old.per_hour,

@@ -2,7 +2,12 @@
 
 A key reaches only its own account's keys (another account's key is "not found", never "forbidden",
 so ids do not leak across accounts), and a key never grants what its creator lacks: no permission
-beyond the actor's own and no rate limit above the actor's own.
+beyond the actor's own, no rate limit above the actor's own, and no life beyond the actor's own (a key
+made or rotated by an expiring key expires no later than it). A key changes, rotates or revokes only
+keys whose permissions it holds itself, so a narrower admin key cannot lock out a broader one; reading
+the account's keys needs only admin. A key that has been rotated keeps working through its grace
+period but manages no keys any more: whoever holds it (perhaps because it leaked) cannot rotate the
+owner's replacement or mint a fresh key. docs/contract.md (section 2, The key) says the same.
 """
 
 from __future__ import annotations
@@ -74,6 +79,54 @@ def _check_permissions(actor: ApiKey, permissions: tuple[str, ...]) -> None:
         )
 
 
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _check_may_manage(actor: ApiKey) -> None:
+    if actor.rotated_to is not None:
+        until = f" until {_iso(actor.expires_at)}" if actor.expires_at is not None else ""
+        raise Refused(
+            f"This key was rotated (replaced by {actor.rotated_to}): it keeps working{until} for its other calls, "
+            "but it can no longer manage keys. Use its replacement.",
+            field="Authorization",
+            issue=f"the calling key was rotated to {actor.rotated_to} and is in its grace period",
+            provided=actor.id,
+            beyond_actor=True,
+        )
+
+
+def _check_target(actor: ApiKey, key: ApiKey) -> None:
+    beyond = [p for p in key.permissions if p not in actor.permissions]
+    if beyond:
+        raise Refused(
+            f"Key {key.id} has permissions the acting key lacks ({', '.join(beyond)}); a key may only change, "
+            "rotate or revoke keys whose permissions it holds itself.",
+            field="id",
+            issue=f"the key holds {', '.join(beyond)}, which the acting key lacks",
+            provided=key.id,
+            beyond_actor=True,
+        )
+
+
+def _expiry_within_actor(actor: ApiKey, expires_at: datetime | None) -> datetime | None:
+    """The expiry a key made by ``actor`` gets: none asked for is the actor's own (None when the actor never
+    expires); one later than the actor's is refused, as limits above the actor's are."""
+    if actor.expires_at is None:
+        return expires_at
+    if expires_at is None:
+        return actor.expires_at
+    if expires_at > actor.expires_at:
+        raise Refused(
+            f"A key cannot outlive its creator: the acting key expires at {_iso(actor.expires_at)}.",
+            field="expires_at",
+            issue=f"must be at most {_iso(actor.expires_at)}, the acting key's own expiry",
+            provided=_iso(expires_at),
+            beyond_actor=True,
+        )
+    return expires_at
+
+
 def _check_limits(actor: ApiKey, limits: KeyLimits) -> None:
     for name in LIMIT_FIELDS:
         wanted, own = getattr(limits, name), getattr(actor, name)
@@ -111,6 +164,7 @@ def create_key(
     per_hour: int | None = None,
     per_day: int | None = None,
 ) -> crud.CreatedKey:
+    _check_may_manage(actor)
     permissions = crud.parse_permissions(permissions)
     _check_permissions(actor, permissions)
     if tier is not None and tier not in TIERS:
@@ -124,6 +178,7 @@ def create_key(
     if expires_at is not None and expires_at <= datetime.now(UTC):
         raise Refused("The expiry must be in the future.", field="expires_at", issue="must be in the future",
                       provided=expires_at.isoformat())
+    expires_at = _expiry_within_actor(actor, expires_at)
     with database.session() as session:
         created = crud.create_key(
             session,
@@ -142,7 +197,8 @@ def create_key(
 
 
 def revoke_key(database: Database, actor: ApiKey, key_id: str) -> ApiKey:
-    _own(database, actor, key_id)
+    _check_may_manage(actor)
+    _check_target(actor, _own(database, actor, key_id))
     with database.session() as session:
         key = crud.revoke_key(session, key_id=key_id)
     _audit("revoked", actor, key)
@@ -155,15 +211,17 @@ def rotate_key(
     if grace < timedelta(0) or grace > MAX_GRACE:
         raise Refused("The grace period must be between 0 seconds and 7 days.", field="grace_seconds",
                       issue="must be between 0 and 604800", provided=int(grace.total_seconds()))
+    _check_may_manage(actor)
     old = _own(database, actor, key_id)
     if not old.is_active(datetime.now(UTC)):
         raise Refused(f"Key {key_id} is {old.status(datetime.now(UTC))}; only an active key can be rotated.",
                       field="id", issue=f"key is {old.status(datetime.now(UTC))}", provided=key_id)
-    # The replacement copies the old key's grants, so the actor must be able to grant them itself.
-    _check_permissions(actor, old.permissions)
+    # The replacement copies the old key's grants, so the actor must be able to grant them itself; it lives
+    # no longer than the old key nor than the actor.
+    _check_target(actor, old)
     _check_limits(actor, KeyLimits(old.per_minute, old.per_hour, old.per_day))
     with database.session() as session:
-        created, old_after = crud.rotate_key(session, key_id=key_id, grace=grace)
+        created, old_after = crud.rotate_key(session, key_id=key_id, grace=grace, expires_by=actor.expires_at)
     _audit("rotated", actor, old_after, new_key_id=created.key.id, grace_seconds=int(grace.total_seconds()))
     return created, old_after
 
@@ -179,7 +237,9 @@ def update_key(
     per_hour: int | None = None,
     per_day: int | None = None,
 ) -> ApiKey:
+    _check_may_manage(actor)
     key = _own(database, actor, key_id)
+    _check_target(actor, key)
     if tier is not None and tier not in TIERS:
         raise Refused(f"Unknown tier {tier!r}.", field="tier", issue=f"must be one of {', '.join(TIERS)}",
                       provided=tier)
