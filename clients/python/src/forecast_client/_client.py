@@ -23,7 +23,7 @@ from forecast_client._errors import (
     ForecastClientError,
     error_from_response,
 )
-from forecast_client._retry import RetryPolicy
+from forecast_client._retry import DEFAULT_RETRY_BUDGET, RetryPolicy
 from forecast_client._series import EncodedSeries, encode_points, encode_series, normalize_frequency
 from forecast_client._types import (
     AnomalyResult,
@@ -585,6 +585,13 @@ class Client(_Calls):
     The key comes from ``api_key`` or the ``FORECAST_API_KEY`` environment variable, the URL from
     ``base_url`` or ``FORECAST_URL``. 429, 502, 503, 504, connection errors, timeouts and a 500 that carries
     Retry-After are retried (see RetryPolicy); any other error raises at once.
+
+    ``max_retries`` (default 3) caps the retries of one call. ``retry_budget`` (seconds, default 90) caps the
+    time: no retry starts later than that after the call began, and a Retry-After that would end past it is
+    not waited out, the call raises at once (a RateLimited carries ``retry_after``). 90 s waits out a full
+    per-minute window (a Retry-After of about 60 s); the hour and day windows ask for more, so a key over
+    those raises straight away. ``backoff_base`` and ``backoff_max`` shape the waits when the service gives
+    no Retry-After (exponential, full jitter).
     """
 
     def __init__(
@@ -594,7 +601,7 @@ class Client(_Calls):
         *,
         timeout: float | httpx.Timeout = 60.0,
         max_retries: int = 3,
-        retry_budget: float = 60.0,
+        retry_budget: float = DEFAULT_RETRY_BUDGET,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
         transport: httpx.BaseTransport | None = None,
@@ -818,7 +825,7 @@ class AsyncClient(_Calls):
         *,
         timeout: float | httpx.Timeout = 60.0,
         max_retries: int = 3,
-        retry_budget: float = 60.0,
+        retry_budget: float = DEFAULT_RETRY_BUDGET,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,

@@ -20,6 +20,13 @@ _RETRIED_EXCEPTIONS: tuple[type[Exception], ...] = (
 )
 
 
+# The longest a call keeps retrying, in seconds from its start. The service's shortest window is a minute, so a
+# key over its per-minute limit is told to retry after up to 60 s (a little more, as Retry-After rounds up); the
+# default waits that out with room for the call itself. Hour and day windows ask for longer: such a call raises
+# RateLimited at once, with retry_after saying how long.
+DEFAULT_RETRY_BUDGET = 90.0
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff with full jitter (a uniform wait between 0 and ``backoff_base * 2**retry``, capped
@@ -27,11 +34,12 @@ class RetryPolicy:
 
     ``max_retries`` caps the attempts after the first; ``budget`` caps the time: no retry is started that
     would begin more than ``budget`` seconds after the call began, so a Retry-After longer than what is
-    left ends the call at once with the error that carried it.
+    left ends the call at once with the error that carried it. The default budget (DEFAULT_RETRY_BUDGET,
+    90 s) outlasts a full per-minute window of the service's rate limits.
     """
 
     max_retries: int = 3
-    budget: float = 60.0
+    budget: float = DEFAULT_RETRY_BUDGET
     backoff_base: float = 0.5
     backoff_max: float = 30.0
     rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
