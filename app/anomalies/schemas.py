@@ -207,7 +207,10 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
         try:
             instants = epoch_seconds(timestamps, increasing=False)
         except TimestampError as exc:
-            problems.append(problem("series[0].timestamps", exc.issue, exc.provided, index=exc.index))
+            extra: dict[str, Any] = {"index": exc.index}
+            if exc.expected is not None:
+                extra["expected"] = exc.expected
+            problems.append(problem("series[0].timestamps", exc.issue, exc.provided, **extra))
     if problems:
         first = problems[0]
         raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=envelope(problems))

@@ -14,7 +14,7 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.errors import DataValidationError, sentence
-from app.series.timestamps import FREQUENCIES, TimeAxis, TimestampError, parse_axis, regular_axis
+from app.series.timestamps import FREQUENCIES, TIMESTAMP_FORM, TimeAxis, TimestampError, parse_axis, regular_axis
 from app.web.fields import JsonArray, StrictFloat, values_array
 from app.web.validation import envelope, load_object, problem
 
@@ -190,7 +190,8 @@ def _axis_item_by_item(timestamps: list[Any], frequency: str, problems: list[dic
     bad_type = _first_non_string(timestamps)
     if bad_type is not None:
         problems.append(
-            problem("series[0].timestamps", "invalid timestamp format", timestamps[bad_type], index=bad_type)
+            problem("series[0].timestamps", "invalid timestamp format", timestamps[bad_type], index=bad_type,
+                    expected=TIMESTAMP_FORM)
         )
     elif len(timestamps) >= 2:
         try:
