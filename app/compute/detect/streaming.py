@@ -129,13 +129,15 @@ class StreamingDetector:
         floor: tuple[float, float] = (0.0, 0.0),
         margin: float = BAND_MARGIN,
         top_rank: int = TOP_RANK,
+        quiet_rows: int = QUIET_ROWS,
     ) -> None:
         """``period`` in rows overrides the season data_frequency suggests (0: none); ``floor`` is
-        (absolute, relative to |expected|): the range is never narrower than either. ``margin`` and
-        ``top_rank`` are the two constants chosen by leave-one-category-out (the benchmark varies them)."""
+        (absolute, relative to |expected|): the range is never narrower than either. ``margin``, ``top_rank``
+        and ``quiet_rows`` are the constants chosen by leave-one-category-out (the benchmark varies them)."""
         self.data_frequency = data_frequency
         self.stretch = margin * stretch_for(confidence)
         self.top_rank = top_rank
+        self.quiet_rows = quiet_rows
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
 
@@ -200,11 +202,13 @@ class StreamingDetector:
         return any(earlier <= residual for earlier in st.recent_flags)
 
     def _remember_flag(self, st: DetectorState, deviation: float) -> None:
-        if len(st.recent_flags) < QUIET_ROWS:
+        if not self.quiet_rows:
+            return
+        if len(st.recent_flags) < self.quiet_rows:
             st.recent_flags.append(deviation)
         else:
             st.recent_flags[st.recent_next] = deviation
-            st.recent_next = (st.recent_next + 1) % QUIET_ROWS
+            st.recent_next = (st.recent_next + 1) % self.quiet_rows
 
     def _warm_up(self, st: DetectorState, moment: float, value: float) -> None:
         if st.rows:
