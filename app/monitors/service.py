@@ -42,7 +42,7 @@ HEAD_ROWS = 16
 TAIL_ROWS = 64
 NOT_ANOMALY = "not_anomaly"
 # anomaly-model-1 keeps its state in this process; after a restart (or another process's write) the state is
-# rebuilt from the last REBUILD_ROWS stored points, all a row's verdict can depend on at the longest season.
+# rebuilt by replaying the last REBUILD_ROWS stored points: what the state holds at the longest season.
 REBUILD_ROWS = lookback_rows(MAX_PERIOD_ROWS)
 
 
