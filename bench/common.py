@@ -301,3 +301,41 @@ def run_json(args: Sequence[str], *, timeout: float, env: dict[str, str] | None 
         raise RuntimeError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-2000:]}\n"
                            f"{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------- reference code
+
+@contextmanager
+def git_worktree(commit: str, prefix: str = "bench-ref-") -> Iterator[Path]:
+    """A detached checkout of ``commit`` (git worktree) in a fresh temp dir, removed afterwards even when the
+    suite fails: a reference measured in the same run, without touching the main checkout. A fresh dir per
+    call, so two suites (or two engineers) never share one."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), commit], cwd=ROOT, check=True,
+                       capture_output=True, timeout=120)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True,
+                           timeout=120)
+
+
+def tree_cpu_seconds(root_pid: int) -> float:
+    """User + system CPU time of a process and all its live descendants (gunicorn's master, its workers and their
+    worker pools): what serving costs the machine, wherever the work runs (web process or worker pool)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
+    total, pending = 0.0, [root_pid]
+    while pending:
+        pid = pending.pop()
+        total += process_cpu_seconds(pid)
+        pending += children.get(pid, [])
+    return total

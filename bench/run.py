@@ -9,8 +9,8 @@ Suites (each writes bench/results/<suite>.md and prints it):
   load      bench/load.py: 50 clients for 60 s through nginx and gunicorn, /verify and /forecast mixed
   footprint `keys list` wall time and the web process's peak memory, beside the reference commit
   web       the web process's CPU per request, beside the reference commit (bench/web_cpu.py)
-  anomaly   NAB development files through POST /anomalies, NAB scores, detection latency (bench/anomaly.py)
-  monitors  appends to monitors, 200 monitors a second, a webhook outage (bench/monitors.py)
+  anomaly   NAB files through POST /anomalies, leave-one-category-out, detection latency (bench/anomaly.py)
+  monitors  appends to monitors, 1,000 monitors a point a second each, a webhook outage (bench/monitors.py)
   accuracy  bench/accuracy.py on every development set, 30 series each (5 with --quick), with anchors
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
