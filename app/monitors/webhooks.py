@@ -17,7 +17,11 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import SplitResult, urlsplit
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
 SIGNATURE_HEADER = "X-Monitor-Signature"
 TIMESTAMP_HEADER = "X-Monitor-Timestamp"
@@ -47,9 +51,33 @@ def verify(secret: str, timestamp: int, body: bytes, signature: str) -> bool:
     return hmac.compare_digest(sign(secret, timestamp, body), signature)
 
 
+# IPv6 forms that carry an IPv4 address in their last 32 bits, which a translator or tunnel on the way delivers
+# to: NAT64's well-known prefix (RFC 6052) and the deprecated IPv4-compatible addresses (RFC 4291).
+_NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+# NAT64 for a site's own use (RFC 8215): where it leads is the site's choice, so never public.
+_NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address leads to through 6to4, Teredo (its server and client), NAT64 or the
+    IPv4-compatible form; ``https://[2002:7f00:1::]/`` is 127.0.0.1 to a host with a 6to4 route."""
+    found: list[ipaddress.IPv4Address] = []
+    if address.sixtofour is not None:
+        found.append(address.sixtofour)
+    if address.teredo is not None:
+        found.extend(address.teredo)
+    if address in _NAT64_WELL_KNOWN or address in _IPV4_COMPATIBLE:
+        found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return found
+
+
 def _is_private(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return _is_private(address.ipv4_mapped)
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return _is_private(address.ipv4_mapped)
+        if address in _NAT64_LOCAL_USE or any(_is_private(inner) for inner in _embedded_ipv4(address)):
+            return True
     return (
         address.is_private
         or address.is_loopback
@@ -130,32 +158,110 @@ class DeliveryOutcome:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
+def _time_left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out (the whole attempt's time limit)")
+    return left
+
+
+def _arm(sock: socket.socket, deadline: float | None) -> None:
+    if deadline is not None:
+        sock.settimeout(_time_left(deadline))
+
+
+class _DeadlineSocket(socket.socket):
+    """A socket that gives each send and receive only what is left of one attempt's time. A plain socket
+    timeout restarts with every read, so a receiver trickling its answer a byte at a time would hold a
+    delivery (and its sender's slot) for as long as it liked."""
+
+    deadline: float | None = None  # time.monotonic() at which the attempt ends
+
+    def send(self, data: ReadableBuffer, flags: int = 0) -> int:
+        _arm(self, self.deadline)
+        return super().send(data, flags)
+
+    def sendall(self, data: ReadableBuffer, flags: int = 0) -> None:
+        _arm(self, self.deadline)  # sendall counts its timeout for the whole call
+        super().sendall(data, flags)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        _arm(self, self.deadline)
+        return super().recv(bufsize, flags)
+
+    def recv_into(self, buffer: WriteableBuffer, nbytes: int = 0, flags: int = 0) -> int:
+        _arm(self, self.deadline)
+        return super().recv_into(buffer, nbytes, flags)
+
+
+class _DeadlineSSLSocket(ssl.SSLSocket):
+    """The same over TLS (the handshake itself is bounded by the time left when it starts)."""
+
+    deadline: float | None = None  # time.monotonic() at which the attempt ends
+
+    def send(self, data: ReadableBuffer, flags: int = 0) -> int:
+        _arm(self, self.deadline)
+        return super().send(data, flags)
+
+    def sendall(self, data: ReadableBuffer, flags: int = 0) -> None:
+        _arm(self, self.deadline)
+        super().sendall(data, flags)
+
+    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        _arm(self, self.deadline)
+        return super().recv(buflen, flags)
+
+    def recv_into(self, buffer: WriteableBuffer, nbytes: int | None = None, flags: int = 0) -> int:
+        _arm(self, self.deadline)
+        return super().recv_into(buffer, nbytes, flags)  # type: ignore[arg-type]
+
+
+def _connect(address: str, port: int, deadline: float) -> _DeadlineSocket:
+    plain = socket.create_connection((address, port), _time_left(deadline))
+    # The same connection, as a socket that arms itself; it keeps the connect's timeout until its first use.
+    sock = _DeadlineSocket(plain.family, plain.type, plain.proto, fileno=plain.detach())
+    sock.settimeout(plain.gettimeout())
+    sock.deadline = deadline
+    return sock
+
+
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):
     """Connects to one already-checked address while verifying the certificate for the URL's host name."""
 
-    def __init__(self, host: str, port: int, address: str, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
+    def __init__(self, host: str, port: int, address: str, deadline: float) -> None:
+        context = ssl.create_default_context()
+        context.sslsocket_class = _DeadlineSSLSocket
+        super().__init__(host, port, timeout=max(0.001, deadline - time.monotonic()), context=context)
         self._address = address
+        self._deadline = deadline
 
     def connect(self) -> None:
-        sock = socket.create_connection((self._address, self.port), self.timeout)
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
+        sock = self._context.wrap_socket(  # type: ignore[attr-defined]
+            _connect(self._address, self.port, self._deadline), server_hostname=self.host
+        )
+        sock.deadline = self._deadline
+        self.sock = sock
 
 
 class _PinnedHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, host: str, port: int, address: str, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout)
+    def __init__(self, host: str, port: int, address: str, deadline: float) -> None:
+        super().__init__(host, port, timeout=max(0.001, deadline - time.monotonic()))
         self._address = address
+        self._deadline = deadline
 
     def connect(self) -> None:
-        self.sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = _connect(self._address, self.port, self._deadline)
 
 
 def post_event(
     *, url: str, secret: str, event_id: str, body: bytes, allow_private: bool, timeout: float
 ) -> DeliveryOutcome:
-    """One signed POST; never raises (every failure is an outcome the queue records and retries)."""
+    """One signed POST; never raises (every failure is an outcome the queue records and retries).
+
+    ``timeout`` bounds the whole attempt from here (connecting, TLS, sending, and every byte of the answer),
+    not each socket operation; the address check's DNS lookup is part of it but cannot be cut short."""
     started = time.perf_counter()
+    deadline = time.monotonic() + timeout
 
     def outcome(status: int | None, error: str | None) -> DeliveryOutcome:
         return DeliveryOutcome(status, error[:500] if error else None, (time.perf_counter() - started) * 1000.0)
@@ -176,7 +282,7 @@ def post_event(
         SIGNATURE_HEADER: sign(secret, timestamp, body),
     }
     connection_type = _PinnedHTTPSConnection if target.scheme == "https" else _PinnedHTTPConnection
-    connection = connection_type(target.host, target.port, address, timeout)
+    connection = connection_type(target.host, target.port, address, deadline)
     try:
         connection.request("POST", target.path, body=body, headers=headers)
         response = connection.getresponse()
