@@ -35,7 +35,8 @@ def readyz() -> Response:
     except Exception:
         checks["rate_limit_storage"] = "unreachable"
     services.warm_up()  # a server started without gunicorn's hook (flask run) warms up here
-    ready_workers = services.pool.ready_workers
+    # Counts only workers that can take a job now: an idle one that died is found and replaced here.
+    ready_workers = services.pool.check_idle_workers()
     checks["forecast_workers"] = f"{ready_workers}/{services.pool.size}"
     ok = checks["database"] == "ok" and checks["rate_limit_storage"] == "ok" and ready_workers > 0
     response = jsonify({"status": "ready" if ok else "not ready", "checks": checks})

@@ -2,7 +2,8 @@
 stay free and a stuck job can be killed.
 
 Each worker is a spawned process with one BLAS thread that takes one job at a time over a pipe.
-A job past its timeout kills its worker, which is replaced in the background; so does a worker crash.
+A job past its timeout kills its worker, which is replaced in the background; so does a worker crash. A
+worker found dead before it took a job (killed while idle) is replaced too, and the job goes to another.
 The pool knows nothing of what its jobs compute: a job is any picklable object with ``run()``, a job may
 raise JobFailed with a message safe to show, and the pool reports its ready count through a callback.
 """
@@ -73,6 +74,10 @@ class JobError(PoolError):
     pass
 
 
+class _NeverTaken(Exception):
+    """The worker a job was sent to died without reading it: the job can run on another."""
+
+
 def _worker_main(connection: Connection, warm_up: str | None) -> None:
     # A group-wide SIGTERM/SIGINT (systemd, Ctrl-C) must not kill forecasts gunicorn is still draining;
     # the parent ends its workers itself, and a closed pipe ends them too.
@@ -115,6 +120,12 @@ class _Worker:
     def wait_for_answer(self, timeout: float) -> bool:
         """True once the worker's answer (or its end: a closed pipe reads as EOF) can be read."""
         return bool(self._readable.poll(max(0, math.ceil(timeout * 1000))))
+
+    def idle_and_alive(self) -> bool:
+        """For a worker waiting for a job: its process runs and its pipe is quiet. An idle worker has nothing to
+        say, so a readable pipe means its end (EOF, hang-up) or a stray message: either way it cannot take a job.
+        The process check alone could miss a death another thread has already reaped."""
+        return not self.connection.closed and self.process.is_alive() and not self.wait_for_answer(0)
 
     def wait_ready(self, timeout: float) -> bool:
         try:
@@ -226,6 +237,20 @@ class WorkerPool:
     def is_ready(self) -> bool:
         return self.ready_workers > 0
 
+    def check_idle_workers(self) -> int:
+        """Replaces idle workers that died (killed, out of memory) and returns the ready count. A dead idle worker
+        is otherwise noticed only by the job handed to it, so readiness would count it meanwhile."""
+        for _ in range(self._idle.qsize()):
+            try:
+                worker = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            if worker.idle_and_alive():
+                self._idle.put(worker)
+            else:
+                self._replace(worker, reason="died while idle")
+        return self.ready_workers
+
     def submit(self, job: Job) -> Any:
         self.start()
         # Forecasts admitted (running or queued) are capped below the web threads, so /verify and the
@@ -237,23 +262,46 @@ class WorkerPool:
                 raise PoolBusy("The workers are saturated; retry shortly.")
             self._admitted += 1
         try:
-            try:
-                worker = self._idle.get(timeout=self.timeout_seconds)
-            except queue.Empty as exc:
-                raise PoolBusy("No worker became free in time; retry shortly.") from exc
-            return self._run_on(worker, job)
+            deadline = time.monotonic() + self.timeout_seconds
+            while True:
+                try:
+                    worker = self._idle.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty as exc:
+                    raise PoolBusy("No worker became free in time; retry shortly.") from exc
+                # A worker that died while idle never took this job: another (or its replacement) runs it.
+                if not worker.idle_and_alive() or not self._hand_over(worker, job):
+                    self._replace(worker, reason="died while idle")
+                    continue
+                try:
+                    return self._run_on(worker)
+                except _NeverTaken:
+                    continue
         finally:
             with self._lock:
                 self._admitted -= 1
 
-    def _run_on(self, worker: _Worker, job: Job) -> Any:
+    @staticmethod
+    def _hand_over(worker: _Worker, job: Job) -> bool:
+        """False when the job could not be sent: the worker is gone and never saw it."""
         try:
             worker.connection.send(job)
+        except OSError:  # a broken pipe, mostly; a partly written job is as lost, with the worker
+            return False
+        return True
+
+    def _run_on(self, worker: _Worker) -> Any:
+        try:
             if not worker.wait_for_answer(self.timeout_seconds):
                 self._replace(worker, reason="timeout")
                 raise JobTimeout(f"The job did not finish within {self.timeout_seconds:g} seconds.")
             status, payload = worker.connection.recv()
-        except (EOFError, OSError, BrokenPipeError) as exc:
+        except ConnectionResetError as exc:
+            # Its end of the pipe closed with the job still unread in it (Linux resets the pipe then; a worker
+            # that read its job and crashed leaves a plain end of file): it was dying when the job was sent, its
+            # threads still exiting, so the checks before could not tell yet. The job never ran.
+            self._replace(worker, reason="died before taking its job")
+            raise _NeverTaken from exc
+        except (EOFError, OSError) as exc:
             self._replace(worker, reason="crash")
             raise WorkerCrashed("The worker process stopped unexpectedly.") from exc
         self._idle.put(worker)
