@@ -17,16 +17,22 @@ from flask import Flask, Response, g, request
 # A client id is echoed only when it cannot smuggle anything into headers or logs.
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
-# Anything shaped like an API key, wherever it came from (a header, a path or query string a client pasted it
-# into, a body quoted in an error): redacted in the formatter, so no log call, present or future, can leak one.
-KEY_SHAPED = re.compile(r"ak_[0-9a-fA-F]{64}")
+# The one definition of an API key's shape (app.keys makes them, app.web.auth and the dashboard check them).
+KEY_PATTERN = r"ak_[0-9a-f]{64}"
+# A whole string that is a key as issued (lower case); used with .match.
+KEY_FORMAT = re.compile(KEY_PATTERN + r"\Z")
+# Anything that may be a key, wherever it came from (a header, a path or query string a client pasted it into, a
+# body quoted in an error) and in any letter case (a key retyped or passed through something that upper-cases):
+# redacted in the formatter, so no log call, present or future, can leak one.
+KEY_SHAPED = re.compile(KEY_PATTERN, re.IGNORECASE)
 
 access_log = logging.getLogger("app.access")
 
 
 def redact_keys(text: str) -> str:
-    """Each key-shaped string becomes the fingerprint the key listings show: its first 11 characters and last 4."""
-    return KEY_SHAPED.sub(lambda match: f"{match[0][:11]}…{match[0][-4:]}", text)
+    """Each key-shaped string becomes the fingerprint the key listings show: its first 11 characters and last 4,
+    in lower case as the listings print them, so an upper-cased key is still traced to its listing."""
+    return KEY_SHAPED.sub(lambda match: f"{match[0][:11]}…{match[0][-4:]}".lower(), text)
 
 
 class JsonFormatter(logging.Formatter):
@@ -98,6 +104,7 @@ def init_request_tracking(app: Flask) -> None:
         response.headers["X-Content-Type-Options"] = "nosniff"
         if "Authorization" in request.headers or _authenticated():
             response.headers["Cache-Control"] = "no-store"
+        _redact_echoed_keys(response)
         started = g.get("started_at")
         duration_ms = (time.perf_counter() - started) * 1000 if started else None
         access_log.info(
@@ -116,3 +123,14 @@ def init_request_tracking(app: Flask) -> None:
             },
         )
         return response
+
+
+def _redact_echoed_keys(response: Response) -> None:
+    """An error that quotes what the client sent (a media type, a field's value) never hands a key-shaped string
+    back: proxies, browser consoles and client logs record error bodies. Only errors are looked at (a created
+    or rotated key is shown once in a 201 on purpose) and they are small."""
+    if response.status_code < 400 or not response.is_json or response.is_streamed or response.direct_passthrough:
+        return
+    text = response.get_data(as_text=True)
+    if KEY_SHAPED.search(text):
+        response.set_data(redact_keys(text))

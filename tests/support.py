@@ -562,3 +562,23 @@ def drop_all_tables(postgres_url: str) -> None:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("DROP SCHEMA public CASCADE")
         conn.execute("CREATE SCHEMA public")
+
+
+class PaasServer(Server):
+    """gunicorn as a PaaS starts it (Procfile: `gunicorn wsgi:app`): no --bind, only PORT in the environment, so
+    gunicorn.conf.py listens on every interface and nothing stands in front of it."""
+
+    def __init__(self, env: dict[str, str], *, args: tuple[str, ...] = (), log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115
+        environ = {name: value for name, value in {**os.environ, **env}.items() if name != "BIND"}
+        self.process = subprocess.Popen(
+            [str(VENV_BIN / "gunicorn"), *args, "wsgi:app"],
+            cwd=ROOT,
+            env={**environ, "PORT": str(self.port)},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

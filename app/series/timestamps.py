@@ -380,7 +380,7 @@ def _axis_from_rows(text: bytes | memoryview, start: int, end: int, first: str, 
 
 
 # Rows checked at a time: every array of a block stays under glibc's mmap threshold (128 KiB, fixed in
-# gunicorn.conf.py), so a 100,000-point series reuses heap blocks instead of faulting in fresh pages for
+# app/serving/process.py), so a 100,000-point series reuses heap blocks instead of faulting in fresh pages for
 # each of its two dozen temporaries, and each block's arrays stay in the CPU cache.
 _BLOCK_ROWS = 8192  # at least 2: the first block holds the first two rows, which set the step
 _TEMPLATE_BLOCK_BYTES = 64 * 1024

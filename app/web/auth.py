@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 
 from flask import request
@@ -10,8 +9,8 @@ from flask import request
 from app.errors import Forbidden, Unauthorized
 from app.keys.records import ApiKey
 from app.keys.store import KeyStore
+from app.observability import KEY_FORMAT as _KEY_FORMAT
 
-_KEY_FORMAT = re.compile(r"^ak_[0-9a-f]{64}$")
 _ACCEPTED_FORM = "Send the key as 'Authorization: Bearer <API_KEY>'."
 
 

@@ -1,0 +1,441 @@
+"""gunicorn's gthread worker, with no thread waiting on a slow client.
+
+Stock gthread hands a connection to a thread as soon as its socket is readable, and the thread then blocks on
+``recv`` until the rest of the request arrives, for as long as the client keeps the connection open: 32 clients
+that send "GET / HTTP/1.1\\r\\n" and nothing more hold all 32 threads, and /healthz stops answering. gunicorn's
+``timeout`` does not help (it restarts a worker process that stops answering its master; this one still does).
+
+Here the event loop reads each request's head itself, without blocking, and a thread gets the connection only
+once the head is complete:
+
+- a head that does not arrive within ``HEADER_TIMEOUT_SECONDS`` is answered 408 (closed silently when not a byte
+  came), and a head over gunicorn's size limits is answered 400/431, by the event loop, in the error envelope;
+- a body that has arrived whole goes to a thread with its head, and never waits on the network there;
+- a body still arriving takes one of a bounded number of upload slots (half the threads): its thread reads it
+  with a deadline that grows with the bytes received (``BODY_TIMEOUT_SECONDS`` plus a second per
+  ``BODY_MIN_BYTES_PER_SECOND``; past it the app answers 408). While every slot is taken, the event loop keeps
+  reading such bodies itself, under the same deadline, and hands each to a thread when it is whole or a slot
+  frees: slow uploads can fill the slots, never the threads that answer everything else.
+
+It also keeps what the previous worker class (gunicorn.conf.py's) did for keep-alive connections. An answer given
+before the app read the body (401, 403, 404, 413, 415, 429) leaves the rest of the body on the socket; stock
+gthread (gunicorn #3301) would hand the connection back to its poller, and the leftover bytes would wake a thread
+that then blocks reading a next request that may never come. The thread that answered discards that body within
+the linger bounds (app.serving.reading), and whatever it read beyond it (the start of the next request, already
+out of the socket where the poller cannot see it) goes back to the event loop with the connection.
+
+gunicorn's own refusals (a malformed request line, a header over the limits) are answered in the error envelope
+too, never as gunicorn's HTML page. TLS terminated by gunicorn itself (``certfile``, unused here: nginx or the
+platform's router terminates TLS) keeps gthread's thread-per-readable-connection reading, bounded by the same
+deadlines.
+"""
+
+from __future__ import annotations
+
+import errno
+import selectors
+import socket
+import ssl
+import time
+from collections import deque
+from concurrent.futures import Future
+from functools import partial
+from typing import Any
+
+from gunicorn import http
+from gunicorn.workers.gthread import TConn, ThreadWorker
+
+from app.serving import answers
+from app.serving.config import ClientLimits
+from app.serving.framing import (
+    NO_BODY,
+    BodyFraming,
+    HeadLimits,
+    body_framing,
+    chunked_body_end,
+    find_head_end,
+    oversized_head,
+)
+from app.serving.reading import LINGER_BYTES, DeadlineUnreader, RequestTimedOut
+
+# One non-blocking read in the event loop.
+RECEIVE_BYTES = 65536
+# A body waiting for an upload slot is buffered up to this much; then the connection is not read until a slot
+# frees (TCP pushes back on the client), so waiting uploads cost bounded memory.
+HOLD_BYTES = 256 * 1024
+# How often the event loop looks for connections past their deadline.
+EXPIRY_SCAN_SECONDS = 0.25
+
+
+class ServingConn(TConn):
+    """A connection, with what the event loop has read of its next request."""
+
+    def __init__(self, cfg: Any, sock: socket.socket, client: Any, server: Any, limits: ClientLimits) -> None:
+        super().__init__(cfg, sock, client, server)
+        self.limits = limits
+        self.pending = bytearray()
+        self.deadline = 0.0  # monotonic; of the head until it is complete, then of the body
+        self.head_end: int | None = None
+        self.framing: BodyFraming = NO_BODY
+        self._searched = 0  # how far `pending` was searched for the head's end
+        self._chunk_position = 0
+        self.idle = False  # kept alive between requests (in gthread's _keep), the poller watching for a next one
+        self.watched = False  # registered with the poller while the event loop reads it
+        self.uploading = False  # holds an upload slot
+        self.missing: int | None = None  # body bytes its thread has yet to receive, when the length is known
+        self.body_deadline: float | None = None  # as the event loop counted it, for the thread to go on with
+
+    def init(self) -> None:
+        super().init()
+        if not isinstance(self.parser.unreader, DeadlineUnreader):
+            self.parser.unreader = DeadlineUnreader(self.sock, self.limits)
+
+    @property
+    def unreader(self) -> DeadlineUnreader:
+        return self.parser.unreader  # type: ignore[no-any-return]
+
+    def begin(self, deadline: float, pending: bytes = b"") -> None:
+        """Start reading a next request: its head is due by ``deadline``."""
+        self.pending = bytearray(pending)
+        self.deadline = deadline
+        self.head_end, self.framing, self._searched, self._chunk_position = None, NO_BODY, 0, 0
+
+    def head_complete(self, now: float) -> bool:
+        if self.head_end is not None:
+            return True
+        end = find_head_end(self.pending, self._searched)
+        if end is None:
+            self._searched = max(0, len(self.pending) - 3)
+            return False
+        self.head_end, self.framing = end, body_framing(self.pending[:end])
+        self._chunk_position = end
+        self.deadline = self.limits.body_deadline(now, len(self.pending) - end)
+        return True
+
+    def body_buffered(self) -> int:
+        return len(self.pending) - (self.head_end or 0)
+
+    def body_complete(self) -> bool:
+        assert self.head_end is not None
+        if not self.framing.chunked:
+            return self.body_buffered() >= self.framing.length
+        end, self._chunk_position = chunked_body_end(self.pending, self._chunk_position)
+        return end is not None
+
+    def body_missing(self) -> int | None:
+        if self.head_end is None or self.framing.chunked:
+            return None
+        return max(0, self.framing.length - self.body_buffered())
+
+
+class ServingWorker(ThreadWorker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = ClientLimits.from_env()
+        self.head_limits = HeadLimits.of(
+            self.cfg.limit_request_line, self.cfg.limit_request_fields, self.cfg.limit_request_field_size
+        )
+        self.upload_slots = max(1, self.cfg.threads // 2)
+        self._uploading = 0
+        # Owned by the event loop (main thread) only: connections it is reading, and those of them whose body waits
+        # for an upload slot, in arrival order.
+        self._unserved: dict[ServingConn, None] = {}
+        self._awaiting_slot: dict[ServingConn, None] = {}
+        # Threads hand back connections with bytes already read through here, and wake the loop.
+        self._returned: deque[ServingConn] = deque()
+        self._wake_in: socket.socket | None = None
+        self._wake_out: socket.socket | None = None
+        self._next_expiry_scan = 0.0
+
+    # --- the event loop (main thread) -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        self._wake_in, self._wake_out = socket.socketpair()
+        self._wake_in.setblocking(False)
+        self._wake_out.setblocking(False)
+        self.poller.register(self._wake_in, selectors.EVENT_READ, self._drain_wakes)
+        super().run()
+
+    def _wake(self) -> None:
+        try:
+            if self._wake_out is not None:
+                self._wake_out.send(b"\0")
+        except OSError:  # full: a wake is pending already; closed: the worker is stopping
+            pass
+
+    def _drain_wakes(self, sock: socket.socket) -> None:
+        try:
+            while sock.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def accept(self, server: Any, listener: socket.socket) -> None:
+        try:
+            sock, client = listener.accept()
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        conn = ServingConn(self.cfg, sock, client, server, self.limits)
+        self.nr_conns += 1
+        conn.begin(time.monotonic() + self.limits.header_seconds)
+        self._unserved[conn] = None
+        self._watch(conn)
+
+    def _watch(self, conn: ServingConn) -> None:
+        conn.watched = True
+        with self._lock:
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn))
+
+    def _unwatch(self, conn: ServingConn) -> None:
+        if conn.watched:
+            conn.watched = False
+            with self._lock:
+                self.poller.unregister(conn.sock)
+
+    def on_client_socket_readable(self, conn: ServingConn, client: Any) -> None:  # type: ignore[override]
+        if conn.idle:
+            with self._lock:
+                try:
+                    self._keep.remove(conn)
+                except ValueError:  # closed for its keep-alive timeout meanwhile
+                    return
+                conn.idle = False
+            conn.watched = True  # still registered, with this very callback
+            conn.begin(time.monotonic() + self.limits.header_seconds)
+            self._unserved[conn] = None
+        if conn not in self._unserved:
+            return
+        if self.cfg.is_ssl:  # the bytes are TLS records: a thread decrypts and parses them, within the deadlines
+            self._dispatch(conn, upload=False)
+            return
+        try:
+            data = conn.sock.recv(RECEIVE_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(conn)
+            return
+        if not data:  # the client went away
+            self._drop(conn)
+            return
+        conn.pending += data
+        if conn.head_end is not None:
+            conn.deadline += len(data) / self.limits.body_min_rate
+        self._advance(conn)
+
+    def _advance(self, conn: ServingConn) -> None:
+        """Hand the connection to a thread if its request is ready to be, or refuse it, or keep reading."""
+        if not conn.head_complete(time.monotonic()):
+            status = oversized_head(conn.pending, self.head_limits)
+            if status is not None:
+                too_large = answers.line_too_long if status == 400 else answers.headers_too_large
+                self._refuse(conn, too_large(self.head_limits))
+            return
+        if conn.body_complete():
+            self._dispatch(conn, upload=False)
+        elif self._uploading < self.upload_slots:
+            self._dispatch(conn, upload=True)
+        else:
+            self._awaiting_slot[conn] = None
+            if conn.body_buffered() >= HOLD_BYTES:
+                self._unwatch(conn)
+
+    def _dispatch(self, conn: ServingConn, *, upload: bool) -> None:
+        self._unserved.pop(conn, None)
+        self._awaiting_slot.pop(conn, None)
+        self._unwatch(conn)
+        if upload:
+            with self._lock:
+                self._uploading += 1
+            conn.uploading, conn.missing = True, conn.body_missing()
+        data, deadline = bytes(conn.pending), conn.deadline
+        conn.body_deadline = deadline if conn.head_end is not None else None
+        conn.pending = bytearray()
+        conn.init()
+        conn.unreader.unread(data)
+        conn.unreader.expect_head(deadline)
+        future = self.tpool.submit(self.handle, conn)
+        self._wrap_future(future, conn)
+
+    def _refuse(self, conn: ServingConn, answer: answers.Answer) -> None:
+        """Answer from the event loop and close: a best effort, never waiting on the client."""
+        address = conn.client[0] if isinstance(conn.client, tuple) else conn.client
+        # Not what it sent: a head may run to megabytes.
+        self.log.info("Refused a request from ip=%s with %s: %s", address, answer.status, answer.message)
+        try:
+            conn.sock.send(answer.encode())
+            # What else it sent is read and dropped (within reason), so the close does not reset the answer away.
+            for _ in range(16):
+                if not conn.sock.recv(RECEIVE_BYTES):
+                    break
+        except OSError:
+            pass
+        self._drop(conn)
+
+    def _drop(self, conn: ServingConn) -> None:
+        self._unserved.pop(conn, None)
+        self._awaiting_slot.pop(conn, None)
+        try:
+            self._unwatch(conn)
+        except (KeyError, ValueError, OSError):
+            pass
+        self.nr_conns -= 1
+        conn.close()
+
+    def murder_keepalived(self) -> None:
+        # gthread calls this once per pass of its loop: the place for everything the loop does besides I/O.
+        super().murder_keepalived()
+        while self._returned:
+            self._take_back(self._returned.popleft())
+        while self._awaiting_slot and self._uploading < self.upload_slots:
+            self._dispatch(next(iter(self._awaiting_slot)), upload=True)
+        now = time.monotonic()
+        if now < self._next_expiry_scan:
+            return
+        self._next_expiry_scan = now + EXPIRY_SCAN_SECONDS
+        for conn in [conn for conn in self._unserved if conn.deadline <= now]:
+            if not conn.pending:
+                self.log.debug("Closing a connection that sent nothing within %gs.", self.limits.header_seconds)
+                self._drop(conn)
+            elif conn.head_end is None:
+                self._refuse(conn, answers.head_too_slow(self.limits))
+            else:
+                self._refuse(conn, answers.body_too_slow(self.limits))
+
+    def _take_back(self, conn: ServingConn) -> None:
+        """A kept-alive connection whose thread read past its request: the rest is the next request's start."""
+        conn.sock.setblocking(False)
+        deadline = time.monotonic() + self.limits.header_seconds
+        if self.cfg.is_ssl:
+            conn.begin(deadline)
+            self._dispatch(conn, upload=False)
+            return
+        conn.begin(deadline, conn.unreader.take_buffered())
+        self._unserved[conn] = None
+        self._watch(conn)
+        self._advance(conn)
+
+    # --- worker threads -------------------------------------------------------------------------------------
+
+    def finish_request(self, fs: Future[tuple[bool, ServingConn]]) -> None:  # type: ignore[override]
+        if fs.cancelled():
+            self.nr_conns -= 1
+            fs.conn.close()  # type: ignore[attr-defined]
+            return
+        try:
+            keepalive, conn = fs.result()
+            if not (keepalive and self.alive):
+                self.nr_conns -= 1
+                conn.close()
+                return
+            pending = getattr(conn.sock, "pending", None)  # TLS: decrypted bytes waiting inside the SSL object
+            if conn.unreader.buffered() or (pending and pending()):
+                self._returned.append(conn)
+                self._wake()
+                return
+            conn.sock.setblocking(False)
+            conn.set_timeout()
+            with self._lock:
+                conn.idle = True
+                self._keep.append(conn)
+                self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn))
+        except Exception:
+            self.nr_conns -= 1
+            fs.conn.close()  # type: ignore[attr-defined]
+
+    def handle(self, conn: ServingConn) -> tuple[bool, ServingConn]:  # type: ignore[override]
+        unreader = conn.unreader
+        if conn.uploading and conn.missing is not None:
+            unreader.on_received = partial(self._body_received, conn)
+        req = None
+        keepalive = False
+        try:
+            req = next(conn.parser)
+            if req:
+                keepalive = self.handle_request(req, conn)
+                if keepalive and (unreader.timed_out or not self._discard_unread_body(conn)):
+                    keepalive = False
+        except http.errors.NoMoreData as e:
+            self.log.debug("Ignored premature client disconnection. %s", e)
+        except StopIteration as e:
+            self.log.debug("Closing connection. %s", e)
+        except ssl.SSLError as e:
+            if e.args[0] == ssl.SSL_ERROR_EOF:
+                self.log.debug("ssl connection closed")
+            else:
+                self.handle_error(req, conn.sock, conn.client, e)
+        except TimeoutError:
+            self.log.debug("Closing a connection whose client did not take its answer within %gs.",
+                           self.limits.send_seconds)
+        except OSError as e:
+            if e.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                self.log.debug("Ignoring a connection the client closed (%s).", errno.errorcode.get(e.errno or 0))
+            else:
+                self.log.exception("Socket error processing request.")
+        except Exception as e:
+            self.handle_error(req, conn.sock, conn.client, e)
+        finally:
+            unreader.on_received = None
+            self._release_upload(conn)
+        return keepalive, conn
+
+    def handle_request(self, req: Any, conn: ServingConn) -> bool:  # type: ignore[override]
+        conn.unreader.expect_body(conn.body_deadline, on_time_out=req.force_close)
+        return bool(super().handle_request(req, conn))
+
+    def _body_received(self, conn: ServingConn, size: int) -> None:
+        # Once its body is all in memory, a request no longer waits on the network: its slot can go to another.
+        if conn.missing is not None:
+            conn.missing -= size
+            if conn.missing <= 0:
+                self._release_upload(conn)
+
+    def _release_upload(self, conn: ServingConn) -> None:
+        with self._lock:
+            if not conn.uploading:
+                return
+            conn.uploading, conn.missing = False, None
+            self._uploading -= 1
+        self._wake()
+
+    def _discard_unread_body(self, conn: ServingConn) -> bool:
+        """True when the body ended within the linger bounds (keep the connection), False to close it."""
+        body = conn.parser.mesg.body
+        conn.unreader.linger()
+        budget = LINGER_BYTES
+        try:
+            while budget > 0:
+                chunk = body.read(min(65536, budget))
+                if not chunk:
+                    return True
+                budget -= len(chunk)
+            return False
+        except Exception:  # a stalled, broken or gone client: closing is the answer to each
+            self.log.debug("Closing a connection whose unread request body did not end in time.")
+            return False
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """gunicorn's refusals in the error envelope, never its HTML page; nothing the client sent is quoted back
+        (the log line quotes it, and the logger redacts keys from it)."""
+        addr = addr or ("", -1)  # a unix socket
+        if isinstance(exc, RequestTimedOut):
+            answer = exc.answer
+            self.log.info("Refused a request from ip=%s with %s: %s", addr[0], answer.status, answer.message)
+        else:
+            found = answers.for_parse_error(exc, self.head_limits)
+            if found is None:
+                if hasattr(req, "uri"):
+                    self.log.exception("Error handling request %s", req.uri)
+                else:
+                    self.log.exception("Error handling request (no URI read)")
+                found = answers.UNEXPECTED
+            else:
+                self.log.warning("Invalid request from ip=%s: %s", addr[0], exc)
+            answer = found
+        try:
+            client.settimeout(self.limits.send_seconds)
+            client.sendall(answer.encode())
+        except Exception:
+            self.log.debug("Failed to send error message.")
