@@ -7,15 +7,27 @@ same rules as the /keys API, acting as the signed-in key.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
-import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from functools import wraps
+from functools import cache, wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flask import Blueprint, Response, current_app, g, make_response, redirect, render_template, request, url_for
+from flask import (
+    Blueprint,
+    Response,
+    current_app,
+    g,
+    make_response,
+    redirect,
+    render_template,
+    request,
+    send_file,
+    url_for,
+)
 from flask import send_from_directory as _send_from_directory
 from markupsafe import Markup
 
@@ -27,6 +39,7 @@ from app.keys import crud, manage
 from app.keys.api import display_form, key_body, rate_windows
 from app.keys.limits import TIERS
 from app.keys.records import OUTCOMES, PERMISSIONS, ApiKey
+from app.observability import KEY_FORMAT
 from app.series.timestamps import FREQUENCIES
 from app.services import current_services
 from app.web.pipeline import public
@@ -34,7 +47,6 @@ from app.web.pipeline import public
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
 SAMPLES_DIR = STATIC_DIR / "samples"
-KEY_FORMAT = re.compile(r"^ak_[0-9a-f]{64}$")
 GRACE_CHOICES: tuple[tuple[int, str], ...] = (
     (0, "Now (the old key stops at once)"),
     (3600, "1 hour"),
@@ -133,12 +145,61 @@ def _base_context() -> dict[str, Any]:
     }
 
 
+# ReDoc's sidebar footer always shows Redocly's logo from its CDN, an address the pages' policy (img-src 'self')
+# refuses, so the browser logged a violation on every visit to the reference. The vendored file stays as npm
+# ships it (vendor/redoc/VERSION); the address is swapped as the file is served for an empty data: image, which
+# fails to decode at once, and ReDoc then drops the image and keeps the footer's link text.
+REDOC_BUNDLE = "vendor/redoc/redoc.standalone.js"
+_REDOC_LOGO = b'src:"https://cdn.redoc.ly/redoc/logo-mini.svg"'
+STATIC_MAX_AGE = 3600
+
+
+@cache
+def _redoc_bundle() -> tuple[bytes, str]:
+    bundle = (STATIC_DIR / REDOC_BUNDLE).read_bytes().replace(_REDOC_LOGO, b'src:"data:,"')
+    return bundle, hashlib.sha256(bundle).hexdigest()[:32]
+
+
 @bp.get("/static/<path:filename>")
 @public
 def static(filename: str) -> Response:
-    response = _send_from_directory(STATIC_DIR, filename, max_age=3600)
+    if filename == REDOC_BUNDLE:
+        bundle, etag = _redoc_bundle()
+        response = send_file(io.BytesIO(bundle), mimetype="text/javascript", max_age=STATIC_MAX_AGE, etag=etag,
+                             conditional=True)
+    else:
+        response = _send_from_directory(STATIC_DIR, filename, max_age=STATIC_MAX_AGE)
     response.headers["X-Content-Type-Options"] = "nosniff"
     return response
+
+
+# A browser asks for /favicon.ico on every page that names no icon. Unrouted, that request would need a key, and
+# each would be a failed authentication spending from the address's allowance (AUTH_FAILURE_LIMIT), the one
+# sign-in attempts spend from: the pages name this icon, and /favicon.ico itself answers, both without a key.
+FAVICON_SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
+    'fill="#1f4e8c"/><path d="M2 11.5l3.5-4 3 2.5L14 4" fill="none" stroke="#fff" stroke-width="1.8"/></svg>'
+)
+ICON_MAX_AGE = 86400
+
+
+@bp.get("/favicon.svg")
+@public
+def favicon() -> Response:
+    response = make_response(FAVICON_SVG)
+    response.mimetype = "image/svg+xml"
+    response.headers["Cache-Control"] = f"public, max-age={ICON_MAX_AGE}"
+    return response
+
+
+@public
+def no_favicon_ico() -> Response:
+    response = make_response("", 204)
+    response.headers["Cache-Control"] = f"public, max-age={ICON_MAX_AGE}"
+    return response
+
+
+bp.record_once(lambda state: state.app.add_url_rule("/favicon.ico", "favicon_ico", no_favicon_ico))
 
 
 # --- sign in and out -----------------------------------------------------------------------------
@@ -270,6 +331,16 @@ def _expiry_field(form: dict[str, str], errors: dict[str, str]) -> datetime | No
     return day
 
 
+# The form field that shows a refusal from app.keys.manage, by the field it names; any other (the calling key
+# itself, for one) is shown above the form.
+_FORM_FIELDS = {"expires_at": "expires_on"}
+
+
+def _refusal(errors: dict[str, str], refused: manage.Refused, fields: tuple[str, ...]) -> None:
+    field = _FORM_FIELDS.get(refused.field, refused.field)
+    errors[field if field in fields else "form"] = refused.message
+
+
 def _keys_page(status: int = 200, **extra: Any) -> Response:
     session = current_session()
     assert session is not None
@@ -322,7 +393,7 @@ def create_key() -> Response:
                 expires_at=expires_at, **limits,
             )
         except manage.Refused as refused:
-            errors[refused.field] = refused.message
+            _refusal(errors, refused, ("name", "permissions", "expires_on", "tier", *manage.LIMIT_FIELDS))
         else:
             return _keys_page(201, created={**key_body(created.key), "key": created.plain_key})
     return _keys_page(400, form=form, errors=errors)
@@ -402,7 +473,7 @@ def edit_key(key_id: str) -> Response:
         try:
             key = manage.update_key(current_services().database, session.key, key_id, name=name, tier=tier, **limits)
         except manage.Refused as refused:
-            errors[refused.field] = refused.message
+            _refusal(errors, refused, ("name", "tier", *manage.LIMIT_FIELDS))
         else:
             current_services().keys.forget()
             return _key_page(key, notice="Saved.")
@@ -449,7 +520,10 @@ def revoke_key(key_id: str) -> Response:
     key = _own_key(key_id)
     if key is None:
         return _not_found()
-    manage.revoke_key(current_services().database, session.key, key_id)
+    try:
+        manage.revoke_key(current_services().database, session.key, key_id)
+    except manage.Refused as refused:
+        return _key_page(key, 403, errors={"revoke": refused.message})
     current_services().keys.forget()
     if key_id == session.key.id:
         # Revoking the key this session stands on ends the session with it.
@@ -492,11 +566,12 @@ def reference() -> Response:
 
 
 MONITOR_CHART_POINTS = 500
+MONITOR_FEEDBACK_ROWS = 5
 
 
 @bp.get("/monitors")
 @signed_in
-def monitors() -> Response:
+def monitors(notice: str | None = None) -> Response:
     if "monitors" not in current_app.extensions:
         return _page("dashboard/error.html", 404, title="No monitors", message="This server has no monitors.",
                      **_base_context())
@@ -511,12 +586,23 @@ def monitors() -> Response:
     charts = []
     for view in views:
         points = view.get("points") or []
+        flagged = [p for p in points if p["is_anomaly"]]
         charts.append({
             "id": view["id"],
             "name": view["name"],
             "frequency": view["data_frequency"],
             "point_count": view["point_count"],
-            "anomalies": sum(1 for p in points if p["is_anomaly"]),
+            "sensitivity": view["sensitivity"],
+            "confidence": view["confidence"],
+            "min_deviation": view["min_deviation"],
+            "min_relative_deviation": view["min_relative_deviation"],
+            "anomalies": len(flagged),
+            # The latest flagged points, newest first, each with the feedback a user gave it.
+            "recent_anomalies": [
+                {"timestamp": p["timestamp"], "value": p["value"], "expected": p["expected"],
+                 "direction": p["direction"], "feedback": p["feedback"]}
+                for p in reversed(flagged[-MONITOR_FEEDBACK_ROWS:])
+            ],
             "series": {
                 "timestamps": [p["timestamp"] for p in points],
                 "value": [p["value"] for p in points],
@@ -526,4 +612,31 @@ def monitors() -> Response:
                 "anomaly": [p["is_anomaly"] for p in points],
             },
         })
-    return _page("dashboard/monitors.html", charts=charts, shown_points=MONITOR_CHART_POINTS, **_base_context())
+    can_write = "write" in session.key.permissions
+    return _page("dashboard/monitors.html", charts=charts, shown_points=MONITOR_CHART_POINTS, can_write=can_write,
+                 notice=notice, **_base_context())
+
+
+@bp.post("/monitors/<monitor_id>/feedback")
+@signed_in
+def monitor_feedback(monitor_id: str) -> Response:
+    """The dashboard's "Not an anomaly" button: the same change as POST /monitors/{id}/feedback."""
+    from app.errors import ApiError
+    from app.monitors import service as monitor_service
+    from app.monitors.schemas import point_epoch
+
+    session = current_session()
+    assert session is not None
+    if "write" not in session.key.permissions:
+        return _page("dashboard/error.html", 403, title="Not allowed",
+                     message="Marking a point needs a key with the write permission.", **_base_context())
+    stamp = request.form.get("timestamp", "")
+    try:
+        monitor_service.mark_not_anomaly(
+            database=current_services().database, runtime=current_app.extensions["monitors"],
+            account_id=session.key.account_id, monitor_id=monitor_id, epoch=point_epoch(stamp),
+        )
+    except ApiError as error:
+        return _page("dashboard/error.html", error.status, title="Not marked", message=error.message,
+                     **_base_context())
+    return monitors(notice=f"The point at {stamp} is marked as not an anomaly; the detector learns it as normal.")

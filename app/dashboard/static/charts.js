@@ -2,6 +2,7 @@
 (function () {
   "use strict";
   var COLORS = { "2xx": "#1a7f37", "4xx": "#9a6700", "429": "#8250df", "5xx": "#cf222e" };
+  var HOUR = 3600, DAY = 86400;
 
   function widthOf(el) {
     return Math.max(280, Math.floor(el.getBoundingClientRect().width || el.parentElement.clientWidth || 600));
@@ -34,7 +35,10 @@
     var opts = {
       width: widthOf(el), height: height,
       series: [{ label: "Hour (UTC)" }].concat(drawn),
-      axes: [{ values: spanHours > 24 ? "{MM}-{DD}" : "{HH}:00" }, { label: "requests" }],
+      // Ticks on whole hours, or on UTC midnights for the week, so each date is labelled once.
+      axes: [spanHours > 24 ? { values: "{MM}-{DD}", incrs: [DAY, 2 * DAY, 7 * DAY] }
+                            : { values: "{HH}:00", incrs: [HOUR, 2 * HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR] },
+             { label: "requests" }],
       scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } },
       tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
       legend: { live: true }

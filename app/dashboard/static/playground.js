@@ -57,24 +57,60 @@
     return { timestamps: timestamps, values: values };
   }
 
+  // The API takes date-times (YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM]). For a daily or coarser series a date
+  // alone can only mean that day's midnight, so it is sent as such; finer series are sent as typed, and the
+  // API's answer names the form it expects.
+  var DATE_ONLY = /^\d{4}-\d{2}-\d{2}$/;
+  var COARSE = ["Daily", "Weekly", "Monthly", "Quarterly", "Yearly"];
+
+  function withTimes(timestamps, frequency) {
+    if (COARSE.indexOf(frequency) < 0) return timestamps;
+    return timestamps.map(function (t) { return DATE_ONLY.test(t) ? t + "T00:00:00" : t; });
+  }
+
   function epoch(ts) {
     var zoned = /([zZ]|[+-]\d\d:?\d\d)$/.test(ts) ? ts : ts + "Z";
     return Date.parse(zoned) / 1000;
   }
 
+  function text(value) {
+    return typeof value === "string" ? value : JSON.stringify(value);
+  }
+
+  // One line per problem of details.errors: where, what, and what was sent or expected.
+  function problemLine(problem) {
+    var where = problem.field || "body";
+    if (problem.index !== undefined && problem.index !== null) where += " [" + problem.index + "]";
+    var line = where + ": " + (problem.issue || "");
+    if (problem.provided !== undefined && problem.provided !== null) line += " (sent: " + text(problem.provided) + ")";
+    if (problem.expected !== undefined && problem.expected !== null) line += " (expected: " + text(problem.expected) + ")";
+    return line;
+  }
+
   function showApiError(status, body) {
     var error = (body && body.error) || { code: "HTTP " + status, message: "The server answered " + status + "." };
+    var details = error.details || {};
     document.getElementById("api-error-message").textContent = error.code + ": " + error.message;
     var list = document.getElementById("api-error-details");
     list.innerHTML = "";
-    Object.keys(error.details || {}).forEach(function (name) {
+    Object.keys(details).forEach(function (name) {
+      if (name === "errors" && Array.isArray(details.errors)) return;  // listed in full below
       var row = document.createElement("div");
       var dt = document.createElement("dt"), dd = document.createElement("dd");
       dt.textContent = name;
-      var value = error.details[name];
-      dd.textContent = typeof value === "string" ? value : JSON.stringify(value);
+      dd.textContent = text(details[name]);
       row.appendChild(dt); row.appendChild(dd); list.appendChild(row);
     });
+    var problems = document.getElementById("api-error-problems");
+    var items = document.getElementById("api-error-list");
+    items.innerHTML = "";
+    var all = Array.isArray(details.errors) ? details.errors : [];
+    all.forEach(function (problem) {
+      var item = document.createElement("li");
+      item.textContent = problemLine(problem);
+      items.appendChild(item);
+    });
+    problems.hidden = all.length === 0;
     errorBox.hidden = false;
     errorBox.focus();
   }
@@ -100,6 +136,7 @@
     try { series = parseCsv(csv.value); showCsvError(""); }
     catch (e) { showCsvError(e.message); csv.focus(); return; }
     var frequency = document.getElementById("data_frequency").value;
+    series.timestamps = withTimes(series.timestamps, frequency);
     var horizonRaw = document.getElementById("horizon").value;
     var request = {
       series: [series],
