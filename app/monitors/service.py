@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from app.compute.detect.jobs import DetectJob
 from app.compute.detect.results import DEFAULT_DETECTOR, DetectionResult, confidence_for_sensitivity
-from app.compute.detect.streaming import WARMUP, StreamingDetector, lookback_rows
+from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts, lookback_rows
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
 from app.db import Database
 from app.errors import DataValidationError, InternalError, NotFound
@@ -575,7 +575,12 @@ def _judge_new(
         start=len(hist_epochs),
     )
     result = _judge(pool, job)
-    verdicts = [
+    return _verdicts(result, len(epochs), warm=result.warmup_points - len(hist_epochs)), result.period
+
+
+def _verdicts(result: DetectionResult | Verdicts, count: int, *, warm: int) -> list[_Verdict]:
+    """One _Verdict per judged row; the first ``warm`` of them are warm-up rows."""
+    return [
         _Verdict(
             expected=result.expected[i],
             lower=result.lower[i],
@@ -583,11 +588,10 @@ def _judge_new(
             score=result.score[i],
             is_anomaly=bool(result.is_anomaly[i]),
             direction=result.direction[i],
-            warmup=len(hist_epochs) + i < result.warmup_points,
+            warmup=i < warm,
         )
-        for i in range(len(epochs))
+        for i in range(count)
     ]
-    return verdicts, result.period
 
 
 def _judge_state(session: Session, runtime: MonitorRuntime, monitor: MonitorState) -> JudgeState:
@@ -619,19 +623,7 @@ def _judge_streaming(
     before = state.rows
     result = monitor.detector().update(state, [float(e) for e in epochs], values)
     judged.size = StreamingDetector.size(state)
-    verdicts = [
-        _Verdict(
-            expected=result.expected[i],
-            lower=result.lower[i],
-            upper=result.upper[i],
-            score=result.score[i],
-            is_anomaly=result.is_anomaly[i],
-            direction=result.direction[i],
-            warmup=before + i < WARMUP,
-        )
-        for i in range(len(epochs))
-    ]
-    return verdicts, state.period or None
+    return _verdicts(result, len(epochs), warm=WARMUP - before), state.period or None
 
 
 def _store(
