@@ -26,7 +26,11 @@ def test_the_413_names_the_limit(tmp_path: Path, limit: int, said: str) -> None:
         declared = client.post("/forecast", data=body, headers=headers)  # werkzeug's 413, from Content-Length
         chunked = client.post("/monitors", input_stream=io.BytesIO(body),  # read to the cap: no length declared
                               headers={**headers, "Transfer-Encoding": "chunked"})
-        for response in (declared, chunked):
+        admin, _ = new_key(app, ("read", "admin"))
+        keys_chunked = client.post("/keys", input_stream=io.BytesIO(body),  # /keys once answered 400 here
+                                   headers={**bearer(admin), "Content-Type": "application/json",
+                                            "Transfer-Encoding": "chunked"})
+        for response in (declared, chunked, keys_chunked):
             assert response.status_code == 413
             assert response.get_json()["error"]["message"] == (
                 f"The request body is larger than the {said} the service accepts.")
