@@ -45,7 +45,31 @@ class StrictString(StoredText):
         return text.strip()
 
 
-class MonitorCreateSchema(Schema):
+class JudgingFields(Schema):
+    """How a monitor's points are judged; the same fields on creation and on change (absent: unchanged, or
+    the default on creation)."""
+
+    sensitivity = fields.Integer(
+        allow_none=True,
+        strict=True,
+        validate=validate.Range(*SENSITIVITY_RANGE, error="Must be between 0 and 99"),
+        metadata={"description": "Azure's 0-99 scale (higher: a narrower range, more anomalies); when set it "
+                  "decides the range instead of confidence. 99 equals confidence 0.99. Default null."},
+    )
+    min_deviation = StrictFloat(
+        allow_nan=False,
+        validate=validate.Range(min=0, max=MAX_ABS_VALUE, error="Must be between 0 and 1e300"),
+        metadata={"description": "A point closer than this to its expected value is never an anomaly. "
+                  "Default 0."},
+    )
+    min_relative_deviation = StrictFloat(
+        allow_nan=False,
+        validate=validate.Range(0, 100, error="Must be between 0 and 100"),
+        metadata={"description": "As min_deviation, as a share of |expected| (0.1 = 10%). Default 0."},
+    )
+
+
+class MonitorCreateSchema(JudgingFields):
     class Meta:
         unknown = "exclude"
 
@@ -64,26 +88,6 @@ class MonitorCreateSchema(Schema):
         metadata={"description": "The detector that judges the points, as X-Model-Id on /anomalies; null for "
                   "the default."},
     )
-    sensitivity = fields.Integer(
-        load_default=None,
-        allow_none=True,
-        strict=True,
-        validate=validate.Range(*SENSITIVITY_RANGE, error="Must be between 0 and 99"),
-        metadata={"description": "Azure's 0-99 scale (higher: a narrower range, more anomalies); when set it "
-                  "decides the range instead of confidence. 99 equals confidence 0.99."},
-    )
-    min_deviation = StrictFloat(
-        load_default=0.0,
-        allow_nan=False,
-        validate=validate.Range(min=0, max=MAX_ABS_VALUE, error="Must be between 0 and 1e300"),
-        metadata={"description": "A point closer than this to its expected value is never an anomaly."},
-    )
-    min_relative_deviation = StrictFloat(
-        load_default=0.0,
-        allow_nan=False,
-        validate=validate.Range(0, 100, error="Must be between 0 and 100"),
-        metadata={"description": "As min_deviation, as a share of |expected| (0.1 = 10%)."},
-    )
     retention_points = fields.Integer(
         load_default=DEFAULT_RETENTION,
         strict=True,
@@ -97,7 +101,7 @@ class MonitorCreateSchema(Schema):
     )
 
 
-class MonitorPatchSchema(Schema):
+class MonitorPatchSchema(JudgingFields):
     class Meta:
         unknown = "exclude"
 
@@ -106,25 +110,6 @@ class MonitorPatchSchema(Schema):
         allow_nan=False, validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999")
     )
     webhook_url = StoredText(allow_none=True, metadata={"description": "null removes the webhook."})
-    sensitivity = fields.Integer(
-        allow_none=True,
-        strict=True,
-        validate=validate.Range(*SENSITIVITY_RANGE, error="Must be between 0 and 99"),
-        metadata={"description": "Azure's 0-99 scale (higher: a narrower range, more anomalies); when set it "
-                  "decides the range instead of confidence. 99 equals confidence 0.99."},
-    )
-    min_deviation = StrictFloat(
-        allow_nan=False,
-        validate=validate.Range(min=0, max=MAX_ABS_VALUE, error="Must be between 0 and 1e300"),
-        metadata={"description": "A point closer than this to its expected value is never an anomaly."},
-    )
-    min_relative_deviation = StrictFloat(
-        allow_nan=False,
-        validate=validate.Range(0, 100, error="Must be between 0 and 100"),
-        metadata={"description": "As min_deviation, as a share of |expected| (0.1 = 10%)."},
-    )
-
-
 class PointsRequestSchema(Schema):
     class Meta:
         unknown = "exclude"
