@@ -232,6 +232,11 @@ def _sign_in_page(status: int = 200, *, error: str | None = None, notice: str | 
 @bp.get("/sign-in")
 @public
 def sign_in() -> Response:
+    if current_services().settings.require_https and not request.is_secure:
+        # No form over plain HTTP: a key typed into it would travel in clear before the POST is refused.
+        return _page("dashboard/error.html", 403, title="HTTPS is required",
+                     message="This server signs in over HTTPS only. Open this page with https:// and sign in "
+                     "there.", session=None, actor=None, monitors_available=False)
     if current_session() is not None:
         return redirect(url_for("dashboard.keys"))
     notice = None

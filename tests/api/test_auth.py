@@ -176,6 +176,19 @@ def test_require_https_refuses_plain_http_before_the_key(tmp_path: Path) -> None
     services_of(app).close()
 
 
+def test_require_https_serves_no_sign_in_form_over_plain_http(tmp_path: Path) -> None:
+    """The form itself is refused, so no key is ever typed into a page that would post it in clear."""
+    app = build_app(settings_for(f"sqlite:///{tmp_path / 'k.sqlite3'}", require_https=True, trusted_proxies=1))
+    client = app.test_client()
+    plain_http = client.get("/dashboard/sign-in")
+    assert plain_http.status_code == 403
+    page = plain_http.get_data(as_text=True)
+    assert "HTTPS" in page and 'name="api_key"' not in page and "<form" not in page.split("<main", 1)[-1]
+    over_tls = client.get("/dashboard/sign-in", headers={"X-Forwarded-Proto": "https"})
+    assert over_tls.status_code == 200 and 'name="api_key"' in over_tls.get_data(as_text=True)
+    services_of(app).close()
+
+
 def test_forwarded_proto_is_ignored_without_trusted_proxies(tmp_path: Path) -> None:
     app = build_app(settings_for(f"sqlite:///{tmp_path / 'k.sqlite3'}", require_https=True, trusted_proxies=0))
     plain, _ = new_key(app)
