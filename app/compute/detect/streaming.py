@@ -59,6 +59,7 @@ QUIET_ROWS = 48  # one incident, one anomaly: how long a flagged deviation stays
 _Z99 = NormalDist().inv_cdf(0.995)
 _PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
 _JUST_BELOW = math.nextafter(0.5, 0.0)  # the score of a deviation that is part of an incident already flagged
+_NO_ERRORS = array("d", [math.nan] * _PREDICTORS)  # what a chooser row not yet filled drops
 _LAST = 3
 
 
@@ -297,10 +298,11 @@ class StreamingDetector:
         self._push_error(st, abs(value - expected))
         # A flagged row counts against each predictor at most as a miss by the range's half-width, so an
         # incident does not decide which predictor judges the rows after it.
-        cap = halfwidth if flagged else math.inf
-        self._push_choice(
-            st, tuple(None if p is None else min(abs(p - value), cap) ** CHOOSER_POWER for p in predictions)
-        )
+        if flagged:
+            errors = [None if p is None else min(abs(p - value), halfwidth) ** CHOOSER_POWER for p in predictions]
+        else:
+            errors = [None if p is None else abs(p - value) ** CHOOSER_POWER for p in predictions]
+        self._push_choice(st, errors)
         self._remember_season(st, moment, value)
         if not flagged:
             st.run, st.run_side = [], 0
@@ -340,25 +342,27 @@ class StreamingDetector:
             del st.errors_sorted[bisect_left(st.errors_sorted, oldest)]
         insort(st.errors_sorted, error)
 
-    def _push_choice(self, st: DetectorState, errors: tuple[float | None, ...]) -> None:
+    def _push_choice(self, st: DetectorState, errors: list[float | None]) -> None:
         ring = st.chooser_ring
+        row = array("d", [math.nan if error is None else error for error in errors])
         if st.chooser_rows < CHOOSER_ROWS:
-            ring.extend(math.nan if error is None else error for error in errors)
+            oldest = _NO_ERRORS
+            ring.extend(row)
             st.chooser_rows += 1
         else:
             base = st.chooser_next * _PREDICTORS
-            for j in range(_PREDICTORS):
-                oldest = ring[base + j]
-                if oldest == oldest:  # not NaN: the predictor had a value then
-                    st.chooser_sum[j] -= oldest
-                    st.chooser_count[j] -= 1
-                error = errors[j]
-                ring[base + j] = math.nan if error is None else error
+            oldest = ring[base : base + _PREDICTORS]
+            ring[base : base + _PREDICTORS] = row
             st.chooser_next = (st.chooser_next + 1) % CHOOSER_ROWS
+        sums, counts = st.chooser_sum, st.chooser_count
         for j, error in enumerate(errors):
+            dropped = oldest[j]
+            if dropped == dropped:  # not NaN: the predictor had a value then
+                sums[j] -= dropped
+                counts[j] -= 1
             if error is not None:
-                st.chooser_sum[j] += error
-                st.chooser_count[j] += 1
+                sums[j] += error
+                counts[j] += 1
 
 
 def _emit(out: Verdicts, expected: float, lower: float, upper: float, score: float, flagged: bool,
