@@ -35,7 +35,9 @@ migrate: install
 run: migrate
 	@echo "Embedded default: rate counters live in memory and start afresh on restart (per-day windows included); set REDIS_URL to keep them."
 	$(BIN)/flask --app wsgi keys bootstrap --url http://127.0.0.1:$(PORT)
-	BIND=127.0.0.1:$(PORT) $(BIN)/gunicorn wsgi:app
+	@# The job worker runs beside the web server and stops with it (Ctrl-C reaches both).
+	$(BIN)/flask --app wsgi jobs worker & worker=$$!; trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
+		BIND=127.0.0.1:$(PORT) $(BIN)/gunicorn wsgi:app
 
 # Several pytest-xdist workers: most tests wait (on gunicorn, subprocesses, rate-limit windows) more than they
 # compute, so three workers keep two cores busy. A module's tests that share a server stay on one worker, and

@@ -23,6 +23,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.dashboard import init_dashboard
     from app.db import Database
     from app.forecast import routes as forecast_routes
+    from app.jobs.engine import build_engine
     from app.keys import api as keys_api
     from app.keys.store import KeyStore, UsageRecorder
     from app.monitors import routes as monitor_routes
@@ -57,6 +58,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
             on_ready_change=metrics.WORKERS_READY.set,
         ),
         limits=init_rate_limits(app, settings),
+        jobs=build_engine(settings),
     )
     app.extensions["forecast_service"] = services
 

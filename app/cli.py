@@ -399,5 +399,8 @@ def _example_request() -> dict[str, Any]:
 
 
 def register_cli(app: Flask) -> None:
+    from app.jobs.cli import jobs_cli
+
+    app.cli.add_command(jobs_cli)
     app.cli.add_command(keys_cli)
     app.cli.add_command(db_cli)

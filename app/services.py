@@ -12,6 +12,8 @@ from app.keys.store import KeyStore, UsageRecorder
 from app.settings import Settings
 
 if TYPE_CHECKING:
+    from huey import Huey
+
     from app.compute.pool import WorkerPool
     from app.ratelimit import RateLimits
 
@@ -24,6 +26,7 @@ class Services:
     usage: UsageRecorder
     pool: WorkerPool
     limits: RateLimits
+    jobs: Huey
 
     def warm_up(self) -> None:
         """What a serving process needs before its first request: the forecast workers spawned, and numpy

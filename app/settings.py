@@ -78,6 +78,8 @@ class Settings:
     monitor_delivery_max_age_seconds: float = 3600.0
     monitor_delivery_lease_seconds: float = 60.0
     monitor_webhook_timeout_seconds: float = 10.0
+    # Background job worker processes per `jobs worker` (0: one per core).
+    job_workers: int = 0
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -103,6 +105,7 @@ class Settings:
             monitor_delivery_max_age_seconds=_float("MONITOR_DELIVERY_MAX_AGE_SECONDS", 3600.0),
             monitor_delivery_lease_seconds=_float("MONITOR_DELIVERY_LEASE_SECONDS", 60.0),
             monitor_webhook_timeout_seconds=_float("MONITOR_WEBHOOK_TIMEOUT_SECONDS", 10.0),
+            job_workers=_int("JOB_WORKERS", 0),
         )
         return replace(settings, **overrides)
 

@@ -1,0 +1,1 @@
+"""Background work on Huey: the engine built from settings, the tasks each package registers, the worker command."""
