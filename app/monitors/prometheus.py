@@ -127,7 +127,7 @@ class ReadResult:
 def query_range(monitor: Claimed, span: Window, *, allow_private: bool, timeout: float) -> ReadResult:
     """One query_range call and what it yields: one series' finite points, or the reason there are none."""
     form = urlencode({"query": monitor.prometheus_query, "start": span.start, "end": span.end, "step": span.step,
-                      "timeout": f"{max(1.0, timeout - 0.5):g}s"}).encode()
+                      "timeout": f"{max(1000, int((timeout - 0.5) * 1000))}ms"}).encode()
     answer = send_request(
         method="POST", url=monitor.prometheus_url.rstrip("/") + "/api/v1/query_range", body=form,
         headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},

@@ -8,7 +8,8 @@ delivery is at least once, and every event carries a stable id for the receiver 
 Order per monitor and destination (its webhook, its Alertmanager): only the oldest undelivered event of a
 monitor's destination (lowest ``seq`` among pending/sending) can be claimed, so a receiver sees a monitor's
 events in order even across retries and servers. On PostgreSQL the claim is ``SELECT ... FOR UPDATE SKIP
-LOCKED``: two servers never take the same event and never wait on each other. SQLite has one writer at a time, which serializes claims by itself.
+LOCKED``: two servers never take the same event and never wait on each other. SQLite has one writer at a
+time, which serializes claims by itself.
 
 Which due event goes first: events never attempted before retries (a receiver that is down must not make
 everyone else's fresh alerts queue behind its backlog), the accounts taking turns, then by due time. A
