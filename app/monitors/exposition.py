@@ -73,6 +73,6 @@ def render(*, database: Database, account_id: str) -> str:
                                                     MonitorPointRecord.epoch == MonitorRecord.last_epoch))
                 .where(MonitorRecord.account_id == account_id)
                 .order_by(MonitorRecord.id)
-            ).tuples()
+            ).all()
         ]
         return "\n".join(_lines(rows)) + "\n"
