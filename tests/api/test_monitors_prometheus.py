@@ -287,3 +287,31 @@ def test_reading_windows_are_aligned_bounded_and_start_where_the_last_read_stopp
     assert prometheus.window(claimed(read_until=1_800_000_000), 1_800_000_060 + 0.5) is None
     assert prometheus.window(claimed(read_until=1_800_000_000), 1_800_000_061.5) is not None
     assert math.isclose(prometheus.SETTLE_SECONDS, 1.0)
+
+
+def test_the_dashboard_shows_the_source_its_state_and_the_alertmanager(prom_app: Flask) -> None:
+    import re
+
+    plain, _ = new_key(prom_app, permissions=("read", "write", "admin"), account_id="acct-dash", **BIG_LIMITS)
+    client = prom_app.test_client()
+    headers = {"Authorization": f"Bearer {plain}"}
+    reader = create(client, headers, name="queue depth", prometheus_url=closed_port_url(),
+                    prometheus_query='sum(queue_depth{queue="orders"})', alertmanager_url=closed_port_url()).json
+    create(client, headers, name="pushed one")
+    page = client.get("/dashboard/sign-in").get_data(as_text=True)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert token is not None
+    assert client.post("/dashboard/sign-in", data={"csrf_token": token.group(1), "api_key": plain}).status_code == 302
+    settings = services_of(prom_app).settings
+    worker = prometheus.Reader(settings)
+    try:
+        for claimed in worker.claim(datetime.now(UTC) + timedelta(seconds=1)):
+            if claimed.id == reader["id"]:
+                worker.read(claimed)
+    finally:
+        worker.close()
+    html = client.get("/dashboard/monitors").get_data(as_text=True)
+    assert "Reads Prometheus" in html and "sum(queue_depth{queue=&#34;orders&#34;})" in html
+    assert "source-problem" in html and "unreachable" in html and "Prometheus is unreachable" in html
+    assert "Alerts also go to the Alertmanager" in html
+    assert "Points sent with" in html
