@@ -57,6 +57,8 @@ LEASE_NAME = "prometheus-poller"
 POLLER_LEASE_SECONDS = 30.0
 # Prometheus answers read this much at most (a chunk of 1,000 points is about 30 KB).
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# Huey's task priority for the poller (higher runs first).
+PRIORITY = 100
 # Several series: the message names this many of them.
 NAMED_SERIES = 3
 
@@ -398,19 +400,26 @@ def start_poller(engine: Huey) -> None:
 def register(engine: Huey, settings: Settings) -> None:
     from app.monitors import alertmanager
 
-    @engine.task(name="monitors.prometheus.poll")
+    # Above the batch tasks that share the queue: a read waiting behind them is a late verdict.
+    @engine.task(name="monitors.prometheus.poll", priority=PRIORITY)
     def poll(holder: str) -> None:
         reader = _reader(settings)
         if not take_lease(reader.database, holder=holder, renew=True):
             return  # another poller took over (this one's lease had run out)
-        reader.round(_executor())
+        executor = _executor()
+        reader.round(executor)
+        # Reads fall due together (every monitor of a frequency on the same step); one due within a round's
+        # pace is waited for here, to the moment, rather than through the scheduler's one-second ticks.
         due = reader.next_due()
-        delay = POLL_SECONDS
-        if due is not None:
-            delay = min(POLL_SECONDS, max(0.0, (due - _now()).total_seconds()))
-        poll.schedule((holder,), delay=delay)
+        wait = POLL_SECONDS if due is None else (due - _now()).total_seconds()
+        if 0 < wait < POLL_SECONDS:
+            time.sleep(wait)
+            reader.round(executor)
+            due = reader.next_due()
+            wait = POLL_SECONDS if due is None else (due - _now()).total_seconds()
+        poll.schedule((holder,), delay=min(POLL_SECONDS, max(0.0, wait)))
 
-    @engine.task(name="monitors.prometheus.kick")
+    @engine.task(name="monitors.prometheus.kick", priority=PRIORITY)
     def kick() -> None:
         holder = secrets.token_hex(8)
         if take_lease(_reader(settings).database, holder=holder):
