@@ -244,7 +244,9 @@ class DeliveryAttemptSchema(Schema):
 
 class DeliverySchema(Schema):
     event_id = fields.String(required=True)
-    type = fields.String(required=True)
+    type = fields.String(required=True, metadata={"description": "anomaly, anomaly_ended (webhook); firing, "
+                                                    "resolved (Alertmanager)"})
+    destination = fields.String(required=True, metadata={"enum": ["webhook", "alertmanager"]})
     sequence = fields.Integer(required=True)
     status = fields.String(required=True, metadata={"enum": ["pending", "sending", "delivered", "failed",
                                                                 "cancelled"]})
