@@ -26,12 +26,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any
 from urllib.parse import urlencode
 from weakref import WeakKeyDictionary
 
 from huey import Huey, crontab
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.db import Database
@@ -90,6 +91,53 @@ class Claimed:
     prometheus_query: str
     last_epoch: int | None
     read_until: int | None
+    claim: str | None = None
+
+
+_TABLE = MonitorRecord.__table__
+_CLAIMED_COLUMNS = (_TABLE.c.id, _TABLE.c.account_id, _TABLE.c.data_frequency, _TABLE.c.retention_points,
+                    _TABLE.c.prometheus_url, _TABLE.c.prometheus_query, _TABLE.c.last_epoch,
+                    _TABLE.c.source_read_until, _TABLE.c.source_claim)
+
+
+@cache
+def _claim_statement(row_locks: bool, limit: int) -> Any:
+    due = (
+        select(_TABLE.c.id)
+        .where(_TABLE.c.prometheus_query.is_not(None), _TABLE.c.source_due_at <= bindparam("now"))
+        .order_by(_TABLE.c.source_due_at)
+        .limit(limit)
+    )
+    if row_locks:
+        due = due.with_for_update(skip_locked=True)
+    # The due condition again outside: on PostgreSQL a row another claim updated meanwhile is re-checked.
+    return (
+        update(_TABLE)
+        .where(_TABLE.c.id.in_(due.scalar_subquery()), _TABLE.c.source_due_at <= bindparam("now"))
+        .values(source_due_at=bindparam("lease_end"), source_claim=bindparam("token"))
+    )
+
+
+@cache
+def _claimed_statement() -> Any:
+    return select(*_CLAIMED_COLUMNS).where(_TABLE.c.source_claim == bindparam("token"))
+
+
+@cache
+def _record_statement(checked: bool) -> Any:
+    """A read's outcome and the next due time, releasing the claim; only while the claim is still this one's
+    and the query still the one read (a PATCH in between made the monitor due again at once)."""
+    values: dict[str, Any] = {"source_due_at": bindparam("b_due"), "source_read_until": bindparam("b_read_until"),
+                              "source_claim": None}
+    if checked:
+        values.update(source_status=bindparam("b_status"), source_message=bindparam("b_message"),
+                      source_checked_at=bindparam("b_checked"))
+    return (
+        update(_TABLE)
+        .where(_TABLE.c.id == bindparam("b_id"), _TABLE.c.prometheus_query == bindparam("b_query"),
+               _TABLE.c.prometheus_url == bindparam("b_url"), _TABLE.c.source_claim == bindparam("b_claim"))
+        .values(**values)
+    )
 
 
 @dataclass(frozen=True)
@@ -217,31 +265,16 @@ class Reader:
     # ------------------------------------------------------------------------------------------- claiming
 
     def claim(self, now: datetime, limit: int = CLAIM_BATCH) -> list[Claimed]:
-        table = MonitorRecord.__table__
-        lease_end = now + timedelta(seconds=CLAIM_LEASE_SECONDS)
-        claimed: list[Claimed] = []
-        statement = (
-            select(table.c.id, table.c.account_id, table.c.data_frequency, table.c.retention_points,
-                   table.c.prometheus_url, table.c.prometheus_query, table.c.last_epoch, table.c.source_read_until,
-                   table.c.source_due_at)
-            .where(table.c.prometheus_query.is_not(None), table.c.source_due_at <= now)
-            .order_by(table.c.source_due_at)
-            .limit(limit)
-        )
-        if self.database.engine.dialect.name == "postgresql":
-            statement = statement.with_for_update(skip_locked=True, of=table)
+        """Takes up to ``limit`` due monitors in one statement, marked with a fresh token, then reads them back
+        by it. On PostgreSQL the due rows are locked with SKIP LOCKED, so two pollers never wait on each
+        other; SQLite runs the statement under its one write lock. (One UPDATE per monitor, compare-and-set,
+        cost 1.5 ms of CPU each: half of a read.)"""
+        token = secrets.token_hex(8)
         with self.database.session() as session:
-            for row in session.execute(statement).all():
-                # The due time again: on SQLite another poller may have claimed it since the SELECT.
-                taken = session.execute(
-                    update(table).where(table.c.id == row.id, table.c.source_due_at == row.source_due_at)
-                    .values(source_due_at=lease_end)
-                )
-                if taken.rowcount == 1:  # type: ignore[attr-defined]
-                    claimed.append(Claimed(row.id, row.account_id, row.data_frequency, row.retention_points,
-                                           row.prometheus_url, row.prometheus_query, row.last_epoch,
-                                           row.source_read_until))
-        return claimed
+            session.execute(_claim_statement(self.database.engine.dialect.name == "postgresql", limit),
+                            {"now": now, "lease_end": now + timedelta(seconds=CLAIM_LEASE_SECONDS), "token": token})
+            rows = session.execute(_claimed_statement(), {"token": token}).all()
+        return [Claimed(*row) for row in rows]
 
     def next_due(self) -> datetime | None:
         table = MonitorRecord.__table__
@@ -299,17 +332,13 @@ class Reader:
 
     def _record(self, monitor: Claimed, *, status: str | None, message: str | None, read_until: int | None,
                 due: float, checked: bool) -> None:
-        table = MonitorRecord.__table__
-        values: dict[str, Any] = {"source_due_at": datetime.fromtimestamp(due, UTC), "source_read_until": read_until}
+        values: dict[str, Any] = {"b_id": monitor.id, "b_query": monitor.prometheus_query,
+                                  "b_url": monitor.prometheus_url, "b_claim": monitor.claim,
+                                  "b_due": datetime.fromtimestamp(due, UTC), "b_read_until": read_until}
         if checked:
-            values.update(source_status=status, source_message=(message or "")[:500], source_checked_at=_now())
+            values.update(b_status=status, b_message=(message or "")[:500], b_checked=_now())
         with self.database.session() as session:
-            # Only if the query is still the one read: a PATCH in between made the monitor due again at once.
-            session.execute(
-                update(table).where(table.c.id == monitor.id, table.c.prometheus_query == monitor.prometheus_query,
-                                    table.c.prometheus_url == monitor.prometheus_url)
-                .values(**values)
-            )
+            session.execute(_record_statement(checked), values)
         if status not in (None, OK):
             log.info("prometheus read failed", extra={"fields": {"monitor_id": monitor.id, "status": status,
                                                                  "message": message}})

@@ -51,6 +51,8 @@ class MonitorRecord(Base):
     source_read_until: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # When the next read is due; while a poller holds the monitor, the end of its lease.
     source_due_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, index=True)
+    # The token of the poller's claim that holds the monitor (until source_due_at, its lease's end).
+    source_claim: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # An Alertmanager (base URL) that receives the monitor's anomalies as alerts, besides the webhook.
     alertmanager_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
     # When a firing alert was last queued for Alertmanager (the re-send claims by this).

@@ -24,6 +24,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("source_checked_at", sa.DateTime(), nullable=True))
         batch.add_column(sa.Column("source_read_until", sa.BigInteger(), nullable=True))
         batch.add_column(sa.Column("source_due_at", sa.DateTime(), nullable=True))
+        batch.add_column(sa.Column("source_claim", sa.String(16), nullable=True))
         batch.add_column(sa.Column("alertmanager_url", sa.String(2048), nullable=True))
         batch.add_column(sa.Column("alertmanager_refreshed_at", sa.DateTime(), nullable=True))
         batch.create_index("ix_monitors_source_due_at", ["source_due_at"])
@@ -43,6 +44,6 @@ def downgrade() -> None:
         batch.drop_column("destination")
     with op.batch_alter_table("monitors") as batch:
         batch.drop_index("ix_monitors_source_due_at")
-        for name in ("alertmanager_refreshed_at", "alertmanager_url", "source_due_at", "source_read_until",
+        for name in ("alertmanager_refreshed_at", "alertmanager_url", "source_claim", "source_due_at", "source_read_until",
                      "source_checked_at", "source_message", "source_status", "prometheus_query", "prometheus_url"):
             batch.drop_column(name)
