@@ -58,6 +58,10 @@ LEASE_NAME = "prometheus-poller"
 POLLER_LEASE_SECONDS = 30.0
 # Prometheus answers read this much at most (a chunk of 1,000 points is about 30 KB).
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# A poller round stops claiming after this long, so it renews its lease (POLLER_LEASE_SECONDS) in time.
+ROUND_SECONDS = 10.0
+# A Prometheus that was unreachable or slow is not asked again by other monitors' reads for this long.
+FAILURE_MEMORY_SECONDS = 5.0
 # Huey's task priority for the poller (higher runs first).
 PRIORITY = 100
 # Several series: the message names this many of them.
@@ -257,6 +261,8 @@ class Reader:
             write_lock=threading.Lock() if self.database.engine.dialect.name == "sqlite" else None,
         )
         self.pid = os.getpid()
+        # Prometheus base URL -> (until when, the failed read's outcome), shared by the reader threads.
+        self._failing: dict[str, tuple[float, ReadResult]] = {}
 
     def close(self) -> None:
         self.pool.close()
@@ -298,8 +304,18 @@ class Reader:
             due = (math.floor((started - SETTLE_SECONDS) / step) + 1) * step + SETTLE_SECONDS
             self._record(monitor, status=None, message=None, read_until=read_until, due=due, checked=False)
             return
-        result = query_range(monitor, span, allow_private=self.settings.allow_private_webhooks,
-                             timeout=self.settings.prometheus_timeout_seconds)
+        remembered = self._failing.get(monitor.prometheus_url)
+        if remembered is not None and remembered[0] >= time.time():
+            result = remembered[1]
+        else:
+            result = query_range(monitor, span, allow_private=self.settings.allow_private_webhooks,
+                                 timeout=self.settings.prometheus_timeout_seconds)
+            if result.status in (UNREACHABLE, TIMEOUT):
+                # Every monitor on this Prometheus would wait out the same failure: they take this one's outcome
+                # until their own retry, so a stalled server holds READ_CONCURRENCY readers, not all of them.
+                self._failing[monitor.prometheus_url] = (time.time() + FAILURE_MEMORY_SECONDS, result)
+            else:
+                self._failing.pop(monitor.prometheus_url, None)
         status, message = result.status, result.message
         if result.status == OK:
             last = monitor.last_epoch if monitor.last_epoch is not None else -1
@@ -344,9 +360,11 @@ class Reader:
                                                                  "message": message}})
 
     def round(self, executor: ThreadPoolExecutor) -> int:
-        """Reads every monitor due now; returns how many were read."""
+        """Reads every monitor due now (for at most ROUND_SECONDS, well within the poller's lease); returns how
+        many were read."""
         count = 0
-        while True:
+        ends = time.monotonic() + ROUND_SECONDS
+        while time.monotonic() < ends:
             claimed = self.claim(_now())
             if not claimed:
                 return count
@@ -355,6 +373,7 @@ class Reader:
             count += len(claimed)
             if len(claimed) < CLAIM_BATCH:
                 return count
+        return count
 
     def _safe_read(self, monitor: Claimed) -> None:
         try:

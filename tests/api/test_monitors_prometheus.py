@@ -319,3 +319,42 @@ def test_the_dashboard_shows_the_source_its_state_and_the_alertmanager(prom_app:
     assert "source-problem" in html and "unreachable" in html and "Prometheus is unreachable" in html
     assert "Alerts also go to the Alertmanager" in html
     assert "Points sent with" in html
+
+
+def test_a_stalled_prometheus_holds_a_few_readers_not_one_per_monitor(client: FlaskClient, keys: dict,
+                                                                        prom_app: Flask) -> None:
+    import threading
+
+    owner = keys["owner"]
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def hold() -> None:  # accepts and never answers: every read waits out its whole timeout
+        listener.settimeout(0.2)
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    threading.Thread(target=hold, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    monitors = [create(client, owner, name=f"stalled {i}", prometheus_url=url, prometheus_query=f"up{{i='{i}'}}").json
+                for i in range(3 * prometheus.READ_CONCURRENCY)]
+    reader = prometheus.Reader(services_of(prom_app).settings)
+    executor = prometheus.ThreadPoolExecutor(prometheus.READ_CONCURRENCY)
+    try:
+        reader.round(executor)
+    finally:
+        executor.shutdown()
+        reader.close()
+        listener.close()
+        for connection in held:
+            connection.close()
+    # The first wave waited out the timeout; the monitors after it took that outcome without a request.
+    assert 1 <= len(held) <= prometheus.READ_CONCURRENCY
+    for monitor in monitors:
+        source = client.get(f"/monitors/{monitor['id']}", headers=owner).json["source"]
+        assert source["status"] == "timeout" and "did not answer within 2 s" in source["message"], source
