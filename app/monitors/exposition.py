@@ -3,7 +3,7 @@ inside its expected range with plain PromQL.
 
 One series per monitor per gauge, labelled ``monitor_id`` and ``monitor_name`` and nothing else, so the
 cardinality is the account's monitor count times the gauges below. Gauges describe the latest stored point;
-a monitor with no point yet has only ``forecast_monitor_info``."""
+a monitor with no point yet has only ``forecast_monitor_source_up`` (and only when Prometheus-backed)."""
 
 from __future__ import annotations
 
