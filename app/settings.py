@@ -80,6 +80,11 @@ class Settings:
     monitor_webhook_timeout_seconds: float = 10.0
     # Background job worker processes per `jobs worker` (0: one per core).
     job_workers: int = 0
+    # The address people reach this service at (https://forecast.example.com): alerts sent to Alertmanager link
+    # back to their monitor with it. Unset, the links are paths.
+    public_url: str | None = None
+    # How long one read of a Prometheus-backed monitor may take before it counts as a timeout.
+    prometheus_timeout_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -106,6 +111,8 @@ class Settings:
             monitor_delivery_lease_seconds=_float("MONITOR_DELIVERY_LEASE_SECONDS", 60.0),
             monitor_webhook_timeout_seconds=_float("MONITOR_WEBHOOK_TIMEOUT_SECONDS", 10.0),
             job_workers=_int("JOB_WORKERS", 0),
+            public_url=os.environ.get("PUBLIC_URL") or None,
+            prometheus_timeout_seconds=_float("PROMETHEUS_TIMEOUT_SECONDS", 10.0),
         )
         return replace(settings, **overrides)
 

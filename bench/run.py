@@ -1,6 +1,7 @@
 """Performance benchmarks of the service (`make bench`, `make bench-quick`).
 
-    python bench/run.py [--quick] [--only footprint,web,verify,limiter,forecast,anomaly,monitors,load,accuracy]
+    python bench/run.py [--quick] [--only footprint,web,verify,limiter,forecast,anomaly,monitors,prometheus,load,
+                                          accuracy]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -11,6 +12,8 @@ Suites (each writes bench/results/<suite>.md and prints it):
   web       the web process's CPU per request, beside the reference commit (bench/web_cpu.py)
   anomaly   NAB files through POST /anomalies, leave-one-category-out, detection latency (bench/anomaly.py)
   monitors  appends to monitors, 1,000 monitors a point a second each, a webhook outage (bench/monitors.py)
+  prometheus 1,000 Prometheus-backed monitors at 1-minute steps: lag point -> verdict, beside pushed appends
+            (bench/prometheus_monitors.py; needs /usr/bin/prometheus)
   accuracy  bench/accuracy.py on every development set, 30 series each (5 with --quick), with anchors
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
@@ -36,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 import latency  # noqa: E402
 
-SUITES = ["footprint", "web", "verify", "limiter", "forecast", "anomaly", "monitors", "load", "accuracy"]
+SUITES = ["footprint", "web", "verify", "limiter", "forecast", "anomaly", "monitors", "prometheus", "load",
+          "accuracy"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
@@ -78,6 +82,11 @@ def suite_anomaly(quick: bool) -> str:
 def suite_monitors(quick: bool) -> str:
     """Appending to monitors (1 point, 100 points, 200 monitors each second) and a webhook outage."""
     return _script("monitors.py", *(["--quick"] if quick else []))
+
+
+def suite_prometheus(quick: bool) -> str:
+    """1,000 Prometheus-backed monitors read and judged each minute: lag p50/p99, beside pushed appends."""
+    return _script("prometheus_monitors.py", *(["--quick"] if quick else []))
 
 
 def suite_accuracy(quick: bool) -> str:
@@ -129,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown suite(s): {', '.join(unknown)}")
     runners = {"footprint": suite_footprint, "web": suite_web, "anomaly": suite_anomaly,
-               "monitors": suite_monitors, "verify": latency.suite_verify, "limiter": latency.suite_limiter,
+               "monitors": suite_monitors, "prometheus": suite_prometheus, "verify": latency.suite_verify,
+               "limiter": latency.suite_limiter,
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy}
     failed = []
     with c.code_snapshot() as code:

@@ -582,3 +582,126 @@ class PaasServer(Server):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+# ---------------------------------------------------------------------------------------------- Prometheus
+
+PROMETHEUS_BINARY = os.environ.get("PROMETHEUS_BINARY", "/usr/bin/prometheus")
+ALERTMANAGER_BINARY = os.environ.get("ALERTMANAGER_BINARY", "/usr/bin/prometheus-alertmanager")
+
+
+class _Daemon:
+    """A real server process on a free loopback port, with its own config and data directories."""
+
+    name = "daemon"
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)) and shutil.which(binary) is None:
+            missing_service(f"{binary} is not installed (apt-get install -y prometheus prometheus-alertmanager)")
+        self.binary = binary
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = directory / f"{self.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def arguments(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 30.0) -> None:
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen([self.binary, *self.arguments()], stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if requests.get(self.url + "/-/ready", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                log_text = self.log_path.read_text()[-3000:]
+                self.stop()
+                raise AssertionError(f"{self.name} did not become ready on port {self.port}:\n{log_text}")
+            time.sleep(0.1)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.process = None
+
+
+class PrometheusServer(_Daemon):
+    name = "prometheus"
+
+    def __init__(self, directory: Path, scrape_configs: list[dict[str, Any]], interval: str = "1s") -> None:
+        super().__init__(PROMETHEUS_BINARY, directory)
+        config = {"global": {"scrape_interval": interval, "evaluation_interval": interval},
+                  "scrape_configs": scrape_configs}
+        # JSON is YAML: no YAML writer needed.
+        (directory / "prometheus.yml").write_text(json.dumps(config))
+
+    def arguments(self) -> list[str]:
+        return [f"--config.file={self.directory / 'prometheus.yml'}", f"--storage.tsdb.path={self.directory / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        answer = requests.get(self.url + "/api/v1/query", params={"query": promql}, timeout=5).json()
+        assert answer["status"] == "success", answer
+        return answer["data"]["result"]
+
+
+class AlertmanagerServer(_Daemon):
+    name = "alertmanager"
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(ALERTMANAGER_BINARY, directory)
+        config = {"route": {"receiver": "nowhere", "group_wait": "1s", "group_interval": "1s"},
+                  "receivers": [{"name": "nowhere"}]}
+        (directory / "alertmanager.yml").write_text(json.dumps(config))
+
+    def arguments(self) -> list[str]:
+        # No cluster listener: a test's Alertmanager must not gossip with anything else on the machine.
+        return [f"--config.file={self.directory / 'alertmanager.yml'}", f"--storage.path={self.directory / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=", "--log.level=warn"]
+
+    def alerts(self, **labels: str) -> list[dict[str, Any]]:
+        """The alerts Alertmanager holds as active or suppressed (resolved ones are not listed)."""
+        answer = requests.get(self.url + "/api/v2/alerts", timeout=5)
+        assert answer.status_code == 200, answer.text
+        return [a for a in answer.json() if all(a["labels"].get(k) == v for k, v in labels.items())]
+
+
+class JobWorker:
+    """A real `flask --app wsgi jobs worker` process."""
+
+    def __init__(self, env: dict[str, str], *, args: tuple[str, ...] = (), log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [str(VENV_BIN / "flask"), "--app", "wsgi", "jobs", "worker", *args],
+            cwd=ROOT, env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # Huey's consumer stops gracefully on SIGINT
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode

@@ -602,6 +602,8 @@ def monitors(notice: str | None = None) -> Response:
             "min_deviation": view["min_deviation"],
             "min_relative_deviation": view["min_relative_deviation"],
             "anomalies": len(flagged),
+            "source": view["source"],
+            "alertmanager_url": view["alertmanager_url"],
             # The latest flagged points, newest first, each with the feedback a user gave it.
             "recent_anomalies": [
                 {"timestamp": p["timestamp"], "value": p["value"], "expected": p["expected"],

@@ -28,7 +28,9 @@ def jobs_sqlite_path(settings: Settings) -> Path:
 
 def _registrars() -> tuple[Callable[[Huey, Settings], None], ...]:
     # Each package that runs background work exposes register(engine, settings); listed here, once.
-    return ()
+    from app.monitors import prometheus
+
+    return (prometheus.register,)
 
 
 def build_engine(settings: Settings) -> Huey:

@@ -94,7 +94,7 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
                          "schema": {"type": "string", "enum": list(MODEL_IDS), "default": DEFAULT_MODEL_ID}}],
         ),
         "patch": operation(
-            "updateMonitor", "Change a monitor's name, confidence or webhook", "write",
+            "updateMonitor", "Change a monitor's name, judging, webhook, Alertmanager or Prometheus query", "write",
             {**json_ok("200", "The monitor as changed.", "Monitor"),
              **fail("400", "401", "403", "404", "415", "429", "500")},
             body="MonitorUpdateRequest", parameters=[monitor_id],
@@ -128,6 +128,17 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
              **fail("401", "403", "404", "429", "500")},
             parameters=[monitor_id],
         ),
+    })
+    spec.path(path="/monitors/metrics", operations={
+        "get": {
+            "operationId": "getMonitorMetrics", "tags": ["Monitors"], "security": secured,
+            "summary": "Every monitor's latest verdict as Prometheus gauges (value, expected, bounds, score, flag)",
+            "description": "Needs a key with the admin permission; not counted. The caller's account's monitors, "
+                           "one series per monitor per gauge, labelled monitor_id and monitor_name.",
+            "responses": {"200": {"description": "Prometheus text format.",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}},
+                          **errors("401", "403", "500")},
+        },
     })
     spec.path(path="/monitors/{monitor_id}/deliveries", operations={
         "get": operation(

@@ -5,10 +5,11 @@ An event is "pending" until a sender claims it; a claim sets it to "sending" wit
 transaction. A sender that dies mid-send leaves a lease that runs out, and the event is claimed again:
 delivery is at least once, and every event carries a stable id for the receiver to drop repeats.
 
-Order per monitor: only a monitor's oldest undelivered event (lowest ``seq`` among pending/sending) can
-be claimed, so a receiver sees a monitor's events in order even across retries and servers. On
-PostgreSQL the claim is ``SELECT ... FOR UPDATE SKIP LOCKED``: two servers never take the same event
-and never wait on each other. SQLite has one writer at a time, which serializes claims by itself.
+Order per monitor and destination (its webhook, its Alertmanager): only the oldest undelivered event of a
+monitor's destination (lowest ``seq`` among pending/sending) can be claimed, so a receiver sees a monitor's
+events in order even across retries and servers. On PostgreSQL the claim is ``SELECT ... FOR UPDATE SKIP
+LOCKED``: two servers never take the same event and never wait on each other. SQLite has one writer at a
+time, which serializes claims by itself.
 
 Which due event goes first: events never attempted before retries (a receiver that is down must not make
 everyone else's fresh alerts queue behind its backlog), the accounts taking turns, then by due time. A
@@ -84,6 +85,7 @@ def enqueue(
     kind: str,
     payload: dict[str, Any],
     now: datetime,
+    destination: str = "webhook",
 ) -> None:
     """Adds one event in the caller's transaction (the one that stores the points that caused it)."""
     session.add(
@@ -94,6 +96,7 @@ def enqueue(
             kind=kind,
             payload=json.dumps(payload, separators=(",", ":")),
             webhook_url=webhook_url,
+            destination=destination,
             status="pending",
             attempts=0,
             created_at=now,
@@ -112,6 +115,7 @@ class ClaimedEvent:
     url: str | None
     secret: str
     created_at: datetime
+    destination: str = "webhook"
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,12 @@ class ClaimGate(Protocol):
         ...
 
 
+def _destination_url() -> Any:
+    """The URL an event goes to now: its monitor's webhook or Alertmanager, whichever the event is for."""
+    return case((MonitorEventRecord.destination == "alertmanager", MonitorRecord.alertmanager_url),
+                else_=MonitorRecord.webhook_url)
+
+
 @cache
 def _due_statement(limit: int, row_locks: bool) -> Select[tuple[str, str | None, str]]:
     """The events a sender may claim at the bound ``now`` (minus the bound ``skip_urls`` and ``skip_accounts``),
@@ -152,6 +162,7 @@ def _due_statement(limit: int, row_locks: bool) -> Select[tuple[str, str | None,
     blocked = exists().where(
         and_(
             earlier.monitor_id == MonitorEventRecord.monitor_id,
+            earlier.destination == MonitorEventRecord.destination,
             earlier.seq < MonitorEventRecord.seq,
             earlier.status.in_(ACTIVE),
         )
@@ -174,14 +185,14 @@ def _due_statement(limit: int, row_locks: bool) -> Select[tuple[str, str | None,
             ~blocked,
             # NOT IN is unknown for a NULL url, and an event whose webhook was removed must still be claimed
             # (to be cancelled).
-            or_(MonitorRecord.webhook_url.is_(None),
-                MonitorRecord.webhook_url.not_in(bindparam("skip_urls", expanding=True))),
+            or_(_destination_url().is_(None),
+                _destination_url().not_in(bindparam("skip_urls", expanding=True))),
             MonitorRecord.account_id.not_in(bindparam("skip_accounts", expanding=True)),
         )
         .subquery()
     )
     due = (
-        select(MonitorEventRecord.id, MonitorRecord.webhook_url, MonitorRecord.account_id)
+        select(MonitorEventRecord.id, _destination_url(), MonitorRecord.account_id)
         .join(ranked, ranked.c.id == MonitorEventRecord.id)
         .join(MonitorRecord, MonitorRecord.id == MonitorEventRecord.monitor_id)
         .order_by(ranked.c.retry, ranked.c.turn, MonitorEventRecord.next_attempt_at, MonitorEventRecord.seq)
@@ -248,7 +259,7 @@ def _take(session: Session, event_id: str, *, now: datetime, lease_end: datetime
     if result.rowcount != 1:  # type: ignore[attr-defined]
         return None
     row = session.execute(
-        select(MonitorEventRecord, MonitorRecord.webhook_url, MonitorRecord.webhook_secret)
+        select(MonitorEventRecord, _destination_url(), MonitorRecord.webhook_secret)
         .join(MonitorRecord, MonitorRecord.id == MonitorEventRecord.monitor_id)
         .where(MonitorEventRecord.id == event_id)
     ).one_or_none()
@@ -264,6 +275,7 @@ def _take(session: Session, event_id: str, *, now: datetime, lease_end: datetime
         url=url,
         secret=secret,
         created_at=event.created_at,
+        destination=event.destination,
     )
 
 
@@ -281,7 +293,8 @@ def complete(
     values: dict[str, Any] = {"last_attempt_at": now}
     if outcome is None:
         status = "cancelled"
-        values.update(status=status, last_error="the monitor no longer has a webhook")
+        target = "an Alertmanager" if event.destination == "alertmanager" else "a webhook"
+        values.update(status=status, last_error=f"the monitor no longer has {target}")
     elif outcome.acknowledged:
         status = "delivered"
         values.update(status=status, delivered_at=now, last_status_code=outcome.status_code, last_error=None)

@@ -1,4 +1,5 @@
-"""The monitor tables (migrations 0002, 0004): monitors, their judged points, the alert queue, its delivery log."""
+"""The monitor tables (migrations 0002, 0004, 0005): monitors, their judged points, the alert queue, its delivery
+log, and the leases of background jobs."""
 
 from __future__ import annotations
 
@@ -39,6 +40,23 @@ class MonitorRecord(Base):
     # Deviations from the expected value below either of these never make an anomaly.
     min_deviation: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     min_relative_deviation: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # A Prometheus-backed monitor reads its points with this query instead of being sent them.
+    prometheus_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    prometheus_query: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The last read's outcome ("ok", "pending", "no_series", ...) and its message for people.
+    source_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    source_message: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    source_checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # The evaluation time up to which Prometheus has been read; the next read starts one step later.
+    source_read_until: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # When the next read is due; while a poller holds the monitor, the end of its lease.
+    source_due_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, index=True)
+    # The token of the poller's claim that holds the monitor (until source_due_at, its lease's end).
+    source_claim: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # An Alertmanager (base URL) that receives the monitor's anomalies as alerts, besides the webhook.
+    alertmanager_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    # When a firing alert was last queued for Alertmanager (the re-send claims by this).
+    alertmanager_refreshed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class MonitorPointRecord(Base):
@@ -75,6 +93,8 @@ class MonitorEventRecord(Base):
     kind: Mapped[str] = mapped_column(String(32))
     payload: Mapped[str] = mapped_column(Text)
     webhook_url: Mapped[str] = mapped_column(String(2048))
+    # "webhook" (signed event) or "alertmanager" (an alert for its v2 API); each destination keeps its own order.
+    destination: Mapped[str] = mapped_column(String(16), default="webhook", server_default="webhook")
     status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -100,3 +120,14 @@ class DeliveryAttemptRecord(Base):
     status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str | None] = mapped_column(String(500), nullable=True)
     sender: Mapped[str] = mapped_column(String(64))
+
+
+class JobLeaseRecord(Base):
+    """A named lease on a singleton background loop (the Prometheus poller): whoever holds an unexpired lease
+    runs it, so every consumer may run the scheduler that restarts it."""
+
+    __tablename__ = "job_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())

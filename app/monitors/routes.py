@@ -11,7 +11,7 @@ from flask import Blueprint, Flask, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.errors import InvalidRequest
-from app.monitors import forecasting, service
+from app.monitors import exposition, forecasting, prometheus, service, sources
 from app.monitors.cache import HistoryCache, MonitorLocks
 from app.monitors.queue import RetryPolicy
 from app.monitors.schemas import (
@@ -28,7 +28,7 @@ from app.monitors.service import MonitorRuntime
 from app.monitors.webhooks import WebhookAddressError, check_url
 from app.services import Services, current_services
 from app.web.body import read_json
-from app.web.pipeline import current_key, requires
+from app.web.pipeline import current_key, requires, uncounted
 from app.web.validation import problem
 
 bp = Blueprint("monitors", __name__)
@@ -59,6 +59,7 @@ def init_monitors(app: Flask, services: Services, *, start_sender: bool) -> Moni
             services.database,
             allow_private=services.settings.allow_private_webhooks,
             policy=RetryPolicy.from_settings(services.settings),
+            public_url=services.settings.public_url,
         ),
         judge_slots=threading.BoundedSemaphore(pool.size + max(1, pool.queue_limit // 2)),
         write_lock=threading.Lock() if services.database.engine.dialect.name == "sqlite" else None,
@@ -119,9 +120,12 @@ def _checked_webhook(fields: dict[str, Any]) -> None:
 def create() -> tuple[Response, int]:
     fields = load(_create_schema, _json_body())
     _checked_webhook(fields)
+    sources.check_fields(fields, None, allow_private=current_services().settings.allow_private_webhooks)
     view = service.create_monitor(
         database=current_services().database, account_id=current_key().account_id, fields=fields
     )
+    if fields.get("prometheus_query") is not None:
+        prometheus.start_poller(current_services().jobs)
     response = jsonify(view)
     response.headers["Location"] = f"/monitors/{view['id']}"
     return response, 201
@@ -138,6 +142,15 @@ def list_all() -> Response:
         after=after,
     )
     return jsonify({"monitors": views, "next_after": next_after})
+
+
+@bp.get("/monitors/metrics")
+@requires("admin")
+@uncounted
+def metrics() -> Response:
+    """The latest verdict of each of the account's monitors in Prometheus' text exposition (docs/monitors.md)."""
+    text = exposition.render(database=current_services().database, account_id=current_key().account_id)
+    return Response(text, mimetype=exposition.CONTENT_TYPE)
 
 
 @bp.get("/monitors/<monitor_id>")
@@ -173,7 +186,7 @@ def patch(monitor_id: str) -> Response:
     _checked_webhook(changes)
     view = service.update_monitor(
         database=current_services().database, account_id=current_key().account_id, monitor_id=monitor_id,
-        changes=changes,
+        changes=changes, allow_private=current_services().settings.allow_private_webhooks,
     )
     return jsonify(view)
 

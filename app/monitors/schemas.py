@@ -99,6 +99,24 @@ class MonitorCreateSchema(JudgingFields):
         allow_none=True,
         metadata={"description": "https URL that receives signed alert events; null for none."},
     )
+    prometheus_url = StoredText(
+        load_default=None,
+        allow_none=True,
+        metadata={"description": "Base URL of a Prometheus server (as in its /api/v1); with prometheus_query the "
+                  "monitor reads its points from there instead of being sent them. The webhook address rules "
+                  "apply."},
+    )
+    prometheus_query = StoredText(
+        load_default=None,
+        allow_none=True,
+        metadata={"description": "PromQL that yields one series; evaluated once per data_frequency step."},
+    )
+    alertmanager_url = StoredText(
+        load_default=None,
+        allow_none=True,
+        metadata={"description": "Base URL of an Alertmanager that receives the monitor's anomalies as alerts "
+                  "(v2 API), besides the webhook; null for none."},
+    )
 
 
 class MonitorPatchSchema(JudgingFields):
@@ -110,6 +128,12 @@ class MonitorPatchSchema(JudgingFields):
         allow_nan=False, validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999")
     )
     webhook_url = StoredText(allow_none=True, metadata={"description": "null removes the webhook."})
+    prometheus_url = StoredText(allow_none=True, metadata={"description": "Only on a Prometheus-backed monitor."})
+    prometheus_query = StoredText(allow_none=True, metadata={"description": "Only on a Prometheus-backed monitor; "
+                                  "the next read starts where the last one stopped."})
+    alertmanager_url = StoredText(allow_none=True, metadata={"description": "null removes the Alertmanager."})
+
+
 class PointsRequestSchema(Schema):
     class Meta:
         unknown = "exclude"
@@ -169,6 +193,19 @@ class ForecastSchema(Schema):
     upper_bound = fields.List(fields.Float(), required=True)
 
 
+class SourceSchema(Schema):
+    kind = fields.String(required=True, metadata={"enum": ["push", "prometheus"]})
+    prometheus_url = fields.String(allow_none=True)
+    query = fields.String(allow_none=True)
+    step_seconds = fields.Integer(allow_none=True)
+    status = fields.String(allow_none=True, metadata={
+        "enum": ["pending", "ok", "no_series", "several_series", "unreachable", "timeout", "error"],
+        "description": "The last read's outcome; anything but ok and pending is a problem that message names."})
+    message = fields.String(allow_none=True)
+    checked_at = fields.String(allow_none=True, metadata={"description": "When Prometheus was last asked."})
+    read_until = fields.String(allow_none=True, metadata={"description": "Read up to this evaluation time."})
+
+
 class MonitorSchema(Schema):
     id = fields.String(required=True)
     name = fields.String(required=True)
@@ -180,6 +217,8 @@ class MonitorSchema(Schema):
     model = fields.String(required=True)
     retention_points = fields.Integer(required=True)
     webhook_url = fields.String(allow_none=True, required=True)
+    alertmanager_url = fields.String(allow_none=True, required=True)
+    source = fields.Nested(SourceSchema, required=True)
     created_at = fields.String(required=True)
     updated_at = fields.String(required=True)
     point_count = fields.Integer(required=True)
@@ -205,7 +244,9 @@ class DeliveryAttemptSchema(Schema):
 
 class DeliverySchema(Schema):
     event_id = fields.String(required=True)
-    type = fields.String(required=True)
+    type = fields.String(required=True, metadata={"description": "anomaly, anomaly_ended (webhook); firing, "
+                                                    "resolved (Alertmanager)"})
+    destination = fields.String(required=True, metadata={"enum": ["webhook", "alertmanager"]})
     sequence = fields.Integer(required=True)
     status = fields.String(required=True, metadata={"enum": ["pending", "sending", "delivered", "failed",
                                                                 "cancelled"]})

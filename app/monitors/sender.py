@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from app.db import Database
-from app.monitors import queue
+from app.monitors import alertmanager, queue
 from app.monitors.queue import Candidate, ClaimedEvent, RetryPolicy
 from app.monitors.webhooks import WebhookAddressError, parse_url, post_event
 
@@ -111,8 +111,10 @@ class InFlight:
 
 
 class DeliverySender:
-    def __init__(self, database: Database, *, allow_private: bool, policy: RetryPolicy) -> None:
+    def __init__(self, database: Database, *, allow_private: bool, policy: RetryPolicy,
+                 public_url: str | None = None) -> None:
         self.database = database
+        self.public_url = public_url
         self.allow_private = allow_private
         self.policy = policy
         self.name = f"{socket.gethostname()}:{os.getpid()}"
@@ -189,7 +191,15 @@ class DeliverySender:
     def _deliver(self, event: ClaimedEvent, in_flight: InFlight) -> None:
         try:
             outcome = None
-            if event.url:
+            if event.url and event.destination == alertmanager.DESTINATION:
+                outcome = alertmanager.post_alert(
+                    base_url=event.url,
+                    body=event.body,
+                    allow_private=self.allow_private,
+                    timeout=self.policy.request_timeout_seconds,
+                    public_url=self.public_url,
+                )
+            elif event.url:
                 outcome = post_event(
                     url=event.url,
                     secret=event.secret,

@@ -29,7 +29,7 @@ from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts, lo
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
 from app.db import Database
 from app.errors import DataValidationError, InternalError, NotFound
-from app.monitors import queue
+from app.monitors import alertmanager, queue, sources
 from app.monitors.cache import History, HistoryCache, JudgeState, MonitorLocks
 from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorPointRecord, MonitorRecord
 from app.monitors.schemas import IncomingPoints
@@ -96,6 +96,8 @@ class MonitorState:
     sensitivity: int | None
     min_deviation: float
     min_relative_deviation: float
+    alertmanager_url: str | None
+    prometheus_query: str | None
 
     def detector(self) -> StreamingDetector:
         confidence = self.confidence if self.sensitivity is None else confidence_for_sensitivity(self.sensitivity)
@@ -176,6 +178,7 @@ def monitor_view(monitor: MonitorRecord, *, last_timestamp: str | None) -> dict[
         "model": monitor.model or DEFAULT_DETECTOR,
         "retention_points": monitor.retention_points,
         "webhook_url": monitor.webhook_url,
+        **sources.view(monitor),
         "created_at": _iso(monitor.created_at),
         "updated_at": _iso(monitor.updated_at),
         "point_count": monitor.point_count,
@@ -280,6 +283,7 @@ def create_monitor(*, database: Database, account_id: str, fields: dict[str, Any
         event_seq=0,
         open_anomaly_epoch=None,
     )
+    sources.set_on_create(monitor, fields, now)
     with database.session() as session:
         session.add(monitor)
         session.flush()
@@ -288,10 +292,12 @@ def create_monitor(*, database: Database, account_id: str, fields: dict[str, Any
     return view
 
 
-def update_monitor(*, database: Database, account_id: str, monitor_id: str, changes: dict[str, Any]) -> dict[str,
-                                                                                                          Any]:
+def update_monitor(*, database: Database, account_id: str, monitor_id: str, changes: dict[str, Any],
+                   allow_private: bool = False) -> dict[str, Any]:
     with database.session() as session:
         monitor = _owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
+        sources.check_fields(changes, monitor, allow_private=allow_private)
+        sources.apply_changes(monitor, changes, _now())
         for name in ("name", "confidence", "webhook_url", "sensitivity", "min_deviation", "min_relative_deviation"):
             if name in changes:
                 setattr(monitor, name, changes[name])
@@ -364,6 +370,7 @@ def deliveries(*, database: Database, account_id: str, monitor_id: str, limit: i
         {
             "event_id": event.id,
             "type": event.kind,
+            "destination": event.destination,
             "sequence": event.seq,
             "status": event.status,
             "created_at": _iso(event.created_at),
@@ -489,12 +496,15 @@ def append_points(
     account_id: str,
     monitor_id: str,
     points: IncomingPoints,
+    from_source: bool = False,
 ) -> dict[str, Any]:
+    """Judges and stores new points; ``from_source`` is the Prometheus reader's call (a Prometheus-backed
+    monitor takes points from nothing else)."""
     for _ in range(APPEND_ATTEMPTS):
         try:
             return _append_once(
                 database=database, pool=pool, runtime=runtime, account_id=account_id, monitor_id=monitor_id,
-                points=points,
+                points=points, from_source=from_source,
             )
         except _StaleRevision:
             runtime.cache.drop(monitor_id)
@@ -509,6 +519,7 @@ def _append_once(
     account_id: str,
     monitor_id: str,
     points: IncomingPoints,
+    from_source: bool,
 ) -> dict[str, Any]:
     events_added = False
     # The judge slot is taken before a database connection, so appends queued for the worker pool never
@@ -517,6 +528,8 @@ def _append_once(
         try:
             with database.session() as session:
                 monitor = _owned_state(session, account_id=account_id, monitor_id=monitor_id)
+                if monitor.prometheus_query is not None and not from_source:
+                    raise sources.pushed_to_reader(monitor_id)
                 last = monitor.last_epoch
                 split = 0 if last is None else bisect_right(points.epochs, last)
                 old_records = _stored_verdicts(session, monitor, points, split) if split else []
@@ -641,7 +654,7 @@ def _store(
     old_revision = monitor.revision
     open_epoch = monitor.open_anomaly_epoch
     seq = monitor.event_seq
-    planned: list[tuple[int, str, dict[str, Any]]] = []
+    planned: list[tuple[int, str, dict[str, Any], str]] = []
     run_count: int | None = None
     for epoch, text, value, verdict in zip(epochs, texts, values, verdicts, strict=True):
         if verdict.warmup:
@@ -653,10 +666,13 @@ def _store(
                 open_epoch, run_count = epoch, 0
             elif run_count is None:
                 run_count = _anomalies_since(session, monitor.id, open_epoch)
+            if run_count == 0 and monitor.alertmanager_url:
+                seq += 1
+                planned.append((seq, "firing", alertmanager.firing(monitor, epoch, point), alertmanager.DESTINATION))
             run_count += 1
             if monitor.webhook_url:
                 seq += 1
-                planned.append((seq, "anomaly", {"point": point}))
+                planned.append((seq, "anomaly", {"point": point}, "webhook"))
         elif open_epoch is not None:
             if run_count is None:
                 run_count = _anomalies_since(session, monitor.id, open_epoch)
@@ -664,7 +680,11 @@ def _store(
                 seq += 1
                 run = {"started_at": _timestamp_at(session, monitor.id, open_epoch, epochs, texts),
                        "ended_at": text, "anomalous_points": run_count}
-                planned.append((seq, "anomaly_ended", {"run": run, "point": point}))
+                planned.append((seq, "anomaly_ended", {"run": run, "point": point}, "webhook"))
+            if monitor.alertmanager_url:
+                seq += 1
+                planned.append((seq, "resolved", alertmanager.resolved(monitor, open_epoch, epoch, point),
+                                alertmanager.DESTINATION))
             open_epoch, run_count = None, None
 
     stored_after = monitor.point_count + len(epochs)
@@ -695,12 +715,13 @@ def _store(
             for e, t, v, d in zip(epochs, texts, values, verdicts, strict=True)
         ],
     )
-    for event_seq, kind, extra in planned:
+    for event_seq, kind, extra, destination in planned:
         event_id = queue.new_event_id()
         payload = {"id": event_id, "type": kind, "monitor_id": monitor.id, "monitor_name": monitor.name,
                    "sequence": event_seq, "created_at": _iso(now), **extra}
-        queue.enqueue(session, monitor_id=monitor.id, webhook_url=monitor.webhook_url or "", seq=event_seq, kind=kind,
-                      payload=payload, now=now)
+        url = monitor.webhook_url if destination == "webhook" else monitor.alertmanager_url
+        queue.enqueue(session, monitor_id=monitor.id, webhook_url=url or "", seq=event_seq, kind=kind,
+                      payload=payload, now=now, destination=destination)
     history = judged if isinstance(judged, History) else None
     if history is not None:
         history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=tail_rows(monitor))

@@ -253,6 +253,55 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
         self.sock = _connect(self._address, self.port, self._deadline)
 
 
+@dataclass(frozen=True)
+class HttpAnswer:
+    """One request's outcome: the status and the start of the body, or an error; never raised."""
+
+    status_code: int | None
+    body: bytes
+    error: str | None
+    duration_ms: float
+
+
+def send_request(
+    *,
+    method: str,
+    url: str,
+    body: bytes | None,
+    headers: dict[str, str],
+    allow_private: bool,
+    timeout: float,
+    max_answer_bytes: int = 64 * 1024,
+) -> HttpAnswer:
+    """One request to a checked address (the same rules as a webhook's), bounded as a whole by ``timeout``;
+    failures are answers, never exceptions. Webhooks, Alertmanager and Prometheus all go through here."""
+    started = time.perf_counter()
+    deadline = time.monotonic() + timeout
+
+    def answer(status: int | None, content: bytes, error: str | None) -> HttpAnswer:
+        return HttpAnswer(status, content, error[:500] if error else None, (time.perf_counter() - started) * 1000.0)
+
+    try:
+        target = parse_url(url)
+        address = resolve(target, allow_private=allow_private)[0]
+        if target.scheme == "http" and not (allow_private and _is_private(ipaddress.ip_address(address))):
+            return answer(None, b"", "plain http is allowed only to a private address with ALLOW_PRIVATE_WEBHOOKS=1")
+    except WebhookAddressError as exc:
+        return answer(None, b"", str(exc))
+    connection_type = _PinnedHTTPSConnection if target.scheme == "https" else _PinnedHTTPConnection
+    connection = connection_type(target.host, target.port, address, deadline)
+    try:
+        connection.request(method, target.path, body=body, headers={"User-Agent": USER_AGENT, **headers})
+        response = connection.getresponse()
+        content = response.read(max_answer_bytes)
+        return answer(response.status, content,
+                      None if 200 <= response.status < 300 else f"HTTP {response.status}")
+    except (OSError, http.client.HTTPException) as exc:
+        return answer(None, b"", f"{type(exc).__name__}: {exc}")
+    finally:
+        connection.close()
+
+
 def post_event(
     *, url: str, secret: str, event_id: str, body: bytes, allow_private: bool, timeout: float
 ) -> DeliveryOutcome:
@@ -260,35 +309,14 @@ def post_event(
 
     ``timeout`` bounds the whole attempt from here (connecting, TLS, sending, and every byte of the answer),
     not each socket operation; the address check's DNS lookup is part of it but cannot be cut short."""
-    started = time.perf_counter()
-    deadline = time.monotonic() + timeout
-
-    def outcome(status: int | None, error: str | None) -> DeliveryOutcome:
-        return DeliveryOutcome(status, error[:500] if error else None, (time.perf_counter() - started) * 1000.0)
-
-    try:
-        target = parse_url(url)
-        address = resolve(target, allow_private=allow_private)[0]
-        if target.scheme == "http" and not (allow_private and _is_private(ipaddress.ip_address(address))):
-            return outcome(None, "plain http is allowed only to a private address with ALLOW_PRIVATE_WEBHOOKS=1")
-    except WebhookAddressError as exc:
-        return outcome(None, str(exc))
     timestamp = int(time.time())
     headers = {
         "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
         EVENT_ID_HEADER: event_id,
         TIMESTAMP_HEADER: str(timestamp),
         SIGNATURE_HEADER: sign(secret, timestamp, body),
     }
-    connection_type = _PinnedHTTPSConnection if target.scheme == "https" else _PinnedHTTPConnection
-    connection = connection_type(target.host, target.port, address, deadline)
-    try:
-        connection.request("POST", target.path, body=body, headers=headers)
-        response = connection.getresponse()
-        response.read(64 * 1024)  # a receiver's body is not ours to keep; read a little so the socket closes
-        return outcome(response.status, None if 200 <= response.status < 300 else f"HTTP {response.status}")
-    except (OSError, http.client.HTTPException) as exc:
-        return outcome(None, f"{type(exc).__name__}: {exc}")
-    finally:
-        connection.close()
+    # A receiver's body is not ours to keep; a little is read so the socket closes.
+    answer = send_request(method="POST", url=url, body=body, headers=headers, allow_private=allow_private,
+                          timeout=timeout)
+    return DeliveryOutcome(answer.status_code, answer.error, answer.duration_ms)

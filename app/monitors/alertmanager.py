@@ -1,0 +1,146 @@
+"""Anomalies as Alertmanager alerts (its v2 API, POST /api/v2/alerts), through the same queue and sender as
+webhook events, as another destination.
+
+A monitor with an ``alertmanager_url`` gets a "firing" event when an anomaly run opens and a "resolved" event
+when it closes, in the transaction that stores the point (app/monitors/service.py). An alert is identified by
+its labels (alertname, monitor_id, monitor_name), so every firing and resolved alert of one monitor is the same
+alert to Alertmanager. A firing alert is sent with ``endsAt`` HOLD_SECONDS after the send, and re-sent every
+RESEND_SECONDS while the run stays open (the periodic ``refresh_alerts`` task), so Alertmanager never closes
+an open anomaly by itself; if this service stops re-sending (it is down), the alert resolves HOLD_SECONDS later.
+A resolved alert carries ``endsAt`` = the time of the first normal point."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select, update
+
+from app.db import Database
+from app.monitors import queue
+from app.monitors.records import MonitorPointRecord, MonitorRecord
+from app.monitors.webhooks import DeliveryOutcome, send_request
+
+if TYPE_CHECKING:
+    from app.monitors.service import MonitorState
+
+log = logging.getLogger("app.monitors.alertmanager")
+
+DESTINATION = "alertmanager"
+ALERT_NAME = "MonitorAnomaly"
+API_PATH = "/api/v2/alerts"
+HOLD_SECONDS = 300
+RESEND_SECONDS = 60
+# Monitors whose open alerts one refresh re-sends per transaction.
+REFRESH_BATCH = 200
+
+
+def _rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def labels(monitor_id: str, monitor_name: str) -> dict[str, str]:
+    return {"alertname": ALERT_NAME, "monitor_id": monitor_id, "monitor_name": monitor_name}
+
+
+def _annotations(monitor_id: str, point: dict[str, Any] | None) -> dict[str, str]:
+    notes = {"monitor": f"/monitors/{monitor_id}", "dashboard": "/dashboard/monitors"}
+    if point is not None:
+        notes["summary"] = (f"{point['timestamp']}: value {point['value']:g}, expected {point['expected']:g} "
+                            f"(range {point['lower_bound']:g} .. {point['upper_bound']:g})")
+        notes["anomaly_score"] = f"{point['anomaly_score']:.3f}"
+        if point.get("direction"):
+            notes["direction"] = str(point["direction"])
+    return notes
+
+
+def firing(monitor: MonitorState, start_epoch: int, point: dict[str, Any]) -> dict[str, Any]:
+    """The payload part of a "firing" event; ``endsAt`` is added when it is sent."""
+    return {"alert": {"labels": labels(monitor.id, monitor.name), "annotations": _annotations(monitor.id, point),
+                      "startsAt": _rfc3339(start_epoch)}}
+
+
+def resolved(monitor: MonitorState, start_epoch: int, end_epoch: int, point: dict[str, Any]) -> dict[str, Any]:
+    alert = {"labels": labels(monitor.id, monitor.name), "annotations": _annotations(monitor.id, point),
+             "startsAt": _rfc3339(start_epoch), "endsAt": _rfc3339(max(end_epoch, start_epoch))}
+    return {"alert": alert}
+
+
+def render(body: bytes, *, public_url: str | None, now: float) -> bytes:
+    """The stored event as Alertmanager's request body: a list of one alert, a firing one ending HOLD_SECONDS
+    from now, and links made absolute when the server knows its public URL."""
+    event = json.loads(body)
+    alert = dict(event["alert"])
+    if "endsAt" not in alert:
+        alert["endsAt"] = _rfc3339(now + HOLD_SECONDS)
+    if public_url:
+        base = public_url.rstrip("/")
+        notes = dict(alert.get("annotations", {}))
+        for name in ("monitor", "dashboard"):
+            if notes.get(name, "").startswith("/"):
+                notes[name] = base + notes[name]
+        alert["annotations"] = notes
+        alert["generatorURL"] = f"{base}/dashboard/monitors#monitor-{event['monitor_id']}-title"
+    return json.dumps([alert], separators=(",", ":")).encode()
+
+
+def post_alert(*, base_url: str, body: bytes, allow_private: bool, timeout: float,
+               public_url: str | None = None) -> DeliveryOutcome:
+    """One POST of a stored event to an Alertmanager; never raises (the queue retries what fails)."""
+    try:
+        payload = render(body, public_url=public_url, now=time.time())
+    except (ValueError, KeyError, TypeError) as exc:
+        return DeliveryOutcome(None, f"not an alert event: {exc}", 0.0)
+    answer = send_request(method="POST", url=base_url.rstrip("/") + API_PATH, body=payload,
+                          headers={"Content-Type": "application/json"}, allow_private=allow_private,
+                          timeout=timeout)
+    error = answer.error
+    if error and answer.body:
+        error = f"{error}: {answer.body[:200].decode(errors='replace')}"
+    return DeliveryOutcome(answer.status_code, error, answer.duration_ms)
+
+
+def refresh_alerts(database: Database, *, now: datetime | None = None) -> int:
+    """Queues a "firing" re-send for every monitor whose anomaly is open and whose last one is RESEND_SECONDS
+    old; returns how many. Safe to run in several processes at once: each re-send is claimed with a
+    compare-and-set on the monitor's revision, which also keeps its sequence number from colliding with an
+    append's (an append that lost the race retries)."""
+    now = now or datetime.now(UTC)
+    due_before = now - timedelta(seconds=RESEND_SECONDS * 0.9)
+    table = MonitorRecord.__table__
+    queued = 0
+    with database.session() as session:
+        rows = session.execute(
+            select(table.c.id, table.c.name, table.c.revision, table.c.event_seq, table.c.open_anomaly_epoch,
+                   table.c.alertmanager_url)
+            .where(table.c.alertmanager_url.is_not(None), table.c.open_anomaly_epoch.is_not(None),
+                   (table.c.alertmanager_refreshed_at.is_(None)) | (table.c.alertmanager_refreshed_at < due_before))
+            .limit(REFRESH_BATCH)
+        ).all()
+        for row in rows:
+            seq = row.event_seq + 1
+            claimed = session.execute(
+                update(table)
+                .where(table.c.id == row.id, table.c.revision == row.revision)
+                .values(revision=row.revision + 1, event_seq=seq, alertmanager_refreshed_at=now)
+            )
+            if claimed.rowcount != 1:  # type: ignore[attr-defined]
+                continue
+            first = session.get(MonitorPointRecord, (row.id, row.open_anomaly_epoch))
+            point = None if first is None else {
+                "timestamp": first.timestamp, "value": first.value, "expected": first.expected,
+                "lower_bound": first.lower, "upper_bound": first.upper, "anomaly_score": first.score,
+                "direction": first.direction}
+            event_id = queue.new_event_id()
+            # The run's first point again: Alertmanager keeps the annotations of the latest send.
+            alert = {"labels": labels(row.id, row.name), "annotations": _annotations(row.id, point),
+                     "startsAt": _rfc3339(row.open_anomaly_epoch)}
+            payload = {"id": event_id, "type": "firing", "monitor_id": row.id, "monitor_name": row.name,
+                       "sequence": seq, "created_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "alert": alert}
+            queue.enqueue(session, monitor_id=row.id, webhook_url=row.alertmanager_url, seq=seq, kind="firing",
+                          payload=payload, now=now, destination=DESTINATION)
+            queued += 1
+    return queued

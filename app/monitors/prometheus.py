@@ -1,0 +1,488 @@
+"""Prometheus-backed monitors: a poller in the job engine reads each due monitor's query and judges the new points
+with the same append as POST /monitors/{id}/points.
+
+One poller runs at a time (whoever holds the "prometheus-poller" lease); it re-schedules itself every
+POLL_SECONDS, and a periodic task (every minute, in every consumer that runs the scheduler) restarts it when its
+lease ran out (a killed worker). Each round claims the monitors whose next read is due, a batch at a time, by a
+compare-and-set on ``source_due_at`` (which becomes the claim's lease), and reads them READ_CONCURRENCY at a time.
+
+A read asks ``query_range`` for the steps after the last one read (``source_read_until``), at most CHUNK_POINTS
+at once; a new monitor starts BACKFILL_POINTS steps back. Steps are whole multiples of the monitor's step since
+the Unix epoch, so every read lands on the same timestamps, and a step is read SETTLE_SECONDS after its time,
+once the scrapes stamped before it are in. A read that fails (zero or several series, Prometheus unreachable,
+slow, or answering an error) is stored as the monitor's source status and message, and the next read starts
+from the same place, so an outage leaves no gap once Prometheus answers again."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any
+from urllib.parse import urlencode
+from weakref import WeakKeyDictionary
+
+from huey import Huey, crontab
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.exc import IntegrityError
+
+from app.db import Database
+from app.errors import ApiError, NotFound
+from app.monitors import sources
+from app.monitors.records import JobLeaseRecord, MonitorRecord
+from app.monitors.schemas import IncomingPoints
+from app.monitors.webhooks import send_request
+from app.settings import Settings
+from app.web.fields import MAX_ABS_VALUE
+
+log = logging.getLogger("app.monitors.prometheus")
+
+POLL_SECONDS = 2.0
+SETTLE_SECONDS = 1.0
+CHUNK_POINTS = 1000
+CLAIM_BATCH = 200
+# A claimed monitor is this poller's for this long; a poller that dies mid-read leaves it to the next.
+CLAIM_LEASE_SECONDS = 60.0
+READ_CONCURRENCY = 8
+LEASE_NAME = "prometheus-poller"
+# The poller's own lease: renewed every round, so a dead poller is replaced within a minute.
+POLLER_LEASE_SECONDS = 30.0
+# Prometheus answers read this much at most (a chunk of 1,000 points is about 30 KB).
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# A poller round stops claiming after this long, so it renews its lease (POLLER_LEASE_SECONDS) in time.
+ROUND_SECONDS = 10.0
+# A Prometheus that was unreachable or slow is not asked again by other monitors' reads for this long.
+FAILURE_MEMORY_SECONDS = 5.0
+# Huey's task priority for the poller (higher runs first).
+PRIORITY = 100
+# Several series: the message names this many of them.
+NAMED_SERIES = 3
+
+OK = sources.OK
+NO_SERIES = "no_series"
+SEVERAL_SERIES = "several_series"
+UNREACHABLE = "unreachable"
+TIMEOUT = "timeout"
+ERROR = "error"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _text(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A monitor as the poller reads it."""
+
+    id: str
+    account_id: str
+    data_frequency: str
+    retention_points: int
+    prometheus_url: str
+    prometheus_query: str
+    last_epoch: int | None
+    read_until: int | None
+    claim: str | None = None
+
+
+_TABLE = MonitorRecord.__table__
+_CLAIMED_COLUMNS = (_TABLE.c.id, _TABLE.c.account_id, _TABLE.c.data_frequency, _TABLE.c.retention_points,
+                    _TABLE.c.prometheus_url, _TABLE.c.prometheus_query, _TABLE.c.last_epoch,
+                    _TABLE.c.source_read_until, _TABLE.c.source_claim)
+
+
+@cache
+def _claim_statement(row_locks: bool, limit: int) -> Any:
+    due = (
+        select(_TABLE.c.id)
+        .where(_TABLE.c.prometheus_query.is_not(None), _TABLE.c.source_due_at <= bindparam("now"))
+        .order_by(_TABLE.c.source_due_at)
+        .limit(limit)
+    )
+    if row_locks:
+        due = due.with_for_update(skip_locked=True)
+    # The due condition again outside: on PostgreSQL a row another claim updated meanwhile is re-checked.
+    return (
+        update(_TABLE)
+        .where(_TABLE.c.id.in_(due.scalar_subquery()), _TABLE.c.source_due_at <= bindparam("now"))
+        .values(source_due_at=bindparam("lease_end"), source_claim=bindparam("token"))
+    )
+
+
+@cache
+def _claimed_statement() -> Any:
+    return select(*_CLAIMED_COLUMNS).where(_TABLE.c.source_claim == bindparam("token"))
+
+
+@cache
+def _record_statement(checked: bool) -> Any:
+    """A read's outcome and the next due time, releasing the claim; only while the claim is still this one's
+    and the query still the one read (a PATCH in between made the monitor due again at once)."""
+    values: dict[str, Any] = {"source_due_at": bindparam("b_due"), "source_read_until": bindparam("b_read_until"),
+                              "source_claim": None}
+    if checked:
+        values.update(source_status=bindparam("b_status"), source_message=bindparam("b_message"),
+                      source_checked_at=bindparam("b_checked"))
+    return (
+        update(_TABLE)
+        .where(_TABLE.c.id == bindparam("b_id"), _TABLE.c.prometheus_query == bindparam("b_query"),
+               _TABLE.c.prometheus_url == bindparam("b_url"), _TABLE.c.source_claim == bindparam("b_claim"))
+        .values(**values)
+    )
+
+
+@dataclass(frozen=True)
+class Window:
+    start: int
+    end: int
+    step: int
+    latest: int  # the newest step that can be read now
+
+    @property
+    def catching_up(self) -> bool:
+        return self.end < self.latest
+
+
+def window(monitor: Claimed, now: float) -> Window | None:
+    """The steps the next read asks for; None when none is readable yet."""
+    step = sources.STEP_SECONDS[monitor.data_frequency]
+    latest = math.floor((now - SETTLE_SECONDS) / step) * step
+    cursor = max((e for e in (monitor.read_until, monitor.last_epoch) if e is not None), default=None)
+    if cursor is None:
+        start = latest - (min(monitor.retention_points, sources.BACKFILL_POINTS) - 1) * step
+    else:
+        start = (cursor // step + 1) * step
+    if start > latest:
+        return None
+    return Window(start=start, end=min(latest, start + (CHUNK_POINTS - 1) * step), step=step, latest=latest)
+
+
+@dataclass
+class ReadResult:
+    status: str
+    message: str
+    epochs: list[int]
+    values: list[float]
+
+
+def query_range(monitor: Claimed, span: Window, *, allow_private: bool, timeout: float) -> ReadResult:
+    """One query_range call and what it yields: one series' finite points, or the reason there are none."""
+    form = urlencode({"query": monitor.prometheus_query, "start": span.start, "end": span.end, "step": span.step,
+                      "timeout": f"{max(1000, int((timeout - 0.5) * 1000))}ms"}).encode()
+    answer = send_request(
+        method="POST", url=monitor.prometheus_url.rstrip("/") + "/api/v1/query_range", body=form,
+        headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
+        allow_private=allow_private, timeout=timeout, max_answer_bytes=MAX_ANSWER_BYTES,
+    )
+    if answer.status_code is None:
+        error = answer.error or "no answer"
+        if "timed out" in error or "TimeoutError" in error:
+            return ReadResult(TIMEOUT, f"Prometheus did not answer within {timeout:g} s: {error}", [], [])
+        return ReadResult(UNREACHABLE, f"Prometheus is unreachable: {error}", [], [])
+    try:
+        document = json.loads(answer.body)
+    except ValueError:
+        document = None
+    if not isinstance(document, dict):
+        return ReadResult(ERROR, f"Prometheus answered HTTP {answer.status_code} without a JSON body", [], [])
+    if document.get("status") != "success":
+        kind = document.get("errorType") or f"HTTP {answer.status_code}"
+        if kind == "timeout":
+            return ReadResult(TIMEOUT, f"The query timed out in Prometheus: {document.get('error')}", [], [])
+        return ReadResult(ERROR, f"Prometheus refused the query ({kind}): {document.get('error')}", [], [])
+    data = document.get("data") or {}
+    series = data.get("result")
+    if data.get("resultType") != "matrix" or not isinstance(series, list):
+        return ReadResult(ERROR, f"The query yields a {data.get('resultType')!r}, not one series", [], [])
+    if not series:
+        return ReadResult(NO_SERIES, f"The query yields no series between {_text(span.start)} and "
+                          f"{_text(span.end)}; it must yield exactly one", [], [])
+    if len(series) > 1:
+        named = ", ".join(_labels(s.get("metric") or {}) for s in series[:NAMED_SERIES])
+        more = f" and {len(series) - NAMED_SERIES} more" if len(series) > NAMED_SERIES else ""
+        return ReadResult(SEVERAL_SERIES, f"The query yields {len(series)} series ({named}{more}); it must "
+                          "yield exactly one: aggregate it (sum, max, ...) or select one by its labels", [], [])
+    epochs: list[int] = []
+    values: list[float] = []
+    skipped = 0
+    for stamp, raw in series[0].get("values") or []:
+        value = float(raw)
+        if not math.isfinite(value) or abs(value) > MAX_ABS_VALUE:
+            skipped += 1  # NaN is Prometheus' "no value"; none of these can be judged
+            continue
+        epochs.append(int(round(float(stamp))))
+        values.append(value)
+    message = f"Read up to {_text(span.end)}."
+    if skipped:
+        message += f" {skipped} non-finite or out-of-range values were skipped."
+    return ReadResult(OK, message, epochs, values)
+
+
+def _labels(metric: dict[str, Any]) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(metric.items())) + "}"
+
+
+class Reader:
+    """What one worker process needs to read and judge: the database, and the runtime and pool the append
+    path takes. Built once per process (a forked worker must not share its parent's connections)."""
+
+    def __init__(self, settings: Settings) -> None:
+        from app.compute.pool import WorkerPool
+        from app.monitors.cache import HistoryCache, MonitorLocks
+        from app.monitors.queue import RetryPolicy
+        from app.monitors.sender import DeliverySender
+        from app.monitors.service import MonitorRuntime
+
+        self.settings = settings
+        self.database = Database(settings)
+        # Only the non-default detectors use the pool; it spawns its worker on first use.
+        self.pool = WorkerPool(workers=1, timeout_seconds=settings.forecast_timeout_seconds,
+                               queue_limit=READ_CONCURRENCY)
+        self.runtime = MonitorRuntime(
+            cache=HistoryCache(),
+            locks=MonitorLocks(),
+            # Not started: the servers' senders find the events this process stores (they poll the queue).
+            sender=DeliverySender(self.database, allow_private=settings.allow_private_webhooks,
+                                  policy=RetryPolicy.from_settings(settings)),
+            judge_slots=threading.BoundedSemaphore(READ_CONCURRENCY),
+            write_lock=threading.Lock() if self.database.engine.dialect.name == "sqlite" else None,
+        )
+        self.pid = os.getpid()
+        # Prometheus base URL -> (until when, the failed read's outcome), shared by the reader threads.
+        self._failing: dict[str, tuple[float, ReadResult]] = {}
+
+    def close(self) -> None:
+        self.pool.close()
+        self.database.dispose()
+
+    # ------------------------------------------------------------------------------------------- claiming
+
+    def claim(self, now: datetime, limit: int = CLAIM_BATCH) -> list[Claimed]:
+        """Takes up to ``limit`` due monitors in one statement, marked with a fresh token, then reads them back
+        by it. On PostgreSQL the due rows are locked with SKIP LOCKED, so two pollers never wait on each
+        other; SQLite runs the statement under its one write lock. (One UPDATE per monitor, compare-and-set,
+        cost 1.5 ms of CPU each: half of a read.)"""
+        token = secrets.token_hex(8)
+        with self.database.session() as session:
+            session.execute(_claim_statement(self.database.engine.dialect.name == "postgresql", limit),
+                            {"now": now, "lease_end": now + timedelta(seconds=CLAIM_LEASE_SECONDS), "token": token})
+            rows = session.execute(_claimed_statement(), {"token": token}).all()
+        return [Claimed(*row) for row in rows]
+
+    def next_due(self) -> datetime | None:
+        table = MonitorRecord.__table__
+        with self.database.session() as session:
+            return session.execute(
+                select(table.c.source_due_at).where(table.c.prometheus_query.is_not(None))
+                .order_by(table.c.source_due_at).limit(1)
+            ).scalar_one_or_none()
+
+    # -------------------------------------------------------------------------------------------- reading
+
+    def read(self, monitor: Claimed) -> None:
+        """Reads and judges one claimed monitor, then records the outcome and when it is next due."""
+        from app.monitors import service
+
+        started = time.time()
+        span = window(monitor, started)
+        status, message, read_until = OK, None, monitor.read_until
+        if span is None:
+            step = sources.STEP_SECONDS[monitor.data_frequency]
+            due = (math.floor((started - SETTLE_SECONDS) / step) + 1) * step + SETTLE_SECONDS
+            self._record(monitor, status=None, message=None, read_until=read_until, due=due, checked=False)
+            return
+        remembered = self._failing.get(monitor.prometheus_url)
+        if remembered is not None and remembered[0] >= time.time():
+            result = remembered[1]
+        else:
+            result = query_range(monitor, span, allow_private=self.settings.allow_private_webhooks,
+                                 timeout=self.settings.prometheus_timeout_seconds)
+            if result.status in (UNREACHABLE, TIMEOUT):
+                # Every monitor on this Prometheus would wait out the same failure: they take this one's outcome
+                # until their own retry, so a stalled server holds READ_CONCURRENCY readers, not all of them.
+                self._failing[monitor.prometheus_url] = (time.time() + FAILURE_MEMORY_SECONDS, result)
+            else:
+                self._failing.pop(monitor.prometheus_url, None)
+        status, message = result.status, result.message
+        if result.status == OK:
+            last = monitor.last_epoch if monitor.last_epoch is not None else -1
+            keep = [i for i, e in enumerate(result.epochs) if e > last]
+            if keep:
+                epochs = [result.epochs[i] for i in keep]
+                try:
+                    service.append_points(
+                        database=self.database, pool=self.pool, runtime=self.runtime, account_id=monitor.account_id,
+                        monitor_id=monitor.id, from_source=True,
+                        points=IncomingPoints(epochs=epochs, texts=[_text(e) for e in epochs],
+                                              values=[result.values[i] for i in keep]),
+                    )
+                except NotFound:
+                    return  # deleted while it was read
+                except ApiError as exc:
+                    status, message = ERROR, f"The points read could not be judged: {exc}"
+            if status == OK:
+                read_until = span.end
+        elif result.status == NO_SERIES and span.catching_up:
+            read_until = span.end  # a stretch of history with no data at all: nothing there to wait for
+        if status == OK and span.catching_up:
+            due = time.time()
+        elif status in (OK, NO_SERIES, SEVERAL_SERIES):
+            due = span.latest + span.step + SETTLE_SECONDS
+        else:
+            # Prometheus failed: ask again soon (never more often than the poller's pace).
+            due = time.time() + min(30.0, max(POLL_SECONDS, float(span.step)))
+        self._record(monitor, status=status, message=message, read_until=read_until, due=due, checked=True)
+
+    def _record(self, monitor: Claimed, *, status: str | None, message: str | None, read_until: int | None,
+                due: float, checked: bool) -> None:
+        values: dict[str, Any] = {"b_id": monitor.id, "b_query": monitor.prometheus_query,
+                                  "b_url": monitor.prometheus_url, "b_claim": monitor.claim,
+                                  "b_due": datetime.fromtimestamp(due, UTC), "b_read_until": read_until}
+        if checked:
+            values.update(b_status=status, b_message=(message or "")[:500], b_checked=_now())
+        with self.database.session() as session:
+            session.execute(_record_statement(checked), values)
+        if status not in (None, OK):
+            log.info("prometheus read failed", extra={"fields": {"monitor_id": monitor.id, "status": status,
+                                                                 "message": message}})
+
+    def round(self, executor: ThreadPoolExecutor) -> int:
+        """Reads every monitor due now (for at most ROUND_SECONDS, well within the poller's lease); returns how
+        many were read."""
+        count = 0
+        ends = time.monotonic() + ROUND_SECONDS
+        while time.monotonic() < ends:
+            claimed = self.claim(_now())
+            if not claimed:
+                return count
+            for future in [executor.submit(self._safe_read, monitor) for monitor in claimed]:
+                future.result()
+            count += len(claimed)
+            if len(claimed) < CLAIM_BATCH:
+                return count
+        return count
+
+    def _safe_read(self, monitor: Claimed) -> None:
+        try:
+            self.read(monitor)
+        except Exception:  # noqa: BLE001 - one monitor's failure must not stop the others; its lease runs out
+            log.exception("reading a Prometheus-backed monitor failed", extra={"fields": {"monitor_id": monitor.id}})
+
+
+# ------------------------------------------------------------------------------------------------ the lease
+
+
+def take_lease(database: Database, *, holder: str, now: datetime | None = None, renew: bool = False) -> bool:
+    """The poller's lease for ``holder``: renewed if it holds it, taken if it ran out (or never existed)."""
+    now = now or _now()
+    expires = now + timedelta(seconds=POLLER_LEASE_SECONDS)
+    table = JobLeaseRecord.__table__
+    with database.session() as session:
+        condition = table.c.holder == holder if renew else (table.c.holder == holder) | (table.c.expires_at < now)
+        result = session.execute(
+            update(table).where(table.c.name == LEASE_NAME, condition).values(holder=holder, expires_at=expires)
+        )
+        if result.rowcount == 1:  # type: ignore[attr-defined]
+            return True
+        if renew or session.get(JobLeaseRecord, LEASE_NAME) is not None:
+            return False
+    try:
+        with database.session() as session:
+            session.add(JobLeaseRecord(name=LEASE_NAME, holder=holder, expires_at=expires))
+        return True
+    except IntegrityError:
+        return False
+
+
+# ------------------------------------------------------------------------------------------------ the tasks
+
+
+@dataclass
+class _Tasks:
+    kick: Callable[[], Any]
+
+
+_TASKS: WeakKeyDictionary[Huey, _Tasks] = WeakKeyDictionary()
+_readers: dict[int, Reader] = {}
+_executors: dict[int, ThreadPoolExecutor] = {}
+
+
+def _reader(settings: Settings) -> Reader:
+    pid = os.getpid()
+    reader = _readers.get(pid)
+    if reader is None:
+        _readers.clear()
+        reader = _readers[pid] = Reader(settings)
+    return reader
+
+
+def _executor() -> ThreadPoolExecutor:
+    pid = os.getpid()
+    executor = _executors.get(pid)
+    if executor is None:
+        _executors.clear()
+        executor = _executors[pid] = ThreadPoolExecutor(READ_CONCURRENCY, thread_name_prefix="prometheus-read")
+    return executor
+
+
+def start_poller(engine: Huey) -> None:
+    """Starts the poller now unless one runs (a new Prometheus-backed monitor backfills at once)."""
+    tasks = _TASKS.get(engine)
+    if tasks is not None:
+        tasks.kick()
+
+
+def register(engine: Huey, settings: Settings) -> None:
+    from app.monitors import alertmanager
+
+    # Above the batch tasks that share the queue: a read waiting behind them is a late verdict.
+    @engine.task(name="monitors.prometheus.poll", priority=PRIORITY)
+    def poll(holder: str) -> None:
+        reader = _reader(settings)
+        if not take_lease(reader.database, holder=holder, renew=True):
+            return  # another poller took over (this one's lease had run out)
+        executor = _executor()
+        reader.round(executor)
+        # Reads fall due together (every monitor of a frequency on the same step); one due within a round's
+        # pace is waited for here, to the moment, rather than through the scheduler's one-second ticks.
+        due = reader.next_due()
+        wait = POLL_SECONDS if due is None else (due - _now()).total_seconds()
+        if 0 < wait < POLL_SECONDS:
+            time.sleep(wait)
+            reader.round(executor)
+            due = reader.next_due()
+            wait = POLL_SECONDS if due is None else (due - _now()).total_seconds()
+        poll.schedule((holder,), delay=min(POLL_SECONDS, max(0.0, wait)))
+
+    @engine.task(name="monitors.prometheus.kick", priority=PRIORITY)
+    def kick() -> None:
+        holder = secrets.token_hex(8)
+        if take_lease(_reader(settings).database, holder=holder):
+            poll(holder)
+
+    @engine.periodic_task(crontab(minute="*"), name="monitors.prometheus.watchdog")
+    def watchdog() -> None:
+        kick.call_local()
+
+    @engine.periodic_task(crontab(minute="*"), name="monitors.alertmanager.refresh")
+    def refresh() -> None:
+        alertmanager.refresh_alerts(_reader(settings).database)
+
+    @engine.on_startup(name="monitors.prometheus.start")
+    def started() -> None:
+        kick()
+
+    _TASKS[engine] = _Tasks(kick=kick)
