@@ -27,7 +27,7 @@ from app.compute.detect.jobs import DetectJob
 from app.compute.detect.results import DEFAULT_DETECTOR, DetectionResult, confidence_for_sensitivity
 from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts, lookback_rows
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
-from app.db import Database
+from app.db import Database, Prepared
 from app.errors import DataValidationError, InternalError, NotFound
 from app.monitors import queue
 from app.monitors.cache import History, HistoryCache, JudgeState, MonitorLocks
@@ -108,15 +108,15 @@ class MonitorState:
 
 _STATE_COLUMNS = [MonitorRecord.__table__.c[name] for name in MonitorState.__dataclass_fields__]
 
-# The append path's statements, built once. SQLAlchemy then finds each one's compiled form by the cache key it
-# memoizes on the statement object, and they run on a Core connection: building a statement and the ORM
-# session's bookkeeping cost more per append than the database's own work and the detector together.
+# The append path's statements, built and compiled once (Prepared) and run on the transaction's DBAPI cursor:
+# building a statement per append, the ORM session's bookkeeping and SQLAlchemy's execution machinery cost
+# more per append than the database's own work and the detector together.
 _MONITORS = MonitorRecord.__table__
 _POINTS = MonitorPointRecord.__table__
 _POINT = _POINTS.c
-_READ_STATE = select(*_STATE_COLUMNS).where(_MONITORS.c.id == bindparam("monitor_id")).with_for_update()
+_READ_STATE = Prepared(select(*_STATE_COLUMNS).where(_MONITORS.c.id == bindparam("monitor_id")).with_for_update())
 # The compare-and-set on revision: it comes first among the writes, and on SQLite it also takes the write lock.
-_CLAIM_REVISION = (
+_CLAIM_REVISION = Prepared(
     _MONITORS.update()
     .where(_MONITORS.c.id == bindparam("monitor_id"), _MONITORS.c.revision == bindparam("old_revision"))
     .values(
@@ -129,57 +129,66 @@ _CLAIM_REVISION = (
         updated_at=bindparam("new_updated_at"),
     )
 )
-_INSERT_POINTS = _POINTS.insert()
+_INSERT_POINTS = Prepared(_POINTS.insert())
 _STORED_RANGE = select(_POINTS).where(
     _POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch >= bindparam("first"), _POINT.epoch <= bindparam("last")
 )
-_HEAD = (
+_HEAD = Prepared(
     select(_POINT.epoch, _POINT.value)
     .where(_POINT.monitor_id == bindparam("monitor_id"))
     .order_by(_POINT.epoch)
     .limit(HEAD_ROWS)
 )
-_TAIL_AFTER = (
+_TAIL_AFTER = Prepared(
     select(_POINT.epoch, _POINT.value)
     .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch > bindparam("after"))
     .order_by(_POINT.epoch.desc())
     .limit(bindparam("rows", type_=Integer))
 )
-_REBUILD = (
+_REBUILD = Prepared(
     select(_POINT.epoch, _POINT.value, _POINT.feedback)
     .where(_POINT.monitor_id == bindparam("monitor_id"))
     .order_by(_POINT.epoch.desc())
     .limit(REBUILD_ROWS)
 )
 # Retention: the newest of the ``dropped`` oldest points, then everything up to it.
-_RETENTION_CUTOFF = (
+_RETENTION_CUTOFF = Prepared(
     select(_POINT.epoch)
     .where(_POINT.monitor_id == bindparam("monitor_id"))
     .order_by(_POINT.epoch)
     .offset(bindparam("skip", type_=Integer))
     .limit(1)
 )
-_DROP_THROUGH = _POINTS.delete().where(_POINT.monitor_id == bindparam("monitor_id"),
-                                       _POINT.epoch <= bindparam("cutoff"))
-_SET_FIRST_EPOCH = (
+_DROP_THROUGH = Prepared(
+    _POINTS.delete().where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch <= bindparam("cutoff"))
+)
+_SET_FIRST_EPOCH = Prepared(
     _MONITORS.update().where(_MONITORS.c.id == bindparam("monitor_id")).values(first_epoch=bindparam("new_first_epoch"))
 )
-_ANOMALIES_SINCE = (
+_ANOMALIES_SINCE = Prepared(
     select(func.count())
     .select_from(_POINTS)
     .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch >= bindparam("since"),
            _POINT.is_anomaly.is_(True))
 )
-_TIMESTAMP_AT = select(_POINT.timestamp).where(_POINT.monitor_id == bindparam("monitor_id"),
-                                               _POINT.epoch == bindparam("epoch"))
+_TIMESTAMP_AT = Prepared(
+    select(_POINT.timestamp).where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch == bindparam("epoch"))
+)
+
+
+def _one(cursor: Any) -> Any:
+    """The first column of the cursor's first row, or None when there is no row."""
+    row = cursor.fetchone()
+    return None if row is None else row[0]
 
 
 def _owned_state(connection: Connection, *, account_id: str, monitor_id: str) -> MonitorState:
-    row = connection.execute(_READ_STATE, {"monitor_id": monitor_id}).first()
-    if row is None or row.account_id != account_id:
+    row = _READ_STATE.execute(connection, {"monitor_id": monitor_id}).fetchone()
+    state = None if row is None else MonitorState(*row)
+    if state is None or state.account_id != account_id:
         raise NotFound("No such monitor.", details={"field": "monitor_id", "issue": "not found", "provided":
                                                     monitor_id[:64]})
-    return MonitorState(*row)
+    return state
 
 
 def _now() -> datetime:
@@ -452,12 +461,12 @@ def deliveries(*, database: Database, account_id: str, monitor_id: str, limit: i
 
 
 def _load_history(connection: Connection, monitor: MonitorState) -> History:
-    head = connection.execute(_HEAD, {"monitor_id": monitor.id}).all()
+    head = _HEAD.execute(connection, {"monitor_id": monitor.id}).fetchall()
     tail: list[Any] = []
     if head and monitor.point_count > len(head):
-        tail = connection.execute(
-            _TAIL_AFTER, {"monitor_id": monitor.id, "after": head[-1][0], "rows": tail_rows(monitor)}
-        ).all()
+        tail = _TAIL_AFTER.execute(
+            connection, {"monitor_id": monitor.id, "after": head[-1][0], "rows": tail_rows(monitor)}
+        ).fetchall()
         tail.reverse()
     return History(
         revision=monitor.revision,
@@ -566,6 +575,7 @@ def _append_once(
             # A Core connection, one transaction: committed below with the points, rolled back on closing
             # otherwise. The ORM session's unit of work would have nothing to track here but costs as much.
             with database.engine.connect() as connection:
+                connection.begin()
                 monitor = _owned_state(connection, account_id=account_id, monitor_id=monitor_id)
                 last = monitor.last_epoch
                 split = 0 if last is None else bisect_right(points.epochs, last)
@@ -650,7 +660,7 @@ def _judge_state(connection: Connection, runtime: MonitorRuntime, monitor: Monit
     cached = runtime.cache.get(monitor.id, monitor.revision)
     if isinstance(cached, JudgeState):
         return cached
-    rows = connection.execute(_REBUILD, {"monitor_id": monitor.id}).all()
+    rows = _REBUILD.execute(connection, {"monitor_id": monitor.id}).fetchall()
     rows.reverse()
     detector = monitor.detector()
     state = detector.initial_state()
@@ -712,7 +722,7 @@ def _store(
 
     stored_after = monitor.point_count + len(epochs)
     dropped = max(0, stored_after - monitor.retention_points)
-    claimed = connection.execute(_CLAIM_REVISION, {
+    claimed = _CLAIM_REVISION.execute(connection, {
         "monitor_id": monitor.id,
         "old_revision": old_revision,
         "new_revision": old_revision + 1,
@@ -731,7 +741,10 @@ def _store(
          "direction": d.direction, "warmup": d.warmup, "feedback": None}
         for e, t, v, d in zip(epochs, texts, values, verdicts, strict=True)
     ]
-    connection.execute(_INSERT_POINTS, rows[0] if len(rows) == 1 else rows)
+    if len(rows) == 1:
+        _INSERT_POINTS.execute(connection, rows[0])
+    else:
+        _INSERT_POINTS.executemany(connection, rows)
     for event_seq, kind, extra in planned:
         event_id = queue.new_event_id()
         payload = {"id": event_id, "type": kind, "monitor_id": monitor.id, "monitor_name": monitor.name,
@@ -742,12 +755,12 @@ def _store(
     if history is not None:
         history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=tail_rows(monitor))
     if dropped:
-        cutoff = connection.execute(_RETENTION_CUTOFF, {"monitor_id": monitor.id, "skip": dropped - 1}).scalar()
+        cutoff = _one(_RETENTION_CUTOFF.execute(connection, {"monitor_id": monitor.id, "skip": dropped - 1}))
         if cutoff is not None:
-            connection.execute(_DROP_THROUGH, {"monitor_id": monitor.id, "cutoff": cutoff})
-        head = connection.execute(_HEAD, {"monitor_id": monitor.id}).all()
-        connection.execute(_SET_FIRST_EPOCH,
-                           {"monitor_id": monitor.id, "new_first_epoch": head[0][0] if head else None})
+            _DROP_THROUGH.execute(connection, {"monitor_id": monitor.id, "cutoff": cutoff})
+        head = _HEAD.execute(connection, {"monitor_id": monitor.id}).fetchall()
+        first = head[0][0] if head else None
+        _SET_FIRST_EPOCH.execute(connection, {"monitor_id": monitor.id, "new_first_epoch": first})
         if history is not None:
             history.replace_head([int(e) for e, _ in head], [float(v) for _, v in head], stored_after - dropped)
     judged.revision = old_revision + 1
@@ -758,14 +771,14 @@ def _store(
 
 
 def _anomalies_since(connection: Connection, monitor_id: str, epoch: int) -> int:
-    return int(connection.execute(_ANOMALIES_SINCE, {"monitor_id": monitor_id, "since": epoch}).scalar_one())
+    return int(_one(_ANOMALIES_SINCE.execute(connection, {"monitor_id": monitor_id, "since": epoch})))
 
 
 def _timestamp_at(connection: Connection, monitor_id: str, epoch: int, epochs: list[int], texts: list[str]) -> str:
     position = bisect_right(epochs, epoch) - 1
     if position >= 0 and epochs[position] == epoch:
         return texts[position]
-    text = connection.execute(_TIMESTAMP_AT, {"monitor_id": monitor_id, "epoch": epoch}).scalar_one_or_none()
+    text = _one(_TIMESTAMP_AT.execute(connection, {"monitor_id": monitor_id, "epoch": epoch}))
     return text or _epoch_text(epoch)
 
 

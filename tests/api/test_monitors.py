@@ -32,9 +32,9 @@ BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_00
 
 
 @pytest.fixture(scope="module")
-def monitor_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
-    path = tmp_path_factory.mktemp("monitors") / "monitors.sqlite3"
-    app = build_app(settings_for(f"sqlite:///{path}", allow_private_webhooks=True, max_points=5000),
+def monitor_app(module_database_url: str) -> Iterator[Flask]:
+    # Every test here on SQLite and on PostgreSQL: the append path runs its own compiled SQL on each.
+    app = build_app(settings_for(module_database_url, allow_private_webhooks=True, max_points=5000),
                     start_workers=True)
     yield app
     app.extensions["monitors"].sender.stop()
