@@ -113,13 +113,22 @@ class _Compiled:
             processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if processor is not None:
                 self.processors[name] = processor
+        # Positional (SQLite): each processor by its parameter's place.
+        self.placed = [(index, self.processors[name]) for index, name in enumerate(self.order or ())
+                       if name in self.processors]
 
     def parameters(self, given: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
-        values = {**self.defaults, **given} if self.defaults else dict(given)
+        if self.order is not None:
+            defaults = self.defaults
+            values = [given[name] if name in given else defaults[name] for name in self.order]
+            for index, processor in self.placed:
+                values[index] = processor(values[index])
+            return values
+        named = {**self.defaults, **given} if self.defaults else dict(given)
         for name, processor in self.processors.items():
-            if name in values:
-                values[name] = processor(values[name])
-        return values if self.order is None else [values[name] for name in self.order]
+            if name in named:
+                named[name] = processor(named[name])
+        return named
 
 
 def _tune_sqlite(dbapi_connection: object, _record: object) -> None:

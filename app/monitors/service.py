@@ -14,8 +14,7 @@ import threading
 import time
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -570,7 +569,7 @@ def _append_once(
     events_added = False
     # The judge slot is taken before a database connection, so appends queued for the worker pool never
     # hold connections (on PostgreSQL, a burst of writers would otherwise drain the connection pool).
-    with runtime.locks.lock_for(monitor_id), _judge_slot(runtime):
+    with runtime.locks.lock_for(monitor_id), _JudgeSlot(runtime):
         try:
             # A Core connection, one transaction: committed below with the points, rolled back on closing
             # otherwise. The ORM session's unit of work would have nothing to track here but costs as much.
@@ -611,14 +610,20 @@ def _append_once(
     return _points_answer(monitor, old_records, new_texts, new_values, verdicts, period)
 
 
-@contextmanager
-def _judge_slot(runtime: MonitorRuntime) -> Iterator[None]:
-    if not runtime.judge_slots.acquire(timeout=POOL_BUSY_PATIENCE_SECONDS):
-        raise InternalError("The detector workers are saturated; retry shortly.", headers={"Retry-After": "5"})
-    try:
-        yield
-    finally:
-        runtime.judge_slots.release()
+class _JudgeSlot:
+    """A judge slot held for a with block (a class: a generator-based context manager costs more per append)."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self, runtime: MonitorRuntime) -> None:
+        self._slots = runtime.judge_slots
+
+    def __enter__(self) -> None:
+        if not self._slots.acquire(timeout=POOL_BUSY_PATIENCE_SECONDS):
+            raise InternalError("The detector workers are saturated; retry shortly.", headers={"Retry-After": "5"})
+
+    def __exit__(self, *_exc: object) -> None:
+        self._slots.release()
 
 
 def _judge_new(
