@@ -9,6 +9,7 @@ against the new state, so no point is lost and none is judged twice.
 
 from __future__ import annotations
 
+import queue as queue_module
 import secrets
 import threading
 import time
@@ -63,7 +64,7 @@ class MonitorRuntime:
     sender: Any  # DeliverySender; typed loosely so this module does not import threads it never starts
     # Appends waiting for the worker pool queue here, leaving the pool's own queue room for /forecast and
     # /anomalies, instead of being turned away as "saturated" under a burst of writes.
-    judge_slots: threading.Semaphore
+    judge_slots: JudgeSlots
     # SQLite only: this process's write transactions take turns here. SQLite has one writer, and a thread
     # that finds it busy sleeps in SQLite's busy handler for up to 100 ms at a time; a lock hands over at once.
     write_lock: threading.Lock | None = None
@@ -608,6 +609,27 @@ def _append_once(
     if events_added:
         runtime.sender.notify()
     return _points_answer(monitor, old_records, new_texts, new_values, verdicts, period)
+
+
+class JudgeSlots:
+    """``count`` slots that appends take turns in, as tokens in a queue.SimpleQueue: taking and returning one are
+    single C calls, where threading.Semaphore runs a Python Condition (a new lock for every waiter), which cost
+    several per cent of the web process's CPU with every thread of a busy server queueing here."""
+
+    def __init__(self, count: int) -> None:
+        self._tokens: queue_module.SimpleQueue[None] = queue_module.SimpleQueue()
+        for _ in range(count):
+            self._tokens.put(None)
+
+    def acquire(self, timeout: float) -> bool:
+        try:
+            self._tokens.get(timeout=timeout)
+        except queue_module.Empty:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._tokens.put(None)
 
 
 class _JudgeSlot:

@@ -429,6 +429,10 @@ class ServingWorker(ThreadWorker):
                 self._release_upload(conn)
 
     def _release_upload(self, conn: ServingConn) -> None:
+        # Read without the lock first: only the event loop sets ``uploading``, before it hands the connection to
+        # the thread that gets here, so False is final; most requests never held a slot.
+        if not conn.uploading:
+            return
         with self._lock:
             if not conn.uploading:
                 return
