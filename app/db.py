@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Dialect, Engine, Executable, create_engine, event, text
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
 from app.settings import Settings
@@ -62,6 +63,72 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+class Prepared:
+    """One fixed Core statement, compiled once per dialect and run on the DBAPI cursor of a Core connection.
+
+    For the few statements a hot path runs on every request: SQLAlchemy's own execution (parameter processing,
+    execution context, result wrapping) costs several times what the database does for a one-row statement.
+    Parameters still go through each column type's bind processor (a UTC datetime becomes what the dialect
+    stores); rows come back as the driver's plain tuples, so a statement whose columns need a result
+    processor (booleans on SQLite, UTCDateTime) should not be read this way. The caller's connection must have
+    begun its transaction (``Connection.begin()``): the cursor then works inside it.
+    """
+
+    def __init__(self, statement: Executable) -> None:
+        self._statement = statement
+        self._by_dialect: dict[str, _Compiled] = {}
+
+    def execute(self, connection: Connection, params: Mapping[str, Any] | None = None) -> Any:
+        """Runs the statement with ``params`` (bind names to values); returns the DBAPI cursor."""
+        compiled = self._compiled(connection.dialect)
+        cursor = connection.connection.cursor()
+        cursor.execute(compiled.sql, compiled.parameters(params or {}))
+        return cursor
+
+    def executemany(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> Any:
+        compiled = self._compiled(connection.dialect)
+        cursor = connection.connection.cursor()
+        cursor.executemany(compiled.sql, [compiled.parameters(row) for row in rows])
+        return cursor
+
+    def _compiled(self, dialect: Dialect) -> _Compiled:
+        compiled = self._by_dialect.get(dialect.name)
+        if compiled is None:
+            compiled = self._by_dialect[dialect.name] = _Compiled(self._statement, dialect)
+        return compiled
+
+
+class _Compiled:
+    def __init__(self, statement: Executable, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
+        self.sql = str(compiled)
+        # Values fixed in the statement itself (a literal LIMIT is a bound parameter too).
+        self.defaults = {name: bind.effective_value for name, bind in compiled.binds.items()
+                         if not bind.required and not name.startswith("%(")}
+        self.order: list[str] | None = list(compiled.positiontup) if compiled.positional else None
+        self.processors: dict[str, Callable[[Any], Any]] = {}
+        for name, bind in compiled.binds.items():
+            processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if processor is not None:
+                self.processors[name] = processor
+        # Positional (SQLite): each processor by its parameter's place.
+        self.placed = [(index, self.processors[name]) for index, name in enumerate(self.order or ())
+                       if name in self.processors]
+
+    def parameters(self, given: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
+        if self.order is not None:
+            defaults = self.defaults
+            values = [given[name] if name in given else defaults[name] for name in self.order]
+            for index, processor in self.placed:
+                values[index] = processor(values[index])
+            return values
+        named = {**self.defaults, **given} if self.defaults else dict(given)
+        for name, processor in self.processors.items():
+            if name in named:
+                named[name] = processor(named[name])
+        return named
 
 
 def _tune_sqlite(dbapi_connection: object, _record: object) -> None:

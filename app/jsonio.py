@@ -10,8 +10,9 @@ library runs, so no answer changes:
   :mod:`json` instead; so is a document with many brackets, whose nesting could reach the depth at
   which :mod:`json` gives up.
 - Writing: orjson writes NaN and infinities as null, and UTF-8 where :mod:`json` writes \\u escapes. An
-  output holding "null" or any non-ASCII byte, or anything orjson cannot write, is written by
-  :mod:`json` instead. Numbers may be spelled differently (1e16 for 1e+16) but read back identical.
+  output holding any non-ASCII byte, or "null" where the value is not plain data (dicts, lists, tuples,
+  strings, numbers, booleans, None) free of NaN and infinities, or anything orjson cannot write, is written
+  by :mod:`json` instead. Numbers may be spelled differently (1e16 for 1e+16) but read back identical.
 """
 
 from __future__ import annotations
@@ -92,6 +93,25 @@ class OrjsonProvider(DefaultJSONProvider):
             )
         except TypeError:  # e.g. an integer beyond 64 bits, a non-string key: json decides
             return None
-        if not encoded.isascii() or b"null" in encoded:
+        if not encoded.isascii() or (b"null" in encoded and not _plain_and_finite(obj)):
             return None
         return encoded
+
+
+def _plain_and_finite(value: Any) -> bool:
+    """True when ``value`` is plain JSON data without NaN or infinities: then every null orjson wrote stands for
+    a None, as in json's text (answers with a null direction or period are the common case)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is float:
+            if item - item != 0.0:  # NaN and infinities (inf - inf is NaN)
+                return False
+        elif kind is dict:
+            pending.extend(item.values())
+        elif kind is list or kind is tuple:
+            pending.extend(item)
+        elif not (item is None or kind is str or kind is int or kind is bool):
+            return False  # written through ``default`` (a dataclass, numpy, ...): json decides
+    return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from flask import Blueprint, Flask, Response, g, request
 from prometheus_client import (
@@ -51,14 +52,27 @@ def record_forecast(model_id: str, outcome: str, seconds: float, *, fallback: bo
 
 
 def init_metrics(app: Flask) -> None:
+    # The labelled children, found once per label set (labels() checks and locks on every call); the sets are
+    # bounded by the routes, methods and statuses, as the series themselves are.
+    counters: dict[tuple[str, str, int], Any] = {}
+    histograms: dict[str, Any] = {}
+
     @app.after_request
     def _count(response: Response) -> Response:
         # Label by route, never by raw path: unknown paths must not grow the series without bound.
-        endpoint = request.url_rule.rule if request.url_rule is not None else "unrouted"
-        REQUESTS.labels(endpoint, request.method, str(response.status_code)).inc()
+        rule = request.url_rule
+        endpoint = rule.rule if rule is not None else "unrouted"
+        method, status = request.method, response.status_code
+        counter = counters.get((endpoint, method, status))
+        if counter is None:
+            counter = counters[(endpoint, method, status)] = REQUESTS.labels(endpoint, method, str(status))
+        counter.inc()
         started = g.get("started_at")
         if started is not None:
-            REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - started)
+            histogram = histograms.get(endpoint)
+            if histogram is None:
+                histogram = histograms[endpoint] = REQUEST_SECONDS.labels(endpoint)
+            histogram.observe(time.perf_counter() - started)
         return response
 
 

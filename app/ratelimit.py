@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import cast
 
 from flask import Flask, Response
@@ -58,12 +59,14 @@ class WindowStatus:
 
 
 def key_windows(key: ApiKey) -> list[RateLimitItem]:
-    # In this order: when several are full, a 429 names the first.
-    return [
-        RateLimitItemPerMinute(key.per_minute),
-        RateLimitItemPerHour(key.per_hour),
-        RateLimitItemPerDay(key.per_day),
-    ]
+    return list(_windows(key.per_minute, key.per_hour, key.per_day))
+
+
+@lru_cache(maxsize=1024)
+def _windows(per_minute: int, per_hour: int, per_day: int) -> tuple[RateLimitItem, ...]:
+    # In this order: when several are full, a 429 names the first. Built once per set of limits: the items are
+    # immutable, and making three per counted request was a tenth of the limiter's time.
+    return (RateLimitItemPerMinute(per_minute), RateLimitItemPerHour(per_hour), RateLimitItemPerDay(per_day))
 
 
 def most_constraining(statuses: list[WindowStatus]) -> WindowStatus:

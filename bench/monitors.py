@@ -9,8 +9,8 @@
    <= 250 ms), errors, and lost points (every monitor's stored count checked afterwards). The load comes from
    a separate process (asyncio, keep-alive connections, every request encoded before the clock starts).
 4. A webhook receiver down for 120 s, then back: every alert event delivered, in order (this code only).
-Cases 1-3 also run against the reference commit (the code before the streaming detector, whose monitors sent
-every retained point to the worker pool), from a git worktree, in the same run.
+Cases 1-3 also run against the reference commit (main before the append path's Core statements: the streaming
+detector already, each append's statements built through the ORM session), from a git worktree, in the same run.
 Writes bench/results/monitors.md.
 """
 
@@ -43,8 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
-# The commit before the streaming detector: its monitors sent every retained point to the worker pool.
-REFERENCE = "222ff81"
+# main before the append path ran prebuilt Core statements (the streaming detector already, its statements built
+# through the ORM session on every append).
+REFERENCE = "9e1a109"
 T = TypeVar("T")
 KEY_ENV = "BENCH_MONITORS_KEY"  # how the load generator gets the key: never on a command line
 LOAD_CONNECTIONS = 128  # keep-alive connections: 1,000 points/s still offered while answers take up to 128 ms
@@ -537,9 +538,10 @@ def write_report(args: argparse.Namespace, ours: dict, reference: dict | None, n
         f"Database: {args.database}. Each code base on its own fresh database and gunicorn with its own "
         "gunicorn.conf.py defaults (1 worker process, gthread, 32 threads), FORECAST_WORKERS = cores "
         f"({os.cpu_count()}); memory rate-limit storage; a key with limits of 10,000,000. This code: the working "
-        "tree, snapshotted; reference: " + (f"commit {args.reference} from a git worktree (the code before the "
-                                            "streaming detector: each append sent the monitor's retained points to "
-                                            "the worker pool), same venv" if reference else "not run") + ".",
+        "tree, snapshotted; reference: " + (f"commit {args.reference} from a git worktree (main before the append "
+                                            "path's prebuilt Core statements: the streaming detector, statements "
+                                            "built through the ORM session per append), same venv" if reference
+                                            else "not run") + ".",
         "End to end: HTTP/1.1 keep-alive on loopback, from sending the request to reading the whole answer, which "
         "includes the verdicts of the new points and the commit of points and alert events. Cases 1 and 2: one "
         "client, sequential, one point a minute (daily wave, noise, rare spikes), after uncounted warm-up requests.",

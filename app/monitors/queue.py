@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, Protocol
 
-from sqlalchemy import Select, and_, bindparam, case, exists, func, or_, select, update
+from sqlalchemy import Connection, Select, and_, bindparam, case, exists, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from app.db import Database
@@ -76,8 +76,11 @@ def new_event_id() -> str:
     return "evt_" + secrets.token_hex(16)
 
 
+_INSERT_EVENT = MonitorEventRecord.__table__.insert()
+
+
 def enqueue(
-    session: Session,
+    executor: Session | Connection,
     *,
     monitor_id: str,
     webhook_url: str,
@@ -88,21 +91,23 @@ def enqueue(
     destination: str = "webhook",
 ) -> None:
     """Adds one event in the caller's transaction (the one that stores the points that caused it)."""
-    session.add(
-        MonitorEventRecord(
-            id=payload["id"],
-            monitor_id=monitor_id,
-            seq=seq,
-            kind=kind,
-            payload=json.dumps(payload, separators=(",", ":")),
-            webhook_url=webhook_url,
-            destination=destination,
-            status="pending",
-            attempts=0,
-            created_at=now,
-            next_attempt_at=now,
-        )
-    )
+    executor.execute(_INSERT_EVENT, {
+        "id": payload["id"],
+        "monitor_id": monitor_id,
+        "seq": seq,
+        "kind": kind,
+        "payload": json.dumps(payload, separators=(",", ":")),
+        "webhook_url": webhook_url,
+        "destination": destination,
+        "status": "pending",
+        "attempts": 0,
+        "created_at": now,
+        "next_attempt_at": now,
+        "last_attempt_at": None,
+        "delivered_at": None,
+        "last_status_code": None,
+        "last_error": None,
+    })
 
 
 @dataclass(frozen=True)

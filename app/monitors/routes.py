@@ -24,7 +24,7 @@ from app.monitors.schemas import (
     point_epoch,
 )
 from app.monitors.sender import DeliverySender
-from app.monitors.service import MonitorRuntime
+from app.monitors.service import JudgeSlots, MonitorRuntime
 from app.monitors.webhooks import WebhookAddressError, check_url
 from app.services import Services, current_services
 from app.web.body import read_json
@@ -61,7 +61,7 @@ def init_monitors(app: Flask, services: Services, *, start_sender: bool) -> Moni
             policy=RetryPolicy.from_settings(services.settings),
             public_url=services.settings.public_url,
         ),
-        judge_slots=threading.BoundedSemaphore(pool.size + max(1, pool.queue_limit // 2)),
+        judge_slots=JudgeSlots(pool.size + max(1, pool.queue_limit // 2)),
         write_lock=threading.Lock() if services.database.engine.dialect.name == "sqlite" else None,
     )
     app.extensions["monitors"] = runtime

@@ -9,25 +9,25 @@ against the new state, so no point is lost and none is judged twice.
 
 from __future__ import annotations
 
+import queue as queue_module
 import secrets
 import threading
 import time
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Connection, Integer, bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from app.compute.detect.jobs import DetectJob
 from app.compute.detect.results import DEFAULT_DETECTOR, DetectionResult, confidence_for_sensitivity
 from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts, lookback_rows
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
-from app.db import Database
+from app.db import Database, Prepared
 from app.errors import DataValidationError, InternalError, NotFound
 from app.monitors import alertmanager, queue, sources
 from app.monitors.cache import History, HistoryCache, JudgeState, MonitorLocks
@@ -64,7 +64,7 @@ class MonitorRuntime:
     sender: Any  # DeliverySender; typed loosely so this module does not import threads it never starts
     # Appends waiting for the worker pool queue here, leaving the pool's own queue room for /forecast and
     # /anomalies, instead of being turned away as "saturated" under a burst of writes.
-    judge_slots: threading.Semaphore
+    judge_slots: JudgeSlots
     # SQLite only: this process's write transactions take turns here. SQLite has one writer, and a thread
     # that finds it busy sleeps in SQLite's busy handler for up to 100 ms at a time; a lock hands over at once.
     write_lock: threading.Lock | None = None
@@ -110,14 +110,87 @@ class MonitorState:
 
 _STATE_COLUMNS = [MonitorRecord.__table__.c[name] for name in MonitorState.__dataclass_fields__]
 
+# The append path's statements, built and compiled once (Prepared) and run on the transaction's DBAPI cursor:
+# building a statement per append, the ORM session's bookkeeping and SQLAlchemy's execution machinery cost
+# more per append than the database's own work and the detector together.
+_MONITORS = MonitorRecord.__table__
+_POINTS = MonitorPointRecord.__table__
+_POINT = _POINTS.c
+_READ_STATE = Prepared(select(*_STATE_COLUMNS).where(_MONITORS.c.id == bindparam("monitor_id")).with_for_update())
+# The compare-and-set on revision: it comes first among the writes, and on SQLite it also takes the write lock.
+_CLAIM_REVISION = Prepared(
+    _MONITORS.update()
+    .where(_MONITORS.c.id == bindparam("monitor_id"), _MONITORS.c.revision == bindparam("old_revision"))
+    .values(
+        revision=bindparam("new_revision"),
+        point_count=bindparam("new_point_count"),
+        first_epoch=bindparam("new_first_epoch"),
+        last_epoch=bindparam("new_last_epoch"),
+        event_seq=bindparam("new_event_seq"),
+        open_anomaly_epoch=bindparam("new_open_anomaly_epoch"),
+        updated_at=bindparam("new_updated_at"),
+    )
+)
+_INSERT_POINTS = Prepared(_POINTS.insert())
+_STORED_RANGE = select(_POINTS).where(
+    _POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch >= bindparam("first"), _POINT.epoch <= bindparam("last")
+)
+_HEAD = Prepared(
+    select(_POINT.epoch, _POINT.value)
+    .where(_POINT.monitor_id == bindparam("monitor_id"))
+    .order_by(_POINT.epoch)
+    .limit(HEAD_ROWS)
+)
+_TAIL_AFTER = Prepared(
+    select(_POINT.epoch, _POINT.value)
+    .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch > bindparam("after"))
+    .order_by(_POINT.epoch.desc())
+    .limit(bindparam("rows", type_=Integer))
+)
+_REBUILD = Prepared(
+    select(_POINT.epoch, _POINT.value, _POINT.feedback)
+    .where(_POINT.monitor_id == bindparam("monitor_id"))
+    .order_by(_POINT.epoch.desc())
+    .limit(REBUILD_ROWS)
+)
+# Retention: the newest of the ``dropped`` oldest points, then everything up to it.
+_RETENTION_CUTOFF = Prepared(
+    select(_POINT.epoch)
+    .where(_POINT.monitor_id == bindparam("monitor_id"))
+    .order_by(_POINT.epoch)
+    .offset(bindparam("skip", type_=Integer))
+    .limit(1)
+)
+_DROP_THROUGH = Prepared(
+    _POINTS.delete().where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch <= bindparam("cutoff"))
+)
+_SET_FIRST_EPOCH = Prepared(
+    _MONITORS.update().where(_MONITORS.c.id == bindparam("monitor_id")).values(first_epoch=bindparam("new_first_epoch"))
+)
+_ANOMALIES_SINCE = Prepared(
+    select(func.count())
+    .select_from(_POINTS)
+    .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch >= bindparam("since"),
+           _POINT.is_anomaly.is_(True))
+)
+_TIMESTAMP_AT = Prepared(
+    select(_POINT.timestamp).where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch == bindparam("epoch"))
+)
 
-def _owned_state(session: Session, *, account_id: str, monitor_id: str) -> MonitorState:
-    table = MonitorRecord.__table__
-    row = session.execute(select(*_STATE_COLUMNS).where(table.c.id == monitor_id).with_for_update()).first()
-    if row is None or row.account_id != account_id:
+
+def _one(cursor: Any) -> Any:
+    """The first column of the cursor's first row, or None when there is no row."""
+    row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+def _owned_state(connection: Connection, *, account_id: str, monitor_id: str) -> MonitorState:
+    row = _READ_STATE.execute(connection, {"monitor_id": monitor_id}).fetchone()
+    state = None if row is None else MonitorState(*row)
+    if state is None or state.account_id != account_id:
         raise NotFound("No such monitor.", details={"field": "monitor_id", "issue": "not found", "provided":
                                                     monitor_id[:64]})
-    return MonitorState(**row._mapping)
+    return state
 
 
 def _now() -> datetime:
@@ -394,25 +467,13 @@ def deliveries(*, database: Database, account_id: str, monitor_id: str, limit: i
 # ---------------------------------------------------------------------------------------------- points
 
 
-def _load_history(session: Session, monitor: MonitorState) -> History:
-    head = list(
-        session.execute(
-            select(MonitorPointRecord.epoch, MonitorPointRecord.value)
-            .where(MonitorPointRecord.monitor_id == monitor.id)
-            .order_by(MonitorPointRecord.epoch)
-            .limit(HEAD_ROWS)
-        )
-    )
+def _load_history(connection: Connection, monitor: MonitorState) -> History:
+    head = _HEAD.execute(connection, {"monitor_id": monitor.id}).fetchall()
     tail: list[Any] = []
     if head and monitor.point_count > len(head):
-        tail = list(
-            session.execute(
-                select(MonitorPointRecord.epoch, MonitorPointRecord.value)
-                .where(MonitorPointRecord.monitor_id == monitor.id, MonitorPointRecord.epoch > head[-1][0])
-                .order_by(MonitorPointRecord.epoch.desc())
-                .limit(tail_rows(monitor))
-            )
-        )
+        tail = _TAIL_AFTER.execute(
+            connection, {"monitor_id": monitor.id, "after": head[-1][0], "rows": tail_rows(monitor)}
+        ).fetchall()
         tail.reverse()
     return History(
         revision=monitor.revision,
@@ -453,21 +514,17 @@ class _Verdict:
 
 
 def _stored_verdicts(
-    session: Session, monitor: MonitorState, points: IncomingPoints, count: int
-) -> list[MonitorPointRecord]:
-    """The stored records of the first ``count`` incoming points (all at or before the newest stored one);
+    connection: Connection, monitor: MonitorState, points: IncomingPoints, count: int
+) -> list[Any]:
+    """The stored rows of the first ``count`` incoming points (all at or before the newest stored one);
     a 422 naming the index for one that conflicts or is older than the newest and not stored."""
     stored = {
         p.epoch: p
-        for p in session.execute(
-            select(MonitorPointRecord).where(
-                MonitorPointRecord.monitor_id == monitor.id,
-                MonitorPointRecord.epoch >= points.epochs[0],
-                MonitorPointRecord.epoch <= points.epochs[count - 1],
-            )
-        ).scalars()
+        for p in connection.execute(
+            _STORED_RANGE, {"monitor_id": monitor.id, "first": points.epochs[0], "last": points.epochs[count - 1]}
+        )
     }
-    out: list[MonitorPointRecord] = []
+    out: list[Any] = []
     for index in range(count):
         record = stored.get(points.epochs[index])
         if record is None:
@@ -524,15 +581,18 @@ def _append_once(
     events_added = False
     # The judge slot is taken before a database connection, so appends queued for the worker pool never
     # hold connections (on PostgreSQL, a burst of writers would otherwise drain the connection pool).
-    with runtime.locks.lock_for(monitor_id), _judge_slot(runtime):
+    with runtime.locks.lock_for(monitor_id), _JudgeSlot(runtime):
         try:
-            with database.session() as session:
-                monitor = _owned_state(session, account_id=account_id, monitor_id=monitor_id)
+            # A Core connection, one transaction: committed below with the points, rolled back on closing
+            # otherwise. The ORM session's unit of work would have nothing to track here but costs as much.
+            with database.engine.connect() as connection:
+                connection.begin()
+                monitor = _owned_state(connection, account_id=account_id, monitor_id=monitor_id)
                 if monitor.prometheus_query is not None and not from_source:
                     raise sources.pushed_to_reader(monitor_id)
                 last = monitor.last_epoch
                 split = 0 if last is None else bisect_right(points.epochs, last)
-                old_records = _stored_verdicts(session, monitor, points, split) if split else []
+                old_records = _stored_verdicts(connection, monitor, points, split) if split else []
                 new_epochs = points.epochs[split:]
                 new_values = points.values[split:]
                 new_texts = points.texts[split:]
@@ -541,17 +601,17 @@ def _append_once(
                 judged: History | JudgeState | None = None
                 if new_epochs:
                     if (monitor.model or DEFAULT_DETECTOR) == DEFAULT_DETECTOR:
-                        judged = _judge_state(session, runtime, monitor)
+                        judged = _judge_state(connection, runtime, monitor)
                         verdicts, period = _judge_streaming(monitor, judged, new_epochs, new_values)
                     else:
                         judged = runtime.cache.get(monitor.id, monitor.revision)
                         if not isinstance(judged, History) or not judged.usable(tail_rows(monitor)):
-                            judged = _load_history(session, monitor)
+                            judged = _load_history(connection, monitor)
                         verdicts, period = _judge_new(pool, monitor, judged, new_epochs, new_values)
                     with runtime.write_lock or nullcontext():
-                        events_added = _store(session, monitor, new_epochs, new_texts, new_values, verdicts,
+                        events_added = _store(connection, monitor, new_epochs, new_texts, new_values, verdicts,
                                               judged)
-                        session.commit()
+                        connection.commit()
         except BaseException:
             # Judging and _store change the cached state in place; a transaction that did not commit leaves it
             # wrong.
@@ -564,14 +624,41 @@ def _append_once(
     return _points_answer(monitor, old_records, new_texts, new_values, verdicts, period)
 
 
-@contextmanager
-def _judge_slot(runtime: MonitorRuntime) -> Iterator[None]:
-    if not runtime.judge_slots.acquire(timeout=POOL_BUSY_PATIENCE_SECONDS):
-        raise InternalError("The detector workers are saturated; retry shortly.", headers={"Retry-After": "5"})
-    try:
-        yield
-    finally:
-        runtime.judge_slots.release()
+class JudgeSlots:
+    """``count`` slots that appends take turns in, as tokens in a queue.SimpleQueue: taking and returning one are
+    single C calls, where threading.Semaphore runs a Python Condition (a new lock for every waiter), which cost
+    several per cent of the web process's CPU with every thread of a busy server queueing here."""
+
+    def __init__(self, count: int) -> None:
+        self._tokens: queue_module.SimpleQueue[None] = queue_module.SimpleQueue()
+        for _ in range(count):
+            self._tokens.put(None)
+
+    def acquire(self, timeout: float) -> bool:
+        try:
+            self._tokens.get(timeout=timeout)
+        except queue_module.Empty:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._tokens.put(None)
+
+
+class _JudgeSlot:
+    """A judge slot held for a with block (a class: a generator-based context manager costs more per append)."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self, runtime: MonitorRuntime) -> None:
+        self._slots = runtime.judge_slots
+
+    def __enter__(self) -> None:
+        if not self._slots.acquire(timeout=POOL_BUSY_PATIENCE_SECONDS):
+            raise InternalError("The detector workers are saturated; retry shortly.", headers={"Retry-After": "5"})
+
+    def __exit__(self, *_exc: object) -> None:
+        self._slots.release()
 
 
 def _judge_new(
@@ -607,20 +694,13 @@ def _verdicts(result: DetectionResult | Verdicts, count: int, *, warm: int) -> l
     ]
 
 
-def _judge_state(session: Session, runtime: MonitorRuntime, monitor: MonitorState) -> JudgeState:
+def _judge_state(connection: Connection, runtime: MonitorRuntime, monitor: MonitorState) -> JudgeState:
     """The detector's state after the stored points: this process's own, or rebuilt from the last
     REBUILD_ROWS stored points (feedback included) when another process wrote since, or after a restart."""
     cached = runtime.cache.get(monitor.id, monitor.revision)
     if isinstance(cached, JudgeState):
         return cached
-    rows = list(
-        session.execute(
-            select(MonitorPointRecord.epoch, MonitorPointRecord.value, MonitorPointRecord.feedback)
-            .where(MonitorPointRecord.monitor_id == monitor.id)
-            .order_by(MonitorPointRecord.epoch.desc())
-            .limit(REBUILD_ROWS)
-        )
-    )
+    rows = _REBUILD.execute(connection, {"monitor_id": monitor.id}).fetchall()
     rows.reverse()
     detector = monitor.detector()
     state = detector.initial_state()
@@ -640,7 +720,7 @@ def _judge_streaming(
 
 
 def _store(
-    session: Session,
+    connection: Connection,
     monitor: MonitorState,
     epochs: list[int],
     texts: list[str],
@@ -665,7 +745,7 @@ def _store(
             if open_epoch is None:
                 open_epoch, run_count = epoch, 0
             elif run_count is None:
-                run_count = _anomalies_since(session, monitor.id, open_epoch)
+                run_count = _anomalies_since(connection, monitor.id, open_epoch)
             if run_count == 0 and monitor.alertmanager_url:
                 seq += 1
                 planned.append((seq, "firing", alertmanager.firing(monitor, epoch, point), alertmanager.DESTINATION))
@@ -675,10 +755,10 @@ def _store(
                 planned.append((seq, "anomaly", {"point": point}, "webhook"))
         elif open_epoch is not None:
             if run_count is None:
-                run_count = _anomalies_since(session, monitor.id, open_epoch)
+                run_count = _anomalies_since(connection, monitor.id, open_epoch)
             if monitor.webhook_url:
                 seq += 1
-                run = {"started_at": _timestamp_at(session, monitor.id, open_epoch, epochs, texts),
+                run = {"started_at": _timestamp_at(connection, monitor.id, open_epoch, epochs, texts),
                        "ended_at": text, "anomalous_points": run_count}
                 planned.append((seq, "anomaly_ended", {"run": run, "point": point}, "webhook"))
             if monitor.alertmanager_url:
@@ -689,70 +769,46 @@ def _store(
 
     stored_after = monitor.point_count + len(epochs)
     dropped = max(0, stored_after - monitor.retention_points)
-    # The compare-and-set on revision comes first: on SQLite it also takes the write lock for the rest.
-    table = MonitorRecord.__table__
-    claimed = session.execute(
-        table.update()
-        .where(table.c.id == monitor.id, table.c.revision == old_revision)
-        .values(
-            revision=old_revision + 1,
-            point_count=stored_after - dropped,
-            first_epoch=monitor.first_epoch if monitor.first_epoch is not None else epochs[0],
-            last_epoch=epochs[-1],
-            event_seq=seq,
-            open_anomaly_epoch=open_epoch,
-            updated_at=now,
-        )
-    )
-    if claimed.rowcount != 1:  # type: ignore[attr-defined]
+    claimed = _CLAIM_REVISION.execute(connection, {
+        "monitor_id": monitor.id,
+        "old_revision": old_revision,
+        "new_revision": old_revision + 1,
+        "new_point_count": stored_after - dropped,
+        "new_first_epoch": monitor.first_epoch if monitor.first_epoch is not None else epochs[0],
+        "new_last_epoch": epochs[-1],
+        "new_event_seq": seq,
+        "new_open_anomaly_epoch": open_epoch,
+        "new_updated_at": now,
+    })
+    if claimed.rowcount != 1:
         raise _StaleRevision
-    session.execute(
-        MonitorPointRecord.__table__.insert(),
-        [
-            {"monitor_id": monitor.id, "epoch": e, "timestamp": t, "value": v, "expected": d.expected,
-             "lower": d.lower, "upper": d.upper, "score": d.score, "is_anomaly": d.is_anomaly,
-             "direction": d.direction, "warmup": d.warmup}
-            for e, t, v, d in zip(epochs, texts, values, verdicts, strict=True)
-        ],
-    )
+    rows = [
+        {"monitor_id": monitor.id, "epoch": e, "timestamp": t, "value": v, "expected": d.expected,
+         "lower": d.lower, "upper": d.upper, "score": d.score, "is_anomaly": d.is_anomaly,
+         "direction": d.direction, "warmup": d.warmup, "feedback": None}
+        for e, t, v, d in zip(epochs, texts, values, verdicts, strict=True)
+    ]
+    if len(rows) == 1:
+        _INSERT_POINTS.execute(connection, rows[0])
+    else:
+        _INSERT_POINTS.executemany(connection, rows)
     for event_seq, kind, extra, destination in planned:
         event_id = queue.new_event_id()
         payload = {"id": event_id, "type": kind, "monitor_id": monitor.id, "monitor_name": monitor.name,
                    "sequence": event_seq, "created_at": _iso(now), **extra}
         url = monitor.webhook_url if destination == "webhook" else monitor.alertmanager_url
-        queue.enqueue(session, monitor_id=monitor.id, webhook_url=url or "", seq=event_seq, kind=kind,
+        queue.enqueue(connection, monitor_id=monitor.id, webhook_url=url or "", seq=event_seq, kind=kind,
                       payload=payload, now=now, destination=destination)
     history = judged if isinstance(judged, History) else None
     if history is not None:
         history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=tail_rows(monitor))
     if dropped:
-        oldest = (
-            select(MonitorPointRecord.epoch)
-            .where(MonitorPointRecord.monitor_id == monitor.id)
-            .order_by(MonitorPointRecord.epoch)
-            .limit(dropped)
-            .scalar_subquery()
-        )
-        cutoff = session.execute(
-            select(func.max(MonitorPointRecord.epoch)).where(
-                MonitorPointRecord.monitor_id == monitor.id, MonitorPointRecord.epoch.in_(oldest)
-            )
-        ).scalar_one()
-        session.execute(
-            delete(MonitorPointRecord).where(MonitorPointRecord.monitor_id == monitor.id,
-                                             MonitorPointRecord.epoch <= cutoff)
-        )
-        head = list(
-            session.execute(
-                select(MonitorPointRecord.epoch, MonitorPointRecord.value)
-                .where(MonitorPointRecord.monitor_id == monitor.id)
-                .order_by(MonitorPointRecord.epoch)
-                .limit(HEAD_ROWS)
-            )
-        )
-        session.execute(
-            table.update().where(table.c.id == monitor.id).values(first_epoch=head[0][0] if head else None)
-        )
+        cutoff = _one(_RETENTION_CUTOFF.execute(connection, {"monitor_id": monitor.id, "skip": dropped - 1}))
+        if cutoff is not None:
+            _DROP_THROUGH.execute(connection, {"monitor_id": monitor.id, "cutoff": cutoff})
+        head = _HEAD.execute(connection, {"monitor_id": monitor.id}).fetchall()
+        first = head[0][0] if head else None
+        _SET_FIRST_EPOCH.execute(connection, {"monitor_id": monitor.id, "new_first_epoch": first})
         if history is not None:
             history.replace_head([int(e) for e, _ in head], [float(v) for _, v in head], stored_after - dropped)
     judged.revision = old_revision + 1
@@ -762,35 +818,21 @@ def _store(
     return bool(planned)
 
 
-def _anomalies_since(session: Session, monitor_id: str, epoch: int) -> int:
-    return int(
-        session.execute(
-            select(func.count())
-            .select_from(MonitorPointRecord)
-            .where(
-                MonitorPointRecord.monitor_id == monitor_id,
-                MonitorPointRecord.epoch >= epoch,
-                MonitorPointRecord.is_anomaly.is_(True),
-            )
-        ).scalar_one()
-    )
+def _anomalies_since(connection: Connection, monitor_id: str, epoch: int) -> int:
+    return int(_one(_ANOMALIES_SINCE.execute(connection, {"monitor_id": monitor_id, "since": epoch})))
 
 
-def _timestamp_at(session: Session, monitor_id: str, epoch: int, epochs: list[int], texts: list[str]) -> str:
+def _timestamp_at(connection: Connection, monitor_id: str, epoch: int, epochs: list[int], texts: list[str]) -> str:
     position = bisect_right(epochs, epoch) - 1
     if position >= 0 and epochs[position] == epoch:
         return texts[position]
-    text = session.execute(
-        select(MonitorPointRecord.timestamp).where(
-            MonitorPointRecord.monitor_id == monitor_id, MonitorPointRecord.epoch == epoch
-        )
-    ).scalar_one_or_none()
+    text = _one(_TIMESTAMP_AT.execute(connection, {"monitor_id": monitor_id, "epoch": epoch}))
     return text or _epoch_text(epoch)
 
 
 def _points_answer(
     monitor: MonitorState,
-    old_records: list[MonitorPointRecord],
+    old_records: list[Any],
     texts: list[str],
     values: list[float],
     verdicts: list[_Verdict],

@@ -32,9 +32,9 @@ BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_00
 
 
 @pytest.fixture(scope="module")
-def monitor_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
-    path = tmp_path_factory.mktemp("monitors") / "monitors.sqlite3"
-    app = build_app(settings_for(f"sqlite:///{path}", allow_private_webhooks=True, max_points=5000),
+def monitor_app(module_database_url: str) -> Iterator[Flask]:
+    # Every test here on SQLite and on PostgreSQL: the append path runs its own compiled SQL on each.
+    app = build_app(settings_for(module_database_url, allow_private_webhooks=True, max_points=5000),
                     start_workers=True)
     yield app
     app.extensions["monitors"].sender.stop()
@@ -415,6 +415,22 @@ def test_history_cache_is_bounded_by_points_and_tracks_growth() -> None:
     assert cache.get("9", 1) is None  # another revision is never served
     epochs, values = grown.series(1000)
     assert epochs.tolist() == list(range(30)) + [100, 101] and values.tolist()[-1] == 1.0
+
+
+def test_the_default_state_cache_holds_a_thousand_one_second_monitors_with_full_windows() -> None:
+    from app.compute.detect.streaming import WINDOW_ROWS, StreamingDetector
+    from app.monitors.cache import HistoryCache, JudgeState
+
+    detector = StreamingDetector(data_frequency="Seconds")
+    state = detector.initial_state()
+    rows = WINDOW_ROWS + 600  # past the warm-up, the error window full
+    rng = random.Random(3)
+    detector.update(state, [float(k) for k in range(rows)],
+                    [50 + 10 * math.sin(2 * math.pi * k / 60) + rng.gauss(0, 1) for k in range(rows)])
+    cache = HistoryCache()
+    for i in range(1000):
+        cache.put(str(i), JudgeState(revision=0, detector=state, size=StreamingDetector.size(state)))
+    assert all(cache.get(str(i), 0) is not None for i in range(1000))
 
 
 def test_many_writers_on_postgresql(postgres_url: str, tmp_path: Path) -> None:

@@ -170,7 +170,20 @@ def test_responses_read_back_as_json_writes_them(json_app: Flask, value: Any) ->
     expected = _stdlib_response_text(value)
     # The same document; where orjson could not write json's text (NaN, non-ASCII, big integers) the same text.
     assert repr(json.loads(body)) == repr(json.loads(expected))
-    if "null" in expected or not expected.isascii() or "NaN" in expected or "Infinity" in expected:
+    if not expected.isascii() or "NaN" in expected or "Infinity" in expected:
+        assert body == expected
+
+
+@pytest.mark.parametrize("value", [
+    {"direction": [None, "up", None], "score": [0.5, 1e16, 2.0], "period": None},
+    {"a": [float("nan"), None]}, {"a": (float("inf"),), "b": None}, [None, np.float64("nan")],
+])
+def test_nulls_are_nones_and_never_a_written_nan(json_app: Flask, value: Any) -> None:
+    with json_app.app_context():
+        body = json_app.json.response(value).get_data(as_text=True)
+    expected = _stdlib_response_text(value)
+    assert repr(json.loads(body)) == repr(json.loads(expected))
+    if "NaN" in expected or "Infinity" in expected:
         assert body == expected
 
 
