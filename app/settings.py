@@ -80,6 +80,14 @@ class Settings:
     monitor_webhook_timeout_seconds: float = 10.0
     # Background job worker processes per `jobs worker` (0: one per core).
     job_workers: int = 0
+    # Batches (docs/batches.md): the most series one batch may hold, the largest CSV upload, how long a
+    # finished batch's results are kept, how long a worker's claim on a chunk of series lasts without renewal,
+    # and how many series make one chunk (the unit of work, of retry and of result storage).
+    batch_max_series: int = 100_000
+    batch_max_upload_bytes: int = 1 << 30
+    batch_result_ttl_hours: float = 72.0
+    batch_lease_seconds: float = 120.0
+    batch_chunk_series: int = 50
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -106,6 +114,11 @@ class Settings:
             monitor_delivery_lease_seconds=_float("MONITOR_DELIVERY_LEASE_SECONDS", 60.0),
             monitor_webhook_timeout_seconds=_float("MONITOR_WEBHOOK_TIMEOUT_SECONDS", 10.0),
             job_workers=_int("JOB_WORKERS", 0),
+            batch_max_series=_int("BATCH_MAX_SERIES", 100_000),
+            batch_max_upload_bytes=_int("BATCH_MAX_UPLOAD_BYTES", 1 << 30),
+            batch_result_ttl_hours=_float("BATCH_RESULT_TTL_HOURS", 72.0),
+            batch_lease_seconds=_float("BATCH_LEASE_SECONDS", 120.0),
+            batch_chunk_series=max(1, _int("BATCH_CHUNK_SERIES", 50)),
         )
         return replace(settings, **overrides)
 

@@ -28,7 +28,9 @@ def jobs_sqlite_path(settings: Settings) -> Path:
 
 def _registrars() -> tuple[Callable[[Huey, Settings], None], ...]:
     # Each package that runs background work exposes register(engine, settings); listed here, once.
-    return ()
+    from app.batches import tasks as batch_tasks
+
+    return (batch_tasks.register,)
 
 
 def build_engine(settings: Settings) -> Huey:
