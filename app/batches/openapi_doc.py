@@ -101,11 +101,11 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
     })
     spec.path(path="/batches/{batch_id}", operations={
         "get": operation("getBatch", "A batch's status and progress", "read",
-                         {"200": batch_ok, **fail("401", "403", "404", "429", "500")}, parameters=[batch_id]),
+                         {"200": batch_ok, **fail("400", "401", "403", "404", "429", "500")}, parameters=[batch_id]),
         "delete": operation(
             "cancelBatch", "Cancel a batch and delete its series and results", "delete",
             {"204": {"description": "Cancelled; an unfinished batch stays listed as cancelled until it expires.",
-                     "headers": ok_headers}, **fail("401", "403", "404", "429", "500")},
+                     "headers": ok_headers}, **fail("400", "401", "403", "404", "429", "500")},
             parameters=[batch_id],
         ),
     })
@@ -121,7 +121,7 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
                                                              "schema": {"type": "string"}}},
                 "content": {"application/x-ndjson": {"schema": {"type": "string"}},
                             "text/csv": {"schema": {"type": "string"}}},
-            }, **fail("401", "403", "404", "429", "500")},
+            }, **fail("400", "401", "403", "404", "429", "500")},
             parameters=[batch_id, query("format", {"type": "string", "enum": ["csv"]}, "csv: the same as "
                                         "Accept: text/csv.")],
         ),

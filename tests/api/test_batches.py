@@ -371,3 +371,15 @@ def test_the_openapi_document_describes_the_batch_endpoints(client: FlaskClient,
     answer = client.post("/batches", json=batch_body(1), headers=bearer(key)).get_json()
     assert BatchSchema().validate(answer) == {}
     assert BatchListSchema().validate(client.get("/batches", headers=bearer(key)).get_json()) == {}
+
+
+def test_a_string_no_database_can_keep_is_refused_up_front(client: FlaskClient, key: str) -> None:
+    body = batch_body(2)
+    body["series"][1]["timestamps"][3] += "\x00"
+    error = error_of(client.post("/batches", json=body, headers=bearer(key)), 400, "INVALID_REQUEST")
+    assert error["details"]["field"] == "series[1].timestamps" and error["details"]["index"] == 3
+    body = batch_body(2)
+    body["series"][0]["values"][0] = "\ud800"
+    error = error_of(client.post("/batches", data=json.dumps(body), headers={**bearer(key),
+                                 "Content-Type": "application/json"}), 400, "INVALID_REQUEST")
+    assert error["details"]["field"] == "series[0].values" and "surrogate" in error["details"]["issue"]
