@@ -31,7 +31,7 @@ def vm_hwm_mib(pid: int) -> float:
 
 
 def write_csv(path: Path, megabytes: int, points: int) -> tuple[int, int]:
-    """A long-format CSV of about ``megabytes``; returns (bytes, series)."""
+    """A long-format CSV of at most ``megabytes``; returns (bytes, series)."""
     target = megabytes * 1024 * 1024
     written = series = 0
     with open(path, "w") as out:
@@ -40,6 +40,8 @@ def write_csv(path: Path, megabytes: int, points: int) -> tuple[int, int]:
             rows = [f"series-{series:06d},2025-{1 + i // 28 % 12:02d}-{1 + i % 28:02d}T{i // 336 % 24:02d}:00:00,"
                     f"{(series * 7 + i * 13) % 1000 / 10}\n" for i in range(points)]
             block = "".join(rows)
+            if written + len(block) > target:  # at most the size asked for: 1024 is exactly the default limit
+                break
             out.write(block)
             written += len(block)
             series += 1
