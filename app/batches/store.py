@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import secrets
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from typing import Any
 
 from sqlalchemy import case, delete, func, literal, or_, select, update
@@ -96,12 +97,15 @@ def _new_record(*, key_id: str, account_id: str, kind: str, source: str, paramet
     )
 
 
-def _add_chunks(session: Session, batch_id: str, series: list[dict[str, Any]], chunk_series: int) -> int:
-    count = 0
-    for count, first in enumerate(range(0, len(series), chunk_series), start=1):
-        part = series[first:first + chunk_series]
-        session.add(BatchChunkRecord(batch_id=batch_id, seq=count - 1, status="pending", first_index=first,
+def _add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int) -> int:
+    """Adds the series as chunks; each chunk's series are packed (compressed) as soon as they are read, so an
+    iterator that lets go of what it handed over keeps only the packed form alive."""
+    remaining = iter(series)
+    count = first = 0
+    while part := list(islice(remaining, chunk_series)):
+        session.add(BatchChunkRecord(batch_id=batch_id, seq=count, status="pending", first_index=first,
                                      series_count=len(part), input=pack(part), attempts=0))
+        count, first = count + 1, first + len(part)
     return count
 
 
@@ -301,18 +305,19 @@ def upload_pieces(database: Database, batch_id: str) -> Iterator[bytes]:
         yield data
 
 
-def store_preparation(database: Database, batch_id: str, token: str, series: list[dict[str, Any]], *,
-                      chunk_series: int, ttl: timedelta) -> bool:
-    """The upload's series as chunks, in one transaction with the end of the lease; the upload is dropped."""
+def store_preparation(database: Database, batch_id: str, token: str, series: Iterable[dict[str, Any]], *,
+                      total: int, chunk_series: int, ttl: timedelta) -> bool:
+    """The upload's ``total`` series as chunks, in one transaction with the end of the lease; the upload is
+    dropped."""
     now = now_utc()
     with database.session() as session:
         record = session.get(BatchRecord, batch_id, with_for_update=True)
         if record is None or record.lease_token != token or record.prepared or record.status != "queued":
             return False
         record.chunks_total = _add_chunks(session, batch_id, series, chunk_series)
-        record.series_total, record.prepared, record.updated_at = len(series), True, now
+        record.series_total, record.prepared, record.updated_at = total, True, now
         record.lease_token = record.lease_until = None
-        if not series:
+        if not total:
             record.status, record.finished_at, record.expires_at = "done", now, now + ttl
         session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
     return True

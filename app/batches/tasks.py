@@ -139,13 +139,32 @@ def prepare_upload(resources: WorkerResources, tasks: BatchTasks, batch_id: str)
     except UploadError as error:
         store.fail_batch(database, batch_id, token, error.envelope, ttl=_ttl(settings))
         return
-    if store.store_preparation(database, batch_id, token, series, chunk_series=settings.batch_chunk_series,
-                               ttl=_ttl(settings)):
-        tasks.enqueue_chunks((batch_id, seq) for seq in range(
-            -(-len(series) // settings.batch_chunk_series)))
+    total = len(series)
+    if store.store_preparation(database, batch_id, token, series, total=total,
+                               chunk_series=settings.batch_chunk_series, ttl=_ttl(settings)):
+        tasks.enqueue_chunks((batch_id, seq) for seq in range(-(-total // settings.batch_chunk_series)))
 
 
-def series_from_csv(pieces: Iterator[bytes], *, max_series: int) -> list[dict[str, Any]]:
+class SplitUpload:
+    """The series found in an upload, handed out once each in order of first appearance: each is let go of
+    as it is handed out, so the worker never holds the rows twice (as rows and as series)."""
+
+    def __init__(self, found: dict[str, tuple[list[list[str]], list[list[Any]]]]) -> None:
+        self._found = found
+        self._count = len(found)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while self._found:
+            unique_id = next(iter(self._found))
+            stamps, values = self._found.pop(unique_id)
+            yield {"id": unique_id, "timestamps": [t for part in stamps for t in part],
+                   "values": [v for part in values for v in part]}
+
+
+def series_from_csv(pieces: Iterator[bytes], *, max_series: int) -> SplitUpload:
     """The series of a long-format CSV (unique_id,timestamp,value), in order of first appearance, each row in
     file order. Values are numbers where the text is one; other text is handed on as it is (and an empty cell
     as null), so the series check names it exactly as it names such a value in JSON."""
@@ -189,11 +208,7 @@ def series_from_csv(pieces: Iterator[bytes], *, max_series: int) -> list[dict[st
         except (pd.errors.ParserError, pd.errors.ParserWarning, pd.errors.EmptyDataError, UnicodeDecodeError,
                 ValueError) as exc:
             raise UploadError("The CSV could not be read.", f"invalid CSV: {str(exc)[:120]}") from exc
-    return [
-        {"id": unique_id, "timestamps": [t for part in stamps for t in part],
-         "values": [v for part in values for v in part]}
-        for unique_id, (stamps, values) in found.items()
-    ]
+    return SplitUpload(found)
 
 
 def _cell_value(text: str) -> Any:

@@ -45,7 +45,10 @@ def test_the_scan_refuses_a_wrong_header_and_too_many_series() -> None:
 
 
 def test_series_in_order_of_first_appearance_with_values_as_json_would_hold_them() -> None:
-    series = series_from_csv(iter([UPLOAD[:40], UPLOAD[40:]]), max_series=10)
+    split = series_from_csv(iter([UPLOAD[:40], UPLOAD[40:]]), max_series=10)
+    assert len(split) == 4
+    series = list(split)
+    assert list(split) == []  # handed out once
     assert [s["id"] for s in series] == ["a", "b,with comma", "b", "c"]
     assert series[0] == {"id": "a", "timestamps": ["2026-01-01T00:00:00", "2026-01-02T00:00:00"],
                          "values": [1.5, 2.5]}
