@@ -18,6 +18,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app import cors, errors, health, jsonio, metrics, observability, openapi, verify
     from app.anomalies import routes as anomaly_routes
     from app.azure import routes as azure_routes
+    from app.batches import routes as batch_routes
     from app.cli import register_cli
     from app.compute.pool import WorkerPool
     from app.dashboard import init_dashboard
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     app.register_blueprint(forecast_routes.meta)
     app.register_blueprint(anomaly_routes.bp)
     app.register_blueprint(azure_routes.bp)
+    app.register_blueprint(batch_routes.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(metrics.bp)
     monitor_routes.init_monitors(app, services, start_sender=start_workers)

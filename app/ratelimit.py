@@ -100,6 +100,16 @@ class RateLimits:
         statuses = [WindowStatus.of(item, window) for item, window in zip(items, stats, strict=True)]
         return Count(most_constraining(statuses), None if refused is None else statuses[refused])
 
+    def spend_long_windows(self, key: ApiKey, cost: int) -> Count:
+        """Spends ``cost`` requests from the key's hour and day windows together, or none when either cannot
+        take them all (a batch's series beyond the request itself). The minute window is left out: it paces
+        requests, and a batch of thousands of series would never fit it."""
+        items = key_windows(key)[1:]
+        with _fail_closed():
+            refused, stats = self._strategy.hit_all(items, KEY_PREFIX, key.id, KEY_SCOPE, cost=cost)
+        statuses = [WindowStatus.of(item, window) for item, window in zip(items, stats, strict=True)]
+        return Count(most_constraining(statuses), None if refused is None else statuses[refused])
+
     def status(self, key: ApiKey) -> WindowStatus:
         """The key's windows as they stand, without spending (for endpoints that are not counted)."""
         with _fail_closed():

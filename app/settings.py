@@ -85,6 +85,14 @@ class Settings:
     public_url: str | None = None
     # How long one read of a Prometheus-backed monitor may take before it counts as a timeout.
     prometheus_timeout_seconds: float = 10.0
+    # Batches (docs/batches.md): the most series one batch may hold, the largest CSV upload, how long a
+    # finished batch's results are kept, how long a worker's claim on a chunk of series lasts without renewal,
+    # and how many series make one chunk (the unit of work, of retry and of result storage).
+    batch_max_series: int = 100_000
+    batch_max_upload_bytes: int = 1 << 30
+    batch_result_ttl_hours: float = 72.0
+    batch_lease_seconds: float = 120.0
+    batch_chunk_series: int = 50
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -113,6 +121,11 @@ class Settings:
             job_workers=_int("JOB_WORKERS", 0),
             public_url=os.environ.get("PUBLIC_URL") or None,
             prometheus_timeout_seconds=_float("PROMETHEUS_TIMEOUT_SECONDS", 10.0),
+            batch_max_series=_int("BATCH_MAX_SERIES", 100_000),
+            batch_max_upload_bytes=_int("BATCH_MAX_UPLOAD_BYTES", 1 << 30),
+            batch_result_ttl_hours=_float("BATCH_RESULT_TTL_HOURS", 72.0),
+            batch_lease_seconds=_float("BATCH_LEASE_SECONDS", 120.0),
+            batch_chunk_series=max(1, _int("BATCH_CHUNK_SERIES", 50)),
         )
         return replace(settings, **overrides)
 

@@ -681,27 +681,44 @@ class AlertmanagerServer(_Daemon):
 
 
 class JobWorker:
-    """A real `flask --app wsgi jobs worker` process."""
+    """A real `flask --app wsgi jobs worker` (the Huey consumer and its worker processes), in a session of its
+    own so that kill() reaches every process it started, as a machine that loses power would."""
 
-    def __init__(self, env: dict[str, str], *, args: tuple[str, ...] = (), log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], *, log_path: Path, processes: int = 1) -> None:
         self.log_path = log_path
-        self._log = open(log_path, "w")  # noqa: SIM115
+        self._log = open(log_path, "a")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [str(VENV_BIN / "flask"), "--app", "wsgi", "jobs", "worker", *args],
-            cwd=ROOT, env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            [str(VENV_BIN / "flask"), "--app", "wsgi", "jobs", "worker", "--processes", str(processes)],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def log(self) -> str:
         self._log.flush()
         return self.log_path.read_text()
 
-    def stop(self, timeout: float = 30.0) -> int:
+    def kill(self) -> None:
+        """SIGKILL to the consumer and its workers at once: no process gets to finish or clean up."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)  # Huey's consumer stops gracefully on SIGINT
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self._log.close()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, as a service manager stops it (Huey interrupts the tasks it is running)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # any worker process left behind
+        except ProcessLookupError:
+            pass
         self._log.close()
         return self.process.returncode

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from flask import Blueprint, Response, request
 
-from app.anomalies.schemas import CheckedSeries, check_series, load_request
+from app.anomalies.schemas import AnomalyRequest, CheckedSeries, check_series, load_request
 from app.compute.detect.jobs import DetectJob
 from app.compute.detect.results import DetectionResult
 from app.services import current_services
@@ -26,7 +26,9 @@ def run_detection(job: DetectJob) -> DetectionResult:
     return run_job(current_services().pool, job, failure="Anomaly detection failed")
 
 
-def _job(series: CheckedSeries, data_frequency: str, confidence: float, detector: str, start: int = 0) -> DetectJob:
+def detection_job(
+    series: CheckedSeries, data_frequency: str, confidence: float, detector: str, start: int = 0
+) -> DetectJob:
     import numpy as np
     return DetectJob(
         epoch_seconds=np.asarray(series.epoch_seconds, dtype=np.float64),
@@ -52,14 +54,11 @@ def _headers(response: Response, detector: str, result: DetectionResult) -> Resp
     return response
 
 
-@bp.post("/anomalies")
-@requires("read")
-def detect_series() -> Response:
-    anomaly_request = load_request(read_json(), request.headers)
-    series = check_series(anomaly_request, max_points=current_services().settings.max_points)
-    job = _job(series, anomaly_request.data_frequency, anomaly_request.confidence, anomaly_request.detector)
-    result = run_detection(job)
-    body = {
+def series_verdicts(
+    anomaly_request: AnomalyRequest, series: CheckedSeries, result: DetectionResult
+) -> dict[str, object]:
+    """POST /anomalies' answer body (also each series' result in an anomaly batch)."""
+    return {
         "timestamps": anomaly_request.timestamps,
         "expected": result.expected,
         "lower_bound": result.lower,
@@ -71,6 +70,16 @@ def detect_series() -> Response:
         "period": result.period,
         "out_of_order": series.out_of_order,
     }
+
+
+@bp.post("/anomalies")
+@requires("read")
+def detect_series() -> Response:
+    anomaly_request = load_request(read_json(), request.headers)
+    series = check_series(anomaly_request, max_points=current_services().settings.max_points)
+    job = detection_job(series, anomaly_request.data_frequency, anomaly_request.confidence, anomaly_request.detector)
+    result = run_detection(job)
+    body = series_verdicts(anomaly_request, series, result)
     return _headers(json_response(body), anomaly_request.detector, result)
 
 
@@ -80,7 +89,9 @@ def detect_last() -> Response:
     anomaly_request = load_request(read_json(), request.headers)
     series = check_series(anomaly_request, max_points=current_services().settings.max_points)
     last = len(series.values) - 1
-    job = _job(series, anomaly_request.data_frequency, anomaly_request.confidence, anomaly_request.detector, last)
+    job = detection_job(
+        series, anomaly_request.data_frequency, anomaly_request.confidence, anomaly_request.detector, last
+    )
     result = run_detection(job)
     body = {
         "timestamp": anomaly_request.timestamps[last],

@@ -12,7 +12,7 @@ from app.compute.forecast.jobs import ForecastJob
 from app.compute.forecast.results import ForecastResult
 from app.errors import DataValidationError, InternalError, sentence
 from app.forecast.body import read_forecast_request
-from app.forecast.schemas import RECOMMENDED_POINTS
+from app.forecast.schemas import RECOMMENDED_POINTS, ForecastRequest, SeriesData
 from app.metrics import record_forecast
 from app.series.frequencies import seasonal_periods
 from app.series.timestamps import TimestampError, future_timestamps
@@ -35,21 +35,7 @@ def forecast() -> Response:
         read_body(services.settings.max_body_bytes), request.headers, max_points=services.settings.max_points
     )
 
-    try:
-        timestamps = future_timestamps(series.axis, forecast_request.forecast_horizon)
-    except TimestampError as exc:
-        raise DataValidationError(
-            sentence(f"Invalid series data: {exc.issue}"),
-            details={"field": "series[0].timestamps", "issue": exc.issue, "provided": exc.provided, "index": exc.index},
-        ) from exc
-
-    job = ForecastJob(
-        model_id=forecast_request.model_id,
-        values=series.values,
-        horizon=forecast_request.forecast_horizon,
-        confidence=forecast_request.confidence,
-        periods=seasonal_periods(forecast_request.data_frequency, series.axis.step, len(series.values)),
-    )
+    timestamps, job = plan_forecast(forecast_request, series)
     started = time.perf_counter()
     try:
         result: ForecastResult = run_job(services.pool, job)
@@ -69,13 +55,40 @@ def forecast() -> Response:
     response.headers["X-Model-Id"] = forecast_request.model_id
     if result.fallback:
         response.headers["X-Forecast-Fallback"] = result.fallback
-    recommended = RECOMMENDED_POINTS[forecast_request.data_frequency]
-    if len(series.values) < recommended:
-        response.headers["X-Forecast-Warning"] = (
-            f"History of {len(series.values)} points is short for {forecast_request.data_frequency} data "
-            f"(at least {recommended} recommended); the forecast may be less reliable."
-        )
+    warning = short_history_warning(forecast_request, len(series.values))
+    if warning:
+        response.headers["X-Forecast-Warning"] = warning
     return response
+
+
+def plan_forecast(forecast_request: ForecastRequest, series: SeriesData) -> tuple[list[str], ForecastJob]:
+    """The forecast's timestamps and the job that computes it, for a checked request and series (POST /forecast
+    and each series of a batch); a series whose future timestamps cannot be written is a 422."""
+    try:
+        timestamps = future_timestamps(series.axis, forecast_request.forecast_horizon)
+    except TimestampError as exc:
+        raise DataValidationError(
+            sentence(f"Invalid series data: {exc.issue}"),
+            details={"field": "series[0].timestamps", "issue": exc.issue, "provided": exc.provided, "index": exc.index},
+        ) from exc
+    job = ForecastJob(
+        model_id=forecast_request.model_id,
+        values=series.values,
+        horizon=forecast_request.forecast_horizon,
+        confidence=forecast_request.confidence,
+        periods=seasonal_periods(forecast_request.data_frequency, series.axis.step, len(series.values)),
+    )
+    return timestamps, job
+
+
+def short_history_warning(forecast_request: ForecastRequest, points: int) -> str | None:
+    recommended = RECOMMENDED_POINTS[forecast_request.data_frequency]
+    if points >= recommended:
+        return None
+    return (
+        f"History of {points} points is short for {forecast_request.data_frequency} data "
+        f"(at least {recommended} recommended); the forecast may be less reliable."
+    )
 
 
 @meta.get("/models")

@@ -28,9 +28,10 @@ def jobs_sqlite_path(settings: Settings) -> Path:
 
 def _registrars() -> tuple[Callable[[Huey, Settings], None], ...]:
     # Each package that runs background work exposes register(engine, settings); listed here, once.
+    from app.batches import tasks as batch_tasks
     from app.monitors import prometheus
 
-    return (prometheus.register,)
+    return (batch_tasks.register, prometheus.register)
 
 
 def build_engine(settings: Settings) -> Huey:

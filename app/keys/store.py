@@ -105,18 +105,19 @@ class UsageRecorder:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def record(self, key_id: str, at: datetime | None = None, *, status: int | None = None) -> None:
-        """Counts one request of ``key_id``; with its response ``status`` it also lands in an hourly bucket."""
+    def record(self, key_id: str, at: datetime | None = None, *, status: int | None = None, count: int = 1) -> None:
+        """Counts ``count`` requests of ``key_id`` (a batch counts its series); with their response ``status``
+        they also land in an hourly bucket."""
         at = at or datetime.now(UTC)
         with self._lock:
-            count, last = self._pending.get(key_id, (0, at))
-            self._pending[key_id] = (count + 1, max(last, at))
+            pending, last = self._pending.get(key_id, (0, at))
+            self._pending[key_id] = (pending + count, max(last, at))
             if status is not None:
                 slot = (key_id, crud.hour_of(at))
                 bucket = self._pending_buckets.get(slot)
                 if bucket is None:
                     bucket = self._pending_buckets[slot] = dict.fromkeys(OUTCOMES, 0)
-                bucket[outcome_of(status)] += 1
+                bucket[outcome_of(status)] += count
         self._ensure_thread()
 
     def pending(self) -> dict[str, int]:

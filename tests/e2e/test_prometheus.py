@@ -188,7 +188,7 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
         prometheus.start()
         relay = Relay(prometheus.port)
         server.wait_ready()
-        worker = JobWorker({**env, "LOG_LEVEL": "INFO"}, args=("--processes", "2"), log_path=tmp_path / "worker.log")
+        worker = JobWorker({**env, "LOG_LEVEL": "INFO"}, processes=2, log_path=tmp_path / "worker.log")
         yield {"server": server, "key": key, "prometheus": prometheus, "alertmanager": alertmanager,
                "exporter": exporter, "relay": relay, "worker": worker}
     finally:

@@ -1,0 +1,433 @@
+"""A batch's state in the database, where every process (web, workers on any machine) sees the same thing.
+
+Work is split into chunks of series. A worker claims a chunk with a lease (an UPDATE that only succeeds on a
+pending chunk whose lease is free or has run out), renews the lease while it works, and writes the chunk's
+results in the same transaction that marks it done, on condition that it still holds the lease. A worker that
+dies leaves a lease that runs out, and the chunk is taken again; one that lost its lease cannot write. So each
+series' result is stored exactly once, whatever the engine lost or ran twice.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from itertools import islice
+from typing import Any
+
+from sqlalchemy import case, delete, func, literal, or_, select, update
+from sqlalchemy.orm import Session
+
+from app.batches.records import BatchChunkRecord, BatchRecord, BatchUploadRecord
+from app.db import Database
+from app.keys.records import UTCDateTime
+
+UNFINISHED = ("uploading", "queued", "running")
+RUNNABLE = ("queued", "running")
+# A CSV upload abandoned mid-way (the web process died) is deleted after this long.
+ABANDONED_UPLOAD = timedelta(hours=24)
+
+
+def new_batch_id() -> str:
+    return "bat_" + secrets.token_hex(12)
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def pack(value: Any) -> bytes:
+    # json, not orjson: a NaN in a submitted value must reach the series check as NaN (orjson writes null).
+    return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 1)
+
+
+def unpack(data: bytes) -> Any:
+    return json.loads(zlib.decompress(data))
+
+
+@dataclass(frozen=True)
+class Batch:
+    id: str
+    account_id: str
+    kind: str
+    source: str
+    status: str
+    parameters: dict[str, Any]
+    series_total: int
+    series_done: int
+    series_failed: int
+    chunks_total: int
+    error: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    expires_at: datetime | None
+
+    @classmethod
+    def of(cls, record: BatchRecord) -> Batch:
+        return cls(
+            id=record.id,
+            account_id=record.account_id,
+            kind=record.kind,
+            source=record.source,
+            status=record.status,
+            parameters=json.loads(record.parameters),
+            series_total=record.series_total,
+            series_done=record.series_done,
+            series_failed=record.series_failed,
+            chunks_total=record.chunks_total,
+            error=json.loads(record.error) if record.error else None,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            finished_at=record.finished_at,
+            expires_at=record.expires_at,
+        )
+
+
+def _new_record(*, key_id: str, account_id: str, kind: str, source: str, parameters: dict[str, Any], status: str,
+                series_total: int, now: datetime) -> BatchRecord:
+    return BatchRecord(
+        id=new_batch_id(), account_id=account_id, key_id=key_id, kind=kind, source=source,
+        parameters=json.dumps(parameters, separators=(",", ":")), status=status, series_total=series_total,
+        series_done=0, series_failed=0, chunks_total=0, chunks_done=0, upload_bytes=0, prepared=False,
+        created_at=now, updated_at=now,
+    )
+
+
+def _add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int) -> int:
+    """Adds the series as chunks; each chunk's series are packed (compressed) as soon as they are read, so an
+    iterator that lets go of what it handed over keeps only the packed form alive."""
+    remaining = iter(series)
+    count = first = 0
+    while part := list(islice(remaining, chunk_series)):
+        session.add(BatchChunkRecord(batch_id=batch_id, seq=count, status="pending", first_index=first,
+                                     series_count=len(part), input=pack(part), attempts=0))
+        count, first = count + 1, first + len(part)
+    return count
+
+
+def create_batch(database: Database, *, key_id: str, account_id: str, kind: str, parameters: dict[str, Any],
+                 series: list[dict[str, Any]], chunk_series: int) -> Batch:
+    """A JSON batch, stored whole and already split into chunks, in one transaction."""
+    now = now_utc()
+    with database.session() as session:
+        record = _new_record(key_id=key_id, account_id=account_id, kind=kind, source="json", parameters=parameters,
+                             status="queued", series_total=len(series), now=now)
+        session.add(record)
+        session.flush()
+        record.chunks_total = _add_chunks(session, record.id, series, chunk_series)
+        record.prepared = True
+    return Batch.of(record)
+
+
+def start_upload(database: Database, *, key_id: str, account_id: str, kind: str,
+                 parameters: dict[str, Any]) -> str:
+    """A CSV batch whose upload is about to arrive; it is invisible to the account until finish_upload."""
+    with database.session() as session:
+        record = _new_record(key_id=key_id, account_id=account_id, kind=kind, source="csv", parameters=parameters,
+                             status="uploading", series_total=0, now=now_utc())
+        session.add(record)
+    return record.id
+
+
+def add_upload_piece(database: Database, batch_id: str, seq: int, data: bytes) -> None:
+    # One short transaction per piece: SQLite has one writer, and an upload may take minutes to arrive.
+    with database.session() as session:
+        session.add(BatchUploadRecord(batch_id=batch_id, seq=seq, data=data))
+
+
+def finish_upload(database: Database, batch_id: str, *, series_total: int, upload_bytes: int) -> Batch:
+    with database.session() as session:
+        record = session.get(BatchRecord, batch_id)
+        assert record is not None
+        record.status, record.series_total, record.upload_bytes = "queued", series_total, upload_bytes
+        record.updated_at = now_utc()
+    return Batch.of(record)
+
+
+def _delete_data(session: Session, batch_id: str) -> None:
+    session.execute(delete(BatchChunkRecord).where(BatchChunkRecord.batch_id == batch_id))
+    session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
+
+
+def discard(database: Database, batch_id: str) -> None:
+    with database.session() as session:
+        _delete_data(session, batch_id)
+        session.execute(delete(BatchRecord).where(BatchRecord.id == batch_id))
+
+
+def get_batch(database: Database, account_id: str, batch_id: str) -> Batch | None:
+    with database.session() as session:
+        record = session.get(BatchRecord, batch_id)
+        if record is None or record.account_id != account_id or record.status == "uploading":
+            return None
+        return Batch.of(record)
+
+
+def list_batches(database: Database, account_id: str, *, limit: int) -> list[Batch]:
+    with database.session() as session:
+        records = session.scalars(
+            select(BatchRecord)
+            .where(BatchRecord.account_id == account_id, BatchRecord.status != "uploading")
+            .order_by(BatchRecord.created_at.desc(), BatchRecord.id)
+            .limit(limit)
+        ).all()
+        return [Batch.of(record) for record in records]
+
+
+def cancel(database: Database, account_id: str, batch_id: str, *, ttl: timedelta) -> bool:
+    """Deletes the batch's series and results. An unfinished batch is kept as "cancelled" (its record only)
+    until it expires, so its owner sees what happened; a finished one goes entirely. False when not found."""
+    now = now_utc()
+    with database.session() as session:
+        record = session.get(BatchRecord, batch_id, with_for_update=True)
+        if record is None or record.account_id != account_id or record.status == "uploading":
+            return False
+        _delete_data(session, batch_id)
+        if record.status in RUNNABLE:
+            record.status, record.updated_at, record.finished_at = "cancelled", now, now
+            record.expires_at, record.lease_token, record.lease_until = now + ttl, None, None
+        elif record.status != "cancelled":
+            session.delete(record)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------ workers
+
+
+@dataclass(frozen=True)
+class ClaimedChunk:
+    batch_id: str
+    seq: int
+    token: str
+    first_index: int
+    kind: str
+    parameters: dict[str, Any]
+    series: list[dict[str, Any]]
+
+
+def claim_chunk(database: Database, batch_id: str, seq: int, *, lease_seconds: float) -> ClaimedChunk | None:
+    """The chunk, leased to the caller; None when it is done, gone, or leased to another worker."""
+    now, token = now_utc(), secrets.token_hex(16)
+    with database.session() as session:
+        claimed = session.execute(
+            update(BatchChunkRecord)
+            .where(BatchChunkRecord.batch_id == batch_id, BatchChunkRecord.seq == seq,
+                   BatchChunkRecord.status == "pending", _free(BatchChunkRecord, now))
+            .values(lease_token=token, lease_until=now + timedelta(seconds=lease_seconds),
+                    attempts=BatchChunkRecord.attempts + 1)
+        ).rowcount
+        if claimed != 1:
+            return None
+        batch = session.get(BatchRecord, batch_id)
+        if batch is None or batch.status not in RUNNABLE:
+            return None
+        if batch.status == "queued":
+            batch.status, batch.updated_at = "running", now
+        chunk = session.get(BatchChunkRecord, (batch_id, seq))
+        assert chunk is not None
+        return ClaimedChunk(batch_id=batch_id, seq=seq, token=token, first_index=chunk.first_index, kind=batch.kind,
+                            parameters=json.loads(batch.parameters), series=unpack(chunk.input))
+
+
+def renew(database: Database, chunk: ClaimedChunk, *, lease_seconds: float) -> bool:
+    """Extends the caller's lease; False when it no longer holds it (another worker took over, or the batch
+    was cancelled), and the caller stops."""
+    with database.session() as session:
+        return session.execute(
+            update(BatchChunkRecord)
+            .where(BatchChunkRecord.batch_id == chunk.batch_id, BatchChunkRecord.seq == chunk.seq,
+                   BatchChunkRecord.lease_token == chunk.token, BatchChunkRecord.status == "pending")
+            .values(lease_until=now_utc() + timedelta(seconds=lease_seconds))
+        ).rowcount == 1
+
+
+def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], *, succeeded: int, failed: int,
+                   ttl: timedelta) -> bool:
+    """Stores the chunk's results and counts them, in one transaction, if the caller still holds the lease.
+    The batch is done when its last chunk is (counted in the same UPDATE, so two workers finishing the last
+    two chunks at once cannot both miss it)."""
+    now = now_utc()
+    with database.session() as session:
+        stored = session.execute(
+            update(BatchChunkRecord)
+            .where(BatchChunkRecord.batch_id == chunk.batch_id, BatchChunkRecord.seq == chunk.seq,
+                   BatchChunkRecord.lease_token == chunk.token, BatchChunkRecord.status == "pending")
+            .values(status="done", output=zlib.compress(b"".join(lines), 1), lease_token=None, lease_until=None)
+        ).rowcount
+        if stored != 1:
+            return False
+        last = BatchRecord.chunks_done + 1 >= BatchRecord.chunks_total
+        session.execute(
+            update(BatchRecord)
+            .where(BatchRecord.id == chunk.batch_id, BatchRecord.status.in_(RUNNABLE))
+            .values(
+                series_done=BatchRecord.series_done + succeeded,
+                series_failed=BatchRecord.series_failed + failed,
+                chunks_done=BatchRecord.chunks_done + 1,
+                updated_at=now,
+                status=case((last, literal("done")), else_=literal("running")),
+                finished_at=case((last, literal(now, UTCDateTime())), else_=BatchRecord.finished_at),
+                expires_at=case((last, literal(now + ttl, UTCDateTime())), else_=BatchRecord.expires_at),
+            )
+        )
+    return True
+
+
+def claim_preparation(database: Database, batch_id: str, *, lease_seconds: float) -> str | None:
+    """A lease on splitting a CSV batch's upload into chunks; None when done already or leased to another."""
+    now, token = now_utc(), secrets.token_hex(16)
+    with database.session() as session:
+        claimed = session.execute(
+            update(BatchRecord)
+            .where(BatchRecord.id == batch_id, BatchRecord.status == "queued", BatchRecord.prepared.is_(False),
+                   _free(BatchRecord, now))
+            .values(lease_token=token, lease_until=now + timedelta(seconds=lease_seconds))
+        ).rowcount
+    return token if claimed == 1 else None
+
+
+def upload_pieces(database: Database, batch_id: str) -> Iterator[bytes]:
+    """The uploaded CSV, one stored piece at a time."""
+    with database.session() as session:
+        sequence = session.scalars(
+            select(BatchUploadRecord.seq).where(BatchUploadRecord.batch_id == batch_id).order_by(BatchUploadRecord.seq)
+        ).all()
+    for seq in sequence:
+        with database.session() as session:
+            data = session.scalar(select(BatchUploadRecord.data).where(BatchUploadRecord.batch_id == batch_id,
+                                                                     BatchUploadRecord.seq == seq))
+        if data is None:  # cancelled meanwhile
+            return
+        yield data
+
+
+def store_preparation(database: Database, batch_id: str, token: str, series: Iterable[dict[str, Any]], *,
+                      total: int, chunk_series: int, ttl: timedelta) -> bool:
+    """The upload's ``total`` series as chunks, in one transaction with the end of the lease; the upload is
+    dropped."""
+    now = now_utc()
+    with database.session() as session:
+        record = session.get(BatchRecord, batch_id, with_for_update=True)
+        if record is None or record.lease_token != token or record.prepared or record.status != "queued":
+            return False
+        record.chunks_total = _add_chunks(session, batch_id, series, chunk_series)
+        record.series_total, record.prepared, record.updated_at = total, True, now
+        record.lease_token = record.lease_until = None
+        if not total:
+            record.status, record.finished_at, record.expires_at = "done", now, now + ttl
+        session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
+    return True
+
+
+def fail_batch(database: Database, batch_id: str, token: str, error: dict[str, Any], *, ttl: timedelta) -> bool:
+    """A CSV batch whose upload cannot be read at all: failed, with the reason, and its upload dropped."""
+    now = now_utc()
+    with database.session() as session:
+        record = session.get(BatchRecord, batch_id, with_for_update=True)
+        if record is None or record.lease_token != token or record.status != "queued":
+            return False
+        record.status, record.error, record.updated_at = "failed", json.dumps(error), now
+        record.finished_at, record.expires_at, record.lease_token, record.lease_until = now, now + ttl, None, None
+        session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
+    return True
+
+
+# ------------------------------------------------------------------------------------------- the sweep
+
+
+def _free(table: type[BatchChunkRecord] | type[BatchRecord], now: datetime) -> Any:
+    """Claimable: no worker holds it (never taken, or queued again), or its worker's lease ran out."""
+    return or_(table.lease_token.is_(None), table.lease_until < now)
+
+
+@dataclass(frozen=True)
+class Stalled:
+    preparations: list[str]
+    chunks: list[tuple[str, int]]
+
+
+def requeue_stalled(database: Database, *, include_untaken: bool, lease_seconds: float,
+                    limit: int = 10_000) -> Stalled:
+    """Work to enqueue again: leases that ran out (their worker died or was stopped), and with
+    ``include_untaken`` also work no worker holds (asked only when the engine's queue is empty, so nothing
+    queued can still take it). Each is marked as queued again (no holder, and not again for one lease), in an
+    UPDATE that only one of several sweepers wins, so a stalled chunk is enqueued once per lease at most."""
+    now = now_utc()
+    again = now + timedelta(seconds=lease_seconds)
+
+    def due(table: type[BatchChunkRecord] | type[BatchRecord]) -> Any:
+        expired = table.lease_until < now
+        return or_(expired, table.lease_until.is_(None)) if include_untaken else expired
+
+    with database.session() as session:
+        preparations = session.scalars(
+            select(BatchRecord.id).where(BatchRecord.status == "queued", BatchRecord.prepared.is_(False),
+                                         due(BatchRecord)).limit(limit)
+        ).all()
+        chunks = session.execute(
+            select(BatchChunkRecord.batch_id, BatchChunkRecord.seq)
+            .join(BatchRecord, BatchRecord.id == BatchChunkRecord.batch_id)
+            .where(BatchChunkRecord.status == "pending", due(BatchChunkRecord), BatchRecord.status.in_(RUNNABLE))
+            .order_by(BatchRecord.created_at, BatchChunkRecord.seq)
+            .limit(limit)
+        ).all()
+    marked_preparations, marked_chunks = [], []
+    for batch_id in preparations:
+        with database.session() as session:
+            if session.execute(
+                update(BatchRecord).where(BatchRecord.id == batch_id, BatchRecord.prepared.is_(False), due(BatchRecord))
+                .values(lease_token=None, lease_until=again)
+            ).rowcount == 1:
+                marked_preparations.append(batch_id)
+    for batch_id, seq in chunks:
+        with database.session() as session:
+            if session.execute(
+                update(BatchChunkRecord)
+                .where(BatchChunkRecord.batch_id == batch_id, BatchChunkRecord.seq == seq,
+                       BatchChunkRecord.status == "pending", due(BatchChunkRecord))
+                .values(lease_token=None, lease_until=again)
+            ).rowcount == 1:
+                marked_chunks.append((batch_id, seq))
+    return Stalled(marked_preparations, marked_chunks)
+
+
+def purge_expired(database: Database) -> int:
+    """Deletes batches past their expiry and uploads abandoned mid-way; returns how many."""
+    now = now_utc()
+    with database.session() as session:
+        ids = session.scalars(
+            select(BatchRecord.id).where(or_(
+                BatchRecord.expires_at < now,
+                (BatchRecord.status == "uploading") & (BatchRecord.updated_at < now - ABANDONED_UPLOAD),
+            )).limit(1000)
+        ).all()
+    for batch_id in ids:
+        discard(database, batch_id)
+    return len(ids)
+
+
+def done_outputs(database: Database, batch_id: str) -> Iterator[bytes]:
+    """The stored results of the batch's finished chunks in submission order, one chunk in memory at a time."""
+    with database.session() as session:
+        sequence = session.scalars(
+            select(BatchChunkRecord.seq)
+            .where(BatchChunkRecord.batch_id == batch_id, BatchChunkRecord.status == "done")
+            .order_by(BatchChunkRecord.seq)
+        ).all()
+    for seq in sequence:
+        with database.session() as session:
+            output = session.scalar(select(BatchChunkRecord.output).where(BatchChunkRecord.batch_id == batch_id,
+                                                                          BatchChunkRecord.seq == seq))
+        if output is None:  # deleted meanwhile (cancelled or expired)
+            return
+        yield zlib.decompress(output)
+
+
+def count_unfinished(database: Database) -> int:
+    with database.session() as session:
+        return session.scalar(select(func.count()).select_from(BatchRecord)
+                              .where(BatchRecord.status.in_(RUNNABLE))) or 0

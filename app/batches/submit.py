@@ -1,0 +1,210 @@
+"""A batch submission read and checked before anything is stored: the request's shape (400), its size (413),
+its media type (415). Each series' data is not judged here: a worker judges it exactly as POST /forecast would,
+and a bad series gets its own error in the results.
+
+A CSV upload is streamed to the database in pieces as it arrives (the web process never holds it, and workers
+on other machines can read it); only the column of series ids is scanned on the way, to count the series for
+the size limit and the rate limits. pandas parses it in the worker."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from werkzeug.datastructures import MultiDict
+
+from app.anomalies.schemas import load_request as load_anomaly_request
+from app.batches.compute import ANOMALIES, FORECAST, KINDS
+from app.batches.schemas import AnomalyBatchRequestSchema, ForecastBatchRequestSchema
+from app.errors import InvalidRequest, PayloadTooLarge
+from app.forecast.schemas import load_request as load_forecast_request
+from app.web.validation import envelope, load_object, problem, unstorable
+
+CSV_HEADER = ("unique_id", "timestamp", "value")
+# Upload pieces stored as one row each: large enough to keep rows few, small enough to stay far from any
+# database's limit on one value.
+PIECE_BYTES = 8 * 1024 * 1024
+READ_BYTES = 1024 * 1024
+# A CSV line longer than this is not a row of three short fields.
+MAX_LINE_BYTES = 1024 * 1024
+
+_forecast_schema = ForecastBatchRequestSchema()
+_anomaly_schema = AnomalyBatchRequestSchema()
+_FIELDS = {
+    FORECAST: ("forecast_horizon", "data_frequency", "forecast_frequency", "confidence"),
+    ANOMALIES: ("data_frequency", "confidence", "sensitivity"),
+}
+
+
+@dataclass(frozen=True)
+class BatchFields:
+    kind: str
+    # The fields every series is judged with (as its single-series request would carry them) and the model
+    # header: stored with the batch, handed to each series' check.
+    parameters: dict[str, Any]
+
+
+def too_many_series(count: int, maximum: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"The batch holds {count:,} series; at most {maximum:,} are accepted in one batch.",
+        details={"field": "series", "issue": "too many series", "provided": f"{count} series", "maximum": maximum},
+    )
+
+
+def read_json_batch(body: Any, headers: Mapping[str, str], *, max_series: int,
+                    escaped: bool = True) -> tuple[BatchFields, list[dict[str, Any]]]:
+    """The batch's fields and its series (id, timestamps, values), or the 400/413 of the whole request.
+    ``escaped``: the body holds a \\u escape (else no string in it can hold NUL or a lone surrogate)."""
+    if isinstance(body, dict) and isinstance(body.get("series"), list) and len(body["series"]) > max_series:
+        raise too_many_series(len(body["series"]), max_series)
+    kind = body.get("kind", FORECAST) if isinstance(body, dict) else FORECAST
+    schema = _anomaly_schema if kind == ANOMALIES else _forecast_schema
+    problems: list[dict[str, Any]] = []
+    data = load_object(schema, body, problems)
+    seen: dict[str, int] = {}
+    for index, series in enumerate(data["series"]):
+        if series["id"] in seen:
+            problems.append(problem(f"series[{index}].id", f"Must be unique within the batch (also series"
+                                    f"[{seen[series['id']]}])", series["id"]))
+        seen.setdefault(series["id"], index)
+    if problems:
+        raise InvalidRequest(f"Invalid request: {problems[0]['field']}: {problems[0]['issue']}.",
+                             details=envelope(problems))
+    fields = check_fields(data["kind"], body, headers)
+    series = [{"id": s["id"], "timestamps": s["timestamps"], "values": s["values"]} for s in data["series"]]
+    if escaped:
+        refuse_unstorable(series)
+    return fields, series
+
+
+def refuse_unstorable(series: list[dict[str, Any]]) -> None:
+    """400 for a string in a series that no database could keep as text (NUL, a lone surrogate): the batch is
+    kept for the workers, and stored text is held to that everywhere (app.web.validation.unstorable). Only
+    bodies with escapes need the walk: neither can be written in JSON otherwise."""
+    for index, one in enumerate(series):
+        for name in ("timestamps", "values"):
+            for position, item in enumerate(one[name]):
+                issue = unstorable(item) if isinstance(item, str) else None
+                if issue is not None:
+                    raise InvalidRequest(
+                        f"Invalid request: series[{index}].{name}: {issue}.",
+                        details=problem(f"series[{index}].{name}", issue, item, index=position),
+                    )
+
+
+def check_fields(kind: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> BatchFields:
+    """The batch's fields and model header, loaded as the single-series endpoint loads them (a 400 names any
+    problem exactly as that endpoint would)."""
+    fields = {name: body[name] for name in _FIELDS[kind] if name in body}
+    probe = {**fields, "series": [{"timestamps": [], "values": []}]}
+    if kind == FORECAST:
+        model_id = load_forecast_request(probe, headers)[0].model_id
+    else:
+        model_id = load_anomaly_request(probe, headers).detector
+    return BatchFields(kind=kind, parameters={"fields": fields, "headers": {"X-Model-Id": model_id}})
+
+
+_INTEGER = re.compile(r"[+-]?\d{1,18}")
+
+
+def fields_from_query(args: MultiDict[str, str], headers: Mapping[str, str]) -> BatchFields:
+    """A CSV batch's fields, from the query string: numbers where the text is one, so the body schema judges
+    them as it judges JSON (a horizon of "ten" is "Not a valid integer.")."""
+    body: dict[str, Any] = {}
+    for name, value in args.items():
+        if name in ("forecast_horizon", "sensitivity") and _INTEGER.fullmatch(value):
+            body[name] = int(value)
+        elif name == "confidence":
+            try:
+                body[name] = float(value)
+            except ValueError:
+                body[name] = value
+        else:
+            body[name] = value
+    kind = body.get("kind", FORECAST)
+    schema = _anomaly_schema if kind == ANOMALIES else _forecast_schema
+    # The series arrive in the body; the fields are checked with a stand-in for them.
+    load_object(schema, {**body, "series": [{"id": "-", "timestamps": [], "values": []}]}, [])
+    return check_fields(kind if kind in KINDS else FORECAST, body, headers)
+
+
+class UploadScan:
+    """Checks a CSV upload's header and collects its distinct series ids as the bytes stream past."""
+
+    def __init__(self, *, max_series: int) -> None:
+        self.max_series = max_series
+        self.ids: set[bytes] = set()
+        self._rest = b""
+        self._pattern: re.Pattern[bytes] | None = None
+        self._column = 0
+
+    def feed(self, data: bytes) -> None:
+        text = self._rest + data
+        cut = text.rfind(b"\n")
+        if cut < 0:
+            if len(text) > MAX_LINE_BYTES:
+                raise _bad_csv("line too long", f"more than {MAX_LINE_BYTES} bytes without a line break")
+            self._rest = text
+            return
+        self._rest = text[cut + 1:]
+        self._lines(text[:cut + 1])
+
+    def finish(self) -> int:
+        if self._rest.strip():
+            self._lines(self._rest + b"\n")
+        self._rest = b""
+        if self._pattern is None:
+            raise _bad_csv("missing header", "")
+        self.ids.discard(b"")
+        if not self.ids:
+            raise _bad_csv("no rows", "")
+        return len(self.ids)
+
+    def _lines(self, lines: bytes) -> None:
+        if self._pattern is None:
+            header, _, lines = lines.partition(b"\n")
+            self._header(header)
+        if b'"' in lines:  # quoted fields: the csv module finds the id column
+            rows = csv.reader(io.StringIO(lines.decode("utf-8", "replace")))
+            self.ids.update(row[self._column].encode() for row in rows if len(row) > self._column)
+        else:
+            assert self._pattern is not None
+            self.ids.update(self._pattern.findall(lines))
+        count = len(self.ids) - (b"" in self.ids)
+        if count > self.max_series:
+            raise too_many_series(count, self.max_series)
+
+    def _header(self, line: bytes) -> None:
+        names = [name.strip().strip('"') for name in line.decode("utf-8", "replace").lstrip("\ufeff").split(",")]
+        if sorted(names) != sorted(CSV_HEADER):
+            raise _bad_csv("Must be the header unique_id,timestamp,value", ",".join(names))
+        self._column = names.index("unique_id")
+        self._pattern = re.compile(rb"^(?:[^,\r\n]*,){%d}([^,\r\n]*)" % self._column, re.MULTILINE)
+
+
+def _bad_csv(issue: str, provided: str) -> InvalidRequest:
+    return InvalidRequest(f"Invalid CSV upload: {issue}.", details=problem("body", issue, provided))
+
+
+def pieces(stream: Any, *, max_bytes: int, scan: UploadScan) -> Iterator[bytes]:
+    """The upload in pieces of PIECE_BYTES, scanned on the way; 413 past ``max_bytes``."""
+    buffer = bytearray()
+    received = 0
+    while True:
+        data = stream.read(READ_BYTES)
+        if not data:
+            break
+        received += len(data)
+        if received > max_bytes:
+            raise PayloadTooLarge.over(max_bytes)
+        scan.feed(data)
+        buffer += data
+        if len(buffer) >= PIECE_BYTES:
+            yield bytes(buffer)
+            buffer.clear()
+    if buffer:
+        yield bytes(buffer)
