@@ -411,6 +411,7 @@ def render_nginx(tmp_path: Path, upstream_port: int) -> tuple[Path, int, int, Pa
         "TLS_CERT": str(cert),
         "TLS_KEY": str(key),
         "MAX_BODY": "16m",
+        "MAX_UPLOAD": "1g",
     }.items():
         site = site.replace("${" + name + "}", value)
     if nginx_version() < (1, 25, 1):
