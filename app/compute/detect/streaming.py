@@ -56,6 +56,7 @@ CHOOSER_POWER = 0.25
 LOCAL_ROWS = 8
 REANCHOR_ROWS = 3
 QUIET_ROWS = 48  # one incident, one anomaly: how long a flagged deviation stays the news
+SHORT_ROWS = 6  # the short window whose mean error is the second signal
 _Z99 = NormalDist().inv_cdf(0.995)
 _PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
 _JUST_BELOW = math.nextafter(0.5, 0.0)  # the score of a deviation that is part of an incident already flagged
@@ -116,6 +117,13 @@ class DetectorState:
     # The last QUIET_ROWS rows' deviations beyond the range, signed (+ above, - below), 0 for a row inside it.
     recent_flags: array = field(default_factory=_floats)
     recent_next: int = 0
+    short_ring: array = field(default_factory=_floats)  # the last SHORT_ROWS errors, capped at the half-width
+    short_next: int = 0
+    means_sorted: array = field(default_factory=_floats)  # the last WINDOW_ROWS short-window means
+    means_ring: array = field(default_factory=_floats)
+    means_next: int = 0
+    since_flag: int = 1 << 30  # rows since the last row beyond the range
+    since_short_alarm: int = 1 << 30
 
 
 class StreamingDetector:
@@ -131,6 +139,8 @@ class StreamingDetector:
         margin: float = BAND_MARGIN,
         top_rank: int = TOP_RANK,
         quiet_rows: int = QUIET_ROWS,
+        short_rows: int = SHORT_ROWS,
+        short_margin: float | None = None,
     ) -> None:
         """``period`` in rows overrides the season data_frequency suggests (0: none); ``floor`` is
         (absolute, relative to |expected|): the range is never narrower than either. ``margin``, ``top_rank``
@@ -139,6 +149,8 @@ class StreamingDetector:
         self.stretch = margin * stretch_for(confidence)
         self.top_rank = top_rank
         self.quiet_rows = quiet_rows
+        self.short_rows = short_rows
+        self.short_stretch = (margin if short_margin is None else short_margin) * stretch_for(confidence)
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
 
@@ -176,12 +188,12 @@ class StreamingDetector:
         choice = self._choose(st, predictions)
         expected = predictions[choice]
         assert expected is not None
-        halfwidth = max(
-            self.stretch * self._scale(st),
+        least = max(
             self.floor_absolute,
             self.floor_relative * abs(expected),
             1e-9 + 1e-6 * abs(value),  # a perfectly flat stretch must not flag rounding noise
         )
+        halfwidth = max(self.stretch * self._scale(st), least)
         residual = value - expected
         ratio = abs(residual) / halfwidth
         lifted = ratio * ratio
@@ -190,10 +202,48 @@ class StreamingDetector:
         news = flagged and not self._seen_lately(st, residual)
         if flagged and not news:
             score = _JUST_BELOW
+        short_score = self._short_score(st, min(abs(residual), halfwidth), least)
+        st.since_flag = 0 if flagged else st.since_flag + 1
+        st.since_short_alarm += 1
+        if short_score > score:
+            # The short window holds a deviation already judged on its own, or the same change already told.
+            if short_score >= 0.5 and (st.since_flag < self.short_rows or st.since_short_alarm <= self.quiet_rows):
+                short_score = _JUST_BELOW
+            score = short_score
+            if score >= 0.5:
+                news = True
+                st.since_short_alarm = 0
         _emit(out, expected, expected - halfwidth, expected + halfwidth, score, news,
               ("up" if residual > 0 else "down") if news else None)
         self._remember_flag(st, residual if flagged else 0.0)
         self._learn(st, moment, value, expected, halfwidth, predictions, flagged and not normal)
+
+    def _short_score(self, st: DetectorState, capped: float, least: float) -> float:
+        """The mean capped error of the last short_rows rows (this one included) against the WINDOW_ROWS
+        means before it, read as the point score reads one error against the errors before it."""
+        k = self.short_rows
+        if not k:
+            return 0.0
+        ring = st.short_ring
+        if len(ring) < k:
+            ring.append(capped)
+        else:
+            ring[st.short_next] = capped
+            st.short_next = (st.short_next + 1) % k
+        mean = sum(ring) / len(ring)
+        means = st.means_sorted
+        score = 0.0
+        if len(ring) == k and means:
+            rank = min(self.top_rank, max(1, len(means) // ROWS_PER_RANK))
+            width = max(self.short_stretch * means[len(means) - rank], least)
+            lifted = (mean / width) ** 2
+            score = 1.0 if math.isinf(lifted) else lifted / (1.0 + lifted)
+        if len(ring) == k:
+            full = len(st.means_ring) == WINDOW_ROWS
+            _push_ranked(st.means_ring, means, st.means_next, mean)
+            if full:
+                st.means_next = (st.means_next + 1) % WINDOW_ROWS
+        return score
 
     def _seen_lately(self, st: DetectorState, residual: float) -> bool:
         """Whether a deviation on the same side at least as large was flagged in the last QUIET_ROWS rows:
@@ -363,6 +413,16 @@ class StreamingDetector:
             if error is not None:
                 sums[j] += error
                 counts[j] += 1
+
+
+def _push_ranked(ring: array, ranked: array, position: int, value: float) -> None:
+    """Appends ``value`` to a ring of WINDOW_ROWS (overwriting ``position`` once full) and its sorted copy."""
+    if len(ring) < WINDOW_ROWS:
+        ring.append(value)
+    else:
+        del ranked[bisect_left(ranked, ring[position])]
+        ring[position] = value
+    insort(ranked, value)
 
 
 def _emit(out: Verdicts, expected: float, lower: float, upper: float, score: float, flagged: bool,
