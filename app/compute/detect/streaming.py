@@ -202,7 +202,7 @@ class StreamingDetector:
         news = flagged and not self._seen_lately(st, residual)
         if flagged and not news:
             score = _JUST_BELOW
-        short_score = self._short_score(st, min(abs(residual), halfwidth), least)
+        short_score = self._short_score(st, abs(residual), least)
         st.since_flag = 0 if flagged else st.since_flag + 1
         st.since_short_alarm += 1
         if short_score > score:
