@@ -111,6 +111,21 @@ def test_a_larger_deviation_in_the_same_incident_is_news_again() -> None:
     assert not judge(values, period=0).is_anomaly[152]
 
 
+def test_a_noisier_stretch_is_flagged_once_though_no_row_leaves_the_range() -> None:
+    rng = random.Random(5)
+    values = [100 + rng.gauss(0, 2) for _ in range(600)]
+    for row in range(400, 412):  # a dozen rows swinging twice the usual noise either way
+        values[row] += 4 if row % 2 else -4
+    without = judge(values, period=0, short_rows=0)
+    assert not any(without.is_anomaly)  # no row alone is beyond its range
+    verdicts = judge(values, period=0)
+    flagged = [row for row, is_anomaly in enumerate(verdicts.is_anomaly) if is_anomaly]
+    assert len(flagged) == 1 and 400 <= flagged[0] < 412  # the second signal: one incident, one anomaly
+    assert verdicts.score[flagged[0]] >= 0.5
+    # The range is the point range: the short window changes no expected value and no bound.
+    assert verdicts.upper == without.upper and verdicts.expected == without.expected
+
+
 def test_feedback_rows_are_learnt_as_normal() -> None:
     rng = random.Random(5)
     values = [100.0]

@@ -21,8 +21,16 @@ How a row is judged (docs/anomalies.md says why each part is there):
 3. Score. r = distance from ``expected`` / half-width; score = r^2 / (1 + r^2): 0.5 exactly on the edge of
    the range, still rising far outside it. ``is_anomaly`` is score >= 0.5. One incident is one anomaly: a
    deviation no larger than one flagged on the same side in the last QUIET_ROWS rows is not news, and
-   scores just below 0.5 (it still counts as deviant for part 4).
-4. Robust to what it flags. A flagged row does not enter the short-term predictors (last value, local
+   scores just below 0.5 (it still counts as deviant for part 5).
+4. A change in the error distribution. The mean absolute error of the last SHORT_ROWS rows (this one
+   included) is read against the WINDOW_ROWS such means before it by the same rule and margin as one
+   error (r = the mean over the range's margin times the TOP_RANK-th largest earlier mean), and the
+   row's score is the larger of the two. It is NAB's anomaly likelihood in this detector's terms, a
+   short average of recent surprise against its own long-run distribution: denser spikes or a noisier
+   stretch are flagged even when no single row leaves the range. A short window holding a row beyond
+   the range is not news (that row was judged on its own), nor is a second such alarm within QUIET_ROWS
+   rows: either scores just below 0.5. It changes nothing the detector learns.
+5. Robust to what it flags. A flagged row does not enter the short-term predictors (last value, local
    mean): they see ``expected`` instead, so the return to normal after a spike is judged against normal.
    After REANCHOR_ROWS flagged rows in a row on the same side the new level is adopted: those rows' real
    values replace the stand-ins, so a deploy that doubled traffic is flagged once, then is the new normal.
@@ -56,7 +64,7 @@ CHOOSER_POWER = 0.25
 LOCAL_ROWS = 8
 REANCHOR_ROWS = 3
 QUIET_ROWS = 48  # one incident, one anomaly: how long a flagged deviation stays the news
-SHORT_ROWS = 6  # the short window whose mean error is the second signal
+SHORT_ROWS = 6  # the short window whose mean error is the second signal: half an hour of five-minute rows
 _Z99 = NormalDist().inv_cdf(0.995)
 _PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
 _JUST_BELOW = math.nextafter(0.5, 0.0)  # the score of a deviation that is part of an incident already flagged
@@ -70,8 +78,9 @@ def stretch_for(confidence: float) -> float:
 
 
 def lookback_rows(period: int | None) -> int:
-    """Rows whose influence a judged row can feel: the scale window, the chooser and three seasons."""
-    return WINDOW_ROWS + CHOOSER_ROWS + 3 * (period or 0) + WARMUP
+    """Rows whose influence a judged row can feel: the scale window (and the short window of its oldest mean),
+    the chooser and three seasons."""
+    return WINDOW_ROWS + SHORT_ROWS + CHOOSER_ROWS + 3 * (period or 0) + WARMUP
 
 
 @dataclass
@@ -140,17 +149,16 @@ class StreamingDetector:
         top_rank: int = TOP_RANK,
         quiet_rows: int = QUIET_ROWS,
         short_rows: int = SHORT_ROWS,
-        short_margin: float | None = None,
     ) -> None:
         """``period`` in rows overrides the season data_frequency suggests (0: none); ``floor`` is
-        (absolute, relative to |expected|): the range is never narrower than either. ``margin``, ``top_rank``
-        and ``quiet_rows`` are the constants chosen by leave-one-category-out (the benchmark varies them)."""
+        (absolute, relative to |expected|): the range is never narrower than either. ``margin``, ``top_rank``,
+        ``quiet_rows`` and ``short_rows`` (0: no second signal) are the constants chosen by leave-one-category-out
+        (the benchmark varies them)."""
         self.data_frequency = data_frequency
         self.stretch = margin * stretch_for(confidence)
         self.top_rank = top_rank
         self.quiet_rows = quiet_rows
         self.short_rows = short_rows
-        self.short_stretch = (margin if short_margin is None else short_margin) * stretch_for(confidence)
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
 
@@ -160,8 +168,8 @@ class StreamingDetector:
     @staticmethod
     def size(state: DetectorState) -> int:
         """Numbers the state holds (what a cache of states is bounded by)."""
-        return (len(state.errors_ring) * 2 + len(state.chooser_ring) + len(state.slot_ids) * 2 + LOCAL_ROWS
-                + QUIET_ROWS)
+        return (len(state.errors_ring) * 2 + len(state.means_ring) * 2 + len(state.short_ring)
+                + len(state.chooser_ring) + len(state.slot_ids) * 2 + LOCAL_ROWS + QUIET_ROWS)
 
     def update(
         self,
@@ -235,7 +243,7 @@ class StreamingDetector:
         score = 0.0
         if len(ring) == k and means:
             rank = min(self.top_rank, max(1, len(means) // ROWS_PER_RANK))
-            width = max(self.short_stretch * means[len(means) - rank], least)
+            width = max(self.stretch * means[len(means) - rank], least)
             lifted = (mean / width) ** 2
             score = 1.0 if math.isinf(lifted) else lifted / (1.0 + lifted)
         if len(ring) == k:
