@@ -126,6 +126,25 @@ def test_a_noisier_stretch_is_flagged_once_though_no_row_leaves_the_range() -> N
     assert verdicts.upper == without.upper and verdicts.expected == without.expected
 
 
+def test_a_daily_spike_at_about_the_same_time_is_a_habit_after_two_days() -> None:
+    rng = random.Random(2)
+    rows_a_day = 288  # five-minute rows
+    values = [10 + rng.gauss(0, 0.1) for _ in range(rows_a_day * 12)]
+    spikes = []
+    for day in range(1, 12):  # a nightly job, up to 20 minutes early or late, a little lighter each night
+        row = day * rows_a_day + 40 + rng.randint(-4, 4)
+        values[row] += 60 if day == 9 else 30 - 0.5 * day
+        spikes.append(row)
+    times = [1.7e9 + 300.0 * i for i in range(len(values))]
+    detector = StreamingDetector(data_frequency="Minutes")
+    verdicts = detector.update(detector.initial_state(), times, values)
+    flagged = [row for row in spikes if verdicts.is_anomaly[row]]
+    # News until it has been seen on two of the last three days; the night it doubled is news again.
+    assert flagged == [spikes[0], spikes[1], spikes[8]]
+    without = StreamingDetector(data_frequency="Minutes", habit=0)
+    assert all(without.update(without.initial_state(), times, values).is_anomaly[row] for row in spikes)
+
+
 def test_feedback_rows_are_learnt_as_normal() -> None:
     rng = random.Random(5)
     values = [100.0]

@@ -21,7 +21,9 @@ How a row is judged (docs/anomalies.md says why each part is there):
 3. Score. r = distance from ``expected`` / half-width; score = r^2 / (1 + r^2): 0.5 exactly on the edge of
    the range, still rising far outside it. ``is_anomaly`` is score >= 0.5. One incident is one anomaly: a
    deviation no larger than one flagged on the same side in the last QUIET_ROWS rows is not news, and
-   scores just below 0.5 (it still counts as deviant for part 5).
+   scores just below 0.5 (it still counts as deviant for part 5). Nor is a habit: a deviation no larger
+   than one on the same side within HABIT_SHARE of a season of this time, in two of the last three
+   seasons (a daily job's spike, a few minutes early or late each day).
 4. A change in the error distribution. The mean absolute error of the last SHORT_ROWS rows (this one
    included) is read against the WINDOW_ROWS such means before it by the same rule and margin as one
    error (r = the mean over the range's margin times the TOP_RANK-th largest earlier mean), and the
@@ -64,6 +66,7 @@ CHOOSER_POWER = 0.25
 LOCAL_ROWS = 8
 REANCHOR_ROWS = 3
 QUIET_ROWS = 48  # one incident, one anomaly: how long a flagged deviation stays the news
+HABIT_SHARE = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
 SHORT_ROWS = 6  # the short window whose mean error is the second signal: half an hour of five-minute rows
 _Z99 = NormalDist().inv_cdf(0.995)
 _PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
@@ -79,8 +82,8 @@ def stretch_for(confidence: float) -> float:
 
 def lookback_rows(period: int | None) -> int:
     """Rows whose influence a judged row can feel: the scale window (and the short window of its oldest mean),
-    the chooser and three seasons."""
-    return WINDOW_ROWS + SHORT_ROWS + CHOOSER_ROWS + 3 * (period or 0) + WARMUP
+    the chooser, and three seasons and the habit's reach."""
+    return WINDOW_ROWS + SHORT_ROWS + CHOOSER_ROWS + 3 * (period or 0) + round((period or 0) * HABIT_SHARE) + WARMUP
 
 
 @dataclass
@@ -108,8 +111,9 @@ class DetectorState:
     origin: float = 0.0
     step: float = 0.0
     period: int = 0
-    slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2, by slot
+    slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2 + the habit's reach
     slot_values: array = field(default_factory=_floats)
+    slot_residuals: array = field(default_factory=_floats)  # value - expected, by slot (0 for warm-up rows)
     last_slot: int = 0
     last: float = 0.0  # last value as the short-term predictors see it
     local: list[float] = field(default_factory=list)
@@ -149,16 +153,19 @@ class StreamingDetector:
         top_rank: int = TOP_RANK,
         quiet_rows: int = QUIET_ROWS,
         short_rows: int = SHORT_ROWS,
+        habit: float = HABIT_SHARE,
     ) -> None:
         """``period`` in rows overrides the season data_frequency suggests (0: none); ``floor`` is
         (absolute, relative to |expected|): the range is never narrower than either. ``margin``, ``top_rank``,
-        ``quiet_rows`` and ``short_rows`` (0: no second signal) are the constants chosen by leave-one-category-out
-        (the benchmark varies them)."""
+        ``quiet_rows``, ``short_rows`` (0: no second signal) and ``habit`` (the share of a season a habit is
+        looked for either side of a row's time; 0: none) are the constants chosen by leave-one-category-out (the
+        benchmark varies them)."""
         self.data_frequency = data_frequency
         self.stretch = margin * stretch_for(confidence)
         self.top_rank = top_rank
         self.quiet_rows = quiet_rows
         self.short_rows = short_rows
+        self.habit = habit
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
 
@@ -169,7 +176,7 @@ class StreamingDetector:
     def size(state: DetectorState) -> int:
         """Numbers the state holds (what a cache of states is bounded by)."""
         return (len(state.errors_ring) * 2 + len(state.means_ring) * 2 + len(state.short_ring)
-                + len(state.chooser_ring) + len(state.slot_ids) * 2 + LOCAL_ROWS + QUIET_ROWS)
+                + len(state.chooser_ring) + len(state.slot_ids) * 3 + LOCAL_ROWS + QUIET_ROWS)
 
     def update(
         self,
@@ -207,7 +214,7 @@ class StreamingDetector:
         lifted = ratio * ratio
         score = 1.0 if math.isinf(lifted) else lifted / (1.0 + lifted)
         flagged = score >= 0.5
-        news = flagged and not self._seen_lately(st, residual)
+        news = flagged and not self._seen_lately(st, residual) and not self._habit(st, moment, residual)
         if flagged and not news:
             score = _JUST_BELOW
         short_score = self._short_score(st, abs(residual), least)
@@ -253,6 +260,30 @@ class StreamingDetector:
                 st.means_next = (st.means_next + 1) % WINDOW_ROWS
         return score
 
+    def _habit_reach(self, period: int) -> int:
+        return round(period * self.habit)
+
+    def _habit(self, st: DetectorState, moment: float, residual: float) -> bool:
+        """Whether a deviation on the same side at least as large was seen within the habit's reach of this
+        time of the season in two of the last three seasons: a daily job's spike is then a habit, not news."""
+        reach = self._habit_reach(st.period)
+        if not reach:
+            return False
+        slot = self._slot(st, moment)
+        ids, residuals, size = st.slot_ids, st.slot_residuals, len(st.slot_ids)
+        seasons = 0
+        for back in (1, 2, 3):
+            centre = slot - back * st.period
+            for near in range(centre - reach, centre + reach + 1):
+                position = near % size
+                if ids[position] == near and (residuals[position] >= residual if residual > 0
+                                              else residuals[position] <= residual):
+                    seasons += 1
+                    break
+            if seasons == 2 or seasons + 3 - back < 2:
+                break
+        return seasons >= 2
+
     def _seen_lately(self, st: DetectorState, residual: float) -> bool:
         """Whether a deviation on the same side at least as large was flagged in the last QUIET_ROWS rows:
         then this one is part of the same incident, not news (it still counts as deviant when learning)."""
@@ -297,9 +328,10 @@ class StreamingDetector:
                         break
         st.period = period
         if period:
-            size = 3 * period + 2
+            size = 3 * period + 2 + self._habit_reach(period)
             st.slot_ids = array("q", [-(1 << 62)]) * size
             st.slot_values = array("d", [0.0]) * size
+            st.slot_residuals = array("d", [0.0]) * size
             for moment, value in zip(times, st.warm_values, strict=True):
                 self._remember_season(st, moment, value)
         st.warm_times, st.warm_values = [], []
@@ -361,7 +393,7 @@ class StreamingDetector:
         else:
             errors = [None if p is None else abs(p - value) ** CHOOSER_POWER for p in predictions]
         self._push_choice(st, errors)
-        self._remember_season(st, moment, value)
+        self._remember_season(st, moment, value, value - expected)
         if not flagged:
             st.run, st.run_side = [], 0
             self._remember_short(st, value)
@@ -383,11 +415,12 @@ class StreamingDetector:
         if len(st.local) > LOCAL_ROWS:
             del st.local[0]
 
-    def _remember_season(self, st: DetectorState, moment: float, value: float) -> None:
+    def _remember_season(self, st: DetectorState, moment: float, value: float, residual: float = 0.0) -> None:
         if st.period:
             slot = self._slot(st, moment)
             position = slot % len(st.slot_ids)
             st.slot_ids[position], st.slot_values[position] = slot, value
+            st.slot_residuals[position] = residual
             st.last_slot = slot
 
     def _push_error(self, st: DetectorState, error: float) -> None:
