@@ -9,7 +9,8 @@ nab        every file of the NAB development set (sibling ../shared/data/nab-dev
            ../shared/tools/nab_score.py at the service's fixed threshold (anomaly_score >= 0.5 at the default
            confidence 0.99) and at the best one, in NAB's three profiles.
 loco       leave-one-category-out, in-process (app.compute.detect.streaming, no server): margin x top_rank x
-           quiet rows over a 3 x 3 x 3 grid; for each category the point is chosen on the other four and scored on it.
+           quiet rows x short rows x habit over a 3 x 3 x 2 x 4 x 3 grid; for each category the point is chosen on
+           the other four and scored on it.
 reference  the detector before the streaming one (commit REFERENCE, anomaly-model-1 as adaptive_detector),
            run in-process on the same 41 files in this run, from a git worktree of that commit.
 speed      p50/p90 end to end of POST /anomalies and /anomalies/last on 4,000 five-minute points, and of the
@@ -47,7 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 import requests  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+# The shared data sit beside the checkout: /work/shared for /work/main, and for a worktree one level further up.
+SHARED = next((parent / "shared" for parent in Path(__file__).resolve().parents[1:]
+               if (parent / "shared" / "data" / "nab-dev").is_dir()), Path(__file__).resolve().parents[2] / "shared")
 NAB_ROOT = SHARED / "data" / "nab-dev"
 NAB_SCORE = SHARED / "tools" / "nab_score.py"
 # Nominal spacing of each NAB folder (its README): five-minute synthetic and CloudWatch data, hourly ad
@@ -76,11 +79,15 @@ BEFORE_ISSUE = {"standard at 0.5, all 41 files": 49.4}
 REFERENCE = "222ff81"
 PROFILES = ("standard", "reward_low_FP_rate", "reward_low_FN_rate")
 THRESHOLD = 0.5
-# The two constants StreamingDetector takes for leave-one-category-out, and the values it ships with.
+# The constants StreamingDetector takes for leave-one-category-out, and the values it ships with. Short rows 0
+# is the detector without its second signal, so the grid also says whether that signal helps held-out data.
 GRID_MARGIN = (1.25, 1.5, 2.0)
 GRID_TOP_RANK = (6, 12, 24)
-GRID_QUIET = (0, 12, 48)
-SHIPPED = (1.5, 12, 48)
+GRID_QUIET = (12, 48)
+GRID_SHORT = (0, 3, 6, 12)
+GRID_HABIT = (0.0, 1 / 12, 1 / 6)  # habit 0 is the detector without that rule
+SHIPPED = (1.5, 12, 48, 6, 1 / 12)
+GridPoint = tuple[float, int, int, int, float]
 SPEED_POINTS = 4000
 TARGETS_MS = {"/anomalies": 100.0, "/anomalies/last": 50.0}
 
@@ -261,25 +268,25 @@ def _init_worker(app_root: str) -> None:
     _FILES = load_nab()
 
 
-def _grid_task(task: tuple[int, float, int, int]) -> tuple[int, tuple[float, int, int], Parts, float]:
-    index, margin, top_rank, quiet = task
+def _grid_task(task: tuple[int, float, int, int, int, float]) -> tuple[int, GridPoint, Parts, float]:
+    index, margin, top_rank, quiet, short, habit = task
     assert _STREAMING is not None
     rel, stamps, times, values = _FILES[index]
     detector = _STREAMING.StreamingDetector(data_frequency=NAB_FREQUENCY[rel.split("/")[0]], margin=margin,
-                                            top_rank=top_rank, quiet_rows=quiet)
+                                            top_rank=top_rank, quiet_rows=quiet, short_rows=short, habit=habit)
     started = time.perf_counter()
     scores = detector.update(detector.initial_state(), times, values).score
     elapsed = time.perf_counter() - started
-    return index, (margin, top_rank, quiet), file_parts(rel, stamps, scores), elapsed
+    return index, (margin, top_rank, quiet, short, habit), file_parts(rel, stamps, scores), elapsed
 
 
-def run_grid(app_root: Path) -> tuple[dict[tuple[float, int, int], dict[str, Parts]], float, float]:
-    """Every file under every grid point: {(margin, top_rank, quiet rows): {file: parts}}, wall time, detector
-    seconds."""
+def run_grid(app_root: Path) -> tuple[dict[GridPoint, dict[str, Parts]], float, float]:
+    """Every file under every grid point: {(margin, top_rank, quiet rows, short rows, habit): {file: parts}}, wall
+    time, detector seconds."""
     files = load_nab()
-    points = list(itertools.product(GRID_MARGIN, GRID_TOP_RANK, GRID_QUIET))
+    points = list(itertools.product(GRID_MARGIN, GRID_TOP_RANK, GRID_QUIET, GRID_SHORT, GRID_HABIT))
     tasks = [(i, *point) for point in points for i in range(len(files))]
-    results: dict[tuple[float, int, int], dict[str, Parts]] = {point: {} for point in points}
+    results: dict[GridPoint, dict[str, Parts]] = {point: {} for point in points}
     started = time.perf_counter()
     detector_seconds = 0.0
     # fork: the workers inherit sys.path and start at once; two workers for two cores.
@@ -291,8 +298,7 @@ def run_grid(app_root: Path) -> tuple[dict[tuple[float, int, int], dict[str, Par
     return results, time.perf_counter() - started, detector_seconds
 
 
-def choose(grid: dict[tuple[float, int, int], dict[str, Parts]], train: list[str]) -> tuple[tuple[float, int, int],
-                                                                                               str]:
+def choose(grid: dict[GridPoint, dict[str, Parts]], train: list[str]) -> tuple[GridPoint, str]:
     """The grid point with the best standard score at 0.5 on ``train``; while artificialNoAnomaly is among them,
     only points with no false alarm there compete. Ties go to the shipped settings, then to grid order."""
     candidates = list(grid)
@@ -323,11 +329,11 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
         train_score = normalised(grid[point], train)
         if category == NO_WINDOWS:
             alarms = false_alarms(grid[point], category)
-            rows.append([category, ", ".join(map(str, point)), f"{train_score:.1f}",
+            rows.append([category, _point(point), f"{train_score:.1f}",
                          f"no windows: {alarms} false alarm{'s' if alarms != 1 else ''}"])
         else:
             held[category] = normalised(grid[point], [category])
-            rows.append([category, ", ".join(map(str, point)), f"{train_score:.1f}", f"{held[category]:.1f}"])
+            rows.append([category, _point(point), f"{train_score:.1f}", f"{held[category]:.1f}"])
     mean = sum(held.values()) / len(held)
     rows.append([f"mean over the {len(held)} categories with windows", "", "", f"**{mean:.1f}**"])
 
@@ -339,7 +345,8 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
     files = len(shipped)
     notes = [
         f"grid: margin {{{', '.join(map(str, GRID_MARGIN))}}} x top_rank {{{', '.join(map(str, GRID_TOP_RANK))}}} "
-        f"x quiet rows {{{', '.join(map(str, GRID_QUIET))}}} "
+        f"x quiet rows {{{', '.join(map(str, GRID_QUIET))}}} x short rows {{{', '.join(map(str, GRID_SHORT))}}} "
+        f"x habit {{{', '.join(_share(h) for h in GRID_HABIT)}}} of a season "
         f"= {len(grid)} points x {files} files, in-process (app.compute.detect.streaming of the benchmarked code, "
         f"no server), 2 processes: {wall:.1f} s wall, {detector_seconds / (len(grid) * files) * 1000:.0f} ms "
         "of detector time per file and point on average",
@@ -352,9 +359,11 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
     ]
     table = [f"## NAB leave-one-category-out (standard profile, threshold {THRESHOLD})", ""]
     table += [f"- {n}" for n in notes] + [""]
-    table += _table(["held-out category", "chosen (margin, top_rank, quiet rows)", "score on the other four at 0.5",
+    table += _table(["held-out category", "chosen (margin, top_rank, quiet rows, short rows, habit)",
+                     "score on the other four at 0.5",
                      "held-out score at 0.5"], rows)
-    table += ["", f"Shipped settings (margin {SHIPPED[0]}, top_rank {SHIPPED[1]}, quiet rows {SHIPPED[2]}), "
+    table += ["", f"Shipped settings (margin {SHIPPED[0]}, top_rank {SHIPPED[1]}, quiet rows {SHIPPED[2]}, "
+              f"short rows {SHIPPED[3]}, habit {_share(SHIPPED[4])}), "
               f"at {THRESHOLD}:", ""]
     table += _table(
         ["", *PROFILES],
@@ -364,10 +373,11 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
     )
     table += ["", "Every grid point, all files (standard at 0.5; false alarms on artificialNoAnomaly):", ""]
     table += _table(
-        ["margin, quiet rows \\ top_rank", *map(str, GRID_TOP_RANK)],
-        [[f"{m}, {q}", *(f"{normalised(grid[(m, k, q)], list(CATEGORIES)):.1f} "
-                         f"({false_alarms(grid[(m, k, q)], NO_WINDOWS)})" for k in GRID_TOP_RANK)]
-         for m in GRID_MARGIN for q in GRID_QUIET],
+        ["margin, quiet rows, short rows, habit \\ top_rank", *map(str, GRID_TOP_RANK)],
+        [[f"{m}, {q}, {r}, {_share(h)}", *(f"{normalised(grid[(m, k, q, r, h)], list(CATEGORIES)):.1f} "
+                                           f"({false_alarms(grid[(m, k, q, r, h)], NO_WINDOWS)})"
+                                           for k in GRID_TOP_RANK)]
+         for m in GRID_MARGIN for q in GRID_QUIET for r in GRID_SHORT for h in GRID_HABIT],
     )
     held_alarms = next(row[3] for row in rows if row[0] == NO_WINDOWS)
     summary = [f"leave-one-category-out, mean held-out score over the {len(held)} categories with windows: "
@@ -639,6 +649,14 @@ def main() -> int:
     (c.RESULTS / "anomaly.md").write_text(text)
     print(text)
     return 0
+
+
+def _share(share: float) -> str:
+    return "0" if not share else f"1/{round(1 / share)}"
+
+
+def _point(point: GridPoint) -> str:
+    return ", ".join([*map(str, point[:4]), _share(point[4])])
 
 
 def _table(header: list[str], rows: list[list[object]]) -> list[str]:

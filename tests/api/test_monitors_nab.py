@@ -11,7 +11,10 @@ from flask import Flask
 
 from tests.support import ROOT, build_app, new_key, services_of, settings_for
 
-NAB_DEV = ROOT.parent / "shared" / "data" / "nab-dev" / "data"
+# The shared data sit beside the checkout: /work/shared for /work/main, one level further up for a worktree.
+NAB_DEV = next((parent / "shared" / "data" / "nab-dev" / "data" for parent in ROOT.parents
+                if (parent / "shared" / "data" / "nab-dev" / "data").is_dir()),
+               ROOT.parent / "shared" / "data" / "nab-dev" / "data")
 FILES = ["realTraffic/speed_7578.csv", "artificialWithAnomaly/art_daily_jumpsup.csv"]
 
 

@@ -111,6 +111,40 @@ def test_a_larger_deviation_in_the_same_incident_is_news_again() -> None:
     assert not judge(values, period=0).is_anomaly[152]
 
 
+def test_a_noisier_stretch_is_flagged_once_though_no_row_leaves_the_range() -> None:
+    rng = random.Random(5)
+    values = [100 + rng.gauss(0, 2) for _ in range(600)]
+    for row in range(400, 412):  # a dozen rows swinging twice the usual noise either way
+        values[row] += 4 if row % 2 else -4
+    without = judge(values, period=0, short_rows=0)
+    assert not any(without.is_anomaly)  # no row alone is beyond its range
+    verdicts = judge(values, period=0)
+    flagged = [row for row, is_anomaly in enumerate(verdicts.is_anomaly) if is_anomaly]
+    assert len(flagged) == 1 and 400 <= flagged[0] < 412  # the second signal: one incident, one anomaly
+    assert verdicts.score[flagged[0]] >= 0.5
+    # The range is the point range: the short window changes no expected value and no bound.
+    assert verdicts.upper == without.upper and verdicts.expected == without.expected
+
+
+def test_a_daily_spike_at_about_the_same_time_is_a_habit_after_two_days() -> None:
+    rng = random.Random(2)
+    rows_a_day = 288  # five-minute rows
+    values = [10 + rng.gauss(0, 0.1) for _ in range(rows_a_day * 12)]
+    spikes = []
+    for day in range(1, 12):  # a nightly job, up to 20 minutes early or late, a little lighter each night
+        row = day * rows_a_day + 40 + rng.randint(-4, 4)
+        values[row] += 60 if day == 9 else 30 - 0.5 * day
+        spikes.append(row)
+    times = [1.7e9 + 300.0 * i for i in range(len(values))]
+    detector = StreamingDetector(data_frequency="Minutes")
+    verdicts = detector.update(detector.initial_state(), times, values)
+    flagged = [row for row in spikes if verdicts.is_anomaly[row]]
+    # News until it has been seen on two of the last three days; the night it doubled is news again.
+    assert flagged == [spikes[0], spikes[1], spikes[8]]
+    without = StreamingDetector(data_frequency="Minutes", habit=0)
+    assert all(without.update(without.initial_state(), times, values).is_anomaly[row] for row in spikes)
+
+
 def test_feedback_rows_are_learnt_as_normal() -> None:
     rng = random.Random(5)
     values = [100.0]

@@ -21,8 +21,18 @@ How a row is judged (docs/anomalies.md says why each part is there):
 3. Score. r = distance from ``expected`` / half-width; score = r^2 / (1 + r^2): 0.5 exactly on the edge of
    the range, still rising far outside it. ``is_anomaly`` is score >= 0.5. One incident is one anomaly: a
    deviation no larger than one flagged on the same side in the last QUIET_ROWS rows is not news, and
-   scores just below 0.5 (it still counts as deviant for part 4).
-4. Robust to what it flags. A flagged row does not enter the short-term predictors (last value, local
+   scores just below 0.5 (it still counts as deviant for part 5). Nor is a habit: a deviation no larger
+   than one on the same side within HABIT_SHARE of a season of this time, in two of the last three
+   seasons (a daily job's spike, a few minutes early or late each day).
+4. A change in the error distribution. The mean absolute error of the last SHORT_ROWS rows (this one
+   included) is read against the WINDOW_ROWS such means before it by the same rule and margin as one
+   error (r = the mean over the range's margin times the TOP_RANK-th largest earlier mean), and the
+   row's score is the larger of the two. It is NAB's anomaly likelihood in this detector's terms, a
+   short average of recent surprise against its own long-run distribution: denser spikes or a noisier
+   stretch are flagged even when no single row leaves the range. A short window holding a row beyond
+   the range is not news (that row was judged on its own), nor is a second such alarm within QUIET_ROWS
+   rows: either scores just below 0.5. It changes nothing the detector learns.
+5. Robust to what it flags. A flagged row does not enter the short-term predictors (last value, local
    mean): they see ``expected`` instead, so the return to normal after a spike is judged against normal.
    After REANCHOR_ROWS flagged rows in a row on the same side the new level is adopted: those rows' real
    values replace the stand-ins, so a deploy that doubled traffic is flagged once, then is the new normal.
@@ -56,6 +66,8 @@ CHOOSER_POWER = 0.25
 LOCAL_ROWS = 8
 REANCHOR_ROWS = 3
 QUIET_ROWS = 48  # one incident, one anomaly: how long a flagged deviation stays the news
+HABIT_SHARE = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
+SHORT_ROWS = 6  # the short window whose mean error is the second signal: half an hour of five-minute rows
 _Z99 = NormalDist().inv_cdf(0.995)
 _PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
 _JUST_BELOW = math.nextafter(0.5, 0.0)  # the score of a deviation that is part of an incident already flagged
@@ -69,8 +81,9 @@ def stretch_for(confidence: float) -> float:
 
 
 def lookback_rows(period: int | None) -> int:
-    """Rows whose influence a judged row can feel: the scale window, the chooser and three seasons."""
-    return WINDOW_ROWS + CHOOSER_ROWS + 3 * (period or 0) + WARMUP
+    """Rows whose influence a judged row can feel: the scale window (and the short window of its oldest mean),
+    the chooser, and three seasons and the habit's reach."""
+    return WINDOW_ROWS + SHORT_ROWS + CHOOSER_ROWS + 3 * (period or 0) + round((period or 0) * HABIT_SHARE) + WARMUP
 
 
 @dataclass
@@ -98,8 +111,9 @@ class DetectorState:
     origin: float = 0.0
     step: float = 0.0
     period: int = 0
-    slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2, by slot
+    slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2 + the habit's reach
     slot_values: array = field(default_factory=_floats)
+    slot_residuals: array = field(default_factory=_floats)  # value - expected, by slot (0 for warm-up rows)
     last_slot: int = 0
     last: float = 0.0  # last value as the short-term predictors see it
     local: list[float] = field(default_factory=list)
@@ -116,6 +130,13 @@ class DetectorState:
     # The last QUIET_ROWS rows' deviations beyond the range, signed (+ above, - below), 0 for a row inside it.
     recent_flags: array = field(default_factory=_floats)
     recent_next: int = 0
+    short_ring: array = field(default_factory=_floats)  # the last SHORT_ROWS errors, capped at the half-width
+    short_next: int = 0
+    means_sorted: array = field(default_factory=_floats)  # the last WINDOW_ROWS short-window means
+    means_ring: array = field(default_factory=_floats)
+    means_next: int = 0
+    since_flag: int = 1 << 30  # rows since the last row beyond the range
+    since_short_alarm: int = 1 << 30
 
 
 class StreamingDetector:
@@ -131,14 +152,20 @@ class StreamingDetector:
         margin: float = BAND_MARGIN,
         top_rank: int = TOP_RANK,
         quiet_rows: int = QUIET_ROWS,
+        short_rows: int = SHORT_ROWS,
+        habit: float = HABIT_SHARE,
     ) -> None:
         """``period`` in rows overrides the season data_frequency suggests (0: none); ``floor`` is
-        (absolute, relative to |expected|): the range is never narrower than either. ``margin``, ``top_rank``
-        and ``quiet_rows`` are the constants chosen by leave-one-category-out (the benchmark varies them)."""
+        (absolute, relative to |expected|): the range is never narrower than either. ``margin``, ``top_rank``,
+        ``quiet_rows``, ``short_rows`` (0: no second signal) and ``habit`` (the share of a season a habit is
+        looked for either side of a row's time; 0: none) are the constants chosen by leave-one-category-out (the
+        benchmark varies them)."""
         self.data_frequency = data_frequency
         self.stretch = margin * stretch_for(confidence)
         self.top_rank = top_rank
         self.quiet_rows = quiet_rows
+        self.short_rows = short_rows
+        self.habit = habit
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
 
@@ -148,8 +175,8 @@ class StreamingDetector:
     @staticmethod
     def size(state: DetectorState) -> int:
         """Numbers the state holds (what a cache of states is bounded by)."""
-        return (len(state.errors_ring) * 2 + len(state.chooser_ring) + len(state.slot_ids) * 2 + LOCAL_ROWS
-                + QUIET_ROWS)
+        return (len(state.errors_ring) * 2 + len(state.means_ring) * 2 + len(state.short_ring)
+                + len(state.chooser_ring) + len(state.slot_ids) * 3 + LOCAL_ROWS + QUIET_ROWS)
 
     def update(
         self,
@@ -176,24 +203,86 @@ class StreamingDetector:
         choice = self._choose(st, predictions)
         expected = predictions[choice]
         assert expected is not None
-        halfwidth = max(
-            self.stretch * self._scale(st),
+        least = max(
             self.floor_absolute,
             self.floor_relative * abs(expected),
             1e-9 + 1e-6 * abs(value),  # a perfectly flat stretch must not flag rounding noise
         )
+        halfwidth = max(self.stretch * self._scale(st), least)
         residual = value - expected
         ratio = abs(residual) / halfwidth
         lifted = ratio * ratio
         score = 1.0 if math.isinf(lifted) else lifted / (1.0 + lifted)
         flagged = score >= 0.5
-        news = flagged and not self._seen_lately(st, residual)
+        news = flagged and not self._seen_lately(st, residual) and not self._habit(st, moment, residual)
         if flagged and not news:
             score = _JUST_BELOW
+        short_score = self._short_score(st, abs(residual), least)
+        st.since_flag = 0 if flagged else st.since_flag + 1
+        st.since_short_alarm += 1
+        if short_score > score:
+            # The short window holds a deviation already judged on its own, or the same change already told.
+            if short_score >= 0.5 and (st.since_flag < self.short_rows or st.since_short_alarm <= self.quiet_rows):
+                short_score = _JUST_BELOW
+            score = short_score
+            if score >= 0.5:
+                news = True
+                st.since_short_alarm = 0
         _emit(out, expected, expected - halfwidth, expected + halfwidth, score, news,
               ("up" if residual > 0 else "down") if news else None)
         self._remember_flag(st, residual if flagged else 0.0)
         self._learn(st, moment, value, expected, halfwidth, predictions, flagged and not normal)
+
+    def _short_score(self, st: DetectorState, capped: float, least: float) -> float:
+        """The mean capped error of the last short_rows rows (this one included) against the WINDOW_ROWS
+        means before it, read as the point score reads one error against the errors before it."""
+        k = self.short_rows
+        if not k:
+            return 0.0
+        ring = st.short_ring
+        if len(ring) < k:
+            ring.append(capped)
+        else:
+            ring[st.short_next] = capped
+            st.short_next = (st.short_next + 1) % k
+        mean = sum(ring) / len(ring)
+        means = st.means_sorted
+        score = 0.0
+        if len(ring) == k and means:
+            rank = min(self.top_rank, max(1, len(means) // ROWS_PER_RANK))
+            width = max(self.stretch * means[len(means) - rank], least)
+            lifted = (mean / width) ** 2
+            score = 1.0 if math.isinf(lifted) else lifted / (1.0 + lifted)
+        if len(ring) == k:
+            full = len(st.means_ring) == WINDOW_ROWS
+            _push_ranked(st.means_ring, means, st.means_next, mean)
+            if full:
+                st.means_next = (st.means_next + 1) % WINDOW_ROWS
+        return score
+
+    def _habit_reach(self, period: int) -> int:
+        return round(period * self.habit)
+
+    def _habit(self, st: DetectorState, moment: float, residual: float) -> bool:
+        """Whether a deviation on the same side at least as large was seen within the habit's reach of this
+        time of the season in two of the last three seasons: a daily job's spike is then a habit, not news."""
+        reach = self._habit_reach(st.period)
+        if not reach:
+            return False
+        slot = self._slot(st, moment)
+        ids, residuals, size = st.slot_ids, st.slot_residuals, len(st.slot_ids)
+        seasons = 0
+        for back in (1, 2, 3):
+            centre = slot - back * st.period
+            for near in range(centre - reach, centre + reach + 1):
+                position = near % size
+                if ids[position] == near and (residuals[position] >= residual if residual > 0
+                                              else residuals[position] <= residual):
+                    seasons += 1
+                    break
+            if seasons == 2 or seasons + 3 - back < 2:
+                break
+        return seasons >= 2
 
     def _seen_lately(self, st: DetectorState, residual: float) -> bool:
         """Whether a deviation on the same side at least as large was flagged in the last QUIET_ROWS rows:
@@ -239,9 +328,10 @@ class StreamingDetector:
                         break
         st.period = period
         if period:
-            size = 3 * period + 2
+            size = 3 * period + 2 + self._habit_reach(period)
             st.slot_ids = array("q", [-(1 << 62)]) * size
             st.slot_values = array("d", [0.0]) * size
+            st.slot_residuals = array("d", [0.0]) * size
             for moment, value in zip(times, st.warm_values, strict=True):
                 self._remember_season(st, moment, value)
         st.warm_times, st.warm_values = [], []
@@ -303,7 +393,7 @@ class StreamingDetector:
         else:
             errors = [None if p is None else abs(p - value) ** CHOOSER_POWER for p in predictions]
         self._push_choice(st, errors)
-        self._remember_season(st, moment, value)
+        self._remember_season(st, moment, value, value - expected)
         if not flagged:
             st.run, st.run_side = [], 0
             self._remember_short(st, value)
@@ -325,11 +415,12 @@ class StreamingDetector:
         if len(st.local) > LOCAL_ROWS:
             del st.local[0]
 
-    def _remember_season(self, st: DetectorState, moment: float, value: float) -> None:
+    def _remember_season(self, st: DetectorState, moment: float, value: float, residual: float = 0.0) -> None:
         if st.period:
             slot = self._slot(st, moment)
             position = slot % len(st.slot_ids)
             st.slot_ids[position], st.slot_values[position] = slot, value
+            st.slot_residuals[position] = residual
             st.last_slot = slot
 
     def _push_error(self, st: DetectorState, error: float) -> None:
@@ -363,6 +454,16 @@ class StreamingDetector:
             if error is not None:
                 sums[j] += error
                 counts[j] += 1
+
+
+def _push_ranked(ring: array, ranked: array, position: int, value: float) -> None:
+    """Appends ``value`` to a ring of WINDOW_ROWS (overwriting ``position`` once full) and its sorted copy."""
+    if len(ring) < WINDOW_ROWS:
+        ring.append(value)
+    else:
+        del ranked[bisect_left(ranked, ring[position])]
+        ring[position] = value
+    insort(ranked, value)
 
 
 def _emit(out: Verdicts, expected: float, lower: float, upper: float, score: float, flagged: bool,
