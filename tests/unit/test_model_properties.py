@@ -226,3 +226,41 @@ def test_one_observed_error_is_not_taken_as_the_whole_scale_sample():
     short = run_forecast("forecast-model-1", [10.0, 12.0, 11.0, 13.0], 4, 0.95, ())
     # random-walk steps of ~1.7: the interval stays within a few of them, not ~20 at step 1
     assert short.upper[0] - short.median[0] < 10.0
+
+
+# --------------------------------------------------------------------------------------------------
+# horizon consistency: the first k steps of a horizon-h forecast are the horizon-k forecast
+
+
+def _same_prefix(long: list[float], short: list[float]) -> bool:
+    a, b = np.asarray(long[: len(short)]), np.asarray(short)
+    return bool(np.allclose(a, b, rtol=1e-9, atol=1e-12 * max(1.0, float(np.max(np.abs(b))))))
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(y=histories(), freq=st.sampled_from(FREQUENCIES), k=st.integers(1, 20), extra=st.integers(1, 60),
+       conf=st.floats(0.5, 0.99))
+def test_first_steps_of_a_longer_horizon_are_the_shorter_forecast(model_id, y, freq, k, extra, conf):
+    per = seasonal_periods(freq, 1, len(y))
+    long = run_forecast(model_id, y.tolist(), k + extra, conf, per)
+    short = run_forecast(model_id, y.tolist(), k, conf, per)
+    assert long.fallback == short.fallback
+    for field in ("median", "lower", "upper"):
+        assert _same_prefix(getattr(long, field), getattr(short, field)), field
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+@pytest.mark.parametrize(("freq", "n"), [("Hours", 700), ("Monthly", 80), ("Quarterly", 40), ("Yearly", 20),
+                                         ("Weekly", 200), ("Daily", 400)])
+def test_horizon_one_is_step_one_of_every_horizon(model_id, freq, n):
+    """The README example's failure: step 1's median moved with the requested horizon."""
+    rng = np.random.default_rng(1)
+    t = np.arange(n)
+    per = seasonal_periods(freq, 1, n)
+    y = 50 + 0.05 * t + 5 * np.sin(2 * np.pi * t / (per[0] if per else 5)) + rng.normal(0, 2, n)
+    one = run_forecast(model_id, y.tolist(), 1, 0.95, per)
+    for horizon in (2, 7, 48):
+        res = run_forecast(model_id, y.tolist(), horizon, 0.95, per)
+        assert (res.median[0], res.lower[0], res.upper[0]) == pytest.approx(
+            (one.median[0], one.lower[0], one.upper[0]), rel=1e-9), horizon
