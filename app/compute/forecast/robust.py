@@ -93,16 +93,17 @@ def clean_spikes(y: np.ndarray, periods: tuple[int, ...], threshold: float = SPI
     n = len(y)
     if n < RUNNING_MEDIAN + 2 * NEWEST:
         return y
-    seas, adj = _baseline(y, periods)
-    y = clean_newest(y, periods, threshold, (seas, adj))
-    base = median_filter(y - seas, size=RUNNING_MEDIAN, mode="nearest") + seas
+    y = clean_newest(y, periods, threshold)
+    comps, adj = additive_profiles(y, periods)
+    seas = np.zeros(n)
+    for m, prof in comps:
+        seas += prof[np.arange(n) % m]
+    base = median_filter(adj, size=RUNNING_MEDIAN, mode="nearest") + seas
     resid = y - base
-    # the scale from the points whose windows hold none of the newest, which may have been replaced
-    sigma = _robust_sigma(resid[: n - 2 * NEWEST])
+    sigma = _robust_sigma(resid)
     if sigma <= 0:
         return y
     bad = np.abs(resid) > threshold * sigma
-    bad[n - NEWEST:] = False
     out = y.copy()
     out[bad] = base[bad]
     return out
