@@ -12,7 +12,7 @@ from datetime import datetime, tzinfo
 from typing import IO, TYPE_CHECKING, Any
 
 from forecast_client._errors import ForecastClientError
-from forecast_client._series import infer_frequency, normalize_frequency
+from forecast_client._series import _pandas_frequency, infer_frequency, normalize_frequency
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,7 +149,9 @@ def _frame_frequency(frame: pd.DataFrame) -> str:
     longest = frame.loc[frame["unique_id"] == sizes.idxmax(), "timestamp"].iloc[:200]
     if len(longest) < 2:
         raise ValueError("cannot infer the frequency from series of one point; pass frequency=")
-    return infer_frequency(list(pd.DatetimeIndex(longest).to_pydatetime()))
+    index = pd.DatetimeIndex(longest)
+    # pandas' inference first, as forecast() does for a Series: it knows a zone's days across a DST change.
+    return _pandas_frequency(index) or infer_frequency(list(index.to_pydatetime()))
 
 
 def csv_pieces(prepared: PreparedFrame, rows: int = UPLOAD_ROWS) -> Iterator[bytes]:
