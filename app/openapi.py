@@ -10,6 +10,7 @@ from marshmallow import Schema, fields
 
 from app.anomalies import openapi_doc as anomaly_docs
 from app.azure import openapi_doc as azure_docs
+from app.batches import openapi_doc as batch_docs
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.schemas import ForecastRequestSchema, ForecastResponseSchema
 from app.keys import api as keys_api
@@ -243,6 +244,7 @@ def build_spec() -> dict[str, Any]:
     monitor_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
     anomaly_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
     azure_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
+    batch_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
     return spec.to_dict()
 
 

@@ -50,8 +50,9 @@ def submit() -> Response:
     if request.mimetype == "text/csv":
         batch = _submit_csv(services)
     elif not request.content_type or is_json_content_type(request.mimetype):
-        body = parse_json_body(read_body(settings.max_body_bytes))
-        fields, series = read_json_batch(body, request.headers, max_series=settings.batch_max_series)
+        raw = read_body(settings.max_body_bytes)
+        fields, series = read_json_batch(parse_json_body(raw), request.headers, max_series=settings.batch_max_series,
+                                         escaped=b"\\u" in raw)
         _spend(services, len(series))
         batch = store.create_batch(services.database, key_id=key.id, account_id=key.account_id, kind=fields.kind,
                                    parameters=fields.parameters, series=series,

@@ -22,7 +22,7 @@ from app.batches.compute import ANOMALIES, FORECAST, KINDS
 from app.batches.schemas import AnomalyBatchRequestSchema, ForecastBatchRequestSchema
 from app.errors import InvalidRequest, PayloadTooLarge
 from app.forecast.schemas import load_request as load_forecast_request
-from app.web.validation import envelope, load_object, problem
+from app.web.validation import envelope, load_object, problem, unstorable
 
 CSV_HEADER = ("unique_id", "timestamp", "value")
 # Upload pieces stored as one row each: large enough to keep rows few, small enough to stay far from any
@@ -55,9 +55,10 @@ def too_many_series(count: int, maximum: int) -> PayloadTooLarge:
     )
 
 
-def read_json_batch(body: Any, headers: Mapping[str, str], *, max_series: int) -> tuple[BatchFields,
-                                                                                        list[dict[str, Any]]]:
-    """The batch's fields and its series (id, timestamps, values), or the 400/413 of the whole request."""
+def read_json_batch(body: Any, headers: Mapping[str, str], *, max_series: int,
+                    escaped: bool = True) -> tuple[BatchFields, list[dict[str, Any]]]:
+    """The batch's fields and its series (id, timestamps, values), or the 400/413 of the whole request.
+    ``escaped``: the body holds a \\u escape (else no string in it can hold NUL or a lone surrogate)."""
     if isinstance(body, dict) and isinstance(body.get("series"), list) and len(body["series"]) > max_series:
         raise too_many_series(len(body["series"]), max_series)
     kind = body.get("kind", FORECAST) if isinstance(body, dict) else FORECAST
@@ -75,7 +76,24 @@ def read_json_batch(body: Any, headers: Mapping[str, str], *, max_series: int) -
                              details=envelope(problems))
     fields = check_fields(data["kind"], body, headers)
     series = [{"id": s["id"], "timestamps": s["timestamps"], "values": s["values"]} for s in data["series"]]
+    if escaped:
+        refuse_unstorable(series)
     return fields, series
+
+
+def refuse_unstorable(series: list[dict[str, Any]]) -> None:
+    """400 for a string in a series that no database could keep as text (NUL, a lone surrogate): the batch is
+    kept for the workers, and stored text is held to that everywhere (app.web.validation.unstorable). Only
+    bodies with escapes need the walk: neither can be written in JSON otherwise."""
+    for index, one in enumerate(series):
+        for name in ("timestamps", "values"):
+            for position, item in enumerate(one[name]):
+                issue = unstorable(item) if isinstance(item, str) else None
+                if issue is not None:
+                    raise InvalidRequest(
+                        f"Invalid request: series[{index}].{name}: {issue}.",
+                        details=problem(f"series[{index}].{name}", issue, item, index=position),
+                    )
 
 
 def check_fields(kind: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> BatchFields:
@@ -156,8 +174,9 @@ class UploadScan:
         else:
             assert self._pattern is not None
             self.ids.update(self._pattern.findall(lines))
-        if len(self.ids - {b""}) > self.max_series:
-            raise too_many_series(len(self.ids - {b""}), self.max_series)
+        count = len(self.ids) - (b"" in self.ids)
+        if count > self.max_series:
+            raise too_many_series(count, self.max_series)
 
     def _header(self, line: bytes) -> None:
         names = [name.strip().strip('"') for name in line.decode("utf-8", "replace").lstrip("\ufeff").split(",")]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -151,14 +152,18 @@ def series_from_csv(pieces: Iterator[bytes], *, max_series: int) -> list[dict[st
     import numpy as np
     import pandas as pd
 
-    with tempfile.TemporaryFile() as spool:
+    with tempfile.TemporaryFile() as spool, warnings.catch_warnings():
         for piece in pieces:
             spool.write(piece)
         spool.seek(0)
         found: dict[str, tuple[list[list[str]], list[list[Any]]]] = {}
         try:
+            # index_col=False: pandas would otherwise take a first row with extra fields as a sign that the
+            # leading columns are an index, and shift every column; a row too long is an error either way
+            # (a warning, made one, for the first row).
+            warnings.simplefilter("error", pd.errors.ParserWarning)
             reader = pd.read_csv(spool, dtype=str, keep_default_na=False, na_filter=False, chunksize=500_000,
-                                 encoding="utf-8-sig")
+                                 encoding="utf-8-sig", index_col=False)
             for frame in reader:
                 missing = [column for column in CSV_COLUMNS if column not in frame.columns]
                 if missing:
@@ -181,7 +186,8 @@ def series_from_csv(pieces: Iterator[bytes], *, max_series: int) -> list[dict[st
                         entry = found[unique_id] = ([], [])
                     entry[0].append(stamps[rows].tolist())
                     entry[1].append([values[row] for row in rows.tolist()])
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+        except (pd.errors.ParserError, pd.errors.ParserWarning, pd.errors.EmptyDataError, UnicodeDecodeError,
+                ValueError) as exc:
             raise UploadError("The CSV could not be read.", f"invalid CSV: {str(exc)[:120]}") from exc
     return [
         {"id": unique_id, "timestamps": [t for part in stamps for t in part],

@@ -350,3 +350,36 @@ def test_expired_batches_are_purged_by_the_sweep(tmp_path: Path) -> None:
         error_of(client.get(f"/batches/{batch_id}", headers=bearer(key)), 404, "INVALID_REQUEST")
     finally:
         services.close()
+
+
+def test_the_openapi_document_describes_the_batch_endpoints(client: FlaskClient, key: str) -> None:
+    from openapi_spec_validator import validate
+
+    from app.batches.schemas import BatchListSchema, BatchSchema
+
+    spec = client.get("/openapi.json", headers=bearer(key)).get_json()
+    validate(spec)
+    assert set(spec["paths"]["/batches"]) == {"post", "get"}
+    assert set(spec["paths"]["/batches/{batch_id}"]) == {"get", "delete"}
+    submit = spec["paths"]["/batches"]["post"]
+    assert set(submit["requestBody"]["content"]) == {"application/json", "text/csv"}
+    assert set(submit["responses"]) == {"202", "400", "401", "403", "413", "415", "429", "500"}
+    assert set(spec["paths"]["/batches/{batch_id}/results"]["get"]["responses"]["200"]["content"]) == {
+        "application/x-ndjson", "text/csv"}
+    request_schema = spec["components"]["schemas"]["ForecastBatchRequest"]["properties"]
+    assert request_schema["forecast_horizon"] == {"type": "integer", "minimum": 1, "maximum": 100}
+    answer = client.post("/batches", json=batch_body(1), headers=bearer(key)).get_json()
+    assert BatchSchema().validate(answer) == {}
+    assert BatchListSchema().validate(client.get("/batches", headers=bearer(key)).get_json()) == {}
+
+
+def test_a_string_no_database_can_keep_is_refused_up_front(client: FlaskClient, key: str) -> None:
+    body = batch_body(2)
+    body["series"][1]["timestamps"][3] += "\x00"
+    error = error_of(client.post("/batches", json=body, headers=bearer(key)), 400, "INVALID_REQUEST")
+    assert error["details"]["field"] == "series[1].timestamps" and error["details"]["index"] == 3
+    body = batch_body(2)
+    body["series"][0]["values"][0] = "\ud800"
+    error = error_of(client.post("/batches", data=json.dumps(body), headers={**bearer(key),
+                                 "Content-Type": "application/json"}), 400, "INVALID_REQUEST")
+    assert error["details"]["field"] == "series[0].values" and "surrogate" in error["details"]["issue"]

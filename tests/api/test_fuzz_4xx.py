@@ -104,6 +104,9 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/anomalydetector/v1.1/timeseries/entire/detect"): Route(body=azure_body),
     ("POST", "/anomalydetector/v1.1/timeseries/last/detect"): Route(body=azure_body),
     ("POST", "/anomalydetector/v1.1/timeseries/changepoint/detect"): Route(body=azure_body),
+    # A batch keeps its series for the workers: a string no database could keep as text is refused up front.
+    ("POST", "/batches"): Route(body=lambda s: {**forecast_body(daily(12), "Daily"), "series": [
+        {"id": "shop-1", **forecast_body(daily(12), "Daily")["series"][0]}]}),
     ("POST", "/keys"): Route(
         body=lambda s: {"name": "reporting", "permissions": ["read"], "tier": "free",
                         "expires_at": "2099-01-01T00:00:00Z"},

@@ -1,7 +1,8 @@
 """The web process and the admin CLI stay slim: the numeric stack loads only where it is used.
 
-Estimators run in forecast worker processes, so the web process never imports scipy or statsmodels; numpy and
-apispec load on a serving process's warm-up or first use, so `flask --app wsgi keys ...` pays for neither.
+Estimators run in forecast worker processes and batch uploads are parsed in job workers, so the web process never
+imports scipy, statsmodels or pandas; numpy and apispec load on a serving process's warm-up or first use, so
+`flask --app wsgi keys ...` pays for neither.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from tests.support import ROOT
 
-NEVER_IN_WEB = ("scipy", "statsmodels", "pmdarima", "sklearn")
+NEVER_IN_WEB = ("scipy", "statsmodels", "pmdarima", "sklearn", "pandas")
 NOT_FOR_ADMIN_COMMANDS = ("numpy", "apispec")
 
 

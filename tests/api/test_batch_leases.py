@@ -1,0 +1,87 @@
+"""The batch store's leases on SQLite and PostgreSQL: one holder per chunk, a lease that runs out passes the
+chunk on, a holder that lost its lease cannot store results, and a batch is done with its last chunk."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from app.batches import store
+from app.db import Database
+from tests.support import migrate, settings_for
+
+TTL = timedelta(hours=1)
+
+
+@pytest.fixture
+def database(database_url: str) -> Iterator[Database]:
+    settings = settings_for(database_url)
+    migrate(settings)
+    db = Database(settings)
+    yield db
+    db.dispose()
+
+
+def new_batch(database: Database, count: int = 4, chunk_series: int = 2) -> store.Batch:
+    series = [{"id": f"s{i}", "timestamps": [], "values": []} for i in range(count)]
+    return store.create_batch(database, key_id="key_1", account_id="acct", kind="forecast",
+                              parameters={"fields": {}, "headers": {"X-Model-Id": "forecast-model-1"}}, series=series,
+                              chunk_series=chunk_series)
+
+
+def test_one_holder_and_results_stored_once(database: Database) -> None:
+    batch = new_batch(database)
+    first = store.claim_chunk(database, batch.id, 0, lease_seconds=60)
+    assert first is not None and [s["id"] for s in first.series] == ["s0", "s1"]
+    assert store.claim_chunk(database, batch.id, 0, lease_seconds=60) is None
+    assert store.complete_chunk(database, first, [b'{"id":"s0"}\n', b'{"id":"s1"}\n'], succeeded=2, failed=0,
+                                ttl=TTL)
+    assert not store.complete_chunk(database, first, [b"again\n"], succeeded=2, failed=0, ttl=TTL)
+    assert store.claim_chunk(database, batch.id, 0, lease_seconds=60) is None
+    running = store.get_batch(database, "acct", batch.id)
+    assert running is not None and running.status == "running" and running.series_done == 2
+    assert list(store.done_outputs(database, batch.id)) == [b'{"id":"s0"}\n{"id":"s1"}\n']
+
+
+def test_a_lease_that_runs_out_passes_the_chunk_on(database: Database) -> None:
+    batch = new_batch(database)
+    stalled = store.claim_chunk(database, batch.id, 1, lease_seconds=0.2)
+    assert stalled is not None
+    time.sleep(0.3)
+    assert store.requeue_stalled(database, include_untaken=False, lease_seconds=60).chunks == [(batch.id, 1)]
+    # Marked as queued again: the next sweep does not enqueue it a second time.
+    assert store.requeue_stalled(database, include_untaken=False, lease_seconds=60).chunks == []
+    taker = store.claim_chunk(database, batch.id, 1, lease_seconds=60)
+    assert taker is not None
+    assert not store.renew(database, stalled, lease_seconds=60)
+    assert not store.complete_chunk(database, stalled, [b"late\n"], succeeded=1, failed=1, ttl=TTL)
+    assert store.complete_chunk(database, taker, [b"x\n"], succeeded=1, failed=1, ttl=TTL)
+    first = store.claim_chunk(database, batch.id, 0, lease_seconds=60)
+    assert first is not None and store.complete_chunk(database, first, [b"y\n"], succeeded=2, failed=0, ttl=TTL)
+    done = store.get_batch(database, "acct", batch.id)
+    assert done is not None and done.status == "done" and (done.series_done, done.series_failed) == (3, 1)
+    assert done.expires_at is not None and done.finished_at is not None
+    assert list(store.done_outputs(database, batch.id)) == [b"y\n", b"x\n"]
+
+
+def test_untaken_work_is_requeued_only_when_asked(database: Database) -> None:
+    batch = new_batch(database, count=3)
+    assert store.requeue_stalled(database, include_untaken=False, lease_seconds=60).chunks == []
+    assert sorted(store.requeue_stalled(database, include_untaken=True, lease_seconds=60).chunks) == [
+        (batch.id, 0), (batch.id, 1)]
+    assert store.claim_chunk(database, batch.id, 0, lease_seconds=60) is not None
+
+
+def test_cancel_leaves_a_record_and_no_data(database: Database) -> None:
+    batch = new_batch(database)
+    holder = store.claim_chunk(database, batch.id, 0, lease_seconds=60)
+    assert holder is not None
+    assert not store.cancel(database, "other-account", batch.id, ttl=TTL)
+    assert store.cancel(database, "acct", batch.id, ttl=TTL)
+    assert not store.complete_chunk(database, holder, [b"x\n"], succeeded=2, failed=0, ttl=TTL)
+    cancelled = store.get_batch(database, "acct", batch.id)
+    assert cancelled is not None and cancelled.status == "cancelled" and cancelled.series_done == 0
+    assert store.claim_chunk(database, batch.id, 1, lease_seconds=60) is None
