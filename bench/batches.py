@@ -141,9 +141,11 @@ def client_for(svc: Service):  # noqa: ANN201
     return Client(svc.url, svc.key, timeout=600.0)
 
 
-def run_batches(svc: Service, frames: dict[str, tuple[DataSet, object]], model: str) -> tuple[float, list]:
-    """Submits one batch per set at once; seconds from the first submission until every batch is done."""
+def run_batches(svc: Service, frames: dict[str, tuple[DataSet, object]], model: str) -> tuple[float, list, float]:
+    """Submits one batch per set at once: (seconds from the first submission until every batch is done, the
+    batches, CPU seconds the job worker's processes used meanwhile)."""
     with client_for(svc) as client:
+        cpu0 = c.tree_cpu_seconds(svc.worker.pid)
         t0 = time.perf_counter()
         submitted = [client.submit_batch(frame, ds.horizon, frequency=ds.data_frequency, model=model)
                      for ds, frame in frames.values()]
@@ -157,7 +159,7 @@ def run_batches(svc: Service, frames: dict[str, tuple[DataSet, object]], model: 
                     pending.discard(batch_id)
             if pending:
                 time.sleep(0.25)
-        return time.perf_counter() - t0, submitted
+        return time.perf_counter() - t0, submitted, c.tree_cpu_seconds(svc.worker.pid) - cpu0
 
 
 def same_as_single(svc: Service, batches: list, frames: dict[str, tuple[DataSet, object]], model: str,
@@ -402,12 +404,13 @@ def main(argv: list[str] | None = None) -> int:
             ref = reference(sample, cores, args.reference_budget)
             with service(tmp, cores, "throughput") as svc:
                 for model in MODELS:
-                    wall, submitted = run_batches(svc, frames, model)
+                    wall, submitted, cpu = run_batches(svc, frames, model)
                     ours[model] = total / wall / cores
                     compared, equal = same_as_single(svc, submitted, frames, model, args.equality_per_set)
-                    print(model, wall, compared, equal, flush=True)
+                    print(model, wall, cpu, compared, equal, flush=True)
                     rows.append([f"{model}: series/s/core, batch of {total:,} via gunicorn + jobs worker "
-                                 f"({cores} processes)", f"{ours[model]:.2f}", "", ""])
+                                 f"({cores} processes; {wall:.0f} s; the workers used {cpu:.0f} CPU s, "
+                                 f"{cpu / (wall * cores):.0%} of their cores)", f"{ours[model]:.2f}", "", ""])
                     rows.append([f"{model}: batch forecast == POST /forecast, sampled series", f"{equal}/{compared}",
                                  "", "met" if equal == compared else "MISSED"])
             for name, (value, finished) in ref.items():
@@ -427,28 +430,33 @@ def main(argv: list[str] | None = None) -> int:
                          "> 1x", "met" if m2 > ets else "MISSED"])
 
         if "scale" not in skip:
-            walls = {}
+            walls, cpus = {}, {}
             for processes in (1, 2):
                 with service(tmp, processes, f"scale{processes}") as svc:
-                    walls[processes], _ = run_batches(svc, frames, MODELS[1])
-                    print("scale", processes, walls[processes], flush=True)
+                    walls[processes], _, cpus[processes] = run_batches(svc, frames, MODELS[1])
+                    print("scale", processes, walls[processes], cpus[processes], flush=True)
             ratio = walls[1] / walls[2]
-            rows.append([f"model-2, {total:,} series: 1 worker process (s) / 2 worker processes (s)",
-                         f"{walls[1]:.1f} / {walls[2]:.1f}", "", ""])
+            rows.append([f"model-2, {total:,} series: seconds with 1 worker process / with 2 (the workers' CPU "
+                         f"seconds: {cpus[1]:.0f} / {cpus[2]:.0f})", f"{walls[1]:.1f} / {walls[2]:.1f}", "", ""])
             rows.append(["scale-out: throughput with 2 worker processes / with 1", f"{ratio:.2f}x", ">= 1.8x",
                          "met" if ratio >= 1.8 else "MISSED"])
 
         if "first" not in skip:
+            # One batch has one frequency: the monthly series (M1 and Tourism), repeated under new ids up to
+            # --series. What the first progress waits for is the upload, the split and one chunk, which the
+            # count and the series' kind decide, not whether two series are alike.
+            monthly = [item for name, items in by_set.items() if SETS[name].data_frequency == "Monthly"
+                       for item in items]
+            ds = monthly[0].ds
+            repeated = [Item(f"{monthly[i % len(monthly)].id}-c{i // len(monthly)}", ds,
+                             monthly[i % len(monthly)].history) for i in range(total)]
+            frame = frame_of(repeated)
             with service(tmp, cores, "first") as svc:
-                big = max(frames.values(), key=lambda pair: len(pair[1]))
-                import pandas as pd
-
-                frame = pd.concat([f for ds, f in frames.values() if ds.data_frequency == big[0].data_frequency])
-                series_count = frame["unique_id"].nunique()
                 for model in MODELS:
-                    accepted, first = first_progress(svc, frame, big[0], model)
-                    rows.append([f"{model}: first progress.done > 0 after submitting {series_count:,} series "
-                                 f"(202 after {accepted:.2f} s)", f"{first:.2f} s", "<= 2 s",
+                    accepted, first = first_progress(svc, frame, ds, model)
+                    print("first", model, accepted, first, flush=True)
+                    rows.append([f"{model}: first progress.done > 0 after submitting {total:,} monthly series "
+                                 f"as CSV (202 after {accepted:.2f} s)", f"{first:.2f} s", "<= 2 s",
                                  "met" if first <= 2 else "MISSED"])
 
         if "memory" not in skip:
