@@ -373,16 +373,20 @@ def memory_run(svc: Service, tmp: Path, upload_mb: int, points: int) -> dict[str
             "done": batch.done, "failed": batch.failed}
 
 
-def first_progress(svc: Service, frame, ds: DataSet, model: str) -> tuple[float, float]:  # noqa: ANN001
-    """(seconds to the 202, seconds from submission to progress.done > 0)."""
+def first_progress(svc: Service, frame, ds: DataSet, model: str) -> tuple[float, float, float]:  # noqa: ANN001
+    """Seconds from submission to: the 202, the batch running (its upload split into chunks and the first chunk
+    claimed), progress.done > 0 (the first chunk stored)."""
     with client_for(svc) as client:
         t = time.perf_counter()
         batch = client.submit_batch(frame, ds.horizon, frequency=ds.data_frequency, model=model)
         accepted = time.perf_counter() - t
+        running = float("nan")
         while batch.done == 0 and not batch.finished:
             time.sleep(0.05)
             batch = client.batch(batch.id)
-        return accepted, time.perf_counter() - t
+            if batch.status != "queued" and running != running:
+                running = time.perf_counter() - t
+        return accepted, running, time.perf_counter() - t
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -478,10 +482,11 @@ def main(argv: list[str] | None = None) -> int:
             frame = frame_of(repeated)
             with service(tmp, cores, "first") as svc:
                 for model in MODELS:
-                    accepted, first = first_progress(svc, frame, ds, model)
-                    print("first", model, accepted, first, flush=True)
+                    accepted, running, first = first_progress(svc, frame, ds, model)
+                    print("first", model, accepted, running, first, flush=True)
                     rows.append([f"{model}: first progress.done > 0 after submitting {total:,} monthly series "
-                                 f"as CSV (202 after {accepted:.2f} s)", f"{first:.2f} s", "", "<= 2 s",
+                                 f"as CSV (202 after {accepted:.2f} s, split and running after {running:.2f} s)",
+                                 f"{first:.2f} s", "", "<= 2 s",
                                  "met" if first <= 2 else "MISSED"])
 
         if "memory" not in skip:
