@@ -386,7 +386,9 @@ def first_progress(svc: Service, frame, ds: DataSet, model: str) -> tuple[float,
             batch = client.batch(batch.id)
             if batch.status != "queued" and running != running:
                 running = time.perf_counter() - t
-        return accepted, running, time.perf_counter() - t
+        first = time.perf_counter() - t
+        client.cancel_batch(batch.id)  # the next measurement must not queue behind the rest of this batch
+        return accepted, running, first
 
 
 # ---------------------------------------------------------------------------------------------- main
