@@ -1,7 +1,7 @@
 """Performance benchmarks of the service (`make bench`, `make bench-quick`).
 
     python bench/run.py [--quick] [--only footprint,web,verify,limiter,forecast,anomaly,monitors,prometheus,load,
-                                          accuracy]
+                                          accuracy,batches]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -15,6 +15,7 @@ Suites (each writes bench/results/<suite>.md and prints it):
   prometheus 1,000 Prometheus-backed monitors at 1-minute steps: lag point -> verdict, beside pushed appends
             (bench/prometheus_monitors.py; needs /usr/bin/prometheus)
   accuracy  bench/accuracy.py on every development set, 30 series each (5 with --quick), with anchors
+  batches   bench/batches.py: batch throughput beside statsforecast, scale-out, web memory under a 1 GB upload
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
 a suite whose service is missing fails on its own and the others still run. Exit status 1 if any failed.
@@ -40,7 +41,7 @@ import common as c  # noqa: E402
 import latency  # noqa: E402
 
 SUITES = ["footprint", "web", "verify", "limiter", "forecast", "anomaly", "monitors", "prometheus", "load",
-          "accuracy"]
+          "accuracy", "batches"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
@@ -118,6 +119,12 @@ def _describe_sample(path: Path) -> None:
                     "change to the models measured: docs/models.md, section \"Measured\".\n" + rest)
 
 
+def suite_batches(quick: bool) -> str:
+    """bench/batches.py: 10,000 series (500 with --quick) through gunicorn and the job workers, beside
+    statsforecast on the same cores; two workers against one; the web process's memory under a 1 GB upload."""
+    return _script("batches.py", *(["--quick"] if quick else []), timeout=4 * 3600)
+
+
 def suite_load(quick: bool) -> str:
     """bench/load.py: 50 clients through nginx (TLS) and gunicorn, /verify and /forecast mixed."""
     cmd = [c.PYTHON, str(c.BENCH / "load.py"), "--seconds", "15" if quick else "60"]
@@ -140,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     runners = {"footprint": suite_footprint, "web": suite_web, "anomaly": suite_anomaly,
                "monitors": suite_monitors, "prometheus": suite_prometheus, "verify": latency.suite_verify,
                "limiter": latency.suite_limiter,
-               "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy}
+               "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy,
+               "batches": suite_batches}
     failed = []
     with c.code_snapshot() as code:
         c.CODE_LINE = code

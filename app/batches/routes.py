@@ -173,7 +173,7 @@ def results(batch_id: str) -> Response:
     )
     outputs = store.done_outputs(services.database, batch.id)
     if wants_csv:
-        body, mimetype = _csv_rows(outputs, batch.kind), "text/csv"
+        body, mimetype = csv_rows(outputs, batch.kind), "text/csv"
     else:
         body, mimetype = _json_lines(outputs), NDJSON
     response = Response(body, mimetype=mimetype)
@@ -185,7 +185,7 @@ def _json_lines(outputs: Iterator[bytes]) -> Iterator[bytes]:
     yield from outputs
 
 
-def _csv_rows(outputs: Iterator[bytes], kind: str) -> Iterator[str]:
+def csv_rows(outputs: Iterator[bytes], kind: str) -> Iterator[str]:
     columns = FORECAST_CSV_COLUMNS if kind == FORECAST else ANOMALY_CSV_COLUMNS
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")

@@ -647,3 +647,79 @@ def monitor_feedback(monitor_id: str) -> Response:
         return _page("dashboard/error.html", error.status, title="Not marked", message=error.message,
                      **_base_context())
     return monitors(notice=f"The point at {stamp} is marked as not an anomaly; the detector learns it as normal.")
+
+
+# --- batches -------------------------------------------------------------------------------------
+
+BATCH_ROWS = 100
+# Results can be downloaded once some exist: while running (the series finished so far) and when done.
+BATCH_DOWNLOADABLE = ("running", "done")
+
+
+def _batch_rows(account_id: str) -> list[dict[str, Any]]:
+    from app.batches import store
+    from app.batches.schemas import batch_json
+
+    rows = []
+    for batch in store.list_batches(current_services().database, account_id, limit=BATCH_ROWS):
+        row = batch_json(batch)
+        progress = row["progress"]
+        row["finished_series"] = progress["done"] + progress["failed"]
+        row["download_url"] = (url_for("dashboard.batch_results", batch_id=batch.id)
+                               if batch.status in BATCH_DOWNLOADABLE else None)
+        rows.append(row)
+    return rows
+
+
+def _reader() -> DashboardSession | Response:
+    session = current_session()
+    assert session is not None
+    if "read" not in session.key.permissions:
+        return _page("dashboard/error.html", 403, title="Not allowed",
+                     message="Seeing batches needs a key with the read permission.", **_base_context())
+    return session
+
+
+@bp.get("/batches")
+@signed_in
+def batches() -> Response:
+    session = _reader()
+    if isinstance(session, Response):
+        return session
+    return _page("dashboard/batches.html", batches=_batch_rows(session.key.account_id), shown=BATCH_ROWS,
+                 ttl_hours=current_services().settings.batch_result_ttl_hours, **_base_context())
+
+
+@bp.get("/batches.json")
+@signed_in
+def batches_json() -> Response:
+    """What the batches page polls while a batch is unfinished: the same rows, as JSON."""
+    session = _reader()
+    if isinstance(session, Response):
+        return session
+    response = make_response({"batches": _batch_rows(session.key.account_id)})
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@bp.get("/batches/<batch_id>/results.csv")
+@signed_in
+def batch_results(batch_id: str) -> Response:
+    """The batch's results as GET /batches/{id}/results?format=csv gives them, streamed, as a download."""
+    from app.batches import store
+    from app.batches.routes import csv_rows
+
+    session = _reader()
+    if isinstance(session, Response):
+        return session
+    database = current_services().database
+    batch = store.get_batch(database, session.key.account_id, batch_id)
+    if batch is None or batch.status == "cancelled":
+        return _page("dashboard/error.html", 404, title="No such batch",
+                     message="There is no batch with that id in this account, or it was cancelled.",
+                     **_base_context())
+    response = Response(csv_rows(store.done_outputs(database, batch.id), batch.kind), mimetype="text/csv")
+    response.headers["Content-Disposition"] = f'attachment; filename="{batch.id}.csv"'
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Batch-Status"] = batch.status
+    return response

@@ -12,6 +12,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 import requests
 from selenium.common.exceptions import WebDriverException
 
-from tests.support import ROOT, Server, bearer, cli_in_process, missing_service, wait_for
+from tests.support import ROOT, JobWorker, Server, bearer, cli_in_process, missing_service, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -477,3 +478,59 @@ def test_usage_axes_name_each_date_once_and_the_reference_tries_nothing_refused(
     refused = [m for m in page.console_errors() if "Content Security Policy" in m or "Refused" in m]
     assert not refused, refused
     assert "API docs by Redocly" in page.text()
+
+
+
+def daily_series(identifier: str, days: int, seed: int) -> dict[str, Any]:
+    start = datetime(2026, 1, 1)
+    return {"id": identifier,
+            "timestamps": [(start + timedelta(days=d)).strftime("%Y-%m-%dT%H:%M:%S") for d in range(days)],
+            "values": [20 + seed + (d % 7) * 1.5 + 0.1 * d for d in range(days)]}
+
+
+def test_the_batches_page_follows_progress_and_downloads_the_results(
+    signed_in: tuple[Page, dict], server: Server, env: dict[str, str], tmp_path: Path
+) -> None:
+    page, admin = signed_in
+    page.open("/dashboard/batches")
+    assert "No batches in this account yet" in page.text()
+    fields = {"forecast_horizon": 3, "data_frequency": "Daily", "forecast_frequency": "Daily"}
+    body = {**fields, "series": [daily_series(f"store-{i}", 60, i) for i in range(6)]
+            + [daily_series("too-short", 5, 0)]}
+    # No job worker yet: the batch waits, queued, while the page shows it.
+    submitted = requests.post(server.url + "/batches", json=body, headers=bearer(admin["key"]), timeout=30)
+    assert submitted.status_code == 202, submitted.text
+    batch_id = submitted.json()["id"]
+    page.open("/dashboard/batches")
+    row = f"tr[data-batch-id='{batch_id}']"
+    assert page.find(row + " .status").text == "queued"
+    assert page.find(row + " .count").text == "0 / 7"
+    assert page.find(row + " .results").text == "\u2014"
+
+    # A worker starts: the open page follows the batch to the end by itself and offers the results.
+    worker = JobWorker(env, log_path=tmp_path / "worker.log")
+    try:
+        wait_for(lambda: page.find(row + " .status").text == "done", timeout=120,
+                 message="the page to show the batch done")
+    finally:
+        worker.stop()
+    assert page.find(row + " .count").text == "7 / 7, 1 failed"
+    assert page.js(f"return document.querySelector(\"{row} progress\").value") == 7
+    link = page.find(row + " .results a")
+    assert link.text == "CSV"
+    page.screenshot("batches")
+
+    # The link downloads what GET /batches/{id}/results gives as CSV, to the signed-in session only.
+    cookies = {"dashboard_session": page.driver.get_cookie("dashboard_session")["value"]}
+    downloaded = requests.get(link.get_attribute("href"), cookies=cookies, timeout=30)
+    assert downloaded.status_code == 200
+    assert downloaded.headers["Content-Disposition"] == f'attachment; filename="{batch_id}.csv"'
+    from_api = requests.get(server.url + f"/batches/{batch_id}/results?format=csv", headers=bearer(admin["key"]),
+                            timeout=30)
+    assert downloaded.text == from_api.text
+    assert downloaded.text.count("\n") == 1 + 6 * 3 + 1 and "too-short" in downloaded.text
+    stranger = requests.get(link.get_attribute("href"), timeout=30, allow_redirects=False)
+    assert stranger.status_code == 302 and "/dashboard/sign-in" in stranger.headers["Location"]
+
+    blocked = [m for m in page.console_errors() if "Content Security Policy" in m or "Refused" in m]
+    assert not blocked, blocked

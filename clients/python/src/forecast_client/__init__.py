@@ -1,5 +1,6 @@
 """Python client for the forecast service: pandas in and out, retries done right, one exception tree."""
 
+from forecast_client._batches import Batch, BatchFailed, BatchTimeout
 from forecast_client._client import API_KEY_ENV, BASE_URL_ENV, AsyncClient, Client, UnexpectedResponse, __version__
 from forecast_client._errors import (
     APIConnectionError,
@@ -50,6 +51,9 @@ __all__ = [
     "APITimeoutError",
     "AnomalyResult",
     "AsyncClient",
+    "Batch",
+    "BatchFailed",
+    "BatchTimeout",
     "Client",
     "CreatedKey",
     "DataValidationError",

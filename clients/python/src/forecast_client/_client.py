@@ -6,17 +6,29 @@ import asyncio
 import json
 import logging
 import os
+import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import IO, Any, Generic, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
 
+from forecast_client._batches import (
+    Batch,
+    BatchFailed,
+    BatchTimeout,
+    PreparedFrame,
+    ProgressBar,
+    csv_pieces,
+    next_poll,
+    prepare_frame,
+    read_forecast_csv,
+)
 from forecast_client._errors import (
     APIConnectionError,
     APITimeoutError,
@@ -258,7 +270,8 @@ class _Call(Generic[T]):
     method: str
     path: str
     read: Callable[[httpx.Response], T]
-    content: bytes | None = None
+    # Bytes, or a factory of pieces for a streamed upload (called afresh for each attempt).
+    content: bytes | Callable[[], Iterator[bytes]] | None = None
     headers: Mapping[str, str] | None = None
     params: Mapping[str, Any] | None = None
     # False for calls that create something (a key): a repeat after a lost answer would create it twice, so
@@ -540,6 +553,74 @@ class _Calls(_Common):
         )
 
 
+class _BatchCalls(_Calls):
+    """The batch endpoints as _Calls, and the parts of forecast_many that do no I/O."""
+
+    def _submit_batch_call(
+        self, prepared: PreparedFrame, horizon: int, confidence: float, model: str | None
+    ) -> _Call[Batch]:
+        params = {"forecast_horizon": horizon, "data_frequency": prepared.frequency,
+                  "forecast_frequency": prepared.frequency, "confidence": confidence}
+        headers = {"Content-Type": "text/csv"}
+        if model is not None:
+            headers["X-Model-Id"] = model
+        # Not idempotent: a repeat after a lost answer would submit the batch twice.
+        return _Call("POST", "/batches", self._batch_read, lambda: csv_pieces(prepared), headers, params,
+                     idempotent=False)
+
+    def _batch_read(self, response: httpx.Response) -> Batch:
+        self._note_rate_limit(response)
+        try:
+            return Batch.from_json(_json_object(response))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnexpectedResponse(f"batch response is missing or mangles {exc}", response) from exc
+
+    def _batch_call(self, batch_id: str) -> _Call[tuple[Batch, float | None]]:
+        def read(response: httpx.Response) -> tuple[Batch, float | None]:
+            return self._batch_read(response), parse_retry_after(response.headers.get("Retry-After"))
+
+        return _Call("GET", f"/batches/{_segment(batch_id)}", read)
+
+    def _list_batches_call(self, limit: int | None) -> _Call[list[Batch]]:
+        def read(response: httpx.Response) -> list[Batch]:
+            try:
+                return [Batch.from_json(item) for item in _json_object(response)["batches"]]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UnexpectedResponse(f"batches response is missing or mangles {exc}", response) from exc
+
+        return _Call("GET", "/batches", read, params={"limit": limit} if limit is not None else None)
+
+    def _cancel_batch_call(self, batch_id: str) -> _Call[None]:
+        return _Call("DELETE", f"/batches/{_segment(batch_id)}", self._no_body)
+
+    def _results_call(self, batch_id: str) -> _Call[None]:
+        return _Call("GET", f"/batches/{_segment(batch_id)}/results", self._no_body, headers={"Accept": "text/csv"})
+
+    @staticmethod
+    def _results_frame(spool: IO[bytes], prepared: PreparedFrame | None, batch_status: str | None) -> Any:
+        spool.seek(0)
+        frame = read_forecast_csv(spool, prepared.ids if prepared else None, prepared.tz if prepared else None)
+        frame.attrs["batch_status"] = batch_status
+        return frame
+
+    @staticmethod
+    def _prepare(
+        df: Any, horizon: int | None, frequency: str | None, id_col: str, time_col: str, value_col: str
+    ) -> PreparedFrame:
+        if horizon is None:
+            raise TypeError("forecast_many needs horizon= to submit a frame")
+        return prepare_frame(df, frequency, id_col, time_col, value_col)
+
+    @staticmethod
+    def _finished(batch: Batch, failed_series: int) -> None:
+        """Raises BatchFailed for a batch that failed or was cancelled; warns of the series that failed."""
+        if batch.status in ("failed", "cancelled"):
+            raise BatchFailed(batch)
+        if failed_series:
+            log.warning("batch %s: %d of %d series failed; see frame.attrs['errors']", batch.id, failed_series,
+                        batch.total)
+
+
 class _Unset:
     """Marks an argument not given, where None means something (update_monitor's webhook_url=None removes it)."""
 
@@ -576,7 +657,7 @@ def _aware_iso(value: datetime) -> str:
     return value.isoformat()
 
 
-class Client(_Calls):
+class Client(_BatchCalls):
     """A blocking client for the forecast service.
 
     >>> with Client("http://127.0.0.1:8000", api_key="ak_...") as client:
@@ -786,18 +867,134 @@ class Client(_Calls):
         """GET /monitors/{id}/deliveries (read): the webhook events and every attempt to deliver them."""
         return self._send(self._deliveries_call(monitor_id, limit))
 
+    # -- batches -------------------------------------------------------------------------------------------
+
+    def forecast_many(
+        self,
+        df: Any = None,
+        horizon: int | None = None,
+        *,
+        frequency: str | None = None,
+        confidence: float = 0.95,
+        model: str | None = None,
+        id_col: str = "unique_id",
+        time_col: str = "timestamp",
+        value_col: str = "value",
+        batch_id: str | None = None,
+        timeout: float | None = None,
+        progress: bool | None = None,
+    ) -> Any:
+        """Forecasts every series of a long frame as one batch and waits for it: a DataFrame in (one row per
+        point: ``unique_id``, ``timestamp``, ``value``, like statsforecast's), a DataFrame out (``unique_id``,
+        ``timestamp``, ``lower``, ``median``, ``upper``, in submission order).
+
+        Series that fail (too short, a gap...) are not in the frame: ``frame.attrs["errors"]`` lists them
+        (``unique_id``, ``code``, ``message``, ``details``), exactly as ``forecast()`` would raise for each.
+        ``frame.attrs["batch_id"]`` names the batch. The upload is streamed, so frames of any size work.
+
+        ``batch_id`` resumes a batch submitted before (``df`` then only gives back the ids' types and the time
+        zone, and may be omitted). ``timeout`` (seconds) raises BatchTimeout, which carries the batch id to
+        resume with; the batch goes on. ``progress``: a progress bar on stderr (default: when it is a
+        terminal). A batch that fails as a whole, or is cancelled, raises BatchFailed.
+        """
+        prepared = None
+        if df is not None:
+            prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col)
+        if batch_id is None:
+            if prepared is None:
+                raise TypeError("forecast_many needs a frame to submit, or batch_id= to resume")
+            submitted = self._send(self._submit_batch_call(prepared, horizon or 0, confidence, model))
+            log.info("submitted batch %s (%d series)", submitted.id, submitted.total)
+            batch_id = submitted.id
+        batch = self.wait_batch(batch_id, timeout=timeout, progress=progress)
+        self._finished(batch, 0)
+        frame = self._download(batch_id, prepared, batch.status)
+        frame.attrs["batch_id"] = batch_id
+        self._finished(batch, len(frame.attrs["errors"]))
+        return frame
+
+    def submit_batch(
+        self,
+        df: Any,
+        horizon: int,
+        *,
+        frequency: str | None = None,
+        confidence: float = 0.95,
+        model: str | None = None,
+        id_col: str = "unique_id",
+        time_col: str = "timestamp",
+        value_col: str = "value",
+    ) -> Batch:
+        """POST /batches (write): submits the frame (streamed as CSV) and returns at once."""
+        prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col)
+        return self._send(self._submit_batch_call(prepared, horizon, confidence, model))
+
+    def batch(self, batch_id: str) -> Batch:
+        """GET /batches/{id} (read): status and progress."""
+        return self._send(self._batch_call(batch_id))[0]
+
+    def batches(self, *, limit: int | None = None) -> list[Batch]:
+        """GET /batches (read): the account's batches, newest first."""
+        return self._send(self._list_batches_call(limit))
+
+    def cancel_batch(self, batch_id: str) -> None:
+        """DELETE /batches/{id} (delete): cancels it and deletes its series and results."""
+        self._send(self._cancel_batch_call(batch_id))
+
+    def wait_batch(self, batch_id: str, *, timeout: float | None = None, progress: bool | None = None) -> Batch:
+        """Polls the batch until it is done, failed or cancelled: soon at first, then further apart (up to 10 s),
+        or when the service's Retry-After says. ``timeout`` raises BatchTimeout."""
+        bar = ProgressBar(progress)
+        started = time.monotonic()
+        delay: float | None = None
+        try:
+            while True:
+                batch, retry_after = self._send(self._batch_call(batch_id))
+                bar.update(batch)
+                if batch.finished:
+                    return batch
+                delay = next_poll(delay, retry_after)
+                if timeout is not None and time.monotonic() - started + delay > timeout:
+                    raise BatchTimeout(batch)
+                time.sleep(delay)
+        finally:
+            bar.close()
+
+    def batch_results(self, batch_id: str) -> Any:
+        """GET /batches/{id}/results (read) as forecast_many's frame, without waiting: the series finished so
+        far when the batch is still running (``frame.attrs["batch_status"]`` says)."""
+        frame = self._download(batch_id, None, None)
+        frame.attrs["batch_id"] = batch_id
+        return frame
+
+    def _download(self, batch_id: str, prepared: PreparedFrame | None, status: str | None) -> Any:
+        response = self._fetch(self._results_call(batch_id), stream=True)
+        # Spooled to disk past 64 MB: the results of a large batch never sit in memory twice.
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+            try:
+                for piece in response.iter_bytes():
+                    spool.write(piece)
+            finally:
+                response.close()
+            return self._results_frame(spool, prepared, status or response.headers.get("X-Batch-Status"))
+
     def _send(self, call: _Call[T]) -> T:
+        return call.read(self._fetch(call))
+
+    def _fetch(self, call: _Call[Any], *, stream: bool = False) -> httpx.Response:
+        """The call's successful answer, after any retries; ``stream``: its body not read yet (close it)."""
         request_id = uuid.uuid4().hex
         # One id for every attempt of a call, so the service's log lines of all of them are found together.
         headers = {**(call.headers or {}), "X-Request-Id": request_id}
         started = time.monotonic()
         retries_done = 0
         while True:
+            content = call.content() if callable(call.content) else call.content
             request = self._http.build_request(
-                call.method, call.path, content=call.content, headers=headers, params=call.params
+                call.method, call.path, content=content, headers=headers, params=call.params
             )
             try:
-                response = self._http.send(request)
+                response = self._http.send(request, stream=stream)
             except httpx.HTTPError as exc:
                 delay = self._next_delay_after_exception(exc, request, retries_done, started, request_id, call)
                 if delay is None:
@@ -806,7 +1003,10 @@ class Client(_Calls):
                     raise
             else:
                 if response.is_success:
-                    return call.read(response)
+                    return response
+                if stream:
+                    response.read()
+                    response.close()
                 delay = self._next_delay_after_response(response, retries_done, started, request_id, call)
                 if delay is None:
                     self._note_rate_limit(response)
@@ -815,7 +1015,7 @@ class Client(_Calls):
             retries_done += 1
 
 
-class AsyncClient(_Calls):
+class AsyncClient(_BatchCalls):
     """The asyncio twin of Client: the same arguments, methods and errors, awaited."""
 
     def __init__(
@@ -978,17 +1178,115 @@ class AsyncClient(_Calls):
     async def deliveries(self, monitor_id: str, *, limit: int | None = None) -> list[Delivery]:
         return await self._send(self._deliveries_call(monitor_id, limit))
 
+    # -- batches -------------------------------------------------------------------------------------------
+
+    async def forecast_many(
+        self,
+        df: Any = None,
+        horizon: int | None = None,
+        *,
+        frequency: str | None = None,
+        confidence: float = 0.95,
+        model: str | None = None,
+        id_col: str = "unique_id",
+        time_col: str = "timestamp",
+        value_col: str = "value",
+        batch_id: str | None = None,
+        timeout: float | None = None,
+        progress: bool | None = None,
+    ) -> Any:
+        """See Client.forecast_many."""
+        prepared = None
+        if df is not None:
+            prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col)
+        if batch_id is None:
+            if prepared is None:
+                raise TypeError("forecast_many needs a frame to submit, or batch_id= to resume")
+            submitted = await self._send(self._submit_batch_call(prepared, horizon or 0, confidence, model))
+            log.info("submitted batch %s (%d series)", submitted.id, submitted.total)
+            batch_id = submitted.id
+        batch = await self.wait_batch(batch_id, timeout=timeout, progress=progress)
+        self._finished(batch, 0)
+        frame = await self._download(batch_id, prepared, batch.status)
+        frame.attrs["batch_id"] = batch_id
+        self._finished(batch, len(frame.attrs["errors"]))
+        return frame
+
+    async def submit_batch(
+        self,
+        df: Any,
+        horizon: int,
+        *,
+        frequency: str | None = None,
+        confidence: float = 0.95,
+        model: str | None = None,
+        id_col: str = "unique_id",
+        time_col: str = "timestamp",
+        value_col: str = "value",
+    ) -> Batch:
+        prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col)
+        return await self._send(self._submit_batch_call(prepared, horizon, confidence, model))
+
+    async def batch(self, batch_id: str) -> Batch:
+        return (await self._send(self._batch_call(batch_id)))[0]
+
+    async def batches(self, *, limit: int | None = None) -> list[Batch]:
+        return await self._send(self._list_batches_call(limit))
+
+    async def cancel_batch(self, batch_id: str) -> None:
+        await self._send(self._cancel_batch_call(batch_id))
+
+    async def wait_batch(
+        self, batch_id: str, *, timeout: float | None = None, progress: bool | None = None
+    ) -> Batch:
+        bar = ProgressBar(progress)
+        started = time.monotonic()
+        delay: float | None = None
+        try:
+            while True:
+                batch, retry_after = await self._send(self._batch_call(batch_id))
+                bar.update(batch)
+                if batch.finished:
+                    return batch
+                delay = next_poll(delay, retry_after)
+                if timeout is not None and time.monotonic() - started + delay > timeout:
+                    raise BatchTimeout(batch)
+                await asyncio.sleep(delay)
+        finally:
+            bar.close()
+
+    async def batch_results(self, batch_id: str) -> Any:
+        frame = await self._download(batch_id, None, None)
+        frame.attrs["batch_id"] = batch_id
+        return frame
+
+    async def _download(self, batch_id: str, prepared: PreparedFrame | None, status: str | None) -> Any:
+        response = await self._fetch(self._results_call(batch_id), stream=True)
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+            try:
+                async for piece in response.aiter_bytes():
+                    spool.write(piece)
+            finally:
+                await response.aclose()
+            return self._results_frame(spool, prepared, status or response.headers.get("X-Batch-Status"))
+
     async def _send(self, call: _Call[T]) -> T:
+        return call.read(await self._fetch(call))
+
+    async def _fetch(self, call: _Call[Any], *, stream: bool = False) -> httpx.Response:
         request_id = uuid.uuid4().hex
         headers = {**(call.headers or {}), "X-Request-Id": request_id}
         started = time.monotonic()
         retries_done = 0
         while True:
+            content: bytes | AsyncIterator[bytes] | None = (
+                _async_pieces(call.content()) if callable(call.content) else call.content
+            )
             request = self._http.build_request(
-                call.method, call.path, content=call.content, headers=headers, params=call.params
+                call.method, call.path, content=content, headers=headers, params=call.params
             )
             try:
-                response = await self._http.send(request)
+                response = await self._http.send(request, stream=stream)
             except httpx.HTTPError as exc:
                 delay = self._next_delay_after_exception(exc, request, retries_done, started, request_id, call)
                 if delay is None:
@@ -997,10 +1295,19 @@ class AsyncClient(_Calls):
                     raise
             else:
                 if response.is_success:
-                    return call.read(response)
+                    return response
+                if stream:
+                    await response.aread()
+                    await response.aclose()
                 delay = self._next_delay_after_response(response, retries_done, started, request_id, call)
                 if delay is None:
                     self._note_rate_limit(response)
                     raise error_from_response(response, attempts=retries_done + 1)
             await asyncio.sleep(delay)
             retries_done += 1
+
+
+async def _async_pieces(pieces: Iterator[bytes]) -> AsyncIterator[bytes]:
+    # httpx's AsyncClient streams only an async iterable; the pieces are made as they are sent.
+    for piece in pieces:
+        yield piece

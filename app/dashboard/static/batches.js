@@ -1,0 +1,62 @@
+// Keeps the batches table's progress current: polls the page's JSON twin while any listed batch is queued or
+// running, and updates each row in place (bar, counts, status, finish time, download link).
+(function () {
+  "use strict";
+  var UNFINISHED = { queued: true, running: true };
+  var POLL_MS = 2000;
+
+  function when(text) {
+    return text ? text.slice(0, 16).replace("T", " ") + " UTC" : "\u2014";
+  }
+
+  function count(n) {
+    return n.toLocaleString("en-US");
+  }
+
+  function update(row, batch) {
+    var finished = batch.progress.done + batch.progress.failed;
+    var bar = row.querySelector("progress");
+    bar.max = batch.progress.total || 1;
+    bar.value = finished;
+    row.querySelector(".count").textContent = count(finished) + " / " + count(batch.progress.total) +
+      (batch.progress.failed ? ", " + count(batch.progress.failed) + " failed" : "");
+    row.querySelector(".status").textContent = batch.status;
+    row.className = "status-" + batch.status;
+    row.querySelector(".finished").textContent = when(batch.finished_at);
+    var cell = row.querySelector(".results");
+    cell.textContent = "";
+    if (batch.download_url) {
+      var link = document.createElement("a");
+      link.href = batch.download_url;
+      link.setAttribute("download", "");
+      link.textContent = "CSV";
+      cell.appendChild(link);
+    } else {
+      cell.textContent = "\u2014";
+    }
+  }
+
+  function unfinished() {
+    return Array.prototype.some.call(document.querySelectorAll("tr[data-batch-id] .status"), function (el) {
+      return UNFINISHED[el.textContent.trim()];
+    });
+  }
+
+  function poll() {
+    if (!unfinished()) return;
+    fetch("batches.json", { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (body) {
+        if (body) {
+          body.batches.forEach(function (batch) {
+            var row = document.querySelector('tr[data-batch-id="' + batch.id + '"]');
+            if (row) update(row, batch);
+          });
+        }
+        window.setTimeout(poll, POLL_MS);
+      })
+      .catch(function () { window.setTimeout(poll, POLL_MS * 2); });
+  }
+
+  window.setTimeout(poll, POLL_MS);
+})();

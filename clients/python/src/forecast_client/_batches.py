@@ -1,0 +1,264 @@
+"""Batches from the client's side: a long pandas frame to the service's CSV upload (streamed in pieces), the
+batch's status, the polling schedule, a small progress bar, and the results' CSV back to a frame."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from typing import IO, TYPE_CHECKING, Any
+
+from forecast_client._errors import ForecastClientError
+from forecast_client._series import _pandas_frequency, infer_frequency, normalize_frequency
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FINISHED = frozenset({"done", "failed", "cancelled"})
+# Rows per CSV piece handed to the connection: a few MB of text, so a frame of any size streams in bounded memory.
+UPLOAD_ROWS = 50_000
+# Polling: the first look soon (small batches finish in a second), then further apart, never more than this.
+POLL_FIRST, POLL_GROWTH, POLL_MAX = 0.5, 1.5, 10.0
+FORECAST_COLUMNS = ["unique_id", "timestamp", "lower", "median", "upper"]
+ERROR_COLUMNS = ["unique_id", "code", "message", "details"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch as GET /batches/{id} describes it. ``error`` is set when its upload could not be read."""
+
+    id: str
+    kind: str
+    status: str
+    total: int
+    done: int
+    failed: int
+    model_id: str | None
+    parameters: dict[str, Any]
+    created_at: datetime | None
+    finished_at: datetime | None
+    expires_at: datetime | None
+    error: dict[str, Any] | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Batch:
+        progress = body.get("progress") or {}
+        return cls(
+            id=str(body["id"]),
+            kind=str(body["kind"]),
+            status=str(body["status"]),
+            total=int(progress.get("total") or 0),
+            done=int(progress.get("done") or 0),
+            failed=int(progress.get("failed") or 0),
+            model_id=body.get("model_id"),
+            parameters=dict(body.get("parameters") or {}),
+            created_at=_instant(body.get("created_at")),
+            finished_at=_instant(body.get("finished_at")),
+            expires_at=_instant(body.get("expires_at")),
+            error=body.get("error"),
+        )
+
+
+def _instant(value: Any) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+class BatchFailed(ForecastClientError):
+    """The batch as a whole failed (its upload could not be read) or was cancelled; ``batch`` says which."""
+
+    def __init__(self, batch: Batch) -> None:
+        reason = (batch.error or {}).get("message") if batch.status == "failed" else "it was cancelled"
+        super().__init__(f"batch {batch.id} {batch.status}: {reason}")
+        self.batch = batch
+
+
+class BatchTimeout(TimeoutError, ForecastClientError):
+    """The batch did not finish within the wait asked for; it goes on, resume it with its ``batch_id``."""
+
+    def __init__(self, batch: Batch) -> None:
+        super().__init__(f"batch {batch.id} not finished ({batch.done + batch.failed:,} of {batch.total:,} series); "
+                         f"resume with batch_id={batch.id!r}")
+        self.batch = batch
+        self.batch_id = batch.id
+
+
+# -- the frame going in -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreparedFrame:
+    """The three columns in upload order, with what is needed to give results back in the input's terms."""
+
+    frame: pd.DataFrame
+    frequency: str
+    tz: tzinfo | None
+    ids: dict[str, Any]  # the id as sent (text) -> the id as given, so results keep the input's id type
+
+
+def prepare_frame(
+    df: pd.DataFrame, frequency: str | None, id_col: str, time_col: str, value_col: str
+) -> PreparedFrame:
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"forecast_many takes a pandas DataFrame in long format, not {type(df).__name__}")
+    missing = [name for name in (id_col, time_col, value_col) if name not in df.columns]
+    if missing:
+        raise ValueError(f"the frame has no column {missing[0]!r} (columns: {', '.join(map(str, df.columns))}); "
+                         "name the columns with id_col=, time_col=, value_col=")
+    if df.empty:
+        raise ValueError("the frame has no rows")
+    frame = df[[id_col, time_col, value_col]]
+    frame.columns = pd.Index(["unique_id", "timestamp", "value"])
+    if frame["unique_id"].isna().any():
+        raise ValueError(f"column {id_col!r} has missing ids")
+    stamps = frame["timestamp"]
+    if not pd.api.types.is_datetime64_any_dtype(stamps):
+        if pd.api.types.is_object_dtype(stamps) and stamps.map(type).eq(str).all():
+            stamps = pd.to_datetime(stamps, format="ISO8601")
+        else:
+            stamps = pd.to_datetime(stamps)
+    if stamps.isna().any():
+        raise ValueError(f"column {time_col!r} has missing timestamps (row {int(stamps.isna().to_numpy().argmax())})")
+    frame = pd.DataFrame({"unique_id": frame["unique_id"].to_numpy(), "timestamp": stamps.reset_index(drop=True),
+                          "value": pd.to_numeric(frame["value"], errors="coerce").reset_index(drop=True)})
+    # The service wants each series' rows in time order; statsforecast-style frames usually are already.
+    in_order = frame.groupby("unique_id", sort=False)["timestamp"].is_monotonic_increasing.all()
+    if not in_order:
+        frame = frame.sort_values(["unique_id", "timestamp"], kind="stable", ignore_index=True)
+    tz = stamps.dt.tz
+    resolved = normalize_frequency(frequency) if frequency is not None else _frame_frequency(frame)
+    ids = {str(value): value for value in pd.unique(frame["unique_id"])}
+    return PreparedFrame(frame=frame, frequency=resolved, tz=tz, ids=ids)
+
+
+def _frame_frequency(frame: pd.DataFrame) -> str:
+    """The spacing of the longest series (its first 200 points): a frame's series share one frequency."""
+    import pandas as pd
+
+    sizes = frame.groupby("unique_id", sort=False).size()
+    longest = frame.loc[frame["unique_id"] == sizes.idxmax(), "timestamp"].iloc[:200]
+    if len(longest) < 2:
+        raise ValueError("cannot infer the frequency from series of one point; pass frequency=")
+    index = pd.DatetimeIndex(longest)
+    # pandas' inference first, as forecast() does for a Series: it knows a zone's days across a DST change.
+    return _pandas_frequency(index) or infer_frequency(list(index.to_pydatetime()))
+
+
+def csv_pieces(prepared: PreparedFrame, rows: int = UPLOAD_ROWS) -> Iterator[bytes]:
+    """The upload body, ``rows`` rows at a time: the frame is never written out whole."""
+    yield b"unique_id,timestamp,value\n"
+    frame = prepared.frame
+    for start in range(0, len(frame), rows):
+        part = frame.iloc[start:start + rows]
+        out = part.assign(timestamp=_service_times(part["timestamp"]))
+        # NaN goes as an empty cell (a missing value); floats are written in their shortest exact form.
+        yield out.to_csv(header=False, index=False, na_rep="").encode()
+
+
+def _service_times(stamps: pd.Series) -> pd.Series:
+    has_fraction = bool((stamps.dt.microsecond != 0).any() or (stamps.dt.nanosecond != 0).any())
+    pattern = "%Y-%m-%dT%H:%M:%S.%f" if has_fraction else "%Y-%m-%dT%H:%M:%S"
+    if stamps.dt.tz is None:
+        return stamps.dt.strftime(pattern)
+    text = stamps.dt.strftime(pattern + "%z")  # +0100: the service wants +01:00
+    return text.str[:-2] + ":" + text.str[-2:]
+
+
+# -- the results coming back ------------------------------------------------------------------------------
+
+
+def read_forecast_csv(body: IO[bytes], ids: Mapping[str, Any] | None, tz: tzinfo | None) -> pd.DataFrame:
+    """The results' CSV (unique_id,timestamp,lower,median,upper,error) as the forecast frame, with the
+    series that failed in ``frame.attrs["errors"]`` (unique_id, code, message, details)."""
+    import pandas as pd
+
+    # round_trip: the numbers read back exactly as the service wrote them (pandas' default parser may differ
+    # in the last digit), so a batch's forecast equals forecast()'s.
+    raw = pd.read_csv(body, dtype={"unique_id": str, "timestamp": str, "error": str}, keep_default_na=False,
+                      na_values={"lower": [""], "median": [""], "upper": [""]}, float_precision="round_trip")
+    failed = raw["error"] != ""
+    forecasts = raw.loc[~failed, FORECAST_COLUMNS].reset_index(drop=True)
+    forecasts["timestamp"] = _parse_times(forecasts["timestamp"], tz)
+    envelopes = [json.loads(text)["error"] for text in raw.loc[failed, "error"]]
+    errors = pd.DataFrame({
+        "unique_id": raw.loc[failed, "unique_id"].to_numpy(),
+        "code": [e.get("code") for e in envelopes],
+        "message": [e.get("message") for e in envelopes],
+        "details": [e.get("details") or {} for e in envelopes],
+    }, columns=ERROR_COLUMNS)
+    if ids:
+        forecasts["unique_id"] = forecasts["unique_id"].map(ids)
+        errors["unique_id"] = errors["unique_id"].map(ids)
+    forecasts.attrs["errors"] = errors
+    return forecasts
+
+
+def _parse_times(texts: pd.Series, tz: tzinfo | None) -> pd.Series:
+    import pandas as pd
+
+    if texts.empty:
+        return pd.Series(pd.DatetimeIndex([], tz=tz), index=texts.index)
+    first = texts.iloc[0]
+    if not (first.endswith("Z") or first[-6:-5] in "+-" and first[-3:-2] == ":"):
+        return pd.to_datetime(texts, format="ISO8601")
+    utc = pd.to_datetime(texts, format="ISO8601", utc=True)
+    return utc.dt.tz_convert(tz) if tz is not None else utc
+
+
+# -- waiting ----------------------------------------------------------------------------------------------
+
+
+def next_poll(previous: float | None, retry_after: float | None) -> float:
+    """Seconds until the next look at the batch: Retry-After when the service gave one, else growing."""
+    if retry_after is not None:
+        return retry_after
+    if previous is None:
+        return POLL_FIRST
+    return min(POLL_MAX, previous * POLL_GROWTH)
+
+
+class ProgressBar:
+    """One line on stderr, redrawn in place: ``batch bat_… [#####.....] 1,234/10,000 series, 3 failed, 12 s``.
+    Shown only when stderr is a terminal (unless asked), so logs and pipelines get none of it."""
+
+    WIDTH = 30
+
+    def __init__(self, enabled: bool | None, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = _is_tty(self.stream) if enabled is None else enabled
+        self.started = time.monotonic()
+        self._drawn = False
+
+    def update(self, batch: Batch) -> None:
+        if not self.enabled:
+            return
+        finished = batch.done + batch.failed
+        share = finished / batch.total if batch.total else (1.0 if batch.finished else 0.0)
+        filled = int(self.WIDTH * share)
+        line = (f"batch {batch.id} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {finished:,}/{batch.total:,} "
+                f"series, {batch.failed:,} failed, {batch.status}, {time.monotonic() - self.started:.0f} s")
+        self.stream.write("\r" + line + "\x1b[K")
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self.enabled and self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _is_tty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

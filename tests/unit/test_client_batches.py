@@ -1,0 +1,93 @@
+"""forecast_client's batch helpers that do no I/O: the frame to the upload's CSV, the results' CSV back, polling."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+from forecast_client._batches import (
+    POLL_FIRST,
+    POLL_MAX,
+    Batch,
+    ProgressBar,
+    csv_pieces,
+    next_poll,
+    prepare_frame,
+    read_forecast_csv,
+)
+
+
+def frame(tz: str | None = None) -> pd.DataFrame:
+    stamps = pd.date_range("2026-03-28", periods=4, freq="D", tz=tz)
+    return pd.DataFrame({"unique_id": [7] * 4 + [8] * 4, "timestamp": list(stamps) * 2,
+                         "value": [1.0, 0.1 + 0.2, np.nan, 4.0, 5.0, 6.0, 7.0, 1e-300]})
+
+
+def test_the_upload_is_the_service_csv_in_pieces_with_exact_numbers_and_empty_missing_cells() -> None:
+    prepared = prepare_frame(frame(), None, "unique_id", "timestamp", "value")
+    assert prepared.frequency == "Daily" and prepared.ids == {"7": 7, "8": 8}
+    pieces = list(csv_pieces(prepared, rows=3))
+    assert len(pieces) == 1 + 3  # the header, then 8 rows 3 at a time
+    text = b"".join(pieces).decode()
+    assert text.splitlines()[:4] == ["unique_id,timestamp,value", "7,2026-03-28T00:00:00,1.0",
+                                     "7,2026-03-29T00:00:00,0.30000000000000004", "7,2026-03-30T00:00:00,"]
+    assert text.splitlines()[-1] == "8,2026-03-31T00:00:00,1e-300"
+
+
+def test_aware_timestamps_carry_their_offset_across_a_dst_change() -> None:
+    prepared = prepare_frame(frame("Europe/Berlin"), None, "unique_id", "timestamp", "value")
+    stamps = [line.split(",")[1] for line in b"".join(csv_pieces(prepared)).decode().splitlines()[1:5]]
+    assert stamps == ["2026-03-28T00:00:00+01:00", "2026-03-29T00:00:00+01:00", "2026-03-30T00:00:00+02:00",
+                      "2026-03-31T00:00:00+02:00"]
+
+
+def test_rows_out_of_time_order_are_sorted_within_each_series() -> None:
+    shuffled = frame().iloc[[5, 0, 3, 1, 7, 2, 4, 6]]
+    prepared = prepare_frame(shuffled, None, "unique_id", "timestamp", "value")
+    assert prepared.frame.groupby("unique_id")["timestamp"].is_monotonic_increasing.all()
+
+
+def test_results_csv_splits_forecasts_from_errors_and_restores_ids_and_zone() -> None:
+    body = io.BytesIO(
+        b"unique_id,timestamp,lower,median,upper,error\n"
+        b"7,2026-04-01T00:00:00+02:00,0.1,0.30000000000000004,0.5,\n"
+        b'8,,,,,"{""error"":{""code"":""DATA_VALIDATION_ERROR"",""message"":""too short"",'
+        b'""details"":{""field"":""series[1]""}}}"\n'
+    )
+    from zoneinfo import ZoneInfo
+
+    out = read_forecast_csv(body, {"7": 7, "8": 8}, ZoneInfo("Europe/Berlin"))
+    assert out["unique_id"].tolist() == [7]
+    assert out["median"].tolist() == [0.1 + 0.2]  # read back exactly
+    assert out["timestamp"].iloc[0] == pd.Timestamp("2026-04-01", tz="Europe/Berlin")
+    errors = out.attrs["errors"]
+    assert errors.to_dict("records") == [{"unique_id": 8, "code": "DATA_VALIDATION_ERROR", "message": "too short",
+                                          "details": {"field": "series[1]"}}]
+
+
+def test_polling_starts_soon_grows_to_a_ceiling_and_obeys_retry_after() -> None:
+    delays = [next_poll(None, None)]
+    for _ in range(20):
+        delays.append(next_poll(delays[-1], None))
+    assert delays[0] == POLL_FIRST and delays == sorted(delays) and delays[-1] == POLL_MAX
+    assert next_poll(POLL_MAX, 42.0) == 42.0
+
+
+def test_the_bar_draws_only_where_asked() -> None:
+    batch = Batch.from_json({"id": "bat_1", "kind": "forecast", "status": "running",
+                             "progress": {"total": 10, "done": 4, "failed": 1}})
+    stream = io.StringIO()
+    bar = ProgressBar(None, stream)  # a StringIO is not a terminal
+    bar.update(batch)
+    assert stream.getvalue() == ""
+    bar = ProgressBar(True, stream)
+    bar.update(batch)
+    bar.close()
+    assert "[###############...............] 5/10 series, 1 failed, running" in stream.getvalue()
+
+
+def test_a_frame_without_the_named_columns_is_refused() -> None:
+    with pytest.raises(ValueError, match="no column 'ds'"):
+        prepare_frame(frame(), None, "unique_id", "ds", "value")
