@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import click
 from flask.cli import AppGroup
 
-from app.services import current_services
+from app.services import Services, current_services
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
 
 jobs_cli = AppGroup("jobs", help="Run the background job worker.")
 
@@ -29,7 +32,15 @@ jobs_cli = AppGroup("jobs", help="Run the background job worker.")
 def jobs_worker(processes: int | None, periodic: bool) -> None:
     services = current_services()
     settings = services.settings
-    logging.getLogger("huey").setLevel(settings.log_level)
+    behind = _schema_behind(services)
+    if behind:
+        raise click.ClickException(behind)
+    # Huey logs every task it runs and every periodic task it enqueues at INFO: the Prometheus poller alone would
+    # write a line a second. Those come at DEBUG only; the consumer's start, stop and failures stay visible.
+    chatty = logging.DEBUG if settings.log_level == "DEBUG" else logging.WARNING
+    logging.getLogger("huey").setLevel(chatty)
+    logging.getLogger("huey.consumer").setLevel(settings.log_level)
+    logging.getLogger("huey.consumer.Scheduler").setLevel(chatty)
     consumer = services.jobs.create_consumer(
         workers=processes or settings.job_workers or os.cpu_count() or 1,
         worker_type="process",
@@ -42,3 +53,20 @@ def jobs_worker(processes: int | None, periodic: bool) -> None:
         health_check_interval=5,
     )
     consumer.run()
+
+
+def _schema_behind(services: Services) -> str | None:
+    """Why the worker must not start on this database (its tasks would fail on every run), or None."""
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    with services.database.engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    if current == head:
+        return None
+    return (f"the database schema is at {current or 'nothing'} but this code needs {head}: run "
+            "`flask --app wsgi db upgrade` first")
