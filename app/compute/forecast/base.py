@@ -9,12 +9,11 @@ upper) on the data's scale. ``Fitted`` is immutable, so one fit serves any numbe
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from app.compute.forecast.frequency import evaluation_horizon
 from app.compute.forecast.intervals import MIN_SAMPLES, ErrorModel, fit_errors, level_adjusted, origins, window
 
 
@@ -90,21 +89,14 @@ class ForecastModel:
     description = ""
 
     def __init__(self, max_history: int = 3000, n_origins: int = 6, calibration: tuple[float, float] = (1.0, 0.0),
-                 min_train: int = 8, evaluation_horizons: Mapping[str, int] | None = None) -> None:
+                 min_train: int = 8) -> None:
         self.max_history = max_history
-        # a model's own evaluation horizon for some rows of app.compute.forecast.frequency's table
-        self.evaluation_horizons = dict(evaluation_horizons or {})
         self.n_origins = n_origins
         self.calibration = calibration
         self.min_train = min_train
 
     def point(self, y: np.ndarray, h: int, periods: tuple[int, ...]) -> np.ndarray:
         raise NotImplementedError
-
-    def evaluation_horizon(self, periods: tuple[int, ...]) -> int:
-        """Steps every rolling-origin window spans for a history with these usable periods: the frequency
-        table's, never the requested horizon (app.compute.forecast.frequency)."""
-        return evaluation_horizon(periods, self.evaluation_horizons)
 
     def _min_train(self, n: int, periods: tuple[int, ...]) -> int:
         if not periods:
@@ -121,13 +113,10 @@ class ForecastModel:
         per = usable_periods(periods, n)
         med = np.asarray(self.point(y, horizon, per), dtype=float)
         mt = self._min_train(n, per)
-        # the errors are measured over the frequency's evaluation horizon, whatever the requested one
-        # (app.compute.forecast.frequency), so a longer request only extends the same forecast
-        he = self.evaluation_horizon(per)
-        hv = max(1, min(he, n - mt))
+        hv = max(1, min(horizon, n - mt))
         # enough origins for ~60 errors on short horizons, at most 6 (each one is a full refit)
         count = max(self.n_origins, min(6, math.ceil(2 * MIN_SAMPLES / hv)))
-        orgs, hv = origins(n, he, mt, count, short=True)
+        orgs, hv = origins(n, horizon, mt, count, short=True)
         errs = np.full((len(orgs), hv), np.nan)
         for j, o in enumerate(orgs):
             f = self.point(y[:o], hv, usable_periods(per, o))

@@ -5,7 +5,7 @@ Each class documents its estimators, interval method and history cap.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -41,10 +41,9 @@ from app.compute.forecast.intervals import (
     level_adjusted,
     origins,
     seasonal_errors,
-    spike_errors,
     window,
 )
-from app.compute.forecast.robust import SPIKE_SIGMAS, Cleaning, clean_newest, clean_spikes, newest_replaced
+from app.compute.forecast.robust import clean_spikes
 from app.compute.forecast.seasonal import position_theta
 from app.compute.forecast.smoothing import damped_forecast, ses_forecast
 
@@ -74,10 +73,6 @@ PAIR_SHARE_MONTHLY = 0.25
 # at most RECENT_FLOOR points; see SelectionEnsemble.fit.
 MSTL_SHARE_QUARTERLY = 0.3
 MSTL_MEMBER = "mstl"  # pool name of that member (see pool_member())
-# Models 3 and 4 judge yearly data on 4-step windows, not the table's 6: both gain on both yearly sets (sample of
-# 30, sMAPE, 6 -> 4: model-3 M1 Yearly 22.95 -> 22.71, Tourism Yearly 18.03 -> 17.81; model-4 22.06 -> 21.83 and
-# 17.68 -> 17.54), while model-1 loses on both (20.75 -> 20.98 and 18.84 -> 18.86)
-SHORT_YEARLY_WINDOWS: dict[str, int] = {"yearly": 4}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -152,13 +147,8 @@ class SelectionEnsemble(ForecastModel):
                  pair_pool: Sequence[tuple[str, ...]] = THETA_PAIR_POOL,
                  pair_share_quarterly: float = PAIR_SHARE_QUARTERLY,
                  pair_share_monthly: float = PAIR_SHARE_MONTHLY,
-                 mstl_share_quarterly: float = MSTL_SHARE_QUARTERLY,
-                 evaluation_horizons: Mapping[str, int] | None = None, threshold: float = SPIKE_SIGMAS,
-                 cleaning: Cleaning = clean_newest) -> None:
-        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration,
-                         evaluation_horizons=evaluation_horizons)
-        self.threshold = threshold
-        self.cleaning = cleaning
+                 mstl_share_quarterly: float = MSTL_SHARE_QUARTERLY) -> None:
+        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration)
         self.weight_power = weight_power
         self.mstl_share_quarterly = mstl_share_quarterly
         self.pair_share_quarterly = pair_share_quarterly
@@ -181,13 +171,10 @@ class SelectionEnsemble(ForecastModel):
         per = usable_periods(periods, n)
         x = self._prepare(y, per)  # series the candidates are fitted on; errors are against raw y
         mt = self._min_train(n, per)
-        # ranking, weights and interval all rest on the frequency's evaluation horizon, not the requested one
-        # (app.compute.forecast.frequency): the first k steps of any forecast are the horizon-k forecast
-        he = self.evaluation_horizon(per)
-        hv = max(1, min(he, n - mt))
-        orgs, hv = origins(n, he, mt, self.n_origins, step=max(hv, self.min_step), short=True)
+        hv = max(1, min(horizon, n - mt))
+        orgs, hv = origins(n, horizon, mt, self.n_origins, step=max(hv, self.min_step), short=True)
         whole = len(orgs) >= self.n_origins and all(o + hv <= n for o in orgs)
-        seasonal = bool(per) and seasonal_strength(x, per[0]) >= self.gate
+        seasonal = bool(per) and seasonal_strength(y, per[0]) >= self.gate
         low_frequency = not per or per[0] <= LOW_FREQUENCY_PERIOD
         short_pool = self.short_pool if low_frequency else self.short_periodic_pool
         # pool members holding a fixed share of the combination whatever their rank, and that share (see below)
@@ -296,11 +283,7 @@ class SelectionEnsemble(ForecastModel):
         fc = np.stack([member[[col[m] for m in combo]].mean(axis=0) for combo in pool])
         if r:
             act = np.stack([window(y, o, hv) for o in orgs])
-            # a point the cleaning replaced says nothing about which member forecasts better: it is left out
-            # of the ranking and the weights (its error still widens the interval, see fit_errors)
-            spikes = spike_errors(newest_replaced(x, y), orgs, hv)
-            counted = np.isfinite(act) if spikes is None else np.isfinite(act) & ~spikes
-            seen = counted[None] & np.ones_like(fc, dtype=bool)
+            seen = np.isfinite(act)[None] & np.ones_like(fc, dtype=bool)
             # symmetric relative error (sMAPE); chosen over MAE on M4 training data (OWA 0.464 -> 0.459
             # Hourly, 0.787 -> 0.785 Weekly)
             num = 2.0 * np.abs(fc - act[None])
@@ -320,19 +303,18 @@ class SelectionEnsemble(ForecastModel):
             errs = np.empty((0, hv))
         final = {m: pool_member(m)(x, horizon, per) for m in {m for c in chosen for m in pool[c]}}
         med = np.tensordot(weights, [np.mean([final[m] for m in pool[c]], axis=0) for c in chosen], axes=1)
-        errs, season = seasonal_errors(errs, orgs, n, multiplicative_indices(x, per[0]) if seasonal else None)
+        errs, season = seasonal_errors(errs, orgs, n, multiplicative_indices(y, per[0]) if seasonal else None)
         # yearly and quarterly data are mostly trends, whose errors grow faster than a random walk's
         # (see fit_errors); training rows, model-1 MSIS / 95% coverage: M1 Quarterly 13.26 -> 12.80 /
         # 0.911 -> 0.927, M1 Yearly 20.95 -> 21.40 / 0.937 -> 0.953, Tourism Quarterly (with the seasonal
         # errors) 16.74 -> 15.23 / 0.922 -> 0.933. A longer series with no usable period is not yearly but
         # too short for its own (weekly data under two years): it keeps the random-walk floor
         trend = low_frequency and bool(per or n <= RECENT_FLOOR)
-        em = fit_errors(errs, _step_scale(y), *self.calibration, orgs=orgs, season=season, trend=trend,
-                        spikes=spikes if r else None)
+        em = fit_errors(errs, _step_scale(y), *self.calibration, orgs=orgs, season=season, trend=trend)
         return self._fitted(med, em, scale, values)
 
     def _prepare(self, y: np.ndarray, periods: tuple[int, ...]) -> np.ndarray:
-        return self.cleaning(y, periods, self.threshold)
+        return y
 
     def _fitted(self, med: np.ndarray, em: ErrorModel, scale: float, values: Sequence[float]) -> Fitted:
         return Fitted(med, em, scale, nonnegative=never_negative(values))
@@ -429,20 +411,14 @@ class MSTLForecaster(ForecastModel):
     # optimistic errors; with honest errors they were too wide: holdouts +2.6% MSIS)
     def __init__(self, max_history: int = 3000, n_origins: int = 4, whole_origins: int = 8,
                  calibration: tuple[float, float] = (1.05, 0.2), gate: float = STRENGTH_GATE,
-                 margin: float = 2.0, evaluation_horizons: Mapping[str, int] | None = SHORT_YEARLY_WINDOWS,
-                 threshold: float = SPIKE_SIGMAS) -> None:
-        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration,
-                         evaluation_horizons=evaluation_horizons)
-        self.threshold = threshold
+                 margin: float = 2.0) -> None:
+        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration)
         self.whole_origins = max(whole_origins, n_origins)
         self.gate = gate
         self.margin = margin
 
     def fit(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> Fitted:
-        raw, scale = _normalise(values, self.max_history)
-        he = self.evaluation_horizon(usable_periods(periods, len(raw)))  # not the requested horizon (see frequency)
-        # everything is fitted on the cleaned history; the errors are measured against the raw one
-        y = clean_newest(raw, usable_periods(periods, len(raw)), self.threshold)
+        y, scale = _normalise(values, self.max_history)
         # a period whose seasonal shape is no stronger than chance is not decomposed and continued: its
         # "component" is noise, repeated into the forecast as a jagged pattern (the hourly cycle of
         # five-minute CPU data, strength 0.1, gave +-4 points of jitter)
@@ -450,13 +426,13 @@ class MSTLForecaster(ForecastModel):
         # the position variant smooths each position across cycles: with fewer than POSITION_CYCLES
         # cycles it cannot follow a trend (monthly data, 3-5 years: MAE 27-34 against 7-8 adjusted)
         position = (bool(per) and len(y) >= POSITION_CYCLES * per[0]
-                    and seasonal_strength(y, per[0]) >= self.gate and self._position_wins(y, he, per))
+                    and seasonal_strength(y, per[0]) >= self.gate and self._position_wins(y, horizon, per))
         # measured on M4 training data: 6 cycles / seasonal window 11 for the position variant,
         # 10 cycles / window 35 (smoother yearly shape) for the adjusted-series variant
         cycles, stl_window = (6, 11) if position else (10, 35)
         cap = min(self.max_history, max(300, cycles * max(per))) if per else 300
         off = max(0, len(y) - cap)
-        yc, rc = y[off:], raw[off:]
+        yc = y[off:]
         n = len(yc)
         pc = usable_periods(per, n)
         position = position and bool(pc)
@@ -501,36 +477,33 @@ class MSTLForecaster(ForecastModel):
         # Tourism Quarterly 16.98 / 0.964 -> 15.96 / 0.946 and 16.18 / 0.990 -> 13.29 / 0.977, Tourism Monthly
         # 15.41 / 0.957 -> 15.31 / 0.941 and 13.79 / 0.981 -> 12.76 / 0.969, but M1 Quarterly 14.35 / 0.931 ->
         # 14.44 / 0.929 and 15.38 / 0.934 -> 15.60 / 0.921 (MSIS / 95% coverage)
-        orgs, hv = origins(n, he, mt, self.whole_origins)
+        orgs, hv = origins(n, horizon, mt, self.whole_origins)
         if len(orgs) < self.n_origins:
-            orgs, hv = origins(n, he, mt, self.n_origins, short=True)
+            orgs, hv = origins(n, horizon, mt, self.n_origins, short=True)
         cand_err = []
         for o in orgs:
-            act = window(rc, o, hv)
+            act = window(yc, o, hv)
             cand_err.append([act - f for f in adjusted_forecasts(o, hv)])
         errs_all = np.array(cand_err).transpose(1, 0, 2) if orgs else np.empty((1, 0, hv))
         choice = 0
-        spikes = spike_errors(newest_replaced(yc, rc), orgs, hv)  # left out of the choice, kept in the interval
         if errs_all.shape[0] > 1 and orgs:
-            judged = errs_all if spikes is None else np.where(spikes[None], np.nan, errs_all)
-            choice = int(np.argmin([np.nanmean(np.abs(e)) for e in judged]))
+            choice = int(np.argmin([np.nanmean(np.abs(e)) for e in errs_all]))
         med = within_reach(adjusted_forecasts(n, horizon)[choice], yc)
-        errs = level_adjusted(errs_all[choice], rc, orgs, level_span(pc)) if orgs else np.empty((0, hv))
+        errs = level_adjusted(errs_all[choice], yc, orgs, level_span(pc)) if orgs else np.empty((0, hv))
         # the high season's larger errors widen the high season only, as for model-1 (training rows, MSIS:
         # Tourism Quarterly -3.7%, Tourism Monthly -3.6%, no set higher). The trend floor of model-1 is
         # not taken: model-3 already covers yearly data (M1 Yearly 0.956) and M1 Monthly MSIS rose 7% with it
         seasonal = bool(pc) and seasonal_strength(yc, pc[0]) >= self.gate
         errs, season = seasonal_errors(errs, orgs, n, multiplicative_indices(yc, pc[0]) if seasonal else None)
-        em = fit_errors(errs, _step_scale(rc), *self.calibration, orgs=orgs, season=season,
-                        spikes=spikes)
+        em = fit_errors(errs, _step_scale(yc), *self.calibration, orgs=orgs, season=season)
         return Fitted(med, em, scale, nonnegative=never_negative(values))
 
-    def _position_wins(self, y: np.ndarray, he: int, per: tuple[int, ...]) -> bool:
+    def _position_wins(self, y: np.ndarray, horizon: int, per: tuple[int, ...]) -> bool:
         """Cheap validated gate: is seasonal-position Theta not clearly worse (``margin`` x the error) than
         seasonally adjusted Theta at a few rolling origins? Much weekly data with a strong yearly shape
         fails this; hourly data passes. Margin 2 measured on M4 training data (the final median
         combination is better than position Theta alone, so the gate leans towards it)."""
-        orgs, hv = origins(len(y), he, self._min_train(len(y), per), 4, step=max(he, 8))
+        orgs, hv = origins(len(y), horizon, self._min_train(len(y), per), 4, step=max(horizon, 8))
         err = np.zeros(2)
         for o in orgs:
             po = usable_periods(per, o)
@@ -565,7 +538,7 @@ class RobustConformal(SelectionEnsemble):
                    "never negative for non-negative data.")
 
     def __init__(self, max_history: int = 3000, n_origins: int = 8, calibration: tuple[float, float] = (1.05, 0.1),
-                 threshold: float = SPIKE_SIGMAS, asymmetric: bool = False) -> None:
+                 threshold: float = 5.0, asymmetric: bool = False) -> None:
         super().__init__(top=2, max_history=max_history, n_origins=n_origins, calibration=calibration,
                          # the optimised Theta method in place of standard Theta, as in model-1: training rows,
                          # sMAPE / MASE, better on 7 of the 8 development sets (M4 Hourly OWA 0.503 -> 0.494, M4
@@ -580,9 +553,12 @@ class RobustConformal(SelectionEnsemble):
                          # power 2, best 2 -> all: M1 Monthly 18.61 / 1.328 / 13.12 -> 18.17 / 1.307 / 13.01, Tourism
                          # Monthly 24.78 / 1.890 / 16.39 -> 23.93 / 1.823 / 16.15; at power 4 18.11 and 23.90)
                          top_quarterly=2, top_monthly=None, short_periodic_pool=(), three_cycle_pool=(),
-                         pair_pool=(), mstl_share_quarterly=0.0, evaluation_horizons=SHORT_YEARLY_WINDOWS,
-                         threshold=threshold, cleaning=clean_spikes)
+                         pair_pool=(), mstl_share_quarterly=0.0)
+        self.threshold = threshold
         self.asymmetric = asymmetric
+
+    def _prepare(self, y: np.ndarray, periods: tuple[int, ...]) -> np.ndarray:
+        return clean_spikes(y, periods, self.threshold)
 
     def _fitted(self, med: np.ndarray, em: ErrorModel, scale: float, values: Sequence[float]) -> Fitted:
         return Fitted(med, em, scale, nonnegative=never_negative(values), asymmetric=self.asymmetric)
