@@ -321,6 +321,38 @@ def git_worktree(commit: str, prefix: str = "bench-ref-") -> Iterator[Path]:
                            timeout=120)
 
 
+def tree_pids(root_pid: int) -> list[int]:
+    """A process and its live descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
+    found, pending = [], [root_pid]
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        pending += children.get(pid, [])
+    return found
+
+
+def tree_sched_seconds(root_pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but kept waiting for one) of a process and its live descendants,
+    from /proc/<pid>/schedstat: the second is what other load on a shared machine costs them."""
+    on_cpu = waiting = 0.0
+    for pid in tree_pids(root_pid):
+        try:
+            ran, waited = Path(f"/proc/{pid}/schedstat").read_text().split()[:2]
+        except (OSError, ValueError):
+            continue
+        on_cpu, waiting = on_cpu + int(ran) / 1e9, waiting + int(waited) / 1e9
+    return on_cpu, waiting
+
+
 def tree_cpu_seconds(root_pid: int) -> float:
     """User + system CPU time of a process and all its live descendants (gunicorn's master, its workers and their
     worker pools): what serving costs the machine, wherever the work runs (web process or worker pool)."""

@@ -97,12 +97,26 @@ def _new_record(*, key_id: str, account_id: str, kind: str, source: str, paramet
     )
 
 
+def chunk_sizes(chunk_series: int) -> Iterator[int]:
+    """How many series each chunk of a batch holds, in order: 1, 2, 4, ... up to ``chunk_series``, then
+    ``chunk_series`` each. The first results are stored within one series' time of a worker taking the batch,
+    and every worker gets a chunk at once; the later chunks are full, so their per-chunk cost (a claim and a
+    result write) stays small beside their series'."""
+    size = 1
+    while size < chunk_series:
+        yield size
+        size *= 2
+    while True:
+        yield chunk_series
+
+
 def _add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int) -> int:
-    """Adds the series as chunks; each chunk's series are packed (compressed) as soon as they are read, so an
-    iterator that lets go of what it handed over keeps only the packed form alive."""
+    """Adds the series as chunks (sized by chunk_sizes); each chunk's series are packed (compressed) as soon as
+    they are read, so an iterator that lets go of what it handed over keeps only the packed form alive."""
     remaining = iter(series)
     count = first = 0
-    while part := list(islice(remaining, chunk_series)):
+    sizes = chunk_sizes(chunk_series)
+    while part := list(islice(remaining, next(sizes))):
         session.add(BatchChunkRecord(batch_id=batch_id, seq=count, status="pending", first_index=first,
                                      series_count=len(part), input=pack(part), attempts=0))
         count, first = count + 1, first + len(part)
@@ -306,21 +320,21 @@ def upload_pieces(database: Database, batch_id: str) -> Iterator[bytes]:
 
 
 def store_preparation(database: Database, batch_id: str, token: str, series: Iterable[dict[str, Any]], *,
-                      total: int, chunk_series: int, ttl: timedelta) -> bool:
+                      total: int, chunk_series: int, ttl: timedelta) -> int | None:
     """The upload's ``total`` series as chunks, in one transaction with the end of the lease; the upload is
-    dropped."""
+    dropped. The number of chunks, or None when the caller no longer holds the lease."""
     now = now_utc()
     with database.session() as session:
         record = session.get(BatchRecord, batch_id, with_for_update=True)
         if record is None or record.lease_token != token or record.prepared or record.status != "queued":
-            return False
-        record.chunks_total = _add_chunks(session, batch_id, series, chunk_series)
+            return None
+        record.chunks_total = chunks = _add_chunks(session, batch_id, series, chunk_series)
         record.series_total, record.prepared, record.updated_at = total, True, now
         record.lease_token = record.lease_until = None
         if not total:
             record.status, record.finished_at, record.expires_at = "done", now, now + ttl
         session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
-    return True
+    return chunks
 
 
 def fail_batch(database: Database, batch_id: str, token: str, error: dict[str, Any], *, ttl: timedelta) -> bool:

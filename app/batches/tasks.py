@@ -140,9 +140,10 @@ def prepare_upload(resources: WorkerResources, tasks: BatchTasks, batch_id: str)
         store.fail_batch(database, batch_id, token, error.envelope, ttl=_ttl(settings))
         return
     total = len(series)
-    if store.store_preparation(database, batch_id, token, series, total=total,
-                               chunk_series=settings.batch_chunk_series, ttl=_ttl(settings)):
-        tasks.enqueue_chunks((batch_id, seq) for seq in range(-(-total // settings.batch_chunk_series)))
+    chunks = store.store_preparation(database, batch_id, token, series, total=total,
+                                     chunk_series=settings.batch_chunk_series, ttl=_ttl(settings))
+    if chunks is not None:
+        tasks.enqueue_chunks((batch_id, seq) for seq in range(chunks))
 
 
 class SplitUpload:

@@ -34,20 +34,29 @@ def new_batch(database: Database, count: int = 4, chunk_series: int = 2) -> stor
 
 def test_one_holder_and_results_stored_once(database: Database) -> None:
     batch = new_batch(database)
-    first = store.claim_chunk(database, batch.id, 0, lease_seconds=60)
-    assert first is not None and [s["id"] for s in first.series] == ["s0", "s1"]
-    assert store.claim_chunk(database, batch.id, 0, lease_seconds=60) is None
-    assert store.complete_chunk(database, first, [b'{"id":"s0"}\n', b'{"id":"s1"}\n'], succeeded=2, failed=0,
+    first = store.claim_chunk(database, batch.id, 1, lease_seconds=60)
+    assert first is not None and [s["id"] for s in first.series] == ["s1", "s2"]
+    assert store.claim_chunk(database, batch.id, 1, lease_seconds=60) is None
+    assert store.complete_chunk(database, first, [b'{"id":"s1"}\n', b'{"id":"s2"}\n'], succeeded=2, failed=0,
                                 ttl=TTL)
     assert not store.complete_chunk(database, first, [b"again\n"], succeeded=2, failed=0, ttl=TTL)
-    assert store.claim_chunk(database, batch.id, 0, lease_seconds=60) is None
+    assert store.claim_chunk(database, batch.id, 1, lease_seconds=60) is None
     running = store.get_batch(database, "acct", batch.id)
     assert running is not None and running.status == "running" and running.series_done == 2
-    assert list(store.done_outputs(database, batch.id)) == [b'{"id":"s0"}\n{"id":"s1"}\n']
+    assert list(store.done_outputs(database, batch.id)) == [b'{"id":"s1"}\n{"id":"s2"}\n']
+
+
+def test_the_first_chunks_grow_from_one_series_to_the_chunk_size(database: Database) -> None:
+    batch = new_batch(database, count=10, chunk_series=4)
+    assert batch.chunks_total == 4
+    claimed = [store.claim_chunk(database, batch.id, seq, lease_seconds=60) for seq in range(4)]
+    assert [[s["id"] for s in chunk.series] for chunk in claimed if chunk is not None] == [
+        ["s0"], ["s1", "s2"], ["s3", "s4", "s5", "s6"], ["s7", "s8", "s9"]]
+    assert [chunk.first_index for chunk in claimed if chunk is not None] == [0, 1, 3, 7]
 
 
 def test_a_lease_that_runs_out_passes_the_chunk_on(database: Database) -> None:
-    batch = new_batch(database)
+    batch = new_batch(database, count=3)  # chunks of 1 and 2 series
     stalled = store.claim_chunk(database, batch.id, 1, lease_seconds=0.2)
     assert stalled is not None
     time.sleep(0.3)
@@ -60,9 +69,9 @@ def test_a_lease_that_runs_out_passes_the_chunk_on(database: Database) -> None:
     assert not store.complete_chunk(database, stalled, [b"late\n"], succeeded=1, failed=1, ttl=TTL)
     assert store.complete_chunk(database, taker, [b"x\n"], succeeded=1, failed=1, ttl=TTL)
     first = store.claim_chunk(database, batch.id, 0, lease_seconds=60)
-    assert first is not None and store.complete_chunk(database, first, [b"y\n"], succeeded=2, failed=0, ttl=TTL)
+    assert first is not None and store.complete_chunk(database, first, [b"y\n"], succeeded=1, failed=0, ttl=TTL)
     done = store.get_batch(database, "acct", batch.id)
-    assert done is not None and done.status == "done" and (done.series_done, done.series_failed) == (3, 1)
+    assert done is not None and done.status == "done" and (done.series_done, done.series_failed) == (2, 1)
     assert done.expires_at is not None and done.finished_at is not None
     assert list(store.done_outputs(database, batch.id)) == [b"y\n", b"x\n"]
 

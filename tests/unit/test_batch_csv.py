@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
 
-from app.batches.submit import UploadScan
+from app.batches.submit import PIECE_BYTES, UploadScan, pieces
 from app.batches.tasks import UploadError, series_from_csv
 from app.errors import ApiError
 
@@ -33,6 +34,31 @@ def scan(data: bytes, step: int, max_series: int = 10) -> int:
 @pytest.mark.parametrize("step", [1, 7, 64, 10_000])
 def test_the_scan_counts_distinct_ids_whatever_the_pieces(step: int) -> None:
     assert scan(UPLOAD, step) == 4  # a, "b,with comma", b, c
+
+
+class ShortReads(io.RawIOBase):
+    """A request body that hands over at most ``most`` bytes a read, as a socket may."""
+
+    def __init__(self, data: bytes, most: int) -> None:
+        self._data, self._at, self._most = data, 0, most
+
+    def read(self, size: int = -1) -> bytes:
+        end = self._at + min(size, self._most)
+        out, self._at = self._data[self._at:end], min(end, len(self._data))
+        return out
+
+
+@pytest.mark.parametrize("most", [PIECE_BYTES, PIECE_BYTES // 3 + 1])
+def test_the_upload_is_stored_in_pieces_of_at_least_piece_bytes_in_order(most: int) -> None:
+    row = b"s1,2026-01-01T00:00:00,1.5\n"
+    body = b"unique_id,timestamp,value\n" + row * (2 * PIECE_BYTES // len(row) + 5)
+    scanner = UploadScan(max_series=10)
+    stored = list(pieces(ShortReads(body, most), max_bytes=len(body), scan=scanner))
+    assert b"".join(stored) == body and scanner.finish() == 1
+    assert len(stored) == 3 and all(len(piece) >= PIECE_BYTES for piece in stored[:-1])
+    with pytest.raises(ApiError) as too_large:
+        list(pieces(ShortReads(body, most), max_bytes=len(body) - 1, scan=UploadScan(max_series=10)))
+    assert too_large.value.status == 413
 
 
 def test_the_scan_refuses_a_wrong_header_and_too_many_series() -> None:
