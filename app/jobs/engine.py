@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from huey import Huey, RedisHuey, SqliteHuey
+from huey import Huey, PriorityRedisHuey, SqliteHuey
 
 from app.settings import Settings
 
@@ -37,7 +37,8 @@ def _registrars() -> tuple[Callable[[Huey, Settings], None], ...]:
 def build_engine(settings: Settings) -> Huey:
     engine: Huey
     if settings.redis_url:
-        engine = RedisHuey(ENGINE_NAME, url=settings.redis_url, results=False)
+        # The priority flavour: the Prometheus poller outranks batch chunks (plain Redis storage refuses priorities).
+        engine = PriorityRedisHuey(ENGINE_NAME, url=settings.redis_url, results=False)
     else:
         path = jobs_sqlite_path(settings)
         path.parent.mkdir(parents=True, exist_ok=True)
