@@ -1,4 +1,4 @@
-"""monitors, their points, and the alert event queue with its delivery log (issue 12)
+"""monitors, their points, and the alert event queue with its delivery log
 
 Revision ID: 0002
 Revises: 0001

@@ -1,4 +1,4 @@
-"""hourly usage buckets per key, the key's last four characters, and dashboard sessions (issue 14)
+"""hourly usage buckets per key, the key's last four characters, and dashboard sessions
 
 Revision ID: 0003
 Revises: 0002
