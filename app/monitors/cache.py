@@ -86,6 +86,7 @@ class JudgeState:
     revision: int
     detector: DetectorState
     size: int
+    last_epoch: int | None = None  # the newest point the state has seen
 
 
 class HistoryCache:
@@ -109,6 +110,14 @@ class HistoryCache:
             if entry is None or entry.revision != revision:
                 return None
             self._entries.move_to_end(monitor_id)
+            return entry
+
+    def peek(self, monitor_id: str) -> History | JudgeState | None:
+        """The entry at whatever revision: a detector state can catch up with points stored since."""
+        with self._lock:
+            entry = self._entries.get(monitor_id)
+            if entry is not None:
+                self._entries.move_to_end(monitor_id)
             return entry
 
     def put(self, monitor_id: str, entry: History | JudgeState) -> None:

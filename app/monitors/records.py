@@ -32,6 +32,9 @@ class MonitorRecord(Base):
     last_epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # Bumped by every change to the stored points, so a process's cached history knows when it is stale.
     revision: Mapped[int] = mapped_column(BigInteger, default=0)
+    # The revision of the last change a cached detector state cannot follow by reading the new points alone (a
+    # point marked "not an anomaly"): a state cached at this revision or later catches up from the points after it.
+    relearn_revision: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     event_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     # Time of the first point of the anomaly run in progress, None when no run is open.
     open_anomaly_epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

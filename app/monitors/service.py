@@ -15,12 +15,13 @@ import threading
 import time
 from array import array
 from bisect import bisect_right
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Integer, bindparam, delete, func, select
+from sqlalchemy import Connection, Integer, Row, bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from app.compute.detect.jobs import DetectJob
@@ -91,6 +92,7 @@ class MonitorState:
     first_epoch: int | None
     last_epoch: int | None
     revision: int
+    relearn_revision: int
     event_seq: int
     open_anomaly_epoch: int | None
     sensitivity: int | None
@@ -146,6 +148,14 @@ _TAIL_AFTER = Prepared(
     .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch > bindparam("after"))
     .order_by(_POINT.epoch.desc())
     .limit(bindparam("rows", type_=Integer))
+)
+# The points another process stored after the last one a cached state has seen, oldest first: one more than a
+# rebuild reads, so that a longer gap is rebuilt instead.
+_POINTS_AFTER = Prepared(
+    select(_POINT.epoch, _POINT.value, _POINT.feedback)
+    .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch > bindparam("after"))
+    .order_by(_POINT.epoch)
+    .limit(REBUILD_ROWS + 1)
 )
 _REBUILD = Prepared(
     select(_POINT.epoch, _POINT.value, _POINT.feedback)
@@ -393,6 +403,7 @@ def mark_not_anomaly(
                            details={"field": "timestamp", "issue": "no stored point", "provided": _epoch_text(epoch)})
         point.feedback = NOT_ANOMALY
         monitor.revision += 1
+        monitor.relearn_revision = monitor.revision
         monitor.updated_at = _now()
         session.flush()
         view = point_view(point)
@@ -695,18 +706,33 @@ def _verdicts(result: DetectionResult | Verdicts, count: int, *, warm: int) -> l
 
 
 def _judge_state(connection: Connection, runtime: MonitorRuntime, monitor: MonitorState) -> JudgeState:
-    """The detector's state after the stored points: this process's own, or rebuilt from the last
-    REBUILD_ROWS stored points (feedback included) when another process wrote since, or after a restart."""
-    cached = runtime.cache.get(monitor.id, monitor.revision)
+    """The detector's state after the stored points: this process's own; or its own advanced over the points
+    other processes stored since (when nothing else changed), as if it had judged them itself; or rebuilt from
+    the last REBUILD_ROWS stored points (feedback included), after a restart or a "not an anomaly"."""
+    cached = runtime.cache.peek(monitor.id)
     if isinstance(cached, JudgeState):
-        return cached
+        if cached.revision == monitor.revision:
+            return cached
+        if cached.revision >= monitor.relearn_revision and cached.last_epoch is not None:
+            rows = _POINTS_AFTER.execute(connection, {"monitor_id": monitor.id, "after": cached.last_epoch}).fetchall()
+            if len(rows) <= REBUILD_ROWS:
+                _advance(monitor, cached, rows)
+                return cached
     rows = _REBUILD.execute(connection, {"monitor_id": monitor.id}).fetchall()
     rows.reverse()
-    detector = monitor.detector()
-    state = detector.initial_state()
-    detector.update(state, [float(r[0]) for r in rows], [float(r[1]) for r in rows],
-                    normal=[r[2] == NOT_ANOMALY for r in rows])
-    return JudgeState(revision=monitor.revision, detector=state, size=StreamingDetector.size(state))
+    judged = JudgeState(revision=monitor.revision, detector=monitor.detector().initial_state(), size=0)
+    _advance(monitor, judged, rows)
+    return judged
+
+
+def _advance(monitor: MonitorState, judged: JudgeState, rows: Sequence[Row[Any]]) -> None:
+    """Feeds stored (epoch, value, feedback) rows to the state; it is then the state at the monitor's revision."""
+    if rows:
+        monitor.detector().update(judged.detector, [float(r[0]) for r in rows], [float(r[1]) for r in rows],
+                                  normal=[r[2] == NOT_ANOMALY for r in rows])
+        judged.last_epoch = int(rows[-1][0])
+    judged.revision = monitor.revision
+    judged.size = StreamingDetector.size(judged.detector)
 
 
 def _judge_streaming(
@@ -812,6 +838,8 @@ def _store(
         if history is not None:
             history.replace_head([int(e) for e, _ in head], [float(v) for _, v in head], stored_after - dropped)
     judged.revision = old_revision + 1
+    if isinstance(judged, JudgeState):
+        judged.last_epoch = epochs[-1]
     monitor.revision = old_revision + 1
     monitor.point_count = stored_after - dropped
     monitor.last_epoch = epochs[-1]

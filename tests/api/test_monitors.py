@@ -502,6 +502,53 @@ def test_a_restarted_process_rebuilds_the_state_from_the_stored_points(
     assert after["anomaly_score"] == whole.get_json()["anomaly_score"][250:]
 
 
+def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replaying(
+    client: FlaskClient, keys: dict, monitor_app: Flask, module_database_url: str
+) -> None:
+    from app.monitors.service import REBUILD_ROWS
+
+    # Another gunicorn process or host: the same database, a state cache of its own.
+    other_app = build_app(settings_for(module_database_url, allow_private_webhooks=True, max_points=5000))
+    try:
+        other = other_app.test_client()
+        owner = keys["owner"]
+        noise = random.Random(11)
+        count = REBUILD_ROWS + 600  # more than a replay reads
+        values = [120 + 60 * math.sin(2 * math.pi * i / 24) + noise.gauss(0, 3) + (400 if i % 997 == 0 else 0)
+                  for i in range(count)]
+        stamps = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1.6e9 + 3600 * i)) for i in range(count)]
+        shared = create(client, owner, data_frequency="Hours", retention_points=count)["id"]
+        alone = create(client, owner, data_frequency="Hours", retention_points=count, name="alone")["id"]
+        seeded = count - 40
+        for start in range(0, seeded, 5000):
+            for monitor_id in (shared, alone):
+                end = min(seeded, start + 5000)
+                assert post_points(client, owner, monitor_id, stamps[start:end], values[start:end]).status_code == 200
+        mine = monitor_app.extensions["monitors"].cache
+        state = mine.peek(shared)
+        turns, answers = [client, other], {shared: [], alone: []}
+        for row in range(seeded, count):
+            for monitor_id, sender in ((shared, turns[row % 2]), (alone, client)):
+                answer = post_points(sender, owner, monitor_id, stamps[row : row + 1], values[row : row + 1])
+                answers[monitor_id].append(answer.get_json()["anomaly_score"][0])
+        # Each process advanced its own state over the points the other stored: the same verdicts as one process.
+        assert answers[shared] == answers[alone]
+        assert mine.peek(shared) is state
+        # A point marked normal changes what the detector learns from the stored points: that is replayed.
+        for monitor_id in (shared, alone):
+            assert client.post(f"/monitors/{monitor_id}/feedback", headers=owner,
+                               json={"timestamp": stamps[count - 20], "is_anomaly": False}).status_code == 200
+        more = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1.6e9 + 3600 * (count + i))) for i in range(2)]
+        theirs = other_app.extensions["monitors"].cache.peek(shared)
+        after_shared = post_points(other, owner, shared, more, [120.0, 125.0]).get_json()["anomaly_score"]
+        after_alone = post_points(client, owner, alone, more, [120.0, 125.0]).get_json()["anomaly_score"]
+        assert after_shared == after_alone
+        assert other_app.extensions["monitors"].cache.peek(shared) is not theirs
+    finally:
+        other_app.extensions["monitors"].sender.stop()
+        services_of(other_app).close()
+
+
 def test_sensitivity_and_minimum_deviation(client: FlaskClient, keys: dict) -> None:
     noise = random.Random(1)
     values = [100.0 + noise.gauss(0, 0.5) for _ in range(200)]
