@@ -428,10 +428,16 @@ def run_code(args: argparse.Namespace, app_root: Path | None, label: str, outage
     out: dict = {"label": label, "load_start": os.getloadavg()[0]}
     with c.temp_dir("bench-monitors-") as tmp, c.database(args.database, tmp, app_root) as url:
         key = c.create_key(url, "read,write,delete", app_root)
-        # The default deployment, as `make run` starts it: one gunicorn process (gthread), FORECAST_WORKERS = cores.
+        # The default deployment, as `make run` starts it: one gunicorn process (gthread), FORECAST_WORKERS = cores;
+        # or, with --web-processes, that many gunicorn processes sharing their rate limits in Redis.
         # ALLOW_PRIVATE_WEBHOOKS lets the outage case's receiver live on loopback; nothing else changes.
+        scaled: dict[str, str] = {}
+        if args.web_processes > 1:
+            metrics_dir = tmp / "metrics"
+            metrics_dir.mkdir()
+            scaled = {"WEB_CONCURRENCY": str(args.web_processes), "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
         with c.gunicorn(url, tmp, name=f"monitors-{label.split()[0]}", workers=os.cpu_count() or 1,
-                        app_root=app_root, ALLOW_PRIVATE_WEBHOOKS="1") as server:
+                        app_root=app_root, redis_url=args.redis, ALLOW_PRIVATE_WEBHOOKS="1", **scaled) as server:
             client = Client(server.url, key)
             single_id = create_monitor(client, "single")
             seed(client, single_id, 4000)
@@ -534,14 +540,14 @@ def write_report(args: argparse.Namespace, ours: dict, reference: dict | None, n
     detail_rows = [detail(ours)] + ([detail(reference)] if reference else [])
     error_notes = [f"errors ({run['label']}): {run['load']['error_samples']}" for run in [ours, reference]
                    if run and run["load"]["errors"]]
+    processes = ("gunicorn.conf.py defaults (1 worker process, gthread, 32 threads)" if args.web_processes == 1
+                 else f"{args.web_processes} gunicorn worker processes (WEB_CONCURRENCY), gthread, 32 threads each")
     notes = [
-        f"Database: {args.database}. Each code base on its own fresh database and gunicorn with its own "
-        "gunicorn.conf.py defaults (1 worker process, gthread, 32 threads), FORECAST_WORKERS = cores "
-        f"({os.cpu_count()}); memory rate-limit storage; a key with limits of 10,000,000. This code: the working "
-        "tree, snapshotted; reference: " + (f"commit {args.reference} from a git worktree (main before the append "
-                                            "path's prebuilt Core statements: the streaming detector, statements "
-                                            "built through the ORM session per append), same venv" if reference
-                                            else "not run") + ".",
+        f"Database: {args.database}. Each code base on its own fresh database and gunicorn with {processes}, "
+        f"FORECAST_WORKERS = cores ({os.cpu_count()}); "
+        + (f"rate limits in Redis ({args.redis})" if args.redis else "memory rate-limit storage")
+        + "; a key with limits of 10,000,000. This code: the working tree, snapshotted; reference: "
+        + (f"commit {args.reference} from a git worktree, same venv" if reference else "not run") + ".",
         "End to end: HTTP/1.1 keep-alive on loopback, from sending the request to reading the whole answer, which "
         "includes the verdicts of the new points and the commit of points and alert events. Cases 1 and 2: one "
         "client, sequential, one point a minute (daily wave, noise, rare spikes), after uncounted warm-up requests.",
@@ -558,9 +564,9 @@ def write_report(args: argparse.Namespace, ours: dict, reference: dict | None, n
         "answers keeping pace (the last answer within 1 s of the last point's due time).",
         "Server CPU: user + system time of gunicorn's whole process tree (web process and worker pool) during "
         "the load, per answered point; server cores busy = that CPU over the run's length; in brackets the web "
-        "process alone, which as one Python process does its own work on one core at most (the GIL), so "
-        "1,000 ms / its CPU per point bounds the points/s it can answer. The load generator runs on the same 2 "
-        "cores.",
+        "process" + ("es" if args.web_processes > 1 else "") + " alone; one Python process does its own work on "
+        "one core at most (the GIL), so 1,000 ms / its CPU per point bounds the points/s one process can answer. "
+        "The load generator runs on the same 2 cores.",
         *notes_extra,
         *error_notes,
         f"1-min load average when each code base's cases started: this code {ours['load_start']:.2f}"
@@ -575,7 +581,7 @@ def write_report(args: argparse.Namespace, ours: dict, reference: dict | None, n
     detail_table = ["## Case 3 in detail", "", "| " + " | ".join(detail_header) + " |",
                     "|" + "---|" * len(detail_header)]
     detail_table += ["| " + " | ".join(str(v) for v in row) + " |" for row in detail_rows]
-    c.write_table("monitors", "Monitor point appends", notes,
+    c.write_table(args.name, "Monitor point appends", notes,
                   ["case", "this code", f"reference ({args.reference})" if reference else "reference", "target",
                    "met? (this code)"], rows, extra="\n".join(detail_table))
 
@@ -588,8 +594,14 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=300)
     parser.add_argument("--reference", default=REFERENCE, help="commit to measure beside this code")
     parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--web-processes", type=int, default=1,
+                        help="gunicorn processes (WEB_CONCURRENCY); more than 1 needs --redis")
+    parser.add_argument("--redis", default=None, help="REDIS_URL for the rate limits (a database the run may flush)")
+    parser.add_argument("--name", default="monitors", help="the table goes to bench/results/<name>.md")
     parser.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.web_processes > 1 and not args.redis:
+        parser.error("--web-processes above 1 needs --redis (the service refuses to start without it)")
     if args.loadgen:
         loadgen_main()
         return
