@@ -3,9 +3,10 @@
 A restructure of app/compute/forecast must not move a single forecast. This runs every model at
 confidences 0.8 and 0.95 (one fit each, run_forecast_multi) on a fixed sample of series from every
 development set plus synthetic edge cases (short, constant, zeros, negative, seasons of 24 / 7 / 12 /
-4 / 52 points, horizon 1 and long horizons), and either records the medians / lowers / uppers and the
-fallback notes (``--record``) or compares them with the recorded ones with ``==`` (the default; exit
-status 1 on any difference). Floats are stored as ``float.hex`` so the comparison is bit for bit.
+4 / 52 points, horizon 1 and long horizons), and the two seasonal-naive fallback models run directly;
+it either records the medians / lowers / uppers and the fallback notes (``--record``) or compares them
+with the recorded ones with ``==`` (the default; exit status 1 on any difference). Floats are stored as
+``float.hex`` so the comparison is bit for bit.
 
 A deliberate behaviour change (a retuned rule) changes the file: re-record it in that commit and say so.
 
@@ -117,6 +118,16 @@ def run_all(cases: list[tuple[str, np.ndarray, int, tuple[int, ...]]]) -> dict[s
                 continue
             out[key] = {str(c): {"median": hexes(r.median), "lower": hexes(r.lower), "upper": hexes(r.upper),
                                  "fallback": r.fallback} for c, r in zip(CONFIDENCES, results, strict=True)}
+    # nothing above falls back, so the fallback models are run directly on every case as well
+    from app.compute.forecast.models import FALLBACKS
+
+    for name, values, horizon, per in cases:
+        for model_id in ("forecast-model-2", "forecast-model-4"):
+            fb_name, fb_model = FALLBACKS[model_id]
+            key = f"{fb_name} (of {model_id}) {name} h={horizon} periods={list(per)}"
+            fitted = fb_model.fit(values.tolist(), horizon, per)
+            out[key] = {str(c): dict(zip(("median", "lower", "upper"), (hexes(list(a)) for a in fitted.predict(c)),
+                                         strict=True)) for c in CONFIDENCES}
     return out
 
 
