@@ -146,14 +146,14 @@ class MSTLForecaster(ForecastModel[DecomposedHistory]):
         cand_fc = []
         for o in orgs:
             act = window(yc, o, hv)
-            fcs = self._forecasts(history, o, hv)
+            fcs = self._forecasts(history, pool, o, hv)
             cand_fc.append(fcs)
             cand_err.append([act - f for f in fcs])
         errs_all = np.array(cand_err).transpose(1, 0, 2) if orgs else np.empty((1, 0, hv))
         choice = 0
         if errs_all.shape[0] > 1 and orgs:
             choice = int(np.argmin([np.nanmean(np.abs(e)) for e in errs_all]))
-        med = within_reach(self._forecasts(history, len(yc), history.horizon)[choice], yc)
+        med = within_reach(self._forecasts(history, pool, len(yc), history.horizon)[choice], yc)
         at_origins = np.array([fcs[choice] for fcs in cand_fc]) if orgs else np.empty((0, hv))
         return Combination(med, at_origins)
 
@@ -177,8 +177,8 @@ class MSTLForecaster(ForecastModel[DecomposedHistory]):
         total = np.sum([c for c, _ in removed], axis=0) if removed else np.zeros(o)
         return removed, (x / np.exp(total) if mult else x - total)
 
-    def _forecasts(self, history: DecomposedHistory, o: int, h: int) -> list[np.ndarray]:
-        """The pool's candidate forecasts from origin o (in y): the position median, or [damped, SES]."""
+    def _forecasts(self, history: DecomposedHistory, pool: Pool, o: int, h: int) -> list[np.ndarray]:
+        """The pool members' forecasts from origin o (in y), in pool order."""
         # each origin decomposes only the history before it: STL smooths both ways, so components
         # taken from the whole history would tell every origin about the window it is judged on,
         # and its errors would be too small (training rows, M4 Hourly, with the recalibration: 50% /
@@ -188,15 +188,22 @@ class MSTLForecaster(ForecastModel[DecomposedHistory]):
         for c, p in removed:
             fut = fut + continue_cycle(c, p, h)
         mult = history.multiplicative
-        combine = (lambda f: f * np.exp(fut)) if mult else (lambda f: f + fut)
-        if history.position:
-            f = combine(position_theta(adj, h, history.periods[0]))
+
+        def recomposed(f: np.ndarray) -> np.ndarray:
+            return f * np.exp(fut) if mult else f + fut
+
+        def position_median() -> np.ndarray:
+            f = recomposed(position_theta(adj, h, history.periods[0]))
             end = history.offset + o
             po = usable_periods(history.strong_periods, end)
             others = [CANDIDATES[name](history.full[:end], h, po) for name in ("ptheta_s", "plevel_log")]
             # median with two other multiple-seasonal forecasts (OWA 0.59 -> 0.51 on M4 Hourly training)
-            return [np.median(np.stack([f, *others]), axis=0)]
-        return [combine(damped_forecast(adj, h)), combine(ses_forecast(adj, h))]
+            return np.median(np.stack([f, *others]), axis=0)
+
+        members = {POSITION_MEDIAN: position_median,
+                   ADJUSTED_DAMPED: lambda: recomposed(damped_forecast(adj, h)),
+                   ADJUSTED_SES: lambda: recomposed(ses_forecast(adj, h))}
+        return [members[name]() for (name,) in pool.members]
 
     def _position_wins(self, y: np.ndarray, horizon: int, per: tuple[int, ...]) -> bool:
         """Cheap validated gate: is seasonal-position Theta not clearly worse (``margin`` x the error) than
