@@ -3,7 +3,8 @@
 The season classes stand for the data frequencies of the development sets: no usable period (yearly
 data, or a history too short for two cycles), a shortest period of at most 4 points (quarterly), of 5 to
 12 points (monthly) and longer (hourly, weekly: 24 or 52 points). The figures behind each choice were
-measured on those sets' training rows (bench/accuracy.py --split valid) and holdouts.
+measured on those sets' training rows (bench/accuracy.py --split valid) and holdouts. Model-1 reads every
+column; model-2 ``keep``, ``three_cycle`` and ``trend_floor_up_to``; model-4 ``keep`` and ``trend_floor_up_to``.
 """
 
 from __future__ import annotations
