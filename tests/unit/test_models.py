@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from app.compute.forecast import models
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS, describe_models
+from app.compute.forecast.fallback import SeasonalNaive
 from app.compute.forecast.models import ForecastError, run_forecast, run_forecast_multi
 from app.compute.forecast.results import ForecastResult
 from app.series.frequencies import seasonal_periods
@@ -205,13 +206,13 @@ def test_model4_robust_to_spikes():
 # fallback
 
 
-class _Boom(models.ForecastModel):
+class _Boom(SeasonalNaive):
     def fit(self, values, horizon, periods):
         raise RuntimeError("boom")
 
 
-class _NaN(models.ForecastModel):
-    def point(self, y, h, periods):
+class _NaN(SeasonalNaive):
+    def point(self, name, y, h, periods):
         return np.full(h, np.nan)
 
 
@@ -386,16 +387,16 @@ def test_seasonal_errors_round_trip():
 
 def _record_decompositions(monkeypatch) -> list[int]:
     """The length of every history model-3 decomposes from now on, in call order."""
-    from app.compute.forecast import estimators
+    from app.compute.forecast import model_3_mstl
 
-    real = estimators.seasonal_components
+    real = model_3_mstl.seasonal_components
     lengths: list[int] = []
 
     def recording(x, periods, seasonal):
         lengths.append(len(x))
         return real(x, periods, seasonal)
 
-    monkeypatch.setattr(estimators, "seasonal_components", recording)
+    monkeypatch.setattr(model_3_mstl, "seasonal_components", recording)
     return lengths
 
 
@@ -403,16 +404,17 @@ def test_model3_origins_decompose_only_their_own_history(monkeypatch):
     """STL smooths both ways: components taken from the whole history would let every rolling origin see
     the window it is judged on, and the interval would rest on optimistic errors. Each origin decomposes
     exactly the points before it; only the final forecast decomposes the whole history."""
-    from app.compute.forecast import estimators
     from app.compute.forecast.intervals import origins
+    from app.compute.forecast.model_3_mstl import MSTLForecaster
+    from app.compute.forecast.template import min_train
 
     lengths = _record_decompositions(monkeypatch)
     rng = np.random.default_rng(3)
     n, t = 1000, np.arange(1000)
     y = 50 + 10 * np.sin(2 * np.pi * t / 24) + 4 * np.sin(2 * np.pi * t / 168) + rng.standard_normal(n)
-    model = estimators.MSTLForecaster()
+    model = MSTLForecaster()
     model.fit(y.tolist(), 48, (24, 168))
-    expected, _ = origins(n, 48, model._min_train(n, (24, 168)), model.whole_origins)
+    expected, _ = origins(n, 48, min_train(n, (24, 168)), model.whole_origins)
     assert len(expected) == 8
     assert sorted(lengths) == sorted([*expected, n])
 
@@ -422,14 +424,14 @@ def test_model3_takes_up_to_8_whole_windows(monkeypatch, n, whole):
     """Model-3 is judged at up to 8 whole windows where at least 4 fit: with 4, a long history's errors rested
     on a few independent values and the small-sample widening over-covered (Tourism Quarterly). A history with
     room for fewer than 4 keeps its origins spread over it, windows cut at its end."""
-    from app.compute.forecast import estimators
     from app.compute.forecast.intervals import origins
+    from app.compute.forecast.model_3_mstl import MSTLForecaster
 
     lengths = _record_decompositions(monkeypatch)
     t = np.arange(n)
     noise = np.random.default_rng(n).standard_normal(n)
     y = 100 + 0.5 * t + 20 * np.tile([1.0, -0.5, 0.8, -1.3], n)[:n] + 2 * noise
-    estimators.MSTLForecaster().fit(y.tolist(), 8, (4,))
+    MSTLForecaster().fit(y.tolist(), 8, (4,))
     assert max(lengths) == n and lengths.count(n) == 1  # the final forecast decomposes the whole history
     at_origins = sorted(x for x in lengths if x < n)
     if whole:
@@ -471,15 +473,13 @@ def test_three_cycle_members_only_where_they_differ_from_five(monkeypatch, frequ
     """Models 1 and 2 offer members on the last 3 cycles only for seasons longer than 12 points; for
     shorter ones that window is the same RECENT_FLOOR points as the 5-cycle one, and a duplicate member
     would count twice among the chosen."""
-    from app.compute.forecast import estimators
-    from app.compute.forecast.candidates import THREE_CYCLE_POOL
+    from app.compute.forecast.candidates import CANDIDATES, THREE_CYCLE_POOL
 
     assert model_id != DEFAULT_MODEL_ID or members == THREE_CYCLE_POOL
     run: set[str] = set()
     for name in THREE_CYCLE_POOL:
-        real = estimators.CANDIDATES[name]
-        monkeypatch.setitem(estimators.CANDIDATES, name,
-                            lambda y, h, p, name=name, real=real: run.add(name) or real(y, h, p))
+        real = CANDIDATES[name]
+        monkeypatch.setitem(CANDIDATES, name, lambda y, h, p, name=name, real=real: run.add(name) or real(y, h, p))
     rng = np.random.default_rng(11)
     t = np.arange(n)
     per = seasonal_periods(frequency, step, n)
@@ -499,7 +499,7 @@ def test_three_cycle_member_reads_the_last_three_cycles():
 
 
 def test_combination_weights_follow_the_origin_errors():
-    from app.compute.forecast.estimators import combination_weights
+    from app.compute.forecast.combination import combination_weights
 
     w = combination_weights(np.array([0.1, 0.2, 0.4]), 2.0)
     assert w.sum() == pytest.approx(1.0)
@@ -514,8 +514,10 @@ def test_members_are_weighted_by_their_origin_errors(monkeypatch):
     """Model-1 averages its chosen members weighted by (1 / origin sMAPE) ** WEIGHT_POWER: on a trending
     series a drift member (close at every origin) outweighs a no-change one (always behind), so the median
     sits nearer the drift forecast than the equal-weight mean does, and at power 0 it is that mean."""
-    from app.compute.forecast import estimators
-    from app.compute.forecast.estimators import WEIGHT_POWER, SelectionEnsemble
+    from app.compute.forecast.candidates import CANDIDATES
+    from app.compute.forecast.combination import WEIGHT_POWER
+    from app.compute.forecast.model_1_combination import ValidatedCombination
+    from app.compute.forecast.seasons import MODEL_1_SEASONS, with_rules
 
     def drift(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
         return y[-1] + (y[-1] - y[0]) / (len(y) - 1) * np.arange(1, h + 1)
@@ -523,14 +525,14 @@ def test_members_are_weighted_by_their_origin_errors(monkeypatch):
     def level(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
         return np.full(h, y[-1])
 
-    monkeypatch.setitem(estimators.CANDIDATES, "test_drift", drift)
-    monkeypatch.setitem(estimators.CANDIDATES, "test_level", level)
+    monkeypatch.setitem(CANDIDATES, "test_drift", drift)
+    monkeypatch.setitem(CANDIDATES, "test_level", level)
     rng = np.random.default_rng(5)
     y = 100 + 0.5 * np.arange(200) + rng.standard_normal(200)
-    pools = dict(level_pool=("test_drift", "test_level"), seasonal_pool=(), short_pool=(), short_periodic_pool=(),
-                 three_cycle_pool=(), top=2, top_quarterly=2, top_monthly=2)
-    weighted = SelectionEnsemble(**pools).fit(y.tolist(), 10, ()).predict(0.9)[0]
-    equal = SelectionEnsemble(**pools, weight_power=0.0).fit(y.tolist(), 10, ()).predict(0.9)[0]
+    pools = dict(level_pool=("test_drift", "test_level"), seasonal_pool=(), three_cycle_pool=(),
+                 seasons=with_rules(MODEL_1_SEASONS, keep=2, short_pool=()))
+    weighted = ValidatedCombination(**pools).fit(y.tolist(), 10, ()).predict(0.9)[0]
+    equal = ValidatedCombination(**pools, weight_power=0.0).fit(y.tolist(), 10, ()).predict(0.9)[0]
     d, lv = drift(y, 10, ()), level(y, 10, ())
     assert WEIGHT_POWER > 0
     assert np.allclose(equal, (d + lv) / 2)
@@ -539,7 +541,7 @@ def test_members_are_weighted_by_their_origin_errors(monkeypatch):
 
 
 def test_with_fixed_share_splits_the_weight():
-    from app.compute.forecast.estimators import with_fixed_share
+    from app.compute.forecast.combination import with_fixed_share
 
     chosen, weights = np.array([0, 2]), np.array([0.75, 0.25])
     assert with_fixed_share(chosen, weights, np.array([4]), 0.0, 5) == (chosen, weights)
@@ -552,11 +554,16 @@ def test_with_fixed_share_splits_the_weight():
 
 @pytest.mark.parametrize(("period", "n", "fixed"), [(4, 120, True), (4, 60, False), (12, 120, True), (12, 60, False)])
 def test_long_seasonal_histories_give_the_pair_a_fixed_share(monkeypatch, period, n, fixed):
-    """Model-1's pair pool holds PAIR_SHARE_QUARTERLY (quarterly data) or PAIR_SHARE_MONTHLY (monthly data) of the
+    """Model-1's pair pool holds the season table's pair share (quarterly data: a half, monthly data: a quarter) of the
     combination for a strongly seasonal history longer than 60 points even when the origins rank it last; a
     shorter one keeps the ranked members only."""
-    from app.compute.forecast import estimators
-    from app.compute.forecast.estimators import PAIR_SHARE_MONTHLY, PAIR_SHARE_QUARTERLY, SelectionEnsemble
+    from app.compute.forecast.candidates import CANDIDATES, seasonal_strength
+    from app.compute.forecast.combination import STRENGTH_GATE
+    from app.compute.forecast.model_1_combination import ValidatedCombination
+    from app.compute.forecast.seasons import MODEL_1_SEASONS, Season, with_rules
+
+    PAIR_SHARE_QUARTERLY = MODEL_1_SEASONS[Season.QUARTERLY].pair_share
+    PAIR_SHARE_MONTHLY = MODEL_1_SEASONS[Season.MONTHLY].pair_share
 
     def repeat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
         return np.resize(y[-period:], h)
@@ -564,20 +571,20 @@ def test_long_seasonal_histories_give_the_pair_a_fixed_share(monkeypatch, period
     def flat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
         return np.full(h, np.mean(y))
 
-    monkeypatch.setitem(estimators.CANDIDATES, "test_repeat", repeat)
-    monkeypatch.setitem(estimators.CANDIDATES, "test_flat", flat)
+    monkeypatch.setitem(CANDIDATES, "test_repeat", repeat)
+    monkeypatch.setitem(CANDIDATES, "test_flat", flat)
     # model-3's fixed share on short quarterly histories is tested on its own (below)
-    pools = dict(level_pool=("test_repeat",), seasonal_pool=(), short_pool=(), short_periodic_pool=(),
-                 three_cycle_pool=(), top_quarterly=1, top_monthly=1, pair_pool=(("test_flat",),),
-                 mstl_share_quarterly=0.0)
+    pools = dict(level_pool=("test_repeat",), seasonal_pool=(), three_cycle_pool=(), pair_pool=(("test_flat",),))
+    rules = dict(keep=1, short_pool=(), mstl_share=0.0)
     t = np.arange(n)
     y = 100 + 20 * np.sin(2 * np.pi * t / period + 0.3) + np.random.default_rng(23).standard_normal(n)
-    assert estimators.seasonal_strength(y / np.mean(np.abs(y)), period) >= estimators.STRENGTH_GATE
-    med = SelectionEnsemble(**pools).fit(y.tolist(), 8, (period,)).predict(0.9)[0]
+    assert seasonal_strength(y / np.mean(np.abs(y)), period) >= STRENGTH_GATE
+    med = ValidatedCombination(**pools, seasons=with_rules(MODEL_1_SEASONS, **rules)).fit(
+        y.tolist(), 8, (period,)).predict(0.9)[0]
     share = (PAIR_SHARE_QUARTERLY if period == 4 else PAIR_SHARE_MONTHLY) if fixed else 0.0
     assert 0 < PAIR_SHARE_MONTHLY < PAIR_SHARE_QUARTERLY < 1
     assert np.allclose(med, (1 - share) * repeat(y, 8, (period,)) + share * flat(y, 8, (period,)))
-    ranked_only = SelectionEnsemble(**pools, pair_share_quarterly=0.0, pair_share_monthly=0.0).fit(
+    ranked_only = ValidatedCombination(**pools, seasons=with_rules(MODEL_1_SEASONS, **rules, pair_share=0.0)).fit(
         y.tolist(), 8, (period,)).predict(0.9)[0]
     assert np.allclose(ranked_only, repeat(y, 8, (period,)))
 
@@ -590,10 +597,15 @@ def test_long_seasonal_histories_give_the_pair_a_fixed_share(monkeypatch, period
     (12, 40, 20.0, False),  # monthly
 ])
 def test_short_seasonal_quarterly_histories_give_model_3_a_fixed_share(monkeypatch, period, n, amplitude, fixed):
-    """Model-1 gives model-3's median (mstl_median) MSTL_SHARE_QUARTERLY of the combination on a strongly seasonal
-    quarterly history of at most 60 points, even when the origins rank it last, and nowhere else."""
-    from app.compute.forecast import estimators
-    from app.compute.forecast.estimators import MSTL_SHARE_QUARTERLY, SelectionEnsemble
+    """Model-1 gives model-3's median (mstl_median) the season table's share (0.3) of the combination on a
+    strongly seasonal quarterly history of at most 60 points, even when the origins rank it last, and nowhere else."""
+    from app.compute.forecast import model_1_combination
+    from app.compute.forecast.candidates import CANDIDATES, seasonal_strength
+    from app.compute.forecast.combination import STRENGTH_GATE
+    from app.compute.forecast.model_1_combination import ValidatedCombination
+    from app.compute.forecast.seasons import MODEL_1_SEASONS, Season, with_rules
+
+    MSTL_SHARE_QUARTERLY = MODEL_1_SEASONS[Season.QUARTERLY].mstl_share
 
     def repeat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
         return np.resize(y[-period:], h) if amplitude else np.full(h, y[-1])
@@ -601,15 +613,15 @@ def test_short_seasonal_quarterly_histories_give_model_3_a_fixed_share(monkeypat
     def flat(y: np.ndarray, h: int, p: tuple[int, ...]) -> np.ndarray:
         return np.full(h, 0.9 * np.mean(y))
 
-    monkeypatch.setitem(estimators.CANDIDATES, "test_repeat", repeat)
-    monkeypatch.setattr(estimators, "mstl_median", flat)
-    pools = dict(level_pool=("test_repeat",), seasonal_pool=(), short_pool=(), short_periodic_pool=(),
-                 three_cycle_pool=(), top_quarterly=1, top_monthly=1, pair_pool=())
+    monkeypatch.setitem(CANDIDATES, "test_repeat", repeat)
+    monkeypatch.setattr(model_1_combination, "mstl_median", flat)
+    pools = dict(level_pool=("test_repeat",), seasonal_pool=(), three_cycle_pool=(), pair_pool=(),
+                 seasons=with_rules(MODEL_1_SEASONS, keep=1, short_pool=()))
     t = np.arange(n)
     y = 100 + amplitude * np.sin(2 * np.pi * t / period + 0.3) + np.random.default_rng(24).standard_normal(n)
-    strong = estimators.seasonal_strength(y / np.mean(np.abs(y)), period) >= estimators.STRENGTH_GATE
+    strong = seasonal_strength(y / np.mean(np.abs(y)), period) >= STRENGTH_GATE
     assert strong == (amplitude > 0)
-    med = SelectionEnsemble(**pools).fit(y.tolist(), 8, (period,)).predict(0.9)[0]
+    med = ValidatedCombination(**pools).fit(y.tolist(), 8, (period,)).predict(0.9)[0]
     share = MSTL_SHARE_QUARTERLY if fixed else 0.0
     assert 0 < MSTL_SHARE_QUARTERLY < 0.5
     assert np.allclose(med, (1 - share) * repeat(y, 8, (period,)) + share * flat(y, 8, (period,)))
@@ -624,11 +636,11 @@ def test_short_seasonal_quarterly_histories_give_model_3_a_fixed_share(monkeypat
 def test_model_3_runs_at_model_1s_origins_on_short_seasonal_quarterly_data(monkeypatch, model_id, n, runs):
     """The model-3 member is fitted at each of model-1's rolling origins on the history before it (so model-1's
     interval holds its errors) and on the whole history; models 2 and 4, and long histories, do not run it."""
-    from app.compute.forecast import estimators
+    from app.compute.forecast.model_1_combination import MSTL_POOL_MODEL
 
     lengths: list[int] = []
-    real = estimators.MSTL_POOL_MODEL.fit
-    monkeypatch.setattr(estimators.MSTL_POOL_MODEL, "fit", lambda y, h, p: lengths.append(len(y)) or real(y, h, p))
+    real = MSTL_POOL_MODEL.fit
+    monkeypatch.setattr(MSTL_POOL_MODEL, "fit", lambda y, h, p: lengths.append(len(y)) or real(y, h, p))
     t = np.arange(n)
     y = 100 + 20 * np.sin(2 * np.pi * t / 4) + 0.3 * t + np.random.default_rng(25).standard_normal(n)
     out = run_forecast(model_id, y.tolist(), 8, 0.9, (4,))
@@ -653,24 +665,26 @@ def test_model_3_runs_at_model_1s_origins_on_short_seasonal_quarterly_data(monke
 def test_how_many_members_are_kept(monkeypatch, model_id, frequency, n, kept):
     """Models 1, 2 and 4 forecast with the members they keep; only those are run on the whole history, so
     the members called with all n points are the kept ones."""
-    from app.compute.forecast import estimators
+    from app.compute.forecast.candidates import CANDIDATES, seasonal_strength
+    from app.compute.forecast.combination import STRENGTH_GATE
 
     model = models.REGISTRY[model_id]
     # a combined member (model-1's Theta pair) would call its parts whether or not they were kept alone
-    monkeypatch.setattr(model, "pair_pool", ())
+    if hasattr(model, "pair_pool"):
+        monkeypatch.setattr(model, "pair_pool", ())
     per = seasonal_periods(frequency, 1, n)
     offered = set(model.level_pool) | set(model.seasonal_pool)
     if frequency == "Hours":
-        offered |= set(model.three_cycle_pool)
+        offered |= set(getattr(model, "three_cycle_pool", ()))
     whole: set[str] = set()
     for name in offered:
-        real = estimators.CANDIDATES[name]
-        monkeypatch.setitem(estimators.CANDIDATES, name, lambda y, h, p, name=name, real=real: (
+        real = CANDIDATES[name]
+        monkeypatch.setitem(CANDIDATES, name, lambda y, h, p, name=name, real=real: (
             whole.add(name) if len(y) == n else None) or real(y, h, p))
     rng = np.random.default_rng(21)
     t = np.arange(n)
     y = 100 + 20 * np.sin(2 * np.pi * t / per[0]) + 0.05 * t + rng.standard_normal(n)
-    assert estimators.seasonal_strength((y / np.mean(np.abs(y))), per[0]) >= estimators.STRENGTH_GATE
+    assert seasonal_strength((y / np.mean(np.abs(y))), per[0]) >= STRENGTH_GATE
     run_forecast(model_id, y.tolist(), 8, 0.9, per)
     assert len(whole) == (len(offered) if kept is None else kept)
 
@@ -686,13 +700,12 @@ def test_model_2s_theta_pair_is_offered_where_it_helps(monkeypatch, frequency, n
     """Model-1 offers quarterly data, and long strongly seasonal monthly data, the mean of standard Theta on 5
     cycles and seasonal-position Theta as one member: its standard Theta part runs at the rolling origins there,
     and nowhere else in its pool."""
-    from app.compute.forecast import estimators
-    from app.compute.forecast.candidates import THETA_PAIR_POOL
+    from app.compute.forecast.candidates import CANDIDATES, THETA_PAIR_POOL
 
     assert THETA_PAIR_POOL == (("theta_sa5", "ptheta_s"),)
     calls: list[int] = []
-    real = estimators.CANDIDATES["theta_sa5"]
-    monkeypatch.setitem(estimators.CANDIDATES, "theta_sa5", lambda y, h, p: calls.append(len(y)) or real(y, h, p))
+    real = CANDIDATES["theta_sa5"]
+    monkeypatch.setitem(CANDIDATES, "theta_sa5", lambda y, h, p: calls.append(len(y)) or real(y, h, p))
     per = seasonal_periods(frequency, 1, n)
     t = np.arange(n)
     y = 100 + 20 * np.sin(2 * np.pi * t / per[0]) + 0.05 * t + np.random.default_rng(22).standard_normal(n)

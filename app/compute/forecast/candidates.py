@@ -196,20 +196,20 @@ CANDIDATES.update({
 # 0.454, M4 Weekly 0.753 -> 0.739. Adding it beside the standard Theta instead was no better and costs more.
 LEVEL_POOL = ("ses_sa", "otm_sa", "damped_sa", "ar3_diff_sa", "ses_sa5", "otm_sa5", "damped_sa5", "ar3_diff_sa5")
 # The trend members on the last 3 cycles, offered where that window differs from the 5-cycle one (a season of
-# more than 12 points: hourly, weekly data; for shorter ones both are RECENT_FLOOR points); see SelectionEnsemble.
+# more than 12 points: hourly, weekly data; for shorter ones both are RECENT_FLOOR points); see seasons.py.
 THREE_CYCLE_POOL = ("otm_sa3", "damped_sa3")
 # Short histories without a strong season (too few points for whole windows at every rolling origin):
 # the equal-weight combination of simple exponential smoothing, Theta, damped trend and random walk with
-# drift, or drift alone, whichever has the lower error at the origins (see SelectionEnsemble). Standard
+# drift, or drift alone, whichever has the lower error at the origins (see ValidatedCombination). Standard
 # Theta here: fitted to a few years, the optimised one takes the whole regression line (training rows,
 # sMAPE M1 Yearly 15.15 -> 15.36, Tourism Yearly 20.18 -> 20.61 with it).
 SHORT_POOL: tuple[tuple[str, ...], ...] = (("ses_sa", "theta_sa", "damped_sa", "drift_sa"), ("drift_sa",))
 # Short histories with a usable season that is not strong (monthly data of 2-5 years, a few days of hourly data):
 # simple exponential smoothing alone, or the equal-weight combination of the four level/trend members, whichever
-# has the lower error at the origins (see SelectionEnsemble).
+# has the lower error at the origins (see ValidatedCombination).
 SHORT_PERIODIC_POOL: tuple[tuple[str, ...], ...] = (("ses_sa",), ("ses_sa", "theta_sa", "damped_sa", "ar3_diff_sa"))
 # Quarterly data (a shortest season of at most 4 points), and long strongly seasonal monthly data, also get
 # model-2's two Theta forecasts, standard Theta on the adjusted last 5 cycles and seasonal-position Theta, averaged
-# as one member: a Theta-family pair that beat model-1's six members on Tourism Quarterly (see SelectionEnsemble).
+# as one member: a Theta-family pair that beat model-1's six members on Tourism Quarterly (see seasons.py).
 THETA_PAIR_POOL: tuple[tuple[str, ...], ...] = (("theta_sa5", "ptheta_s"),)
 SEASONAL_POOL = ("snaive_s", "snaive_l", "ptheta_s", "pses_s", "ptheta_l", "wprof_l", "plevel", "plevel_log")

@@ -6,9 +6,12 @@ all the work (point forecast and rolling-origin error measurement), so several c
 request cost one fit. ``run_forecast`` adds the fallback and the output guarantees.
 
 Every model works on a scale-normalised copy of (at most) the last ``max_history`` points, so the cost
-is bounded whatever the request size (up to 100,000 points). The contract is in app.compute.forecast.base, the
-four estimators (with their history caps and measured figures) in app.compute.forecast.estimators, chosen on
-M4 training data (bench/accuracy.py --split valid).
+is bounded whatever the request size (up to 100,000 points). The contract every model follows (prepare ->
+candidate pool -> combine -> rolling-origin errors -> interval) is app.compute.forecast.template; one module
+a model, with its history cap and measured figures: model_1_combination (ValidatedCombination),
+model_2_theta (ThetaCombination), model_3_mstl (MSTLForecaster), model_4_spike_robust (SpikeRobustCombination),
+fallback (SeasonalNaive); what models 1, 2 and 4 do by season length is the table of
+app.compute.forecast.seasons. Chosen on M4 training data (bench/accuracy.py --split valid).
 """
 
 from __future__ import annotations
@@ -17,16 +20,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.compute.forecast.base import ForecastModel, usable_periods
+from app.compute.forecast.base import usable_periods
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS, describe_models
-from app.compute.forecast.estimators import (
-    FallbackModel,
-    MSTLForecaster,
-    PositionTheta,
-    RobustConformal,
-    SelectionEnsemble,
-)
+from app.compute.forecast.fallback import SeasonalNaive
+from app.compute.forecast.model_1_combination import ValidatedCombination
+from app.compute.forecast.model_2_theta import ThetaCombination
+from app.compute.forecast.model_3_mstl import MSTLForecaster
+from app.compute.forecast.model_4_spike_robust import SpikeRobustCombination
 from app.compute.forecast.results import ForecastResult
+from app.compute.forecast.template import ForecastModel
 from app.compute.pool import JobFailed
 from app.series.frequencies import seasonal_periods
 
@@ -51,16 +53,16 @@ class ForecastError(JobFailed):
 
 
 REGISTRY: dict[str, ForecastModel] = {
-    "forecast-model-1": SelectionEnsemble(),
-    "forecast-model-2": PositionTheta(),
+    "forecast-model-1": ValidatedCombination(),
+    "forecast-model-2": ThetaCombination(),
     "forecast-model-3": MSTLForecaster(),
-    "forecast-model-4": RobustConformal(),
+    "forecast-model-4": SpikeRobustCombination(),
 }
 FALLBACKS: dict[str, tuple[str, ForecastModel]] = {
     "forecast-model-1": ("forecast-model-2", REGISTRY["forecast-model-2"]),
-    "forecast-model-2": ("seasonal-naive", FallbackModel(max_history=2000, n_origins=12)),
+    "forecast-model-2": ("seasonal-naive", SeasonalNaive(max_history=2000, n_origins=12)),
     "forecast-model-3": ("forecast-model-2", REGISTRY["forecast-model-2"]),
-    "forecast-model-4": ("seasonal-naive", FallbackModel(max_history=3000, n_origins=12)),
+    "forecast-model-4": ("seasonal-naive", SeasonalNaive(max_history=3000, n_origins=12)),
 }
 
 

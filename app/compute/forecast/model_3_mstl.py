@@ -1,0 +1,219 @@
+"""forecast-model-3: MSTL multiple-seasonal decomposition + a validated model of the adjusted series
+(MSTLForecaster)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.compute.forecast.base import Fitted, _normalise, _step_scale, never_negative, usable_periods
+from app.compute.forecast.candidates import CANDIDATES, multiplicative_fits, multiplicative_indices, seasonal_strength
+from app.compute.forecast.combination import STRENGTH_GATE
+from app.compute.forecast.decompose import continue_cycle, seasonal_components
+from app.compute.forecast.intervals import fit_errors, origins, seasonal_errors, window
+from app.compute.forecast.seasonal import position_theta
+from app.compute.forecast.smoothing import damped_forecast, ses_forecast
+from app.compute.forecast.template import Combination, ForecastModel, History, Pool, min_train
+
+PERIOD_STRENGTH = 0.3  # seasonal strength a period needs to be decomposed (chance: ~1/cycles)
+POSITION_CYCLES = 8  # cycles of the shortest period the seasonal-position variant needs
+POSITION_MEDIAN = "position median"  # the seasonal-position variant's one candidate
+ADJUSTED_DAMPED = "damped trend on the adjusted series"
+ADJUSTED_SES = "SES on the adjusted series"
+
+
+def within_reach(med: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The median kept inside the history's range unless the history trends.
+
+    A series whose linear trend explains less than half of its range (a CPU percentage, a temperature,
+    a queue length) has shown where it lives: a level, a season and a recent rise added together can
+    forecast above anything it has ever done (a CPU series at ~120 against a maximum of 98.3). There
+    the median is clipped to [min, max] of the history; the interval keeps its width, so values beyond
+    the range stay inside the upper bound at the usual confidences. A trending series is not clipped.
+    """
+    n = len(y)
+    if n < 3:
+        return med
+    span = float(np.ptp(y))
+    slope = float(np.polyfit(np.arange(n, dtype=float), y, 1)[0])
+    if span <= 0 or abs(slope) * (n - 1) >= 0.5 * span:
+        return med
+    return np.clip(med, float(np.min(y)), float(np.max(y)))
+
+
+@dataclass(frozen=True)
+class DecomposedHistory(History):
+    """History of the last cycles (``y``), with what the decomposition needs."""
+
+    full: np.ndarray  # the capped, normalised history before the last cycles were cut from it
+    offset: int  # y = full[offset:]
+    strong_periods: tuple[int, ...]  # periods of ``full`` with seasonal strength >= PERIOD_STRENGTH
+    position: bool  # the seasonal-position variant
+    multiplicative: bool  # decomposed on the log scale
+    stl_window: int
+
+
+class MSTLForecaster(ForecastModel[DecomposedHistory]):
+    """forecast-model-3: MSTL multiple-seasonal decomposition + a validated model of the adjusted series.
+
+    The last cycles of the history (see below) are decomposed by MSTL with all usable periods
+    (app.compute.forecast.decompose), on the log scale when the data are positive and seasonal ratios fit
+    (seasonal factors). Strongly seasonal series with at least ``POSITION_CYCLES`` cycles (strength
+    >= ``gate``, and seasonal-position Theta not ``margin`` times as bad as adjusted Theta at rolling origins):
+    the longer seasonal components (e.g. weekly in hourly data) are removed and continued from their last
+    cycle, the rest is forecast by seasonal-position Theta on the shortest period (daily shape and
+    level adapt), and the forecast is the median of that, plain seasonal-position Theta and the
+    multiplicative multi-period profile forecast. Otherwise every component is removed and the
+    adjusted series is forecast by damped-trend exponential smoothing or by simple exponential
+    smoothing (no trend), whichever has the lower error at the rolling origins: a trend is projected
+    only where projecting one has worked in this series' own history.
+    Intervals: the rolling-origin error model of app.compute.forecast.intervals at up to ``whole_origins`` whole
+    windows at the end of the history, or, where fewer than ``n_origins`` fit, ``n_origins`` or more origins
+    spread over it (windows cut at its end). Each origin decomposes the history before it (one MSTL per
+    origin, about 10 ms at 1,000 points), so its errors are those of forecasts made without the window they
+    are judged on.
+    History cap: 6 (position variant) or 10 cycles of the longest period, between 300 and 3000 points
+    (a period that then has fewer than two cycles is dropped).
+    """
+
+    id = "forecast-model-3"
+    description = ("Complex seasonal / long horizon: MSTL multiple-seasonal decomposition with a "
+                   "seasonal-position Theta or a validated exponential-smoothing model on the adjusted series.")
+
+    # calibration chosen on every development set's training rows once the origins decomposed only their own
+    # history: (1.05, 0.2) against the earlier (1.1, 0.3), largest coverage miss beyond 5 points 0.038 -> 0.027,
+    # mean MSIS over the eight sets -1.7% (the earlier constants made up for the shared decomposition's
+    # optimistic errors; with honest errors they were too wide: holdouts +2.6% MSIS)
+    def __init__(self, max_history: int = 3000, n_origins: int = 4, whole_origins: int = 8,
+                 calibration: tuple[float, float] = (1.05, 0.2), gate: float = STRENGTH_GATE,
+                 margin: float = 2.0) -> None:
+        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration)
+        self.whole_origins = max(whole_origins, n_origins)
+        self.gate = gate
+        self.margin = margin
+
+    def prepare(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> DecomposedHistory:
+        y, scale = _normalise(values, self.max_history)
+        # a period whose seasonal shape is no stronger than chance is not decomposed and continued: its
+        # "component" is noise, repeated into the forecast as a jagged pattern (the hourly cycle of
+        # five-minute CPU data, strength 0.1, gave +-4 points of jitter)
+        per = tuple(p for p in usable_periods(periods, len(y)) if seasonal_strength(y, p) >= PERIOD_STRENGTH)
+        # the position variant smooths each position across cycles: with fewer than POSITION_CYCLES
+        # cycles it cannot follow a trend (monthly data, 3-5 years: MAE 27-34 against 7-8 adjusted)
+        position = (bool(per) and len(y) >= POSITION_CYCLES * per[0]
+                    and seasonal_strength(y, per[0]) >= self.gate and self._position_wins(y, horizon, per))
+        # measured on M4 training data: 6 cycles / seasonal window 11 for the position variant,
+        # 10 cycles / window 35 (smoother yearly shape) for the adjusted-series variant
+        cycles, stl_window = (6, 11) if position else (10, 35)
+        cap = min(self.max_history, max(300, cycles * max(per))) if per else 300
+        off = max(0, len(y) - cap)
+        yc = y[off:]
+        n = len(yc)
+        pc = usable_periods(per, n)
+        position = position and bool(pc)
+        mult = bool(pc) and bool(np.min(yc) > 0) and multiplicative_fits(yc, pc[0])
+        mt = min_train(n, pc)
+        # up to whole_origins whole windows where at least n_origins fit; a shorter history keeps n_origins
+        # (spread, windows cut at its end). With 4 whole windows of a long history the errors rest on few
+        # independent values and the small-sample widening made the intervals too wide (Tourism Quarterly's
+        # long strongly seasonal series: 95% coverage 0.983 training rows, 0.990 holdouts). Training rows
+        # (--split valid) / holdouts, 4 -> up to 8, calibration kept: mean MSIS over the eight sets 17.69 ->
+        # 17.50 and 18.65 -> 18.05, largest coverage miss beyond its bound 0.018 -> 0.017 (M4 Weekly at 0.8) and
+        # 0.044 -> 0.035 (Tourism Quarterly at 0.8 -> M1 Yearly, unchanged, at 0.8);
+        # Tourism Quarterly 16.98 / 0.964 -> 15.96 / 0.946 and 16.18 / 0.990 -> 13.29 / 0.977, Tourism Monthly
+        # 15.41 / 0.957 -> 15.31 / 0.941 and 13.79 / 0.981 -> 12.76 / 0.969, but M1 Quarterly 14.35 / 0.931 ->
+        # 14.44 / 0.929 and 15.38 / 0.934 -> 15.60 / 0.921 (MSIS / 95% coverage)
+        orgs, hv = origins(n, horizon, mt, self.whole_origins)
+        if len(orgs) < self.n_origins:
+            orgs, hv = origins(n, horizon, mt, self.n_origins, short=True)
+        seasonal = bool(pc) and seasonal_strength(yc, pc[0]) >= self.gate
+        return DecomposedHistory(values, yc, yc, scale, horizon, pc, orgs, hv, seasonal, full=y, offset=off,
+                                 strong_periods=per, position=position, multiplicative=mult,
+                                 stl_window=stl_window)
+
+    def candidate_pool(self, history: DecomposedHistory) -> Pool:
+        if history.position:
+            return Pool([(POSITION_MEDIAN,)], keep=1)
+        return Pool([(ADJUSTED_DAMPED,), (ADJUSTED_SES,)], keep=1)
+
+    def combine(self, history: DecomposedHistory, pool: Pool) -> Combination:
+        """The candidate with the lower mean absolute error at the origins (the position variant has one),
+        its median kept within the history's range (within_reach)."""
+        yc, orgs, hv = history.y, history.origins, history.window
+        cand_err = []
+        cand_fc = []
+        for o in orgs:
+            act = window(yc, o, hv)
+            fcs = self._forecasts(history, pool, o, hv)
+            cand_fc.append(fcs)
+            cand_err.append([act - f for f in fcs])
+        errs_all = np.array(cand_err).transpose(1, 0, 2) if orgs else np.empty((1, 0, hv))
+        choice = 0
+        if errs_all.shape[0] > 1 and orgs:
+            choice = int(np.argmin([np.nanmean(np.abs(e)) for e in errs_all]))
+        med = within_reach(self._forecasts(history, pool, len(yc), history.horizon)[choice], yc)
+        at_origins = np.array([fcs[choice] for fcs in cand_fc]) if orgs else np.empty((0, hv))
+        return Combination(med, at_origins)
+
+    def interval(self, history: DecomposedHistory, combination: Combination, errors: np.ndarray) -> Fitted:
+        # the high season's larger errors widen the high season only, as for model-1 (training rows, MSIS:
+        # Tourism Quarterly -3.7%, Tourism Monthly -3.6%, no set higher). The trend floor of model-1 is
+        # not taken: model-3 already covers yearly data (M1 Yearly 0.956) and M1 Monthly MSIS rose 7% with it
+        yc, pc, orgs = history.y, history.periods, history.origins
+        indices = multiplicative_indices(yc, pc[0]) if history.seasonal else None
+        errs, season = seasonal_errors(errors, orgs, len(yc), indices)
+        em = fit_errors(errs, _step_scale(yc), *self.calibration, orgs=orgs, season=season)
+        return Fitted(combination.median, em, history.scale, nonnegative=never_negative(history.values))
+
+    def _decomposed(self, history: DecomposedHistory, o: int) -> tuple[list[tuple[np.ndarray, int]], np.ndarray]:
+        """The components removed from y[:o] (with their periods) and the adjusted y[:o]."""
+        x = history.y[:o]
+        mult = history.multiplicative
+        po = usable_periods(history.periods, o)
+        seas = seasonal_components(np.log(x) if mult else x, po, history.stl_window) if po and np.ptp(x) > 0 else []
+        removed = list(zip(seas, po, strict=False))[1 if history.position else 0:]
+        total = np.sum([c for c, _ in removed], axis=0) if removed else np.zeros(o)
+        return removed, (x / np.exp(total) if mult else x - total)
+
+    def _forecasts(self, history: DecomposedHistory, pool: Pool, o: int, h: int) -> list[np.ndarray]:
+        """The pool members' forecasts from origin o (in y), in pool order."""
+        # each origin decomposes only the history before it: STL smooths both ways, so components
+        # taken from the whole history would tell every origin about the window it is judged on,
+        # and its errors would be too small (training rows, M4 Hourly, with the recalibration: 50% /
+        # 80% coverage 0.41 / 0.75 with one shared decomposition, 0.49 / 0.82 with one per origin)
+        removed, adj = self._decomposed(history, o)
+        fut = np.zeros(h)
+        for c, p in removed:
+            fut = fut + continue_cycle(c, p, h)
+        mult = history.multiplicative
+
+        def recomposed(f: np.ndarray) -> np.ndarray:
+            return f * np.exp(fut) if mult else f + fut
+
+        def position_median() -> np.ndarray:
+            f = recomposed(position_theta(adj, h, history.periods[0]))
+            end = history.offset + o
+            po = usable_periods(history.strong_periods, end)
+            others = [CANDIDATES[name](history.full[:end], h, po) for name in ("ptheta_s", "plevel_log")]
+            # median with two other multiple-seasonal forecasts (OWA 0.59 -> 0.51 on M4 Hourly training)
+            return np.median(np.stack([f, *others]), axis=0)
+
+        members = {POSITION_MEDIAN: position_median,
+                   ADJUSTED_DAMPED: lambda: recomposed(damped_forecast(adj, h)),
+                   ADJUSTED_SES: lambda: recomposed(ses_forecast(adj, h))}
+        return [members[name]() for (name,) in pool.members]
+
+    def _position_wins(self, y: np.ndarray, horizon: int, per: tuple[int, ...]) -> bool:
+        """Cheap validated gate: is seasonal-position Theta not clearly worse (``margin`` x the error) than
+        seasonally adjusted Theta at a few rolling origins? Much weekly data with a strong yearly shape
+        fails this; hourly data passes. Margin 2 measured on M4 training data (the final median
+        combination is better than position Theta alone, so the gate leans towards it)."""
+        orgs, hv = origins(len(y), horizon, min_train(len(y), per), 4, step=max(horizon, 8))
+        err = np.zeros(2)
+        for o in orgs:
+            po = usable_periods(per, o)
+            for i, name in enumerate(("ptheta_s", "theta_sa5")):
+                err[i] += float(np.mean(np.abs(y[o:o + hv] - CANDIDATES[name](y[:o], hv, po))))
+        return bool(err[0] < self.margin * err[1]) if orgs else True
