@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import case, delete, func, literal, or_, select, update
+from sqlalchemy import and_, case, delete, func, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.batches.records import BatchChunkRecord, BatchRecord, BatchUploadRecord
@@ -110,21 +110,29 @@ def chunk_sizes(chunk_series: int) -> Iterator[int]:
         yield chunk_series
 
 
-def _add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int) -> int:
+def _new_chunk(batch_id: str, seq: int, first: int, part: list[dict[str, Any]],
+               queued_until: datetime) -> BatchChunkRecord:
+    # lease_until without a holder: the time until which the chunk's task may still be waiting in the queue;
+    # a chunk nobody has taken by then is queued again (requeue_stalled), since the engine may have lost it.
+    return BatchChunkRecord(batch_id=batch_id, seq=seq, status="pending", first_index=first, series_count=len(part),
+                            input=pack(part), attempts=0, lease_until=queued_until)
+
+
+def _add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int,
+                queued_until: datetime) -> int:
     """Adds the series as chunks (sized by chunk_sizes); each chunk's series are packed (compressed) as soon as
     they are read, so an iterator that lets go of what it handed over keeps only the packed form alive."""
     remaining = iter(series)
     count = first = 0
     sizes = chunk_sizes(chunk_series)
     while part := list(islice(remaining, next(sizes))):
-        session.add(BatchChunkRecord(batch_id=batch_id, seq=count, status="pending", first_index=first,
-                                     series_count=len(part), input=pack(part), attempts=0))
+        session.add(_new_chunk(batch_id, count, first, part, queued_until))
         count, first = count + 1, first + len(part)
     return count
 
 
 def create_batch(database: Database, *, key_id: str, account_id: str, kind: str, parameters: dict[str, Any],
-                 series: list[dict[str, Any]], chunk_series: int) -> Batch:
+                 series: list[dict[str, Any]], chunk_series: int, lease_seconds: float) -> Batch:
     """A JSON batch, stored whole and already split into chunks, in one transaction."""
     now = now_utc()
     with database.session() as session:
@@ -132,7 +140,8 @@ def create_batch(database: Database, *, key_id: str, account_id: str, kind: str,
                              status="queued", series_total=len(series), now=now)
         session.add(record)
         session.flush()
-        record.chunks_total = _add_chunks(session, record.id, series, chunk_series)
+        record.chunks_total = _add_chunks(session, record.id, series, chunk_series,
+                                          now + timedelta(seconds=lease_seconds))
         record.prepared = True
     return Batch.of(record)
 
@@ -153,12 +162,15 @@ def add_upload_piece(database: Database, batch_id: str, seq: int, data: bytes) -
         session.add(BatchUploadRecord(batch_id=batch_id, seq=seq, data=data))
 
 
-def finish_upload(database: Database, batch_id: str, *, series_total: int, upload_bytes: int) -> Batch:
+def finish_upload(database: Database, batch_id: str, *, series_total: int, upload_bytes: int,
+                  lease_seconds: float) -> Batch:
+    now = now_utc()
     with database.session() as session:
         record = session.get(BatchRecord, batch_id)
         assert record is not None
         record.status, record.series_total, record.upload_bytes = "queued", series_total, upload_bytes
-        record.updated_at = now_utc()
+        # As for a chunk: the split's task is given one lease to be taken before it is queued again.
+        record.updated_at, record.lease_until = now, now + timedelta(seconds=lease_seconds)
     return Batch.of(record)
 
 
@@ -320,7 +332,7 @@ def upload_pieces(database: Database, batch_id: str) -> Iterator[bytes]:
 
 
 def store_preparation(database: Database, batch_id: str, token: str, series: Iterable[dict[str, Any]], *,
-                      total: int, chunk_series: int, ttl: timedelta) -> int | None:
+                      total: int, chunk_series: int, lease_seconds: float, ttl: timedelta) -> int | None:
     """The upload's ``total`` series as chunks, in one transaction with the end of the lease; the upload is
     dropped. The number of chunks, or None when the caller no longer holds the lease."""
     now = now_utc()
@@ -328,7 +340,8 @@ def store_preparation(database: Database, batch_id: str, token: str, series: Ite
         record = session.get(BatchRecord, batch_id, with_for_update=True)
         if record is None or record.lease_token != token or record.prepared or record.status != "queued":
             return None
-        record.chunks_total = chunks = _add_chunks(session, batch_id, series, chunk_series)
+        record.chunks_total = chunks = _add_chunks(session, batch_id, series, chunk_series,
+                                                   now + timedelta(seconds=lease_seconds))
         record.series_total, record.prepared, record.updated_at = total, True, now
         record.lease_token = record.lease_until = None
         if not total:
@@ -364,18 +377,24 @@ class Stalled:
     chunks: list[tuple[str, int]]
 
 
-def requeue_stalled(database: Database, *, include_untaken: bool, lease_seconds: float,
+def requeue_stalled(database: Database, *, lease_seconds: float, held_only: bool = False,
                     limit: int = 10_000) -> Stalled:
-    """Work to enqueue again: leases that ran out (their worker died or was stopped), and with
-    ``include_untaken`` also work no worker holds (asked only when the engine's queue is empty, so nothing
-    queued can still take it). Each is marked as queued again (no holder, and not again for one lease), in an
-    UPDATE that only one of several sweepers wins, so a stalled chunk is enqueued once per lease at most."""
+    """Work to enqueue again: leases that ran out (their worker died or was stopped), and, unless
+    ``held_only``, work no worker has taken within a lease of being queued (its task was lost: the engine does
+    not acknowledge tasks, so a consumer killed between taking a task and claiming its chunk loses it).
+    Whatever the queue holds meanwhile: a task still waiting in it only finds its chunk taken or done and does
+    nothing, while a lost one is never found by waiting for the queue to empty (other periodic tasks and the
+    pollers' are nearly always in it). Each is marked as queued again (no holder, and not again for one lease),
+    in an UPDATE that only one of several sweepers wins, so a stalled chunk is enqueued once per lease at most.
+    A row without a time (stored before chunks had one) is due at once."""
     now = now_utc()
     again = now + timedelta(seconds=lease_seconds)
 
     def due(table: type[BatchChunkRecord] | type[BatchRecord]) -> Any:
         expired = table.lease_until < now
-        return or_(expired, table.lease_until.is_(None)) if include_untaken else expired
+        if held_only:
+            return and_(table.lease_token.is_not(None), expired)
+        return or_(expired, table.lease_until.is_(None))
 
     with database.session() as session:
         preparations = session.scalars(

@@ -103,10 +103,8 @@ def process_chunk(resources: WorkerResources, tasks: BatchTasks, batch_id: str, 
         succeeded, failed = succeeded + ok, failed + (not ok)
     store.complete_chunk(database, chunk, lines, succeeded=succeeded, failed=failed, ttl=_ttl(settings))
     # A worker that died left its lease; whoever finishes next puts it back in the queue without waiting for
-    # the minute's sweep.
-    tasks.enqueue_stalled(
-        store.requeue_stalled(database, include_untaken=False, lease_seconds=lease)
-    )
+    # the minute's sweep. (Only leases held: work never taken is the sweep's, once a minute, not every chunk's.)
+    tasks.enqueue_stalled(store.requeue_stalled(database, held_only=True, lease_seconds=lease))
 
 
 def sweep_batches(resources: WorkerResources, tasks: BatchTasks) -> None:
@@ -114,8 +112,7 @@ def sweep_batches(resources: WorkerResources, tasks: BatchTasks) -> None:
     purged = store.purge_expired(database)
     if purged:
         log.info("deleted %d expired batch(es)", purged)
-    stalled = store.requeue_stalled(database, include_untaken=tasks.engine.pending_count() == 0,
-                                    lease_seconds=settings.batch_lease_seconds)
+    stalled = store.requeue_stalled(database, lease_seconds=settings.batch_lease_seconds)
     if stalled.chunks or stalled.preparations:
         log.info("enqueued again: %d chunk(s), %d upload(s) to split", len(stalled.chunks),
                  len(stalled.preparations))
@@ -141,7 +138,8 @@ def prepare_upload(resources: WorkerResources, tasks: BatchTasks, batch_id: str)
         return
     total = len(series)
     chunks = store.store_preparation(database, batch_id, token, series, total=total,
-                                     chunk_series=settings.batch_chunk_series, ttl=_ttl(settings))
+                                     chunk_series=settings.batch_chunk_series,
+                                     lease_seconds=settings.batch_lease_seconds, ttl=_ttl(settings))
     if chunks is not None:
         tasks.enqueue_chunks((batch_id, seq) for seq in range(chunks))
 
