@@ -343,6 +343,20 @@ def write_upload(path: Path, target_bytes: int, points: int) -> int:
     return count
 
 
+def settled_worker_hwm(svc: Service, most: float = 120.0) -> float:
+    """The job worker's largest VmHWM once its processes have started and warmed up (the figure has stopped
+    growing for 5 s): what a worker holds before any batch."""
+    last, since, start = -1.0, time.perf_counter(), time.perf_counter()
+    while time.perf_counter() - start < most:
+        now = max(tree_hwm_mib(w.pid) for w in svc.workers)
+        if now > last:
+            last, since = now, time.perf_counter()
+        elif time.perf_counter() - since >= 5:
+            break
+        time.sleep(0.5)
+    return last
+
+
 def memory_run(svc: Service, tmp: Path, upload_mb: int, points: int) -> dict[str, float]:
     import httpx
     from forecast_client import Client
@@ -353,7 +367,7 @@ def memory_run(svc: Service, tmp: Path, upload_mb: int, points: int) -> dict[str
         return max(vm_hwm_mib(pid) for pid in web_pids)
 
     before = web_hwm()
-    worker_before = max(tree_hwm_mib(w.pid) for w in svc.workers)
+    worker_before = settled_worker_hwm(svc)
     path = tmp / "upload.csv"
     try:
         series = write_upload(path, upload_mb * 1_000_000, points)
