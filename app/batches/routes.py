@@ -56,7 +56,8 @@ def submit() -> Response:
         _spend(services, len(series))
         batch = store.create_batch(services.database, key_id=key.id, account_id=key.account_id, kind=fields.kind,
                                    parameters=fields.parameters, series=series,
-                                   chunk_series=settings.batch_chunk_series)
+                                   chunk_series=settings.batch_chunk_series,
+                                   lease_seconds=settings.batch_lease_seconds)
         _enqueue(services, lambda tasks: tasks.enqueue_chunks((batch.id, seq) for seq in range(batch.chunks_total)))
     else:
         raise UnsupportedMediaType(
@@ -94,7 +95,8 @@ def _submit_csv(services: Services) -> store.Batch:
     except BaseException:
         store.discard(services.database, batch_id)
         raise
-    batch = store.finish_upload(services.database, batch_id, series_total=series_total, upload_bytes=received)
+    batch = store.finish_upload(services.database, batch_id, series_total=series_total, upload_bytes=received,
+                                lease_seconds=settings.batch_lease_seconds)
     _enqueue(services, lambda tasks: tasks.enqueue_preparation(batch_id))
     return batch
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import case, delete, func, literal, or_, select, update
+from sqlalchemy import and_, case, delete, func, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.batches.records import BatchChunkRecord, BatchRecord, BatchUploadRecord
@@ -110,21 +110,29 @@ def chunk_sizes(chunk_series: int) -> Iterator[int]:
         yield chunk_series
 
 
-def _add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int) -> int:
+def _new_chunk(batch_id: str, seq: int, first: int, part: list[dict[str, Any]],
+               queued_until: datetime) -> BatchChunkRecord:
+    # lease_until without a holder: the time until which the chunk's task may still be waiting in the queue;
+    # a chunk nobody has taken by then is queued again (requeue_stalled), since the engine may have lost it.
+    return BatchChunkRecord(batch_id=batch_id, seq=seq, status="pending", first_index=first, series_count=len(part),
+                            input=pack(part), attempts=0, lease_until=queued_until)
+
+
+def _add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int,
+                queued_until: datetime) -> int:
     """Adds the series as chunks (sized by chunk_sizes); each chunk's series are packed (compressed) as soon as
     they are read, so an iterator that lets go of what it handed over keeps only the packed form alive."""
     remaining = iter(series)
     count = first = 0
     sizes = chunk_sizes(chunk_series)
     while part := list(islice(remaining, next(sizes))):
-        session.add(BatchChunkRecord(batch_id=batch_id, seq=count, status="pending", first_index=first,
-                                     series_count=len(part), input=pack(part), attempts=0))
+        session.add(_new_chunk(batch_id, count, first, part, queued_until))
         count, first = count + 1, first + len(part)
     return count
 
 
 def create_batch(database: Database, *, key_id: str, account_id: str, kind: str, parameters: dict[str, Any],
-                 series: list[dict[str, Any]], chunk_series: int) -> Batch:
+                 series: list[dict[str, Any]], chunk_series: int, lease_seconds: float) -> Batch:
     """A JSON batch, stored whole and already split into chunks, in one transaction."""
     now = now_utc()
     with database.session() as session:
@@ -132,7 +140,8 @@ def create_batch(database: Database, *, key_id: str, account_id: str, kind: str,
                              status="queued", series_total=len(series), now=now)
         session.add(record)
         session.flush()
-        record.chunks_total = _add_chunks(session, record.id, series, chunk_series)
+        record.chunks_total = _add_chunks(session, record.id, series, chunk_series,
+                                          now + timedelta(seconds=lease_seconds))
         record.prepared = True
     return Batch.of(record)
 
@@ -153,12 +162,15 @@ def add_upload_piece(database: Database, batch_id: str, seq: int, data: bytes) -
         session.add(BatchUploadRecord(batch_id=batch_id, seq=seq, data=data))
 
 
-def finish_upload(database: Database, batch_id: str, *, series_total: int, upload_bytes: int) -> Batch:
+def finish_upload(database: Database, batch_id: str, *, series_total: int, upload_bytes: int,
+                  lease_seconds: float) -> Batch:
+    now = now_utc()
     with database.session() as session:
         record = session.get(BatchRecord, batch_id)
         assert record is not None
         record.status, record.series_total, record.upload_bytes = "queued", series_total, upload_bytes
-        record.updated_at = now_utc()
+        # As for a chunk: the split's task is given one lease to be taken before it is queued again.
+        record.updated_at, record.lease_until = now, now + timedelta(seconds=lease_seconds)
     return Batch.of(record)
 
 
@@ -263,7 +275,8 @@ def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], 
                    ttl: timedelta) -> bool:
     """Stores the chunk's results and counts them, in one transaction, if the caller still holds the lease.
     The batch is done when its last chunk is (counted in the same UPDATE, so two workers finishing the last
-    two chunks at once cannot both miss it)."""
+    two chunks at once cannot both miss it), once its upload is split whole: while a CSV is still being split,
+    its chunks so far may all be done before the next is stored, and finish_preparation decides then."""
     now = now_utc()
     with database.session() as session:
         stored = session.execute(
@@ -274,7 +287,7 @@ def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], 
         ).rowcount
         if stored != 1:
             return False
-        last = BatchRecord.chunks_done + 1 >= BatchRecord.chunks_total
+        last = and_(BatchRecord.chunks_done + 1 >= BatchRecord.chunks_total, BatchRecord.prepared.is_(True))
         session.execute(
             update(BatchRecord)
             .where(BatchRecord.id == chunk.batch_id, BatchRecord.status.in_(RUNNABLE))
@@ -297,7 +310,7 @@ def claim_preparation(database: Database, batch_id: str, *, lease_seconds: float
     with database.session() as session:
         claimed = session.execute(
             update(BatchRecord)
-            .where(BatchRecord.id == batch_id, BatchRecord.status == "queued", BatchRecord.prepared.is_(False),
+            .where(BatchRecord.id == batch_id, BatchRecord.status.in_(RUNNABLE), BatchRecord.prepared.is_(False),
                    _free(BatchRecord, now))
             .values(lease_token=token, lease_until=now + timedelta(seconds=lease_seconds))
         ).rowcount
@@ -319,16 +332,100 @@ def upload_pieces(database: Database, batch_id: str) -> Iterator[bytes]:
         yield data
 
 
+def renew_preparation(database: Database, batch_id: str, token: str, *, lease_seconds: float) -> bool:
+    """Extends the caller's lease on splitting the upload; False when it no longer holds it (cancelled, or
+    another worker took over after this one stalled), and the caller stops."""
+    with database.session() as session:
+        return session.execute(
+            update(BatchRecord)
+            .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
+                   BatchRecord.status.in_(RUNNABLE))
+            .values(lease_until=now_utc() + timedelta(seconds=lease_seconds))
+        ).rowcount == 1
+
+
+def _unsplit(session: Session, batch_id: str, token: str, **values: Any) -> bool:
+    """Deletes the chunks an unfinished split stored (and any results of them) and zeroes their counts, with
+    ``values``, if the caller holds the split's lease. The chunks go first: a worker storing a chunk's results
+    locks that chunk and then the batch, so the batch's counts are updated after its last such write and a
+    later one finds its chunk gone (it writes nothing)."""
+    session.execute(delete(BatchChunkRecord).where(BatchChunkRecord.batch_id == batch_id))
+    if session.execute(
+        update(BatchRecord)
+        .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
+               BatchRecord.status.in_(RUNNABLE))
+        .values(chunks_total=0, chunks_done=0, series_done=0, series_failed=0, updated_at=now_utc(), **values)
+    ).rowcount != 1:
+        session.rollback()
+        return False
+    return True
+
+
+def restart_preparation(database: Database, batch_id: str, token: str) -> bool:
+    """Back to no chunks, before a split starts (an earlier attempt may have stored some before its worker
+    died) or when a streamed split finds the upload's series are not grouped and splits it whole instead: the
+    series stored so far are dropped with their results, and the batch is queued again. False when the caller
+    no longer holds the lease."""
+    with database.session() as session:
+        return _unsplit(session, batch_id, token, status="queued")
+
+
+def add_prepared_chunk(database: Database, batch_id: str, token: str, *, seq: int, first_index: int,
+                       series: list[dict[str, Any]], lease_seconds: float) -> bool:
+    """One more chunk of a split still under way (the next, ``seq``), which a worker may take at once; the
+    split's lease is extended in the same transaction. False when the caller no longer holds the lease."""
+    now = now_utc()
+    until = now + timedelta(seconds=lease_seconds)
+    with database.session() as session:
+        if session.execute(
+            update(BatchRecord)
+            .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
+                   BatchRecord.status.in_(RUNNABLE), BatchRecord.chunks_total == seq)
+            .values(chunks_total=seq + 1, lease_until=until, updated_at=now)
+        ).rowcount != 1:
+            session.rollback()
+            return False
+        session.add(_new_chunk(batch_id, seq, first_index, series, until))
+    return True
+
+
+def finish_preparation(database: Database, batch_id: str, token: str, *, total: int, ttl: timedelta) -> bool:
+    """The end of a streamed split: the batch holds ``total`` series in the chunks stored so far, and is done
+    now if those are all done already (else with its last chunk, complete_chunk); the upload is dropped. One
+    UPDATE decides, so a worker finishing the last chunk meanwhile cannot leave the batch running. False when
+    the caller no longer holds the lease."""
+    now = now_utc()
+    with database.session() as session:
+        all_done = BatchRecord.chunks_done >= BatchRecord.chunks_total
+        if session.execute(
+            update(BatchRecord)
+            .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
+                   BatchRecord.status.in_(RUNNABLE))
+            .values(
+                prepared=True, series_total=total, lease_token=None, lease_until=None, updated_at=now,
+                status=case((all_done, literal("done")), else_=BatchRecord.status),
+                finished_at=case((all_done, literal(now, UTCDateTime())), else_=BatchRecord.finished_at),
+                expires_at=case((all_done, literal(now + ttl, UTCDateTime())), else_=BatchRecord.expires_at),
+            )
+        ).rowcount != 1:
+            session.rollback()
+            return False
+        session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
+    return True
+
+
 def store_preparation(database: Database, batch_id: str, token: str, series: Iterable[dict[str, Any]], *,
-                      total: int, chunk_series: int, ttl: timedelta) -> int | None:
+                      total: int, chunk_series: int, lease_seconds: float, ttl: timedelta) -> int | None:
     """The upload's ``total`` series as chunks, in one transaction with the end of the lease; the upload is
-    dropped. The number of chunks, or None when the caller no longer holds the lease."""
+    dropped. The number of chunks, or None when the caller no longer holds the lease. (A split of the whole
+    file at once: restart_preparation has removed any chunks of an earlier attempt.)"""
     now = now_utc()
     with database.session() as session:
         record = session.get(BatchRecord, batch_id, with_for_update=True)
-        if record is None or record.lease_token != token or record.prepared or record.status != "queued":
+        if record is None or record.lease_token != token or record.prepared or record.status not in RUNNABLE:
             return None
-        record.chunks_total = chunks = _add_chunks(session, batch_id, series, chunk_series)
+        record.chunks_total = chunks = _add_chunks(session, batch_id, series, chunk_series,
+                                                   now + timedelta(seconds=lease_seconds))
         record.series_total, record.prepared, record.updated_at = total, True, now
         record.lease_token = record.lease_until = None
         if not total:
@@ -338,14 +435,14 @@ def store_preparation(database: Database, batch_id: str, token: str, series: Ite
 
 
 def fail_batch(database: Database, batch_id: str, token: str, error: dict[str, Any], *, ttl: timedelta) -> bool:
-    """A CSV batch whose upload cannot be read at all: failed, with the reason, and its upload dropped."""
+    """A CSV batch whose upload cannot be read: failed, with the reason, and its upload dropped. A streamed
+    split may have stored (and workers computed) its first chunks before it met the error: they are deleted
+    with their results and counts, so the batch reads exactly as if the error had been found first."""
     now = now_utc()
     with database.session() as session:
-        record = session.get(BatchRecord, batch_id, with_for_update=True)
-        if record is None or record.lease_token != token or record.status != "queued":
+        if not _unsplit(session, batch_id, token, status="failed", error=json.dumps(error), finished_at=now,
+                        expires_at=now + ttl, lease_token=None, lease_until=None):
             return False
-        record.status, record.error, record.updated_at = "failed", json.dumps(error), now
-        record.finished_at, record.expires_at, record.lease_token, record.lease_until = now, now + ttl, None, None
         session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
     return True
 
@@ -364,22 +461,28 @@ class Stalled:
     chunks: list[tuple[str, int]]
 
 
-def requeue_stalled(database: Database, *, include_untaken: bool, lease_seconds: float,
+def requeue_stalled(database: Database, *, lease_seconds: float, held_only: bool = False,
                     limit: int = 10_000) -> Stalled:
-    """Work to enqueue again: leases that ran out (their worker died or was stopped), and with
-    ``include_untaken`` also work no worker holds (asked only when the engine's queue is empty, so nothing
-    queued can still take it). Each is marked as queued again (no holder, and not again for one lease), in an
-    UPDATE that only one of several sweepers wins, so a stalled chunk is enqueued once per lease at most."""
+    """Work to enqueue again: leases that ran out (their worker died or was stopped), and, unless
+    ``held_only``, work no worker has taken within a lease of being queued (its task was lost: the engine does
+    not acknowledge tasks, so a consumer killed between taking a task and claiming its chunk loses it).
+    Whatever the queue holds meanwhile: a task still waiting in it only finds its chunk taken or done and does
+    nothing, while a lost one is never found by waiting for the queue to empty (other periodic tasks and the
+    pollers' are nearly always in it). Each is marked as queued again (no holder, and not again for one lease),
+    in an UPDATE that only one of several sweepers wins, so a stalled chunk is enqueued once per lease at most.
+    A row without a time (stored before chunks had one) is due at once."""
     now = now_utc()
     again = now + timedelta(seconds=lease_seconds)
 
     def due(table: type[BatchChunkRecord] | type[BatchRecord]) -> Any:
         expired = table.lease_until < now
-        return or_(expired, table.lease_until.is_(None)) if include_untaken else expired
+        if held_only:
+            return and_(table.lease_token.is_not(None), expired)
+        return or_(expired, table.lease_until.is_(None))
 
     with database.session() as session:
         preparations = session.scalars(
-            select(BatchRecord.id).where(BatchRecord.status == "queued", BatchRecord.prepared.is_(False),
+            select(BatchRecord.id).where(BatchRecord.status.in_(RUNNABLE), BatchRecord.prepared.is_(False),
                                          due(BatchRecord)).limit(limit)
         ).all()
         chunks = session.execute(
@@ -393,7 +496,8 @@ def requeue_stalled(database: Database, *, include_untaken: bool, lease_seconds:
     for batch_id in preparations:
         with database.session() as session:
             if session.execute(
-                update(BatchRecord).where(BatchRecord.id == batch_id, BatchRecord.prepared.is_(False), due(BatchRecord))
+                update(BatchRecord).where(BatchRecord.id == batch_id, BatchRecord.prepared.is_(False),
+                                          BatchRecord.status.in_(RUNNABLE), due(BatchRecord))
                 .values(lease_token=None, lease_until=again)
             ).rowcount == 1:
                 marked_preparations.append(batch_id)

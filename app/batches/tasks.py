@@ -12,13 +12,14 @@ task for work that is done, gone or held by another worker does nothing (app.bat
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import IO, Any
 from weakref import WeakKeyDictionary
 
 from huey import Huey, crontab
@@ -103,10 +104,8 @@ def process_chunk(resources: WorkerResources, tasks: BatchTasks, batch_id: str, 
         succeeded, failed = succeeded + ok, failed + (not ok)
     store.complete_chunk(database, chunk, lines, succeeded=succeeded, failed=failed, ttl=_ttl(settings))
     # A worker that died left its lease; whoever finishes next puts it back in the queue without waiting for
-    # the minute's sweep.
-    tasks.enqueue_stalled(
-        store.requeue_stalled(database, include_untaken=False, lease_seconds=lease)
-    )
+    # the minute's sweep. (Only leases held: work never taken is the sweep's, once a minute, not every chunk's.)
+    tasks.enqueue_stalled(store.requeue_stalled(database, held_only=True, lease_seconds=lease))
 
 
 def sweep_batches(resources: WorkerResources, tasks: BatchTasks) -> None:
@@ -114,8 +113,7 @@ def sweep_batches(resources: WorkerResources, tasks: BatchTasks) -> None:
     purged = store.purge_expired(database)
     if purged:
         log.info("deleted %d expired batch(es)", purged)
-    stalled = store.requeue_stalled(database, include_untaken=tasks.engine.pending_count() == 0,
-                                    lease_seconds=settings.batch_lease_seconds)
+    stalled = store.requeue_stalled(database, lease_seconds=settings.batch_lease_seconds)
     if stalled.chunks or stalled.preparations:
         log.info("enqueued again: %d chunk(s), %d upload(s) to split", len(stalled.chunks),
                  len(stalled.preparations))
@@ -129,21 +127,98 @@ class UploadError(Exception):
                          "details": {"field": "body", "issue": issue, "provided": provided}}
 
 
+class NotGrouped(Exception):
+    """A series' rows are not all in one run: the upload cannot be split as it is read."""
+
+
+class _Lease:
+    """The split's lease, renewed when a third of it has passed (a split of a large upload outlasts a lease)."""
+
+    def __init__(self, resources: WorkerResources, batch_id: str, token: str) -> None:
+        self._database, self._batch_id, self._token = resources.database, batch_id, token
+        self.seconds = resources.settings.batch_lease_seconds
+        self._renewed = time.monotonic()
+
+    def renewed(self) -> None:
+        self._renewed = time.monotonic()
+
+    def kept(self) -> bool:
+        """False when the lease is lost (cancelled, or taken over): the caller stops."""
+        if time.monotonic() - self._renewed < self.seconds / 3:
+            return True
+        self._renewed = time.monotonic()
+        return store.renew_preparation(self._database, self._batch_id, self._token, lease_seconds=self.seconds)
+
+
 def prepare_upload(resources: WorkerResources, tasks: BatchTasks, batch_id: str) -> None:
+    """Splits the upload into chunks. When each series' rows are contiguous (as forecast_client writes them),
+    as it is read: each chunk is stored and queued as soon as its series are complete, so the first results
+    come while the rest is parsed, and the worker holds one parser frame and one chunk's series at a time.
+    Otherwise the whole file is split at once as before, with the same series, results and messages (a series
+    met again further on: whatever was stored of the file is dropped first)."""
     settings, database = resources.settings, resources.database
     token = store.claim_preparation(database, batch_id, lease_seconds=settings.batch_lease_seconds)
     if token is None:
         return
-    try:
-        series = series_from_csv(store.upload_pieces(database, batch_id), max_series=settings.batch_max_series)
-    except UploadError as error:
-        store.fail_batch(database, batch_id, token, error.envelope, ttl=_ttl(settings))
-        return
-    total = len(series)
-    chunks = store.store_preparation(database, batch_id, token, series, total=total,
-                                     chunk_series=settings.batch_chunk_series, ttl=_ttl(settings))
-    if chunks is not None:
-        tasks.enqueue_chunks((batch_id, seq) for seq in range(chunks))
+    lease = _Lease(resources, batch_id, token)
+    with tempfile.TemporaryFile() as spool:
+        for piece in store.upload_pieces(database, batch_id):
+            spool.write(piece)
+            if not lease.kept():
+                return
+        # A split that an earlier worker began (and died in) starts again from nothing.
+        if not store.restart_preparation(database, batch_id, token):
+            return
+        spool.seek(0)
+        try:
+            try:
+                total = _split_streaming(resources, tasks, batch_id, token, spool, lease)
+            except NotGrouped:
+                if not store.restart_preparation(database, batch_id, token):
+                    return
+                spool.seek(0)
+                series = split_whole(spool, max_series=settings.batch_max_series)
+                chunks = store.store_preparation(database, batch_id, token, series, total=len(series),
+                                                 chunk_series=settings.batch_chunk_series,
+                                                 lease_seconds=settings.batch_lease_seconds, ttl=_ttl(settings))
+                if chunks is not None:
+                    tasks.enqueue_chunks((batch_id, seq) for seq in range(chunks))
+                return
+        except UploadError as error:
+            store.fail_batch(database, batch_id, token, error.envelope, ttl=_ttl(settings))
+            return
+    if total is not None:
+        store.finish_preparation(database, batch_id, token, total=total, ttl=_ttl(settings))
+
+
+def _split_streaming(resources: WorkerResources, tasks: BatchTasks, batch_id: str, token: str, spool: IO[bytes],
+                     lease: _Lease) -> int | None:
+    """Stores and queues the upload's chunks as their series are read; the number of series, or None when the
+    lease was lost (the caller stops)."""
+    settings, database = resources.settings, resources.database
+    sizes = store.chunk_sizes(settings.batch_chunk_series)
+    part: list[dict[str, Any]] = []
+    want, seq, first = next(sizes), 0, 0
+
+    def flush() -> bool:
+        nonlocal part, want, seq, first
+        if not store.add_prepared_chunk(database, batch_id, token, seq=seq, first_index=first, series=part,
+                                        lease_seconds=lease.seconds):
+            return False
+        lease.renewed()
+        tasks.enqueue_chunks([(batch_id, seq)])
+        seq, first, part, want = seq + 1, first + len(part), [], next(sizes)
+        return True
+
+    for one in grouped_series(spool, max_series=settings.batch_max_series):
+        part.append(one)
+        if len(part) == want and not flush():
+            return None
+        if not lease.kept():
+            return None
+    if part and not flush():
+        return None
+    return first
 
 
 class SplitUpload:
@@ -165,51 +240,175 @@ class SplitUpload:
                    "values": [v for part in values for v in part]}
 
 
-def series_from_csv(pieces: Iterator[bytes], *, max_series: int) -> SplitUpload:
-    """The series of a long-format CSV (unique_id,timestamp,value), in order of first appearance, each row in
-    file order. Values are numbers where the text is one; other text is handed on as it is (and an empty cell
-    as null), so the series check names it exactly as it names such a value in JSON."""
-    import numpy as np
+# Rows per parser frame. The whole-file split keeps large frames (every series is held anyway); the streamed
+# one reads a small first frame, so the first series reach a worker at once, then frames that bound what it
+# holds (about 150 bytes of Python objects a row).
+WHOLE_FRAME_ROWS = 500_000
+FIRST_FRAME_ROWS = 10_000
+FRAME_ROWS = 100_000
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
     import pandas as pd
 
-    with tempfile.TemporaryFile() as spool, warnings.catch_warnings():
-        for piece in pieces:
-            spool.write(piece)
-        spool.seek(0)
-        found: dict[str, tuple[list[list[str]], list[list[Any]]]] = {}
+    return (pd.errors.ParserError, pd.errors.ParserWarning, pd.errors.EmptyDataError, UnicodeDecodeError,
+            ValueError)
+
+
+def _unreadable(exc: BaseException) -> UploadError:
+    return UploadError("The CSV could not be read.", f"invalid CSV: {str(exc)[:120]}")
+
+
+def _reader(spool: IO[bytes], rows: int) -> Any:
+    import pandas as pd
+
+    # pandas closes the file it reads (through its text wrapper) when it is done or dropped: it reads a
+    # duplicate of the spool's descriptor, so the spool stays open for a second reading.
+    handle = os.fdopen(os.dup(spool.fileno()), "rb")
+    try:
+        # index_col=False: pandas would otherwise take a first row with extra fields as a sign that the leading
+        # columns are an index, and shift every column; a row too long is an error either way (a warning,
+        # made one, for the first row).
+        return pd.read_csv(handle, dtype=str, keep_default_na=False, na_filter=False, chunksize=rows,
+                           encoding="utf-8-sig", index_col=False)
+    except BaseException:
+        handle.close()
+        raise
+
+
+def _checked(frame: Any) -> Any:
+    missing = [column for column in CSV_COLUMNS if column not in frame.columns]
+    if missing:
+        raise UploadError("The CSV must have the columns unique_id,timestamp,value.",
+                          "missing column " + missing[0], ",".join(map(str, frame.columns))[:64])
+    return frame
+
+
+def _values(frame: Any) -> list[Any]:
+    import numpy as np
+
+    texts = frame["value"].to_numpy(dtype=object)
+    try:
+        # Python's float() on each text, correctly rounded as JSON numbers are read (pandas' own parsers may
+        # differ in the last digit).
+        values: list[Any] = texts.astype(np.float64).tolist()
+    except ValueError:
+        values = [_cell_value(text) for text in texts.tolist()]
+    return values
+
+
+def _too_many(max_series: int) -> UploadError:
+    return UploadError(f"The upload holds more than {max_series:,} series.", "too many series",
+                       f"more than {max_series}")
+
+
+def _spool(pieces: Iterator[bytes]) -> IO[bytes]:
+    spool = tempfile.TemporaryFile()
+    for piece in pieces:
+        spool.write(piece)
+    spool.seek(0)
+    return spool
+
+
+def series_from_csv(pieces: Iterator[bytes], *, max_series: int) -> SplitUpload:
+    """The series of a long-format CSV (unique_id,timestamp,value), in order of first appearance, each row in
+    file order, the whole file at once (split_whole)."""
+    with _spool(pieces) as spool:
+        return split_whole(spool, max_series=max_series)
+
+
+def split_whole(spool: IO[bytes], *, max_series: int) -> SplitUpload:
+    """The series of a long-format CSV (unique_id,timestamp,value), in order of first appearance, each row in
+    file order, with every series held until the end (any row order is accepted). Values are numbers where
+    the text is one; other text is handed on as it is (and an empty cell as null), so the series check names
+    it exactly as it names such a value in JSON."""
+    import pandas as pd
+
+    found: dict[str, tuple[list[list[str]], list[list[Any]]]] = {}
+    with warnings.catch_warnings():
         try:
-            # index_col=False: pandas would otherwise take a first row with extra fields as a sign that the
-            # leading columns are an index, and shift every column; a row too long is an error either way
-            # (a warning, made one, for the first row).
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            reader = pd.read_csv(spool, dtype=str, keep_default_na=False, na_filter=False, chunksize=500_000,
-                                 encoding="utf-8-sig", index_col=False)
-            for frame in reader:
-                missing = [column for column in CSV_COLUMNS if column not in frame.columns]
-                if missing:
-                    raise UploadError("The CSV must have the columns unique_id,timestamp,value.",
-                                      "missing column " + missing[0], ",".join(map(str, frame.columns))[:64])
-                texts = frame["value"].to_numpy(dtype=object)
-                try:
-                    # Python's float() on each text, correctly rounded as JSON numbers are read (pandas' own
-                    # parsers may differ in the last digit).
-                    values: list[Any] = texts.astype(np.float64).tolist()
-                except ValueError:
-                    values = [_cell_value(text) for text in texts.tolist()]
-                stamps = frame["timestamp"].to_numpy(dtype=object)
-                for unique_id, rows in frame.groupby("unique_id", sort=False).indices.items():
-                    entry = found.get(unique_id)
-                    if entry is None:
-                        if len(found) >= max_series:
-                            raise UploadError(f"The upload holds more than {max_series:,} series.",
-                                              "too many series", f"more than {max_series}")
-                        entry = found[unique_id] = ([], [])
-                    entry[0].append(stamps[rows].tolist())
-                    entry[1].append([values[row] for row in rows.tolist()])
-        except (pd.errors.ParserError, pd.errors.ParserWarning, pd.errors.EmptyDataError, UnicodeDecodeError,
-                ValueError) as exc:
-            raise UploadError("The CSV could not be read.", f"invalid CSV: {str(exc)[:120]}") from exc
+            with _reader(spool, WHOLE_FRAME_ROWS) as reader:
+                for frame in reader:
+                    values = _values(_checked(frame))
+                    stamps = frame["timestamp"].to_numpy(dtype=object)
+                    for unique_id, rows in frame.groupby("unique_id", sort=False).indices.items():
+                        entry = found.get(unique_id)
+                        if entry is None:
+                            if len(found) >= max_series:
+                                raise _too_many(max_series)
+                            entry = found[unique_id] = ([], [])
+                        entry[0].append(stamps[rows].tolist())
+                        entry[1].append([values[row] for row in rows.tolist()])
+        except _read_errors() as exc:
+            raise _unreadable(exc) from exc
     return SplitUpload(found)
+
+
+def _frames(spool: IO[bytes]) -> Iterator[Any]:
+    """The parser's frames, a small one first; a read error as the UploadError the whole-file split gives (the
+    parser's messages name lines of the file, whatever the frame)."""
+    import pandas as pd
+
+    rows = FIRST_FRAME_ROWS
+    with warnings.catch_warnings():
+        # The filter holds only while the parser runs: the caller may compute series between frames.
+        warnings.simplefilter("error", pd.errors.ParserWarning)
+        try:
+            reader = _reader(spool, FRAME_ROWS)
+        except _read_errors() as exc:
+            raise _unreadable(exc) from exc
+    with reader:
+        while True:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", pd.errors.ParserWarning)
+                try:
+                    frame = reader.get_chunk(rows)
+                except StopIteration:
+                    return
+                except _read_errors() as exc:
+                    raise _unreadable(exc) from exc
+            rows = FRAME_ROWS
+            yield _checked(frame)
+
+
+def grouped_series(spool: IO[bytes], *, max_series: int) -> Iterator[dict[str, Any]]:
+    """The series of a CSV whose series' rows are contiguous, each handed out as soon as the next series
+    starts: the same series, values and errors as split_whole, in the same order. Raises NotGrouped on
+    meeting a series again after another (before handing out anything of that frame), and UploadError where
+    split_whole would (possibly after handing out the series before the error)."""
+    import numpy as np
+
+    finished: set[str] = set()
+    current: str | None = None
+    stamps: list[Any] = []
+    values: list[Any] = []
+    count = 0
+    for frame in _frames(spool):
+        ids = frame["unique_id"].to_numpy(dtype=object)
+        if not len(ids):
+            continue
+        bounds = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(ids)]
+        runs = [ids[start] for start in bounds[:-1]]
+        if len(set(runs)) != len(runs) or any(run in finished or (run == current and index) for index, run in
+                                               enumerate(runs)):
+            raise NotGrouped
+        frame_values = _values(frame)
+        frame_stamps = frame["timestamp"].to_numpy(dtype=object)
+        for index, run in enumerate(runs):
+            if run != current:
+                if current is not None:
+                    finished.add(current)
+                    yield {"id": current, "timestamps": stamps, "values": values}
+                if count >= max_series:
+                    raise _too_many(max_series)
+                count += 1
+                current, stamps, values = run, [], []
+            start, end = bounds[index], bounds[index + 1]
+            stamps.extend(frame_stamps[start:end].tolist())
+            values.extend(frame_values[start:end])
+    if current is not None:
+        yield {"id": current, "timestamps": stamps, "values": values}
 
 
 def _cell_value(text: str) -> Any:

@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, text
 
 from app.settings import Settings
 from tests.support import (
+    REDIS_URL,
     JobWorker,
     Server,
     bearer,
@@ -36,8 +37,9 @@ pytestmark = pytest.mark.slow
 FIELDS = {"forecast_horizon": 4, "data_frequency": "Daily", "forecast_frequency": "Daily"}
 # Small chunks and short leases, so that a drill has many chunks in flight and recovers within seconds.
 BASE_ENV = {"FORECAST_WORKERS": "1", "LOG_LEVEL": "WARNING", "BATCH_LEASE_SECONDS": "3", "BATCH_CHUNK_SERIES": "2"}
-# The job store of the scale-out drill: a Redis database of its own (the tests flush it).
-SCALE_OUT_REDIS = "redis://127.0.0.1:6379/4"
+# The job store of the scale-out drill: this test process's Redis database (from TEST_REDIS_URL, one per xdist
+# worker, so two suites given different URLs never share it; the test flushes it).
+SCALE_OUT_REDIS = REDIS_URL
 
 
 def create_key(env: dict[str, str]) -> str:
