@@ -12,6 +12,7 @@ from forecast_client._batches import (
     POLL_MAX,
     Batch,
     ProgressBar,
+    _service_times,
     csv_pieces,
     next_poll,
     prepare_frame,
@@ -91,3 +92,19 @@ def test_the_bar_draws_only_where_asked() -> None:
 def test_a_frame_without_the_named_columns_is_refused() -> None:
     with pytest.raises(ValueError, match="no column 'ds'"):
         prepare_frame(frame(), None, "unique_id", "ds", "value")
+
+
+@pytest.mark.parametrize("zone", [None, "UTC", "Europe/Berlin", "Asia/Kolkata", "America/St_Johns"])
+@pytest.mark.parametrize("fraction", [False, True])
+def test_timestamps_are_written_as_the_service_reads_them(zone: str | None, fraction: bool) -> None:
+    # The vectorised text equals what Python's own formatting gives each row: seconds, or microseconds when any
+    # row has a fraction, and the zone's offset as +HH:MM (across daylight-saving changes).
+    rng = np.random.default_rng(3)
+    stamps = pd.Series(pd.to_datetime(rng.integers(-10**9, 2 * 10**9, 2000), unit="s"))
+    if fraction:
+        stamps += pd.to_timedelta(rng.integers(0, 10**6, 2000), unit="us")
+    if zone:
+        stamps = stamps.dt.tz_localize("UTC").dt.tz_convert(zone)
+    spec = "seconds" if not fraction else "microseconds"
+    expected = [t.to_pydatetime().isoformat(timespec=spec) for t in stamps]
+    assert _service_times(stamps).tolist() == expected

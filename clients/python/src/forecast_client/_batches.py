@@ -166,12 +166,24 @@ def csv_pieces(prepared: PreparedFrame, rows: int = UPLOAD_ROWS) -> Iterator[byt
 
 
 def _service_times(stamps: pd.Series) -> pd.Series:
+    """The service's timestamp text, vectorised: strftime formats row by row in Python, which took most of the
+    time to submit a million-row frame (6 s of 9)."""
+    import numpy as np
+    import pandas as pd
+
     has_fraction = bool((stamps.dt.microsecond != 0).any() or (stamps.dt.nanosecond != 0).any())
-    pattern = "%Y-%m-%dT%H:%M:%S.%f" if has_fraction else "%Y-%m-%dT%H:%M:%S"
+    unit = "us" if has_fraction else "s"
+    local = stamps if stamps.dt.tz is None else stamps.dt.tz_localize(None)
+    # numpy's text for whole seconds is YYYY-MM-DDTHH:MM:SS, and with microseconds .ffffff: strftime's %f.
+    text = pd.Series(np.datetime_as_string(local.to_numpy(dtype=f"datetime64[{unit}]"), unit=unit),
+                     index=stamps.index, dtype=object)
     if stamps.dt.tz is None:
-        return stamps.dt.strftime(pattern)
-    text = stamps.dt.strftime(pattern + "%z")  # +0100: the service wants +01:00
-    return text.str[:-2] + ":" + text.str[-2:]
+        return text
+    utc = stamps.dt.tz_convert("UTC").dt.tz_localize(None)
+    minutes = ((local - utc) // pd.Timedelta(minutes=1)).astype("int64")
+    # A zone has a handful of offsets: each is written once.
+    offsets = {m: f"{'-' if m < 0 else '+'}{abs(m) // 60:02d}:{abs(m) % 60:02d}" for m in minutes.unique()}
+    return text + minutes.map(offsets)
 
 
 # -- the results coming back ------------------------------------------------------------------------------
