@@ -4,7 +4,8 @@ Every member of a pool forecasts from each rolling origin on the history before 
 ranked by their sMAPE over those windows, the best ``Pool.keep`` kept and weighted by
 (1 / sMAPE) ** ``weight_power`` (combination_weights), with ``Pool.fixed`` members holding ``Pool.share``
 of the weight whatever their rank (with_fixed_share). The interval comes from the combination's own
-errors at the same origins.
+errors at the same origins. An error about a newest point robust.clean_newest replaced ranks no member but
+widens the interval (History.spikes).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import numpy as np
 
 from app.compute.forecast.base import Fitted, _normalise, _step_scale, never_negative, usable_periods
 from app.compute.forecast.candidates import Candidate, multiplicative_indices, seasonal_strength
-from app.compute.forecast.intervals import fit_errors, origins, seasonal_errors, window
+from app.compute.forecast.intervals import fit_errors, origins, seasonal_errors, spike_errors, window
+from app.compute.forecast.robust import clean_newest, newest_replaced
 from app.compute.forecast.template import Combination, History, Pool, min_train
 
 STRENGTH_GATE = 0.5  # seasonal strength above which seasonal-position methods are used (M4 training data)
@@ -60,19 +62,27 @@ def with_fixed_share(chosen: np.ndarray, weights: np.ndarray, fixed: np.ndarray,
 
 def prepare_history(values: Sequence[float], horizon: int, periods: tuple[int, ...], *, max_history: int,
                     n_origins: int, min_step: int, gate: float,
+                    evaluation_horizon: Callable[[tuple[int, ...], int], int], threshold: float,
                     clean: Callable[[np.ndarray, tuple[int, ...]], np.ndarray] | None = None) -> History:
-    """The capped, normalised history, with ``n_origins`` rolling origins one horizon apart (at least
-    ``min_step``), or up to intervals.SHORT_ORIGINS spread over a short history (windows cut at its end).
-    ``clean`` gives the series the candidates are fitted on; their errors are against the raw history."""
+    """The capped, normalised history, with ``n_origins`` rolling origins one evaluation horizon apart (at
+    least ``min_step``), or up to intervals.SHORT_ORIGINS spread over a short history (windows cut at its end).
+    The newest point is judged first (robust.clean_newest, ``threshold`` robust sigmas), so one spike there
+    moves no median; ``clean`` then gives the series the candidates are fitted on. Their errors are against
+    the raw history, so that spike widens the interval."""
     y, scale = _normalise(values, max_history)
     n = len(y)
     per = usable_periods(periods, n)
-    x = clean(y, per) if clean is not None else y
+    z = clean_newest(y, per, threshold)
+    x = clean(z, per) if clean is not None else z
     mt = min_train(n, per)
-    hv = max(1, min(horizon, n - mt))
-    orgs, hv = origins(n, horizon, mt, n_origins, step=max(hv, min_step), short=True)
-    seasonal = bool(per) and seasonal_strength(y, per[0]) >= gate
-    return History(values, y, x, scale, horizon, per, orgs, hv, seasonal)
+    # ranking, weights and interval all rest on the frequency's evaluation horizon, not the requested one
+    # (app.compute.forecast.frequency): the first k steps of any forecast are the horizon-k forecast
+    he = evaluation_horizon(per, n)
+    hv = max(1, min(he, n - mt))
+    orgs, hv = origins(n, he, mt, n_origins, step=max(hv, min_step), short=True)
+    seasonal = bool(per) and seasonal_strength(z, per[0]) >= gate
+    spikes = spike_errors(newest_replaced(z, y), orgs, hv)
+    return History(values, y, z, x, scale, horizon, per, orgs, hv, seasonal, spikes)
 
 
 def whole_windows(history: History, n_origins: int) -> bool:
@@ -97,7 +107,10 @@ def validated_combination(history: History, pool: Pool, member: Callable[[str], 
     fc = np.stack([forecasts[[col[m] for m in combo]].mean(axis=0) for combo in pool.members])
     if r:
         act = np.stack([window(y, o, hv) for o in orgs])
-        seen = np.isfinite(act)[None] & np.ones_like(fc, dtype=bool)
+        # a replaced newest point says nothing about which member forecasts better: left out of the ranking and
+        # weights (its error still widens the interval, see intervals.fit_errors)
+        counted = np.isfinite(act) if history.spikes is None else np.isfinite(act) & ~history.spikes
+        seen = counted[None] & np.ones_like(fc, dtype=bool)
         # symmetric relative error (sMAPE); chosen over MAE on M4 training data (OWA 0.464 -> 0.459
         # Hourly, 0.787 -> 0.785 Weekly)
         num = 2.0 * np.abs(fc - act[None])
@@ -123,7 +136,8 @@ def combination_interval(history: History, combination: Combination, errors: np.
     widening the high season only under a strong multiplicative season, and with ``trend_floor`` the
     faster-than-random-walk growth of a trend extrapolation where windows were cut."""
     y, per, n = history.y, history.periods, len(history.y)
-    indices = multiplicative_indices(y, per[0]) if history.seasonal else None
+    indices = multiplicative_indices(history.z, per[0]) if history.seasonal else None
     errors, season = seasonal_errors(errors, history.origins, n, indices)
-    em = fit_errors(errors, _step_scale(y), *calibration, orgs=history.origins, season=season, trend=trend_floor)
+    em = fit_errors(errors, _step_scale(y), *calibration, orgs=history.origins, season=season, trend=trend_floor,
+                    spikes=history.spikes)
     return Fitted(combination.median, em, history.scale, nonnegative=never_negative(history.values))

@@ -15,7 +15,8 @@ from app.compute.forecast.template import Combination, ForecastModel, History, P
 
 class SeasonalNaive(ForecastModel[History]):
     """The last cycle of the shortest usable period repeated (the last value without one), with the
-    rolling-origin interval of its own errors: enough origins for ~60 errors on short horizons (at least
+    rolling-origin interval of its own errors over the frequency's evaluation horizon (no newest-point
+    cleaning: a fallback takes the history as it is): enough origins for ~60 errors on short horizons (at least
     ``n_origins``), no seasonal scaling and no trend floor."""
 
     id = "fallback"
@@ -32,11 +33,14 @@ class SeasonalNaive(ForecastModel[History]):
         n = len(y)
         per = usable_periods(periods, n)
         mt = min_train(n, per)
-        hv = max(1, min(horizon, n - mt))
+        # the errors are measured over the frequency's evaluation horizon, whatever the requested one
+        # (app.compute.forecast.frequency), so a longer request only extends the same forecast
+        he = self.evaluation_horizon(per, n)
+        hv = max(1, min(he, n - mt))
         # enough origins for ~60 errors on short horizons, at most 6 (each one is a full refit)
         count = max(self.n_origins, min(6, math.ceil(2 * MIN_SAMPLES / hv)))
-        orgs, hv = origins(n, horizon, mt, count, short=True)
-        return History(values, y, y, scale, horizon, per, orgs, hv, seasonal=False)
+        orgs, hv = origins(n, he, mt, count, short=True)
+        return History(values, y, y, y, scale, horizon, per, orgs, hv, seasonal=False, spikes=None)
 
     def candidate_pool(self, history: History) -> Pool:
         return Pool([(self.member,)])

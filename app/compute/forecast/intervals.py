@@ -301,9 +301,19 @@ def seasonal_errors(errors: np.ndarray, orgs: list[int], n: int,
     return errors / sc[pos], sc[(n + np.arange(m)) % m]
 
 
+def spike_errors(replaced: np.ndarray, orgs: list[int], hv: int) -> np.ndarray | None:
+    """(origins x steps) mask of the errors about time points the spike cleaning replaced (``replaced``, one
+    flag per point of the history), or None when it replaced none of them."""
+    if not len(orgs) or not np.any(replaced):
+        return None
+    idx = np.asarray(orgs)[:, None] + np.arange(hv)[None, :]
+    inside = idx < len(replaced)
+    return inside & replaced[np.minimum(idx, len(replaced) - 1)]
+
+
 def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: float = 1.0,
                tail: float = 0.0, orgs: list[int] | None = None, season: np.ndarray | None = None,
-               trend: bool = False) -> ErrorModel:
+               trend: bool = False, spikes: np.ndarray | None = None) -> ErrorModel:
     """Build the error model from an (origins x steps) matrix (NaN = not observed).
 
     ``orgs`` (the origins of the rows, any common offset) lets the independent-error count discount
@@ -320,17 +330,24 @@ def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: floa
 
     ``fallback_step_scale`` is a one-step error scale (e.g. of naive differences) used to pad the sample
     when there are fewer than MIN_SAMPLES observed errors (random-walk profile).
+
+    ``spikes`` (spike_errors) marks errors about points the spike cleaning replaced: they enter the pooled
+    quantiles, so a spike widens the interval, but not the growth b or the independent-error count. One
+    spike is one surprising value, not a trend in the errors: at the last step of a window it steepened
+    b and narrowed the first steps, at the first step of a cut window it flattened b and narrowed the
+    far ones, and either way its row looked independent of the others and raised n_eff.
     """
     e = np.asarray(errors, dtype=float)
     if e.ndim != 2:
         e = e.reshape(1, -1)
+    ef = e if spikes is None or spikes.shape != e.shape else np.where(spikes, np.nan, e)
     hv = e.shape[1]
     k = np.arange(1, hv + 1, dtype=float)
     b = fitted = 0.5
-    if e.size and hv >= 3 and np.isfinite(e).any():
-        cnt = np.isfinite(e).sum(axis=0)
+    if e.size and hv >= 3 and np.isfinite(ef).any():
+        cnt = np.isfinite(ef).sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            rms = np.sqrt(np.where(cnt > 0, np.nansum(e * e, axis=0) / np.maximum(cnt, 1), np.nan))
+            rms = np.sqrt(np.where(cnt > 0, np.nansum(ef * ef, axis=0) / np.maximum(cnt, 1), np.nan))
         ok = np.isfinite(rms) & (rms > 0)
         if ok.sum() >= 3:
             fitted = float(np.polyfit(np.log(k[ok]), np.log(rms[ok]), 1)[0])
@@ -350,22 +367,23 @@ def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: floa
             # even where most origins reach the last step (M1 Quarterly, 31-60 points, training rows:
             # error at step 8 over step 1, 2.9 at the origins, 4.9 held out)
             b = max(b, TREND_CUT_POWER)
-    model = _pooled(e, b, fallback_step_scale, extra_scale, tail, orgs, season)
+    model = _pooled(e, b, fallback_step_scale, extra_scale, tail, orgs, season, ef)
     if b > fitted and np.isfinite(e).sum() >= MIN_ERRORS:
         # training rows, mean MSIS over the eight sets: model-1 -0.21%, model-2 -0.34%, model-4 -0.41%
         # (M4 and Tourism Monthly unchanged); model-1 M1 Quarterly 50% / 80% coverage 0.42 / 0.72 -> 0.45 / 0.74
-        unfloored = _pooled(e, fitted, fallback_step_scale, extra_scale, tail, orgs, season)
+        unfloored = _pooled(e, fitted, fallback_step_scale, extra_scale, tail, orgs, season, ef)
         model = replace(model, unfloored=unfloored)
     return model
 
 
 def _pooled(e: np.ndarray, b: float, fallback_step_scale: float, extra_scale: float, tail: float,
-            orgs: list[int] | None, season: np.ndarray | None) -> ErrorModel:
-    """The error model of the (origins x steps) errors e pooled under the horizon profile k**b."""
+            orgs: list[int] | None, season: np.ndarray | None, counted: np.ndarray | None = None) -> ErrorModel:
+    """The error model of the (origins x steps) errors e pooled under the horizon profile k**b; the
+    independent errors are counted on ``counted`` (e without its spikes, see fit_errors)."""
     k = np.arange(1, e.shape[1] + 1, dtype=float)
     zm = e / k**b
     z = zm[np.isfinite(zm)]
-    n_eff = effective_count(zm, orgs) if e.size else 0.0
+    n_eff = effective_count((e if counted is None else counted) / k**b, orgs) if e.size else 0.0
     n_eff = n_eff if math.isfinite(n_eff) else 1.0
     spread = float(np.sqrt(np.mean(z * z))) if len(z) else 0.0
     seen = np.isfinite(e).sum(axis=0).astype(float) if e.size else np.zeros(0)

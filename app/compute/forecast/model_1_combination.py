@@ -25,6 +25,7 @@ from app.compute.forecast.combination import (
     whole_windows,
 )
 from app.compute.forecast.model_3_mstl import MSTLForecaster
+from app.compute.forecast.robust import SPIKE_SIGMAS
 from app.compute.forecast.seasons import MODEL_1_SEASONS, Season, SeasonRules, season_of
 from app.compute.forecast.template import Combination, ForecastModel, History, Pool
 
@@ -61,9 +62,11 @@ class ValidatedCombination(ForecastModel[History]):
     without a fixed share, and model-3's median (mstl_median) with a fixed share; for strongly seasonal
     series (strength >= ``gate``) the seasonal-position members (``seasonal_pool``). Short histories without
     a strong season choose between the two fixed combinations of their season's ``short_pool`` instead.
-    Combination (combination.validated_combination): every member at ``n_origins`` rolling origins (step =
-    horizon, at least ``min_step``; up to 12 spread over a short history), the season's ``keep`` best by
-    sMAPE, weighted by (1 / sMAPE) ** ``weight_power``.
+    Combination (combination.validated_combination): every member, fitted on the history with a spike at its
+    newest point replaced (robust.clean_newest), at ``n_origins`` rolling origins (step = the frequency's
+    evaluation horizon, app.compute.forecast.frequency, at least ``min_step``; up to 12 spread over a short
+    history), the season's ``keep`` best by sMAPE, weighted by (1 / sMAPE) ** ``weight_power``; an error about
+    a replaced newest point ranks no member but widens the interval.
     Interval: empirical quantiles of the combination's errors at the same origins (rescaled towards today's
     level for positive series, and by their time point's seasonal index under a strong multiplicative
     season), widened by a Student-t ratio when the origins hold few independent errors, with the trend floor
@@ -93,7 +96,8 @@ class ValidatedCombination(ForecastModel[History]):
 
     def prepare(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> History:
         return prepare_history(values, horizon, periods, max_history=self.max_history, n_origins=self.n_origins,
-                               min_step=self.min_step, gate=self.gate)
+                               min_step=self.min_step, gate=self.gate,
+                               evaluation_horizon=self.evaluation_horizon, threshold=SPIKE_SIGMAS)
 
     def candidate_pool(self, history: History) -> Pool:
         rules = self.seasons[season_of(history.periods)]

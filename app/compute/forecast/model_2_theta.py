@@ -15,6 +15,7 @@ from app.compute.forecast.combination import (
     prepare_history,
     validated_combination,
 )
+from app.compute.forecast.robust import SPIKE_SIGMAS
 from app.compute.forecast.seasons import MODEL_2_SEASONS, Season, SeasonRules, season_of
 from app.compute.forecast.template import Combination, ForecastModel, History, Pool
 
@@ -56,7 +57,8 @@ class ThetaCombination(ForecastModel[History]):
 
     def prepare(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> History:
         return prepare_history(values, horizon, periods, max_history=self.max_history, n_origins=self.n_origins,
-                               min_step=self.min_step, gate=self.gate)
+                               min_step=self.min_step, gate=self.gate,
+                               evaluation_horizon=self.evaluation_horizon, threshold=SPIKE_SIGMAS)
 
     def candidate_pool(self, history: History) -> Pool:
         rules = self.seasons[season_of(history.periods)]

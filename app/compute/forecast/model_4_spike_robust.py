@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +17,8 @@ from app.compute.forecast.combination import (
     prepare_history,
     validated_combination,
 )
-from app.compute.forecast.robust import clean_spikes
+from app.compute.forecast.frequency import SHORT_YEARLY_WINDOWS
+from app.compute.forecast.robust import SPIKE_SIGMAS, clean_spikes
 from app.compute.forecast.seasons import MODEL_4_SEASONS, Season, SeasonRules, season_of
 from app.compute.forecast.template import Combination, ForecastModel, History, Pool
 
@@ -36,11 +37,13 @@ def candidate(name: str) -> Candidate:
 class SpikeRobustCombination(ForecastModel[History]):
     """forecast-model-4: spike-robust forecaster with empirical rolling-origin intervals.
 
-    Spikes are replaced before fitting (robust.clean_spikes, a Hampel rule: points more than ``threshold``
-    robust sigmas from a robust baseline of median seasonal profiles + running median). On the cleaned
+    Spikes are replaced before fitting (robust.clean_spikes: the newest point judged against a projection of
+    the points before it, as for every model, then a Hampel rule: points more than ``threshold`` robust sigmas
+    from a robust baseline of median seasonal profiles + running median). On the cleaned
     series, a small pool (``level_pool``: optimised Theta, damped trend, SES on the seasonally adjusted recent
     history; for strongly seasonal series also ``seasonal_pool``: seasonal-position Theta / SES, the weekly
-    profile and the additive profiles) is ranked by sMAPE against the *raw* history at rolling origins, and the
+    profile and the additive profiles) is ranked by sMAPE against the *raw* history at rolling origins (4-step
+    windows on yearly data, ``evaluation_horizons``; app.compute.forecast.frequency otherwise), and the
     season's ``keep`` best (``seasons``: 2, every member on monthly data) are averaged with model-1's weights.
     Intervals are empirical quantiles of those raw errors, so spikes in the history widen them, as model-1's
     otherwise. Symmetric quantiles of |error| by default: signed (asymmetric) quantiles were measured less well
@@ -55,9 +58,11 @@ class SpikeRobustCombination(ForecastModel[History]):
     def __init__(self, max_history: int = 3000, n_origins: int = 8, min_step: int = 8,
                  calibration: tuple[float, float] = (1.05, 0.1), level_pool: Sequence[str] = LEVEL_POOL,
                  seasonal_pool: Sequence[str] = SEASONAL_POOL, seasons: dict[Season, SeasonRules] = MODEL_4_SEASONS,
-                 weight_power: float = WEIGHT_POWER, gate: float = STRENGTH_GATE, threshold: float = 5.0,
-                 asymmetric: bool = False) -> None:
-        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration)
+                 weight_power: float = WEIGHT_POWER, gate: float = STRENGTH_GATE, threshold: float = SPIKE_SIGMAS,
+                 asymmetric: bool = False,
+                 evaluation_horizons: Mapping[str, int] | None = SHORT_YEARLY_WINDOWS) -> None:
+        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration,
+                         evaluation_horizons=evaluation_horizons)
         self.min_step = min_step
         self.level_pool = tuple(level_pool)
         self.seasonal_pool = tuple(seasonal_pool)
@@ -69,7 +74,9 @@ class SpikeRobustCombination(ForecastModel[History]):
 
     def prepare(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> History:
         return prepare_history(values, horizon, periods, max_history=self.max_history, n_origins=self.n_origins,
-                               min_step=self.min_step, gate=self.gate, clean=self._clean)
+                               min_step=self.min_step, gate=self.gate,
+                               evaluation_horizon=self.evaluation_horizon, threshold=self.threshold,
+                               clean=self._clean)
 
     def _clean(self, y: np.ndarray, periods: tuple[int, ...]) -> np.ndarray:
         return clean_spikes(y, periods, self.threshold)

@@ -4,8 +4,10 @@ A model is a small class configured only in its constructor. Its ``fit(values, h
 always runs the same five steps, in this order, each a method the model defines:
 
 1. ``prepare``: the last ``max_history`` points divided by their mean absolute value (base._normalise),
-   the usable periods, the series the candidates are fitted on (the same, or cleaned), and the rolling
-   origins inside the history at which every candidate is judged (``History``).
+   the usable periods, the history with a spike at its newest point replaced (robust.clean_newest), the
+   series the candidates are fitted on (that one, or cleaned further), and the rolling origins inside the
+   history at which every candidate is judged, their windows spanning the frequency's evaluation horizon
+   (app.compute.forecast.frequency), not the requested one (``History``).
 2. ``candidate_pool``: the candidate forecasters this history gets (``Pool``).
 3. ``combine``: every candidate forecasts from every origin and from the end of the history; the
    forecasts are chosen and weighted on the origins' errors (``Combination``).
@@ -20,13 +22,14 @@ always runs the same five steps, in this order, each a method the model defines:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import numpy as np
 
 from app.compute.forecast.base import Fitted, level_span
+from app.compute.forecast.frequency import evaluation_horizon
 from app.compute.forecast.intervals import level_adjusted, window
 
 MIN_TRAIN = 8  # fewest points before a rolling origin when the history has a usable period (see min_train)
@@ -47,13 +50,19 @@ class History:
 
     values: Sequence[float]  # as requested (never_negative reads every point, not only the capped ones)
     y: np.ndarray  # the capped, normalised history: what forecasts are judged against
-    x: np.ndarray  # what the candidates are fitted on: y, or y with its spikes replaced
+    # y with a spike at its newest point replaced (robust.clean_newest): what the seasonal tests read
+    z: np.ndarray
+    x: np.ndarray  # what the candidates are fitted on: z, or z with its other spikes replaced
     scale: float  # y * scale is the data
     horizon: int
     periods: tuple[int, ...]  # usable periods of y, ascending
     origins: list[int]  # rolling origins: each candidate forecasts from x[:o]
-    window: int  # steps judged at each origin (at most the horizon; NaN past the end of the history)
+    # steps judged at each origin (at most the evaluation horizon; NaN past the end of the history)
+    window: int
     seasonal: bool  # strongly seasonal: seasonal strength of the shortest period at least the model's gate
+    # (origins, window) mask of the errors about a newest point z replaced (intervals.spike_errors), or None:
+    # left out of the ranking, kept in the interval
+    spikes: np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -83,16 +92,19 @@ class ForecastModel(ABC, Generic[H]):
     Constructor arguments every model has: ``max_history`` (points read, newest last), ``n_origins``
     (rolling origins for the errors) and ``calibration`` = (scale, tail): the measured error quantile at
     confidence c is multiplied by scale * (z_c / z_0.8) ** tail, z_c the Gaussian two-sided quantile;
-    tail > 0 fattens the tails. Both are chosen per model on M4 training data.
+    tail > 0 fattens the tails. Both are chosen per model on M4 training data. ``evaluation_horizons``: a
+    model's own evaluation horizon for some rows of app.compute.forecast.frequency's table, by row name.
     """
 
     id = ""
     description = ""
 
-    def __init__(self, max_history: int, n_origins: int, calibration: tuple[float, float]) -> None:
+    def __init__(self, max_history: int, n_origins: int, calibration: tuple[float, float],
+                 evaluation_horizons: Mapping[str, int] | None = None) -> None:
         self.max_history = max_history
         self.n_origins = n_origins
         self.calibration = calibration
+        self.evaluation_horizons = dict(evaluation_horizons or {})
 
     def fit(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> Fitted:
         history = self.prepare(values, horizon, periods)
@@ -100,6 +112,12 @@ class ForecastModel(ABC, Generic[H]):
         combination = self.combine(history, pool)
         errors = self.origin_errors(history, combination)
         return self.interval(history, combination, errors)
+
+    def evaluation_horizon(self, periods: tuple[int, ...], n: int) -> int:
+        """Steps every rolling-origin window spans for a history of n points with these usable periods: the
+        frequency table's, never the requested horizon, so the first k steps of a forecast are the horizon-k
+        forecast (app.compute.forecast.frequency)."""
+        return evaluation_horizon(periods, n, self.evaluation_horizons)
 
     @abstractmethod
     def prepare(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> H:
