@@ -12,6 +12,7 @@ from forecast_client._batches import (
     POLL_MAX,
     Batch,
     ProgressBar,
+    _in_time_order,
     _service_times,
     csv_pieces,
     next_poll,
@@ -35,6 +36,34 @@ def test_the_upload_is_the_service_csv_in_pieces_with_exact_numbers_and_empty_mi
     assert text.splitlines()[:4] == ["unique_id,timestamp,value", "7,2026-03-28T00:00:00,1.0",
                                      "7,2026-03-29T00:00:00,0.30000000000000004", "7,2026-03-30T00:00:00,"]
     assert text.splitlines()[-1] == "8,2026-03-31T00:00:00,1e-300"
+
+
+@pytest.mark.parametrize("tz", [None, "Europe/Berlin"])
+def test_the_upload_is_byte_for_byte_what_pandas_to_csv_writes(tz: str | None) -> None:
+    rng = np.random.default_rng(3)
+    ids = ["plain", "with,comma", 'with"quote', "with\nbreak", "ünï", 12]
+    values = np.concatenate([rng.normal(0, 1e3, 200), [0.0, -0.0, 1e16, 1e-5, 123456789.0, 2.5e-300, 1.7e308,
+                                                        -1e-7, np.nan, 0.1 + 0.2, 1 / 3, 99999999999999.98]])
+    stamps = pd.date_range("2026-03-27 22:30", periods=len(values), freq="37min", tz=tz)
+    stamps = stamps + pd.to_timedelta(rng.integers(0, 2, len(values)) * 250, unit="ms")  # some with a fraction
+    df = pd.DataFrame({"unique_id": [ids[i % len(ids)] for i in range(len(values))], "timestamp": stamps,
+                       "value": values})
+    prepared = prepare_frame(df, "Minutes", "unique_id", "timestamp", "value")
+    expected = prepared.frame.assign(timestamp=_service_times(prepared.frame["timestamp"])).to_csv(
+        header=False, index=False, na_rep="")
+    pieces = list(csv_pieces(prepared, rows=17))
+    assert b"".join(pieces).decode() == "unique_id,timestamp,value\n" + expected
+
+
+def test_the_time_order_check_agrees_with_pandas_on_interleaved_and_tied_rows() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(2, 30))
+        df = pd.DataFrame({"unique_id": rng.integers(0, 4, n), "timestamp": pd.to_datetime(
+            np.sort(rng.integers(0, 10, n)) if rng.random() < 0.5 else rng.integers(0, 10, n), unit="D"),
+            "value": 1.0})
+        expected = df.groupby("unique_id", sort=False)["timestamp"].is_monotonic_increasing.all()
+        assert _in_time_order(df) == bool(expected)
 
 
 def test_aware_timestamps_carry_their_offset_across_a_dst_change() -> None:

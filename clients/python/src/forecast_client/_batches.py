@@ -132,8 +132,7 @@ def prepare_frame(
     frame = pd.DataFrame({"unique_id": frame["unique_id"].to_numpy(), "timestamp": stamps.reset_index(drop=True),
                           "value": pd.to_numeric(frame["value"], errors="coerce").reset_index(drop=True)})
     # The service wants each series' rows in time order; statsforecast-style frames usually are already.
-    in_order = frame.groupby("unique_id", sort=False)["timestamp"].is_monotonic_increasing.all()
-    if not in_order:
+    if not _in_time_order(frame):
         frame = frame.sort_values(["unique_id", "timestamp"], kind="stable", ignore_index=True)
     tz = stamps.dt.tz
     resolved = normalize_frequency(frequency) if frequency is not None else _frame_frequency(frame)
@@ -154,15 +153,47 @@ def _frame_frequency(frame: pd.DataFrame) -> str:
     return _pandas_frequency(index) or infer_frequency(list(index.to_pydatetime()))
 
 
+def _in_time_order(frame: pd.DataFrame) -> bool:
+    """Whether each series' rows are in time order (equal times allowed, as the service judges them). Vectorised:
+    a groupby check costs a Python call per series (0.6 s for 9,000 series)."""
+    import numpy as np
+    import pandas as pd
+
+    codes, _ = pd.factorize(frame["unique_id"])
+    order = np.argsort(codes, kind="stable")
+    codes, times = codes[order], frame["timestamp"].to_numpy()[order]
+    same = codes[1:] == codes[:-1]
+    return bool((times[1:][same] >= times[:-1][same]).all())
+
+
 def csv_pieces(prepared: PreparedFrame, rows: int = UPLOAD_ROWS) -> Iterator[bytes]:
-    """The upload body, ``rows`` rows at a time: the frame is never written out whole."""
+    """The upload body, ``rows`` rows at a time: the frame is never written out whole. The text is what pandas'
+    ``to_csv`` writes (csv quoting of ids, NaN as an empty cell, floats in their shortest exact form), built from
+    each distinct id and timestamp formatted once: to_csv formats every cell and took most of a submission."""
+    import pandas as pd
+
     yield b"unique_id,timestamp,value\n"
     frame = prepared.frame
+    id_codes, ids = pd.factorize(frame["unique_id"])
+    id_text = [_csv_field(str(value)) for value in ids]
     for start in range(0, len(frame), rows):
         part = frame.iloc[start:start + rows]
-        out = part.assign(timestamp=_service_times(part["timestamp"]))
-        # NaN goes as an empty cell (a missing value); floats are written in their shortest exact form.
-        yield out.to_csv(header=False, index=False, na_rep="").encode()
+        time_codes, times = pd.factorize(part["timestamp"])
+        time_text = _service_times(pd.Series(times)).tolist()
+        values = part["value"].to_numpy()
+        value_text = list(map(repr, values.tolist()))
+        for missing in (values != values).nonzero()[0].tolist():
+            value_text[missing] = ""
+        lines = map(",".join, zip(map(id_text.__getitem__, id_codes[start:start + rows].tolist()),
+                                  map(time_text.__getitem__, time_codes.tolist()), value_text, strict=True))
+        yield ("\n".join(lines) + "\n").encode()
+
+
+def _csv_field(text: str) -> str:
+    """One cell as the csv module (and so pandas) writes it: quoted only when it holds a comma, quote or break."""
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 def _service_times(stamps: pd.Series) -> pd.Series:
