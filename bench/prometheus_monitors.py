@@ -32,15 +32,17 @@ import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from datetime import UTC, datetime, timedelta  # noqa: E402
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import requests  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common as c  # noqa: E402
+
+from tests.support import ScrapeTarget  # noqa: E402
 
 PROMETHEUS = os.environ.get("PROMETHEUS_BINARY", "/usr/bin/prometheus")
 SCRAPE_SECONDS = 15
@@ -48,44 +50,20 @@ TARGET_P99 = 10.0
 OBSERVE_SECONDS = 0.25
 
 
-class Exporter:
+class Exporter(ScrapeTarget):
     """N gauges, one per monitor, each a slow wave with noise: what Prometheus scrapes."""
 
     def __init__(self, series: int) -> None:
+        super().__init__()
         self.series = series
-        self.port = c.free_port()
-        self._server: ThreadingHTTPServer | None = None
 
-    def body(self) -> bytes:
+    def body(self) -> str:
         t = time.time() / 60.0
         lines = ["# TYPE bench_queue_depth gauge"]
         for i in range(self.series):
             value = 100 + 10 * math.sin(t / 7 + i) + random.gauss(0, 1)
             lines.append(f'bench_queue_depth{{queue="q{i}"}} {value:.4f}')
-        return ("\n".join(lines) + "\n").encode()
-
-    def start(self) -> Exporter:
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                data = exporter.body()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        return "\n".join(lines) + "\n"
 
 
 def start_prometheus(tmp: Path, exporter_port: int) -> tuple[subprocess.Popen[bytes], str]:

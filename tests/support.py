@@ -130,6 +130,42 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class ScrapeTarget:
+    """An endpoint Prometheus scrapes: every GET answers ``body()`` as it is at that moment (text format).
+    Subclasses say what the metrics are."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._server: ThreadingHTTPServer | None = None
+
+    def body(self) -> str:
+        raise NotImplementedError
+
+    def start(self) -> Any:
+        target = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                data = target.body().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
 def cli(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [str(VENV_BIN / "flask"), "--app", "wsgi", *args],

@@ -14,7 +14,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,10 @@ from tests.support import (
     AlertmanagerServer,
     JobWorker,
     PrometheusServer,
+    ScrapeTarget,
     Server,
     bearer,
     cli_in_process,
-    free_port,
     wait_for,
 )
 
@@ -38,17 +37,16 @@ METRIC = "exporter_queue_depth"
 SPIKE = 80.0
 
 
-class Exporter:
+class Exporter(ScrapeTarget):
     """The metric source Prometheus scrapes: a smooth baseline, a spike for an exact number of scrapes, and then
     nothing at all (the series goes stale in Prometheus) until it is told to come back."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        super().__init__()
         self.mode = "normal"
         self.spike_scrapes = 0
         self.scrapes = 0
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
 
     def body(self) -> str:
         with self._lock:
@@ -70,30 +68,6 @@ class Exporter:
     def restore(self) -> None:
         with self._lock:
             self.mode = "normal"
-
-    def start(self) -> Exporter:
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                data = exporter.body().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
 
 
 class Relay:
