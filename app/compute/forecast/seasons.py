@@ -100,7 +100,7 @@ TREND_FLOOR_UP_TO = RECENT_FLOOR
 # mstl_share, quarterly: a short strongly seasonal quarterly history gives model-3's median a fixed share: its
 # STL-adjusted damped trend or exponential smoothing lags these growing series less than the classically
 # adjusted members. Chosen on M1 Quarterly (holdouts 15.398 / 1.618 -> 15.077 / 1.594); it helps Tourism
-# Quarterly's training rows (18.548 / 1.869 -> 18.461 / 1.862, MSIS 14.39 -> 14.38, coverage 0.948 -> 0.953)
+# Quarterly's training rows (18.548 / 1.869 -> 18.461 / 1.862, MSIS 14.34 -> 14.33, coverage 0.948 -> 0.952)
 # and leaves its holdouts within 0.1% (14.295 / 1.505 -> 14.310 / 1.508). Model-3 runs at each of up to 12
 # origins: a 40-point quarterly forecast took 0.64 s of CPU against 0.25-0.29 s (bench/model_latency.py).
 MODEL_1_SEASONS: dict[Season, SeasonRules] = {
