@@ -204,7 +204,7 @@ THREE_CYCLE_POOL = ("otm_sa3", "damped_sa3")
 # Theta here: fitted to a few years, the optimised one takes the whole regression line (training rows,
 # sMAPE M1 Yearly 15.15 -> 15.36, Tourism Yearly 20.18 -> 20.61 with it).
 SHORT_POOL: tuple[tuple[str, ...], ...] = (("ses_sa", "theta_sa", "damped_sa", "drift_sa"), ("drift_sa",))
-# Short histories with a usable season that is not strong (monthly data of 2-5 years, a few days of hourly data):
+# Short histories with a usable season of 5-12 points that is not strong (monthly data of 2-5 years):
 # simple exponential smoothing alone, or the equal-weight combination of the four level/trend members, whichever
 # has the lower error at the origins (see ValidatedCombination).
 SHORT_PERIODIC_POOL: tuple[tuple[str, ...], ...] = (("ses_sa",), ("ses_sa", "theta_sa", "damped_sa", "ar3_diff_sa"))

@@ -6,7 +6,7 @@ frequency name, so the row is read off the shortest usable period: at most 4 poi
 (monthly; daily data's week of 7), at most 24 (hourly), longer (weekly data's 52, minute data's 60). A history
 with no usable period is yearly data up to RECENT_FLOOR points; a longer one is data too short for two cycles
 of its own long season (weekly data under two years, 53-103 points), not 60+ years, and takes the last row.
-That split is the one the trend floor already makes (app.compute.forecast.seasons, TREND_FLOOR_NONE); the
+That split is the one the trend floor already makes (app.compute.forecast.seasons, TREND_FLOOR_UP_TO); the
 rows are five, not the season table's four, because hourly and weekly data are judged on different windows.
 
 ``evaluation_horizon`` is the window every rolling-origin evaluation uses: candidate ranking, combination

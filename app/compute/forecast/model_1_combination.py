@@ -109,14 +109,12 @@ class ValidatedCombination(ForecastModel[History]):
             # members are then the same four forecasts twice, and picking 3 of them on a handful of cut
             # windows chases noise, so the choice is between one fixed combination and one simple trend
             # method. SHORT_POOL only for low-frequency data (no season, or one of at most 4 points: yearly and
-            # quarterly): weekly data with 80-111 points lose from it (M4 Weekly sMAPE 5.98 -> 6.35, the
-            # recent-window members carry them), and so do short monthly series (M1 Monthly 17.58 ->
-            # 19.64: drift extrapolates their noise). Measured on the development
-            # sets' training rows (--split valid), sMAPE / MASE: M1 Yearly 16.96 / 2.86 -> 15.15 / 2.51,
-            # Tourism Yearly 22.11 / 3.06 -> 20.18 / 2.89, M1 Quarterly 15.31 / 1.62 -> 14.90 / 1.56.
-            # Strongly seasonal short series keep the full pool: their seasonal-position members matter
-            # (Tourism Quarterly 19.70 with them, 20.27 without).
-            # A usable season of more than 4 points (monthly data of 2-5 years) gives the same duplication but
+            # quarterly): short monthly series lose from it (M1 Monthly 17.58 -> 19.64: drift extrapolates
+            # their noise). Measured on the development sets' training rows (--split valid), sMAPE / MASE: M1
+            # Yearly 16.96 / 2.86 -> 15.15 / 2.51, Tourism Yearly 22.11 / 3.06 -> 20.18 / 2.89, M1 Quarterly
+            # 15.31 / 1.62 -> 14.90 / 1.56. Strongly seasonal short series keep the full pool: their
+            # seasonal-position members matter (Tourism Quarterly 19.70 with them, 20.27 without).
+            # A usable season of 5-12 points (monthly data of 2-5 years) gives the same duplication but
             # another choice (SHORT_PERIODIC_POOL): ranking the four members on a few cut windows kept 3 of
             # them, two of which project a trend that such a history cannot pin down (M1 Monthly, 221 of these
             # series in the training rows: sMAPE of SES alone 23.65, of the 3 chosen 26.12; holdouts 19.42 and
