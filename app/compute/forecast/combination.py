@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from app.compute.forecast.base import Fitted, _normalise, _step_scale, never_negative, usable_periods
-from app.compute.forecast.candidates import Candidate, multiplicative_indices, seasonal_strength
+from app.compute.forecast.candidates import CANDIDATES, Candidate, multiplicative_indices, seasonal_strength
 from app.compute.forecast.intervals import fit_errors, origins, seasonal_errors, spike_errors, window
-from app.compute.forecast.robust import clean_newest, newest_replaced
-from app.compute.forecast.template import Combination, History, Pool, min_train
+from app.compute.forecast.robust import SPIKE_SIGMAS, clean_newest, newest_replaced
+from app.compute.forecast.seasons import Season, SeasonRules, season_of
+from app.compute.forecast.template import Combination, ForecastModel, History, Pool, min_train
 
 STRENGTH_GATE = 0.5  # seasonal strength above which seasonal-position methods are used (M4 training data)
 # The chosen members are weighted by (1 / their origins' sMAPE) ** WEIGHT_POWER, not equally: performance
@@ -141,3 +142,34 @@ def combination_interval(history: History, combination: Combination, errors: np.
     em = fit_errors(errors, _step_scale(y), *calibration, orgs=history.origins, season=season, trend=trend_floor,
                     spikes=history.spikes)
     return Fitted(combination.median, em, history.scale, nonnegative=never_negative(history.values))
+
+
+class SeasonTableCombination(ForecastModel[History]):
+    """Models 1, 2 and 4: members ranked at rolling origins and weighted by their errors, with the choices a
+    season class makes read from a table (app.compute.forecast.seasons). They prepare a history, combine its
+    members and build its interval alike; each says which members it offers (candidate_pool)."""
+
+    min_step: int
+    gate: float
+    seasons: dict[Season, SeasonRules]
+    weight_power: float
+    spike_sigmas: float = SPIKE_SIGMAS
+
+    def prepare(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> History:
+        return prepare_history(values, horizon, periods, max_history=self.max_history, n_origins=self.n_origins,
+                               min_step=self.min_step, gate=self.gate, evaluation_horizon=self.evaluation_horizon,
+                               threshold=self.spike_sigmas, clean=self.cleaner())
+
+    def cleaner(self) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray] | None:
+        """What the members are fitted on instead of the history (None: the history, its newest point judged)."""
+        return None
+
+    def member(self, name: str) -> Candidate:
+        return CANDIDATES[name]
+
+    def combine(self, history: History, pool: Pool) -> Combination:
+        return validated_combination(history, pool, self.member, self.weight_power)
+
+    def interval(self, history: History, combination: Combination, errors: np.ndarray) -> Fitted:
+        trend_floor = len(history.y) <= self.seasons[season_of(history.periods)].trend_floor_up_to
+        return combination_interval(history, combination, errors, self.calibration, trend_floor)

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.compute.forecast.base import Fitted
 from app.compute.forecast.candidates import (
     CANDIDATES,
     LEVEL_POOL,
@@ -19,15 +18,12 @@ from app.compute.forecast.candidates import (
 from app.compute.forecast.combination import (
     STRENGTH_GATE,
     WEIGHT_POWER,
-    combination_interval,
-    prepare_history,
-    validated_combination,
+    SeasonTableCombination,
     whole_windows,
 )
 from app.compute.forecast.model_3_mstl import MSTLForecaster
-from app.compute.forecast.robust import SPIKE_SIGMAS
 from app.compute.forecast.seasons import MODEL_1_SEASONS, Season, SeasonRules, season_of
-from app.compute.forecast.template import Combination, ForecastModel, History, Pool
+from app.compute.forecast.template import History, Pool
 
 MSTL_MEMBER = "mstl"  # pool name of model-3's median (see pool_member())
 
@@ -51,7 +47,7 @@ def pool_member(name: str) -> Candidate:
     return mstl_median if name == MSTL_MEMBER else CANDIDATES[name]
 
 
-class ValidatedCombination(ForecastModel[History]):
+class ValidatedCombination(SeasonTableCombination):
     """forecast-model-1: per-series validated combination of statistical forecasters.
 
     Pool (candidate_pool): exponential smoothing (SES, damped trend), the optimised Theta method and a ridge
@@ -94,11 +90,6 @@ class ValidatedCombination(ForecastModel[History]):
         self.weight_power = weight_power
         self.gate = gate
 
-    def prepare(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> History:
-        return prepare_history(values, horizon, periods, max_history=self.max_history, n_origins=self.n_origins,
-                               min_step=self.min_step, gate=self.gate,
-                               evaluation_horizon=self.evaluation_horizon, threshold=SPIKE_SIGMAS)
-
     def candidate_pool(self, history: History) -> Pool:
         rules = self.seasons[season_of(history.periods)]
         n = len(history.y)
@@ -140,9 +131,5 @@ class ValidatedCombination(ForecastModel[History]):
             members.append((MSTL_MEMBER,))
         return Pool(members, rules.keep, fixed, share)
 
-    def combine(self, history: History, pool: Pool) -> Combination:
-        return validated_combination(history, pool, pool_member, self.weight_power)
-
-    def interval(self, history: History, combination: Combination, errors: np.ndarray) -> Fitted:
-        trend_floor = len(history.y) <= self.seasons[season_of(history.periods)].trend_floor_up_to
-        return combination_interval(history, combination, errors, self.calibration, trend_floor)
+    def member(self, name: str) -> Candidate:
+        return pool_member(name)

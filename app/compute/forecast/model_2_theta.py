@@ -4,27 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from app.compute.forecast.base import Fitted
-from app.compute.forecast.candidates import CANDIDATES, Candidate
 from app.compute.forecast.combination import (
     STRENGTH_GATE,
     WEIGHT_POWER,
-    combination_interval,
-    prepare_history,
-    validated_combination,
+    SeasonTableCombination,
 )
-from app.compute.forecast.robust import SPIKE_SIGMAS
 from app.compute.forecast.seasons import MODEL_2_SEASONS, Season, SeasonRules, season_of
-from app.compute.forecast.template import Combination, ForecastModel, History, Pool
+from app.compute.forecast.template import History, Pool
 
 
-def candidate(name: str) -> Candidate:
-    return CANDIDATES[name]
-
-
-class ThetaCombination(ForecastModel[History]):
+class ThetaCombination(SeasonTableCombination):
     """forecast-model-2: Theta-family forecasts, pure numpy/scipy (no statsmodels).
 
     Pool: the Theta method (SES + half the linear-trend slope as drift) on the last 5 cycles (>= 60 points),
@@ -55,11 +44,6 @@ class ThetaCombination(ForecastModel[History]):
         self.weight_power = weight_power
         self.gate = gate
 
-    def prepare(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> History:
-        return prepare_history(values, horizon, periods, max_history=self.max_history, n_origins=self.n_origins,
-                               min_step=self.min_step, gate=self.gate,
-                               evaluation_horizon=self.evaluation_horizon, threshold=SPIKE_SIGMAS)
-
     def candidate_pool(self, history: History) -> Pool:
         rules = self.seasons[season_of(history.periods)]
         members = [(c,) for c in self.level_pool]
@@ -68,10 +52,3 @@ class ThetaCombination(ForecastModel[History]):
         if history.seasonal:
             members += [(c,) for c in self.seasonal_pool]
         return Pool(members, rules.keep)
-
-    def combine(self, history: History, pool: Pool) -> Combination:
-        return validated_combination(history, pool, candidate, self.weight_power)
-
-    def interval(self, history: History, combination: Combination, errors: np.ndarray) -> Fitted:
-        trend_floor = len(history.y) <= self.seasons[season_of(history.periods)].trend_floor_up_to
-        return combination_interval(history, combination, errors, self.calibration, trend_floor)

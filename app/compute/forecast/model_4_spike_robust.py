@@ -3,24 +3,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from app.compute.forecast.base import Fitted
-from app.compute.forecast.candidates import CANDIDATES, Candidate
 from app.compute.forecast.combination import (
     STRENGTH_GATE,
     WEIGHT_POWER,
-    combination_interval,
-    prepare_history,
-    validated_combination,
+    SeasonTableCombination,
 )
 from app.compute.forecast.frequency import SHORT_YEARLY_WINDOWS
 from app.compute.forecast.robust import SPIKE_SIGMAS, clean_spikes
 from app.compute.forecast.seasons import MODEL_4_SEASONS, Season, SeasonRules, season_of
-from app.compute.forecast.template import Combination, ForecastModel, History, Pool
+from app.compute.forecast.template import Combination, History, Pool
 
 # The optimised Theta method in place of standard Theta, as in model-1: training rows, sMAPE / MASE, better on 7
 # of the 8 development sets (M4 Hourly OWA 0.503 -> 0.494, M4 Weekly 0.787 -> 0.770, Tourism Quarterly 19.64 /
@@ -30,11 +27,7 @@ LEVEL_POOL = ("otm_sa5", "damped_sa5", "ses_sa5")
 SEASONAL_POOL = ("ptheta_s", "pses_s", "wprof_l", "plevel")
 
 
-def candidate(name: str) -> Candidate:
-    return CANDIDATES[name]
-
-
-class SpikeRobustCombination(ForecastModel[History]):
+class SpikeRobustCombination(SeasonTableCombination):
     """forecast-model-4: spike-robust forecaster with empirical rolling-origin intervals.
 
     Spikes are replaced before fitting (robust.clean_spikes: the newest point judged against a projection of
@@ -69,17 +62,8 @@ class SpikeRobustCombination(ForecastModel[History]):
         self.seasons = dict(seasons)
         self.weight_power = weight_power
         self.gate = gate
-        self.threshold = threshold
+        self.spike_sigmas = threshold
         self.asymmetric = asymmetric
-
-    def prepare(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> History:
-        return prepare_history(values, horizon, periods, max_history=self.max_history, n_origins=self.n_origins,
-                               min_step=self.min_step, gate=self.gate,
-                               evaluation_horizon=self.evaluation_horizon, threshold=self.threshold,
-                               clean=self._clean)
-
-    def _clean(self, y: np.ndarray, periods: tuple[int, ...]) -> np.ndarray:
-        return clean_spikes(y, periods, self.threshold)
 
     def candidate_pool(self, history: History) -> Pool:
         members = [(c,) for c in self.level_pool]
@@ -87,10 +71,11 @@ class SpikeRobustCombination(ForecastModel[History]):
             members += [(c,) for c in self.seasonal_pool]
         return Pool(members, self.seasons[season_of(history.periods)].keep)
 
-    def combine(self, history: History, pool: Pool) -> Combination:
-        return validated_combination(history, pool, candidate, self.weight_power)
+    def cleaner(self) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray]:
+        return self._clean
+
+    def _clean(self, y: np.ndarray, periods: tuple[int, ...]) -> np.ndarray:
+        return clean_spikes(y, periods, self.spike_sigmas)
 
     def interval(self, history: History, combination: Combination, errors: np.ndarray) -> Fitted:
-        trend_floor = len(history.y) <= self.seasons[season_of(history.periods)].trend_floor_up_to
-        fitted = combination_interval(history, combination, errors, self.calibration, trend_floor)
-        return replace(fitted, asymmetric=self.asymmetric)
+        return replace(super().interval(history, combination, errors), asymmetric=self.asymmetric)
