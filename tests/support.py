@@ -130,13 +130,36 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class ScrapeTarget:
+class _ReusableServer(ThreadingHTTPServer):
+    allow_reuse_address = True  # a receiver restarted by a test comes back on its old port
+
+
+class _QuietHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _LocalHTTP:
+    """A threaded HTTP server on 127.0.0.1 that a test starts, stops and may start again on the same port."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self._server: ThreadingHTTPServer | None = None
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = _ReusableServer(("127.0.0.1", self.port), handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class ScrapeTarget(_LocalHTTP):
     """An endpoint Prometheus scrapes: every GET answers ``body()`` as it is at that moment (text format).
     Subclasses say what the metrics are."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self._server: ThreadingHTTPServer | None = None
 
     def body(self) -> str:
         raise NotImplementedError
@@ -144,7 +167,7 @@ class ScrapeTarget:
     def start(self) -> Any:
         target = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_QuietHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 data = target.body().encode()
                 self.send_response(200)
@@ -153,17 +176,8 @@ class ScrapeTarget:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._serve(Handler)
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
 
 
 def cli(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -511,22 +525,21 @@ def running_nginx(directory: Path, upstream_port: int) -> Iterator[tuple[str, in
 # ---------------------------------------------------------------------------------------------- monitors
 
 
-class Receiver:
+class Receiver(_LocalHTTP):
     """A real HTTP receiver on 127.0.0.1 that records every delivery and checks its signature."""
 
     def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
+        super().__init__(port)
         self.url = f"http://127.0.0.1:{self.port}/hook"
         self.secrets: dict[str, str] = {}  # monitor id -> secret, for signature checks
         self.deliveries: list[dict[str, Any]] = []
         self.status = 200
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
 
     def start(self) -> Receiver:
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_QuietHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 event = json.loads(body)
@@ -546,19 +559,8 @@ class Receiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        ThreadingHTTPServer.allow_reuse_address = True
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._serve(Handler)
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
     def acknowledged(self) -> list[dict[str, Any]]:
         with self._lock:
