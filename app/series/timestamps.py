@@ -1,6 +1,6 @@
 """The time axis of a forecast request: validate the input timestamps and continue them (docs/contract.md).
 
-Decisions this module makes where D5 is silent:
+Choices this module makes where the timestamp rules (docs/contract.md, section 7) are silent:
 
 - A fraction has 1 to 6 digits; 7 or more are refused ("invalid timestamp format") because datetime keeps
   microseconds only, and silently dropping digits could merge two distinct timestamps into one.
@@ -14,7 +14,7 @@ Decisions this module makes where D5 is silent:
   calendar steps taken on the wall clock the timestamps are written in (date and time of day as written,
   offset ignored), so a monthly series on month ends in +02:00 is valid; order is still checked in UTC.
 - Calendar anchor rule: a series whose first timestamp is a month end is treated as a month-end series
-  (preferred, as D5 says), but when the data contradicts that while fitting "day of month of the first
+  (preferred, as the timestamp rules say), but when the data contradicts that while fitting "day of month of the first
   timestamp, clamped", the day-of-month rule is used instead (e.g. quarterly on the 30th starting on
   11-30: 11-30, 02-28, 05-30 is valid). When a whole series fits both rules, month end wins.
 - Errors name the first defective index; at one index the order of checks is: format, suffix form,
@@ -210,7 +210,7 @@ def _add_months(anchor: datetime, months: int, month_end: bool) -> datetime | No
 
 
 def parse_axis(timestamps: Sequence[str], frequency: str) -> TimeAxis:
-    """Validate the timestamps against D5 and return the axis to continue; raises TimestampError."""
+    """Validate the timestamps against the timestamp rules and return the axis to continue; raises TimestampError."""
     if frequency not in _FIXED_UNITS and frequency not in _CALENDAR_MONTHS:
         raise ValueError(f"unknown frequency {frequency!r}")
     if len(timestamps) < 2:
@@ -661,7 +661,7 @@ def _validate_calendar(timestamps: Sequence[str], dts: list[datetime], form: str
     unit_months = _CALENDAR_MONTHS[frequency]
     anchor = dts[0].replace(tzinfo=None)
     second = dts[1].replace(tzinfo=None)
-    # Month end first: it is the rule D5 names, and the one kept when the data fits both.
+    # Month end first: it is the reading the timestamp rules prefer, and the one kept when the data fits both.
     live = [True, False] if _is_month_end(anchor) else [False]
 
     def preferred(i: int) -> bool:

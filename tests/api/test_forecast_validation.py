@@ -1,4 +1,4 @@
-"""Every row of D1's table for POST /forecast, in D1's check order, through HTTP.
+"""Every row of the error table for POST /forecast, in its check order (docs/contract.md, section 6), through HTTP.
 
 These requests are all refused before a model runs, so the app here has no forecast workers.
 """

@@ -162,7 +162,7 @@ def test_every_authenticated_status_counts(app: Flask, client: FlaskClient, cloc
 def test_missing_permission_wins_over_429(app: Flask, client: FlaskClient, clock: FakeClock) -> None:
     key, _ = new_key(app, permissions=("write",), per_minute=1)
     assert client.post("/forecast", headers=bearer(key), json={}).status_code == 403
-    assert client.post("/forecast", headers=bearer(key), json={}).status_code == 403  # D1: 403 before 429
+    assert client.post("/forecast", headers=bearer(key), json={}).status_code == 403  # the check order: 403 before 429
 
 
 def test_new_limits_apply_after_the_cache_expires(app: Flask, client: FlaskClient, clock: FakeClock) -> None:

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 INVALID_BODY = b"{}"
 JSON = {"Content-Type": "application/json"}
-# No single request may take longer than this, whatever is down (the / D1 answer is a quick 500).
+# No single request may take longer than this, whatever is down (the contract's answer then is a quick 500).
 REQUEST_BOUND = 15.0
 
 

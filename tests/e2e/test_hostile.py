@@ -169,7 +169,7 @@ def test_million_values_is_422_over_max_points(hostile: Hostile) -> None:
     error = envelope(hostile.post_raw(text), 422, "DATA_VALIDATION_ERROR")
     problems = error["details"].get("errors", [error["details"]])
     assert any(p.get("maximum") == MAX_POINTS and p["issue"] == "too many data points" for p in problems), problems
-    assert len(json.dumps(error)) < 2000  # provided is an excerpt, never the array (D1)
+    assert len(json.dumps(error)) < 2000  # provided is an excerpt, never the array
 
 
 def test_million_timestamps_over_the_body_cap_is_413(hostile: Hostile) -> None:

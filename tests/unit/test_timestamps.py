@@ -1,4 +1,4 @@
-"""D5 time axis: validation of input timestamps and their continuation."""
+"""The time axis (docs/contract.md, section 7): validation of input timestamps and their continuation."""
 
 from __future__ import annotations
 
