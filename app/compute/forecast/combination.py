@@ -10,7 +10,7 @@ widens the interval (History.spikes).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -146,14 +146,24 @@ def combination_interval(history: History, combination: Combination, errors: np.
 
 class SeasonTableCombination(ForecastModel[History]):
     """Models 1, 2 and 4: members ranked at rolling origins and weighted by their errors, with the choices a
-    season class makes read from a table (app.compute.forecast.seasons). They prepare a history, combine its
-    members and build its interval alike; each says which members it offers (candidate_pool)."""
+    season class makes read from a table (app.compute.forecast.seasons). They prepare a history, offer their
+    members, combine them and build the interval alike; each is configured by its pools and its table, and
+    model-1 offers more (candidate_pool)."""
 
-    min_step: int
-    gate: float
-    seasons: dict[Season, SeasonRules]
-    weight_power: float
-    spike_sigmas: float = SPIKE_SIGMAS
+    def __init__(self, *, max_history: int, n_origins: int, calibration: tuple[float, float], min_step: int,
+                 level_pool: Sequence[str], seasonal_pool: Sequence[str], seasons: dict[Season, SeasonRules],
+                 weight_power: float, gate: float, three_cycle_pool: Sequence[str] = (),
+                 spike_sigmas: float = SPIKE_SIGMAS, evaluation_horizons: Mapping[str, int] | None = None) -> None:
+        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration,
+                         evaluation_horizons=evaluation_horizons)
+        self.min_step = min_step
+        self.level_pool = tuple(level_pool)
+        self.three_cycle_pool = tuple(three_cycle_pool)
+        self.seasonal_pool = tuple(seasonal_pool)
+        self.seasons = dict(seasons)
+        self.weight_power = weight_power
+        self.gate = gate
+        self.spike_sigmas = spike_sigmas
 
     def prepare(self, values: Sequence[float], horizon: int, periods: tuple[int, ...]) -> History:
         return prepare_history(values, horizon, periods, max_history=self.max_history, n_origins=self.n_origins,
@@ -163,6 +173,20 @@ class SeasonTableCombination(ForecastModel[History]):
     def cleaner(self) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray] | None:
         """What the members are fitted on instead of the history (None: the history, its newest point judged)."""
         return None
+
+    def ranked_members(self, history: History, rules: SeasonRules) -> list[tuple[str, ...]]:
+        """The level pool, the 3-cycle pool where the season class asks for it, and the seasonal pool on a
+        strongly seasonal history."""
+        members = [(c,) for c in self.level_pool]
+        if rules.three_cycle:
+            members += [(c,) for c in self.three_cycle_pool]
+        if history.seasonal:
+            members += [(c,) for c in self.seasonal_pool]
+        return members
+
+    def candidate_pool(self, history: History) -> Pool:
+        rules = self.seasons[season_of(history.periods)]
+        return Pool(self.ranked_members(history, rules), rules.keep)
 
     def member(self, name: str) -> Candidate:
         return CANDIDATES[name]

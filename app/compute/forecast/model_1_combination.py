@@ -80,15 +80,10 @@ class ValidatedCombination(SeasonTableCombination):
                  pair_pool: Sequence[tuple[str, ...]] = THETA_PAIR_POOL,
                  seasons: dict[Season, SeasonRules] = MODEL_1_SEASONS, weight_power: float = WEIGHT_POWER,
                  gate: float = STRENGTH_GATE) -> None:
-        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration)
-        self.min_step = min_step
-        self.level_pool = tuple(level_pool)
-        self.three_cycle_pool = tuple(three_cycle_pool)
-        self.seasonal_pool = tuple(seasonal_pool)
+        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration, min_step=min_step,
+                         level_pool=level_pool, three_cycle_pool=three_cycle_pool, seasonal_pool=seasonal_pool,
+                         seasons=seasons, weight_power=weight_power, gate=gate)
         self.pair_pool = tuple(tuple(c) for c in pair_pool)
-        self.seasons = dict(seasons)
-        self.weight_power = weight_power
-        self.gate = gate
 
     def candidate_pool(self, history: History) -> Pool:
         rules = self.seasons[season_of(history.periods)]
@@ -113,11 +108,7 @@ class ValidatedCombination(SeasonTableCombination):
             # model-1 M1 Monthly sMAPE 18.60 / 14.74 -> 18.18 / 14.26, MASE 1.364 / 1.062 -> 1.362 / 1.059 (SES
             # alone: 17.90 / 14.33; no other development set has such series).
             return Pool(list(rules.short_pool), keep=1)
-        members = [(c,) for c in self.level_pool]
-        if rules.three_cycle:
-            members += [(c,) for c in self.three_cycle_pool]
-        if history.seasonal:
-            members += [(c,) for c in self.seasonal_pool]
+        members = self.ranked_members(history, rules)
         # a long strongly seasonal history (more than RECENT_FLOOR points, so its recent members differ from
         # the full ones) gives the Theta pair a fixed share of the combination, whatever the origins rank it
         long_seasonal = history.seasonal and n > RECENT_FLOOR

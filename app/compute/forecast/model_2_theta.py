@@ -9,8 +9,7 @@ from app.compute.forecast.combination import (
     WEIGHT_POWER,
     SeasonTableCombination,
 )
-from app.compute.forecast.seasons import MODEL_2_SEASONS, Season, SeasonRules, season_of
-from app.compute.forecast.template import History, Pool
+from app.compute.forecast.seasons import MODEL_2_SEASONS, Season, SeasonRules
 
 
 class ThetaCombination(SeasonTableCombination):
@@ -35,20 +34,6 @@ class ThetaCombination(SeasonTableCombination):
                  three_cycle_pool: Sequence[str] = ("otm_sa3",), seasonal_pool: Sequence[str] = ("ptheta_s",),
                  seasons: dict[Season, SeasonRules] = MODEL_2_SEASONS, weight_power: float = WEIGHT_POWER,
                  gate: float = STRENGTH_GATE) -> None:
-        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration)
-        self.min_step = min_step
-        self.level_pool = tuple(level_pool)
-        self.three_cycle_pool = tuple(three_cycle_pool)
-        self.seasonal_pool = tuple(seasonal_pool)
-        self.seasons = dict(seasons)
-        self.weight_power = weight_power
-        self.gate = gate
-
-    def candidate_pool(self, history: History) -> Pool:
-        rules = self.seasons[season_of(history.periods)]
-        members = [(c,) for c in self.level_pool]
-        if rules.three_cycle:
-            members += [(c,) for c in self.three_cycle_pool]
-        if history.seasonal:
-            members += [(c,) for c in self.seasonal_pool]
-        return Pool(members, rules.keep)
+        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration, min_step=min_step,
+                         level_pool=level_pool, three_cycle_pool=three_cycle_pool, seasonal_pool=seasonal_pool,
+                         seasons=seasons, weight_power=weight_power, gate=gate)

@@ -16,8 +16,8 @@ from app.compute.forecast.combination import (
 )
 from app.compute.forecast.frequency import SHORT_YEARLY_WINDOWS
 from app.compute.forecast.robust import SPIKE_SIGMAS, clean_spikes
-from app.compute.forecast.seasons import MODEL_4_SEASONS, Season, SeasonRules, season_of
-from app.compute.forecast.template import Combination, History, Pool
+from app.compute.forecast.seasons import MODEL_4_SEASONS, Season, SeasonRules
+from app.compute.forecast.template import Combination, History
 
 # The optimised Theta method in place of standard Theta, as in model-1: training rows, sMAPE / MASE, better on 7
 # of the 8 development sets (M4 Hourly OWA 0.503 -> 0.494, M4 Weekly 0.787 -> 0.770, Tourism Quarterly 19.64 /
@@ -54,22 +54,11 @@ class SpikeRobustCombination(SeasonTableCombination):
                  weight_power: float = WEIGHT_POWER, gate: float = STRENGTH_GATE, threshold: float = SPIKE_SIGMAS,
                  asymmetric: bool = False,
                  evaluation_horizons: Mapping[str, int] | None = SHORT_YEARLY_WINDOWS) -> None:
-        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration,
+        super().__init__(max_history=max_history, n_origins=n_origins, calibration=calibration, min_step=min_step,
+                         level_pool=level_pool, seasonal_pool=seasonal_pool, seasons=seasons,
+                         weight_power=weight_power, gate=gate, spike_sigmas=threshold,
                          evaluation_horizons=evaluation_horizons)
-        self.min_step = min_step
-        self.level_pool = tuple(level_pool)
-        self.seasonal_pool = tuple(seasonal_pool)
-        self.seasons = dict(seasons)
-        self.weight_power = weight_power
-        self.gate = gate
-        self.spike_sigmas = threshold
         self.asymmetric = asymmetric
-
-    def candidate_pool(self, history: History) -> Pool:
-        members = [(c,) for c in self.level_pool]
-        if history.seasonal:
-            members += [(c,) for c in self.seasonal_pool]
-        return Pool(members, self.seasons[season_of(history.periods)].keep)
 
     def cleaner(self) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray]:
         return self._clean
