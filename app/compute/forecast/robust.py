@@ -45,10 +45,16 @@ def _baseline(y: np.ndarray, periods: tuple[int, ...]) -> tuple[np.ndarray, np.n
     NEWEST points, so a spike there changes no other point's baseline."""
     n = len(y)
     comps, _ = additive_profiles(y[: n - NEWEST], periods)
+    seas = _profile_sum(comps, n)
+    return seas, y - seas
+
+
+def _profile_sum(comps: list[tuple[int, np.ndarray]], n: int) -> np.ndarray:
+    """The seasonal profiles repeated over n points and added up."""
     seas = np.zeros(n)
     for m, prof in comps:
         seas += prof[np.arange(n) % m]
-    return seas, y - seas
+    return seas
 
 
 def clean_newest(y: np.ndarray, periods: tuple[int, ...], threshold: float = SPIKE_SIGMAS,
@@ -105,10 +111,7 @@ def clean_spikes(y: np.ndarray, periods: tuple[int, ...], threshold: float = SPI
         return y
     y = clean_newest(y, periods, threshold)
     comps, adj = additive_profiles(y, periods)
-    seas = np.zeros(n)
-    for m, prof in comps:
-        seas += prof[np.arange(n) % m]
-    base = median_filter(adj, size=RUNNING_MEDIAN, mode="nearest") + seas
+    base = median_filter(adj, size=RUNNING_MEDIAN, mode="nearest") + _profile_sum(comps, n)
     resid = y - base
     sigma = _robust_sigma(resid)
     if sigma <= 0:
