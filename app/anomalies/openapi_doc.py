@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.anomalies.routes import FALLBACK_HEADER
 from app.anomalies.schemas import AnomalyRequestSchema, AnomalyResponseSchema, LastPointResponseSchema
+from app.anomalies.service import FALLBACK_HEADER
 from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS
 
 DESCRIPTION = (

@@ -8,12 +8,13 @@ those of the key check and the rate limiter, is rendered in Azure's {"code", "me
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 from flask import Blueprint, Response, g, jsonify
 from werkzeug.exceptions import HTTPException
 
-from app.anomalies.routes import FALLBACK_HEADER
+from app.anomalies import service
 from app.azure.schemas import (
     AzureError,
     AzureSeries,
@@ -22,8 +23,7 @@ from app.azure.schemas import (
     check_series,
     load,
 )
-from app.compute.detect.jobs import ChangePointJob, DetectJob
-from app.compute.detect.results import ChangePointResult, DetectionResult, confidence_for_sensitivity
+from app.compute.detect.results import DetectionResult, confidence_for_sensitivity
 from app.compute.detect.streaming import lookback_rows
 from app.errors import ApiError
 from app.services import current_services
@@ -82,25 +82,25 @@ def _http_error(exc: HTTPException) -> Response:
     return _azure_response(status, _CODES_BY_STATUS.get(status, "BadArgument"), exc.description or "Bad request.")
 
 
-def _submit(job: DetectJob | ChangePointJob) -> DetectionResult | ChangePointResult:
+def _run_on_pool(job: Any) -> Any:
     return run_job(current_services().pool, job, failure="Anomaly detection failed")
 
 
-def _detect_job(series: AzureSeries, sensitivity: int, start: int = 0) -> DetectJob:
-    import numpy as np
-    return DetectJob(
-        epoch_seconds=np.asarray(series.epoch_seconds, dtype=np.float64),
-        values=np.asarray(series.values, dtype=np.float64),
+def _detect(series: AzureSeries, sensitivity: int, start: int = 0) -> DetectionResult:
+    return service.detect(
+        series.epoch_seconds,
+        series.values,
         data_frequency=series.data_frequency or "Seconds",
         confidence=confidence_for_sensitivity(sensitivity),
         start=start,
         period=series.period,
+        run=_run_on_pool,
     )
 
 
 def _with_fallback(response: Response, result: DetectionResult) -> Response:
     if result.fallback:
-        response.headers[FALLBACK_HEADER] = result.fallback
+        response.headers[service.FALLBACK_HEADER] = result.fallback
     return response
 
 
@@ -130,8 +130,7 @@ def _parse(schema: DetectLoadSchema | ChangePointLoadSchema) -> tuple[dict, Azur
 @requires("read")
 def entire_detect() -> Response:
     data, series = _parse(_detect_schema)
-    result = _submit(_detect_job(series, data["sensitivity"]))
-    assert isinstance(result, DetectionResult)
+    result = _detect(series, data["sensitivity"])
     flags = list(result.is_anomaly)
     # Azure reports at most maxAnomalyRatio of the points; the least surprising ones are dropped first.
     allowed = int(data["maxAnomalyRatio"] * len(flags))
@@ -159,8 +158,7 @@ def entire_detect() -> Response:
 def last_detect() -> Response:
     data, series = _parse(_detect_schema)
     last = len(series.values) - 1
-    result = _submit(_detect_job(series, data["sensitivity"], start=last))
-    assert isinstance(result, DetectionResult)
+    result = _detect(series, data["sensitivity"], start=last)
     flag, value, expected = result.is_anomaly[0], float(series.values[last]), result.expected[0]
     body = {
         "period": result.period or 0,
@@ -196,9 +194,8 @@ def change_point_detect() -> Response:
         step = nominal_step(times)
         seconds = period_seconds(series.data_frequency, step)
         period = round(seconds / step) if seconds else 0
-    job = ChangePointJob(series.values, window, data["threshold"], period or None)
-    result = _submit(job)
-    assert isinstance(result, ChangePointResult)
+    result = service.change_points(series.values, window=window, threshold=data["threshold"], period=period or None,
+                                   run=_run_on_pool)
     return jsonify(
         {
             "period": result.period or 0,

@@ -14,7 +14,7 @@ from flask import Blueprint, Response, jsonify, request
 from werkzeug.wsgi import LimitedStream
 
 from app.batches import store
-from app.batches.compute import FORECAST
+from app.batches.one_series import FORECAST
 from app.batches.schemas import batch_json
 from app.batches.submit import (
     BatchFields,

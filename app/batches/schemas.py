@@ -9,7 +9,7 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from app.anomalies.schemas import AnomalyRequestSchema, AnomalySeriesSchema
-from app.batches.compute import FORECAST, KINDS
+from app.batches.one_series import FORECAST, KINDS
 from app.forecast.schemas import ForecastRequestSchema, SeriesSchema
 from app.web.fields import StoredText
 

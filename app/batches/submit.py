@@ -18,7 +18,7 @@ from typing import Any
 from werkzeug.datastructures import MultiDict
 
 from app.anomalies.schemas import load_request as load_anomaly_request
-from app.batches.compute import ANOMALIES, FORECAST, KINDS
+from app.batches.one_series import ANOMALIES, FORECAST, KINDS
 from app.batches.schemas import AnomalyBatchRequestSchema, ForecastBatchRequestSchema
 from app.errors import InvalidRequest, PayloadTooLarge
 from app.forecast.schemas import load_request as load_forecast_request

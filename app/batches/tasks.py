@@ -26,7 +26,7 @@ from huey import Huey, crontab
 from huey.api import TaskWrapper
 
 from app.batches import store
-from app.batches.compute import run_series
+from app.batches.one_series import SeriesRunner
 from app.jobs.resources import WorkerResources
 from app.settings import Settings
 
@@ -93,13 +93,13 @@ def process_chunk(resources: WorkerResources, tasks: BatchTasks, batch_id: str, 
     lines: list[bytes] = []
     succeeded = failed = 0
     renewed = time.monotonic()
+    runner = SeriesRunner(chunk.kind, chunk.parameters, max_points=settings.max_points)
     for offset, series in enumerate(chunk.series):
         if time.monotonic() - renewed > lease / 3:
             if not store.renew(database, chunk, lease_seconds=lease):
                 return  # cancelled, or another worker took over after this one stalled
             renewed = time.monotonic()
-        ok, line = run_series(chunk.kind, chunk.parameters, series, index=chunk.first_index + offset,
-                              max_points=settings.max_points)
+        ok, line = runner.run(series, index=chunk.first_index + offset)
         lines.append(line)
         succeeded, failed = succeeded + ok, failed + (not ok)
     store.complete_chunk(database, chunk, lines, succeeded=succeeded, failed=failed, ttl=_ttl(settings))

@@ -1,4 +1,4 @@
-"""POST /forecast and GET /models: thin views over schemas, the worker pool and the models."""
+"""POST /forecast and GET /models: thin views over the body reader and the forecast service."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from flask import Blueprint, Response, jsonify, request
 from app.compute.forecast.catalog import describe_models
 from app.compute.forecast.jobs import ForecastJob
 from app.compute.forecast.results import ForecastResult
-from app.errors import DataValidationError, InternalError, sentence
+from app.errors import InternalError
+from app.forecast import service
 from app.forecast.body import read_forecast_request
-from app.forecast.schemas import RECOMMENDED_POINTS, ForecastRequest, SeriesData
+from app.forecast.schemas import invalid_future_timestamps
 from app.metrics import record_forecast
-from app.series.frequencies import seasonal_periods
-from app.series.timestamps import TimestampError, future_timestamps
+from app.series.timestamps import TimestampError
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
 from app.web.jobs import run_job
@@ -35,60 +35,34 @@ def forecast() -> Response:
         read_body(services.settings.max_body_bytes), request.headers, max_points=services.settings.max_points
     )
 
-    timestamps, job = plan_forecast(forecast_request, series)
-    started = time.perf_counter()
-    try:
-        result: ForecastResult = run_job(services.pool, job)
-    except InternalError as exc:
-        record_forecast(job.model_id, type(exc.__cause__).__name__, time.perf_counter() - started)
-        raise
-    record_forecast(job.model_id, "ok", time.perf_counter() - started, fallback=result.fallback is not None)
+    def run_on_pool(job: ForecastJob) -> ForecastResult:
+        started = time.perf_counter()
+        try:
+            result: ForecastResult = run_job(services.pool, job)
+        except InternalError as exc:
+            record_forecast(job.model_id, type(exc.__cause__).__name__, time.perf_counter() - started)
+            raise
+        record_forecast(job.model_id, "ok", time.perf_counter() - started, fallback=result.fallback is not None)
+        return result
 
+    try:
+        answer = service.forecast(forecast_request, series, run=run_on_pool)
+    except TimestampError as exc:
+        raise invalid_future_timestamps(exc) from exc
     response = jsonify(
         {
-            "forecast_timestamps": timestamps,
-            "lower_bound": result.lower,
-            "median": result.median,
-            "upper_bound": result.upper,
+            "forecast_timestamps": answer.forecast_timestamps,
+            "lower_bound": answer.lower_bound,
+            "median": answer.median,
+            "upper_bound": answer.upper_bound,
         }
     )
-    response.headers["X-Model-Id"] = forecast_request.model_id
-    if result.fallback:
-        response.headers["X-Forecast-Fallback"] = result.fallback
-    warning = short_history_warning(forecast_request, len(series.values))
-    if warning:
-        response.headers["X-Forecast-Warning"] = warning
+    response.headers["X-Model-Id"] = answer.model_id
+    if answer.fallback:
+        response.headers["X-Forecast-Fallback"] = answer.fallback
+    if answer.warning:
+        response.headers["X-Forecast-Warning"] = answer.warning
     return response
-
-
-def plan_forecast(forecast_request: ForecastRequest, series: SeriesData) -> tuple[list[str], ForecastJob]:
-    """The forecast's timestamps and the job that computes it, for a checked request and series (POST /forecast
-    and each series of a batch); a series whose future timestamps cannot be written is a 422."""
-    try:
-        timestamps = future_timestamps(series.axis, forecast_request.forecast_horizon)
-    except TimestampError as exc:
-        raise DataValidationError(
-            sentence(f"Invalid series data: {exc.issue}"),
-            details={"field": "series[0].timestamps", "issue": exc.issue, "provided": exc.provided, "index": exc.index},
-        ) from exc
-    job = ForecastJob(
-        model_id=forecast_request.model_id,
-        values=series.values,
-        horizon=forecast_request.forecast_horizon,
-        confidence=forecast_request.confidence,
-        periods=seasonal_periods(forecast_request.data_frequency, series.axis.step, len(series.values)),
-    )
-    return timestamps, job
-
-
-def short_history_warning(forecast_request: ForecastRequest, points: int) -> str | None:
-    recommended = RECOMMENDED_POINTS[forecast_request.data_frequency]
-    if points >= recommended:
-        return None
-    return (
-        f"History of {points} points is short for {forecast_request.data_frequency} data "
-        f"(at least {recommended} recommended); the forecast may be less reliable."
-    )
 
 
 @meta.get("/models")

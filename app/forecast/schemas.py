@@ -212,3 +212,9 @@ def _first_non_string(items: list[Any]) -> int | None:
     return None
 
 
+def invalid_future_timestamps(exc: TimestampError) -> DataValidationError:
+    """A series whose forecast timestamps cannot be written (past year 9999): a 422 on its timestamps."""
+    return DataValidationError(
+        sentence(f"Invalid series data: {exc.issue}"),
+        details={"field": "series[0].timestamps", "issue": exc.issue, "provided": exc.provided, "index": exc.index},
+    )

@@ -1,4 +1,4 @@
-"""A forecast of a monitor's next steps from its stored points, through the /forecast models and pool."""
+"""A forecast of a monitor's next steps from its stored points, through the forecast service and the pool."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ import statistics
 from datetime import datetime
 from typing import Any
 
-from app.compute.forecast.jobs import ForecastJob
-from app.compute.forecast.results import ForecastResult
 from app.compute.pool import WorkerPool
 from app.errors import DataValidationError
-from app.series.frequencies import seasonal_periods
-from app.series.timestamps import TimeAxis, TimestampError, future_timestamps, parse_axis
+from app.forecast import service
+from app.forecast.schemas import ForecastRequest, SeriesData
+from app.series.timestamps import TimeAxis, TimestampError, parse_axis
 from app.web.jobs import run_job
 
 # The most recent points a forecast fits on: two cycles of the longest season /forecast looks for at
@@ -76,25 +75,21 @@ def forecast(
             details={"field": "horizon", "issue": "insufficient data points", "provided": f"{len(values)} points",
                      "minimum": MIN_FORECAST_POINTS},
         )
-    axis = _axis(data_frequency, epochs, texts)
+    import numpy as np
+
+    confidence = min(confidence, MAX_FORECAST_CONFIDENCE)
+    forecast_request = ForecastRequest(forecast_horizon=horizon, data_frequency=data_frequency,
+                                       confidence=confidence, model_id=model_id)
+    series = SeriesData(axis=_axis(data_frequency, epochs, texts), values=np.asarray(values, dtype=np.float64))
     try:
-        timestamps = future_timestamps(axis, horizon)
+        answer = service.forecast(forecast_request, series, run=lambda job: run_job(pool, job))
     except TimestampError as exc:
         raise DataValidationError(f"Invalid forecast: {exc.issue}.", details=exc.details("horizon")) from exc
-    confidence = min(confidence, MAX_FORECAST_CONFIDENCE)
-    job = ForecastJob(
-        model_id=model_id,
-        values=values,
-        horizon=horizon,
-        confidence=confidence,
-        periods=seasonal_periods(data_frequency, axis.step, len(values)),
-    )
-    result: ForecastResult = run_job(pool, job)
     return {
         "model": model_id,
         "confidence": confidence,
-        "forecast_timestamps": timestamps,
-        "lower_bound": result.lower,
-        "median": result.median,
-        "upper_bound": result.upper,
+        "forecast_timestamps": answer.forecast_timestamps,
+        "lower_bound": answer.lower_bound,
+        "median": answer.median,
+        "upper_bound": answer.upper_bound,
     }

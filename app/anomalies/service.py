@@ -1,0 +1,84 @@
+"""The one front door to anomaly detection: a checked series and its settings in, verdicts out.
+
+POST /anomalies, the Azure-compatible routes and each series of an anomaly batch come through here, so a
+verdict is the same whichever door asked for it. The caller says how the computation runs (``run``): the web
+process hands it to the worker pool, a batch worker computes it in its own process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from app.anomalies.schemas import CheckedSeries
+from app.compute.detect.jobs import ChangePointJob, DetectJob
+from app.compute.detect.results import DEFAULT_DETECTOR, ChangePointResult, DetectionResult
+
+# Every door that answers detection over HTTP says with this header when the fallback detector answered.
+FALLBACK_HEADER = "X-Anomaly-Fallback"
+
+Runner = Callable[[Any], Any]
+
+
+def detect(
+    epoch_seconds: Any,
+    values: Any,
+    *,
+    data_frequency: str,
+    confidence: float,
+    run: Runner,
+    detector: str = DEFAULT_DETECTOR,
+    start: int = 0,
+    period: int | None = None,
+) -> DetectionResult:
+    """Verdicts for rows ``start`` onwards of a checked series (UTC seconds and values, float64 or lists), each
+    row judged from every row before it; ``period`` (rows) overrides the season the data frequency suggests."""
+    import numpy as np
+
+    job = DetectJob(
+        epoch_seconds=np.asarray(epoch_seconds, dtype=np.float64),
+        values=np.asarray(values, dtype=np.float64),
+        data_frequency=data_frequency,
+        confidence=confidence,
+        detector=detector,
+        start=start,
+        period=period,
+    )
+    result: DetectionResult = run(job)
+    return result
+
+
+def change_points(values: Any, *, window: int, threshold: float, period: int | None, run: Runner) -> ChangePointResult:
+    result: ChangePointResult = run(ChangePointJob(values, window, threshold, period))
+    return result
+
+
+def verdicts(timestamps: list[Any], series: CheckedSeries, result: DetectionResult) -> dict[str, Any]:
+    """Every row's verdict in this service's own shape (POST /anomalies, and each series of an anomaly batch)."""
+    return {
+        "timestamps": timestamps,
+        "expected": result.expected,
+        "lower_bound": result.lower,
+        "upper_bound": result.upper,
+        "anomaly_score": result.score,
+        "is_anomaly": result.is_anomaly,
+        "direction": result.direction,
+        "warmup_points": result.warmup_points,
+        "period": result.period,
+        "out_of_order": series.out_of_order,
+    }
+
+
+def last_verdict(timestamp: Any, series: CheckedSeries, result: DetectionResult) -> dict[str, Any]:
+    """The verdict on a series' last row (``result`` computed with start at that row)."""
+    return {
+        "timestamp": timestamp,
+        "expected": result.expected[0],
+        "lower_bound": result.lower[0],
+        "upper_bound": result.upper[0],
+        "anomaly_score": result.score[0],
+        "is_anomaly": result.is_anomaly[0],
+        "direction": result.direction[0],
+        "warmup_points": result.warmup_points,
+        "period": result.period,
+        "out_of_order": series.out_of_order,
+    }

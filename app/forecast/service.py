@@ -1,0 +1,67 @@
+"""The one front door to forecasting: a checked request and series in, the answer out.
+
+POST /forecast, each series of a batch and a monitor's forecast all come through here, so a forecast is the same
+whichever door asked for it. The caller says how the computation runs (``run``): the web process hands it to
+the worker pool, a batch worker computes it in its own process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.compute.forecast.jobs import ForecastJob
+from app.compute.forecast.results import ForecastResult
+from app.forecast.schemas import RECOMMENDED_POINTS, ForecastRequest, SeriesData
+from app.series.frequencies import seasonal_periods
+from app.series.timestamps import future_timestamps
+
+Runner = Callable[[ForecastJob], ForecastResult]
+
+
+@dataclass(frozen=True)
+class Forecast:
+    forecast_timestamps: list[str]
+    lower_bound: list[float]
+    median: list[float]
+    upper_bound: list[float]
+    model_id: str
+    confidence: float
+    fallback: str | None  # why a simpler model answered, if one did
+    warning: str | None  # a history shorter than the frequency's recommended length
+
+
+def job_for(forecast_request: ForecastRequest, series: SeriesData) -> ForecastJob:
+    return ForecastJob(
+        model_id=forecast_request.model_id,
+        values=series.values,
+        horizon=forecast_request.forecast_horizon,
+        confidence=forecast_request.confidence,
+        periods=seasonal_periods(forecast_request.data_frequency, series.axis.step, len(series.values)),
+    )
+
+
+def forecast(forecast_request: ForecastRequest, series: SeriesData, *, run: Runner) -> Forecast:
+    """The forecast of one checked series. Raises TimestampError when the future timestamps cannot be written
+    (each door names that in its own words) before any computation starts."""
+    timestamps = future_timestamps(series.axis, forecast_request.forecast_horizon)
+    result = run(job_for(forecast_request, series))
+    return Forecast(
+        forecast_timestamps=timestamps,
+        lower_bound=result.lower,
+        median=result.median,
+        upper_bound=result.upper,
+        model_id=forecast_request.model_id,
+        confidence=forecast_request.confidence,
+        fallback=result.fallback,
+        warning=short_history_warning(forecast_request, len(series.values)),
+    )
+
+
+def short_history_warning(forecast_request: ForecastRequest, points: int) -> str | None:
+    recommended = RECOMMENDED_POINTS[forecast_request.data_frequency]
+    if points >= recommended:
+        return None
+    return (
+        f"History of {points} points is short for {forecast_request.data_frequency} data "
+        f"(at least {recommended} recommended); the forecast may be less reliable."
+    )
