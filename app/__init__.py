@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+from collections.abc import Callable
 
 from app.compute.pool import pin_blas_threads
 
@@ -15,22 +16,26 @@ from app.settings import Settings  # noqa: E402
 
 
 def create_app(settings: Settings | None = None, *, start_workers: bool = False) -> Flask:
-    from app import cors, errors, health, jsonio, metrics, observability, openapi, verify
     from app.anomalies import routes as anomaly_routes
-    from app.azure import routes as azure_routes
     from app.batches import routes as batch_routes
+    from app.batches import tasks as batch_tasks
     from app.cli import register_cli
+    from app.compat.azure import routes as azure_routes
     from app.compute.pool import WorkerPool
-    from app.dashboard import init_dashboard
+    from app.dashboard import sessions as dashboard_sessions
+    from app.dashboard import views as dashboard_views
     from app.db import Database
     from app.forecast import routes as forecast_routes
     from app.jobs.engine import build_engine
-    from app.keys import api as keys_api
+    from app.keys import routes as keys_routes
     from app.keys.store import KeyStore, UsageRecorder
+    from app.monitors import prometheus
     from app.monitors import routes as monitor_routes
-    from app.ratelimit import init_rate_limits
     from app.services import Services
-    from app.web import pipeline
+    from app.web import cors, errors, jsonio, metrics, observability, pipeline
+    from app.web import routes as service_routes
+    from app.web.openapi import init_openapi
+    from app.web.ratelimit import init_rate_limits
 
     settings = settings or Settings.from_env()
     observability.configure_logging(settings.log_level)
@@ -59,7 +64,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
             on_ready_change=metrics.WORKERS_READY.set,
         ),
         limits=init_rate_limits(app, settings),
-        jobs=build_engine(settings),
+        jobs=build_engine(settings, registrars=(batch_tasks.register, prometheus.register)),
     )
     app.extensions["forecast_service"] = services
 
@@ -71,21 +76,34 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     metrics.init_metrics(app)
     cors.init_cors(app, settings.cors_origins)
 
-    app.register_blueprint(health.bp)
-    app.register_blueprint(verify.bp)
-    app.register_blueprint(keys_api.bp)
-    init_dashboard(app, services)
+    app.register_blueprint(service_routes.bp)
+    app.register_blueprint(keys_routes.bp)
+    app.register_blueprint(dashboard_views.bp)
+    dashboard_sessions.register_identity_source(app, services.database, services.keys)
     app.register_blueprint(forecast_routes.bp)
     app.register_blueprint(forecast_routes.meta)
     app.register_blueprint(anomaly_routes.bp)
     app.register_blueprint(azure_routes.bp)
     app.register_blueprint(batch_routes.bp)
-    app.register_blueprint(openapi.bp)
-    app.register_blueprint(metrics.bp)
     monitor_routes.init_monitors(app, services, start_sender=start_workers)
+    init_openapi(app, openapi_documenters())
     register_cli(app)
 
     if start_workers:
         services.warm_up()
     atexit.register(services.close)
     return app
+
+
+def openapi_documenters() -> tuple[Callable[..., None], ...]:
+    """Each capability's part of the OpenAPI document, in the document's order."""
+    from app.anomalies import openapi_doc as anomaly_docs
+    from app.batches import openapi_doc as batch_docs
+    from app.compat.azure import openapi_doc as azure_docs
+    from app.forecast import openapi_doc as forecast_docs
+    from app.keys import routes as keys_routes
+    from app.keys import verify
+    from app.monitors import openapi_doc as monitor_docs
+
+    return (forecast_docs.document, verify.document, keys_routes.document, monitor_docs.document,
+            anomaly_docs.document, azure_docs.document, batch_docs.document)

@@ -7,15 +7,14 @@ from typing import TYPE_CHECKING
 
 from flask import current_app
 
-from app.db import Database
-from app.keys.store import KeyStore, UsageRecorder
-from app.settings import Settings
-
 if TYPE_CHECKING:
     from huey import Huey
 
     from app.compute.pool import WorkerPool
-    from app.ratelimit import RateLimits
+    from app.db import Database
+    from app.keys.store import KeyStore, UsageRecorder
+    from app.settings import Settings
+    from app.web.ratelimit import RateLimits
 
 
 @dataclass

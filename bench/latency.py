@@ -102,8 +102,8 @@ def limiter_inprocess(storage: str, database_url: str, key: str, iterations: int
     from limits import RateLimitItemPerDay, RateLimitItemPerHour, RateLimitItemPerMinute
 
     from app import create_app
-    from app.ratelimit import KEY_PREFIX, KEY_SCOPE
     from app.settings import Settings
+    from app.web.ratelimit import KEY_PREFIX, KEY_SCOPE
 
     settings = Settings(database_url=database_url, redis_url=c.REDIS_URL if storage == "redis" else None,
                         forecast_workers=1, log_level="WARNING")

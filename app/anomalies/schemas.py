@@ -14,10 +14,10 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, SENSITIVITY_RANGE, confidence_for_sensitivity
-from app.errors import DataValidationError, sentence
 from app.forecast.schemas import FREQUENCY_ISSUE
 from app.series.instants import epoch_seconds
 from app.series.timestamps import FREQUENCIES, TimestampError
+from app.web.errors import DataValidationError, sentence
 from app.web.fields import JsonArray, StrictFloat, values_array
 from app.web.validation import envelope, load_object, problem
 

@@ -16,12 +16,12 @@ from app.anomalies import service as detection
 from app.anomalies.schemas import AnomalyRequest
 from app.anomalies.schemas import check_series as check_anomaly_series
 from app.anomalies.schemas import load_request as load_anomaly_request
-from app.errors import ApiError
 from app.forecast import service as forecasting
 from app.forecast.schemas import ForecastRequest, SubmittedSeries, invalid_future_timestamps
 from app.forecast.schemas import check_series as check_forecast_series
 from app.forecast.schemas import load_request as load_forecast_request
 from app.series.timestamps import TimestampError
+from app.web.errors import ApiError
 
 log = logging.getLogger("app.batches")
 

@@ -1,4 +1,4 @@
-"""The batch operations in the service's OpenAPI document (app.openapi builds the rest)."""
+"""The batch operations in the service's OpenAPI document (app.web.openapi builds the rest)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import logging
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,7 +11,7 @@ from flask import Blueprint, Response, jsonify, request
 from werkzeug.wsgi import LimitedStream
 
 from app.batches import store
-from app.batches.one_series import FORECAST
+from app.batches.results import csv_rows
 from app.batches.schemas import batch_json
 from app.batches.submit import (
     BatchFields,
@@ -24,20 +21,17 @@ from app.batches.submit import (
     read_json_batch,
 )
 from app.batches.tasks import batch_tasks
-from app.errors import InvalidRequest, NotFound, PayloadTooLarge, UnsupportedMediaType
-from app.ratelimit import too_many
 from app.services import Services, current_services
 from app.web.body import is_json_content_type, read_body
+from app.web.errors import InvalidRequest, NotFound, PayloadTooLarge, UnsupportedMediaType
 from app.web.pipeline import current_context, current_key, requires
+from app.web.ratelimit import too_many
 from app.web.validation import parse_json_body
 
 bp = Blueprint("batches", __name__)
 log = logging.getLogger("app.batches")
 
 NDJSON = "application/x-ndjson"
-FORECAST_CSV_COLUMNS = ("unique_id", "timestamp", "lower", "median", "upper", "error")
-ANOMALY_CSV_COLUMNS = ("unique_id", "timestamp", "expected", "lower", "upper", "anomaly_score", "is_anomaly",
-                       "direction", "error")
 LIST_LIMIT = (1, 1000, 100)
 
 
@@ -185,33 +179,3 @@ def results(batch_id: str) -> Response:
 
 def _json_lines(outputs: Iterator[bytes]) -> Iterator[bytes]:
     yield from outputs
-
-
-def csv_rows(outputs: Iterator[bytes], kind: str) -> Iterator[str]:
-    columns = FORECAST_CSV_COLUMNS if kind == FORECAST else ANOMALY_CSV_COLUMNS
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(columns)
-    for output in outputs:
-        for line in output.splitlines():
-            result = json.loads(line)
-            if "error" in result:
-                writer.writerow([result["id"], *[""] * (len(columns) - 2),
-                                 json.dumps({"error": result["error"]}, separators=(",", ":"))])
-            elif kind == FORECAST:
-                writer.writerows(
-                    [result["id"], *row, ""] for row in zip(result["forecast_timestamps"], result["lower_bound"],
-                                                            result["median"], result["upper_bound"], strict=True)
-                )
-            else:
-                writer.writerows(
-                    [result["id"], stamp, expected, lower, upper, score, "true" if flag else "false", direction or "",
-                     ""]
-                    for stamp, expected, lower, upper, score, flag, direction in zip(
-                        result["timestamps"], result["expected"], result["lower_bound"], result["upper_bound"],
-                        result["anomaly_score"], result["is_anomaly"], result["direction"], strict=True)
-                )
-        yield text.getvalue()
-        text.seek(0)
-        text.truncate()
-    yield text.getvalue()

@@ -20,8 +20,8 @@ from werkzeug.datastructures import MultiDict
 from app.anomalies.schemas import load_request as load_anomaly_request
 from app.batches.one_series import ANOMALIES, FORECAST, KINDS
 from app.batches.schemas import AnomalyBatchRequestSchema, ForecastBatchRequestSchema
-from app.errors import InvalidRequest, PayloadTooLarge
 from app.forecast.schemas import load_request as load_forecast_request
+from app.web.errors import InvalidRequest, PayloadTooLarge
 from app.web.validation import envelope, load_object, problem, unstorable
 
 CSV_HEADER = ("unique_id", "timestamp", "value")

@@ -58,7 +58,7 @@ _TASKS: WeakKeyDictionary[Huey, BatchTasks] = WeakKeyDictionary()
 
 
 def batch_tasks(engine: Huey) -> BatchTasks:
-    """The batch tasks registered on ``engine`` (by app.jobs.engine.build_engine)."""
+    """The batch tasks registered on ``engine`` (create_app hands register to app.jobs.engine.build_engine)."""
     return _TASKS[engine]
 
 

@@ -34,14 +34,14 @@ from markupsafe import Markup
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, describe_models
 from app.dashboard import sessions
 from app.dashboard.sessions import DashboardSession
-from app.errors import ApiError
 from app.keys import crud, manage
-from app.keys.api import display_form, key_body, rate_windows
+from app.keys.answers import display_form, key_body, rate_windows
 from app.keys.limits import TIERS
 from app.keys.records import OUTCOMES, PERMISSIONS, ApiKey
-from app.observability import KEY_FORMAT
 from app.series.timestamps import FREQUENCIES
 from app.services import current_services
+from app.web.errors import ApiError
+from app.web.observability import KEY_FORMAT
 from app.web.pipeline import public
 
 HERE = Path(__file__).resolve().parent
@@ -565,9 +565,9 @@ def playground() -> Response:
 @bp.get("/reference")
 @signed_in
 def reference() -> Response:
-    from app.openapi import build_spec
+    from app.web.openapi import current_spec
 
-    return _page("dashboard/reference.html", spec=build_spec(), **_base_context())
+    return _page("dashboard/reference.html", spec=current_spec(), **_base_context())
 
 
 MONITOR_CHART_POINTS = 500
@@ -628,9 +628,9 @@ def monitors(notice: str | None = None) -> Response:
 @signed_in
 def monitor_feedback(monitor_id: str) -> Response:
     """The dashboard's "Not an anomaly" button: the same change as POST /monitors/{id}/feedback."""
-    from app.errors import ApiError
     from app.monitors import service as monitor_service
     from app.monitors.schemas import point_epoch
+    from app.web.errors import ApiError
 
     session = current_session()
     assert session is not None
@@ -707,7 +707,7 @@ def batches_json() -> Response:
 def batch_results(batch_id: str) -> Response:
     """The batch's results as GET /batches/{id}/results?format=csv gives them, streamed, as a download."""
     from app.batches import store
-    from app.batches.routes import csv_rows
+    from app.batches.results import csv_rows
 
     session = _reader()
     if isinstance(session, Response):

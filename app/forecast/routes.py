@@ -10,15 +10,15 @@ from flask import Blueprint, Response, jsonify, request
 from app.compute.forecast.catalog import describe_models
 from app.compute.forecast.jobs import ForecastJob
 from app.compute.forecast.results import ForecastResult
-from app.errors import InternalError
 from app.forecast import service
 from app.forecast.body import read_forecast_request
 from app.forecast.schemas import invalid_future_timestamps
-from app.metrics import record_forecast
 from app.series.timestamps import TimestampError
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
+from app.web.errors import InternalError
 from app.web.jobs import run_job
+from app.web.metrics import record_forecast
 from app.web.pipeline import requires, uncounted
 
 bp = Blueprint("forecast", __name__)

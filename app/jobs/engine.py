@@ -8,12 +8,17 @@ its own progress in the database and is re-enqueued from there (each package's t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-
-from huey import Huey, PriorityRedisHuey, SqliteHuey
+from typing import TYPE_CHECKING
 
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from huey import Huey
+
+# What a package that runs background work hands the engine: register(engine, settings) declares its tasks.
+Registrar = Callable[["Huey", Settings], None]
 
 ENGINE_NAME = "forecast-jobs"
 
@@ -26,15 +31,11 @@ def jobs_sqlite_path(settings: Settings) -> Path:
     return settings.data_dir / "jobs.sqlite3"
 
 
-def _registrars() -> tuple[Callable[[Huey, Settings], None], ...]:
-    # Each package that runs background work exposes register(engine, settings); listed here, once.
-    from app.batches import tasks as batch_tasks
-    from app.monitors import prometheus
+def build_engine(settings: Settings, *, registrars: Iterable[Registrar] = ()) -> Huey:
+    """The engine with the tasks of every package in ``registrars`` (the composition root lists them, so the
+    engine knows none of its users). Huey and the storage's client load here, not when this module does."""
+    from huey import PriorityRedisHuey, SqliteHuey
 
-    return (batch_tasks.register, prometheus.register)
-
-
-def build_engine(settings: Settings) -> Huey:
     engine: Huey
     if settings.redis_url:
         # The priority flavour: the Prometheus poller outranks batch chunks (plain Redis storage refuses priorities).
@@ -43,6 +44,6 @@ def build_engine(settings: Settings) -> Huey:
         path = jobs_sqlite_path(settings)
         path.parent.mkdir(parents=True, exist_ok=True)
         engine = SqliteHuey(ENGINE_NAME, filename=str(path), results=False)
-    for register in _registrars():
+    for register in registrars:
         register(engine, settings)
     return engine

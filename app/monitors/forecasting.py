@@ -8,10 +8,10 @@ from datetime import datetime
 from typing import Any
 
 from app.compute.pool import WorkerPool
-from app.errors import DataValidationError
 from app.forecast import service
 from app.forecast.schemas import ForecastRequest, SeriesData
 from app.series.timestamps import TimeAxis, TimestampError, parse_axis
+from app.web.errors import DataValidationError
 from app.web.jobs import run_job
 
 # The most recent points a forecast fits on: two cycles of the longest season /forecast looks for at

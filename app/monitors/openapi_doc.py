@@ -1,4 +1,4 @@
-"""The monitor operations in the service's OpenAPI document (app.openapi builds the rest)."""
+"""The monitor operations in the service's OpenAPI document (app.web.openapi builds the rest)."""
 
 from __future__ import annotations
 

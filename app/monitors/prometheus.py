@@ -36,12 +36,12 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.db import Database
-from app.errors import ApiError, NotFound
 from app.monitors import sources
 from app.monitors.records import JobLeaseRecord, MonitorRecord
 from app.monitors.schemas import IncomingPoints
 from app.monitors.webhooks import send_request
 from app.settings import Settings
+from app.web.errors import ApiError, NotFound
 from app.web.fields import MAX_ABS_VALUE
 
 log = logging.getLogger("app.monitors.prometheus")

@@ -10,7 +10,6 @@ from typing import Any
 from flask import Blueprint, Flask, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.errors import InvalidRequest
 from app.monitors import exposition, forecasting, prometheus, service, sources
 from app.monitors.cache import HistoryCache, MonitorLocks
 from app.monitors.queue import RetryPolicy
@@ -28,6 +27,7 @@ from app.monitors.service import JudgeSlots, MonitorRuntime
 from app.monitors.webhooks import WebhookAddressError, check_url
 from app.services import Services, current_services
 from app.web.body import read_json
+from app.web.errors import InvalidRequest
 from app.web.pipeline import current_key, requires, uncounted
 from app.web.validation import problem
 

@@ -16,8 +16,8 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, validate
 
 from app.compute.detect.results import DETECTOR_IDS, SENSITIVITY_RANGE
-from app.errors import DataValidationError, InvalidRequest
 from app.series.timestamps import FREQUENCIES, TIMESTAMP_FORM, UTC_RANGE_ISSUE, outside_utc_range
+from app.web.errors import DataValidationError, InvalidRequest
 from app.web.fields import MAX_ABS_VALUE, JsonArray, StoredText, StrictFloat
 from app.web.validation import problem
 

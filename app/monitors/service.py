@@ -29,13 +29,13 @@ from app.compute.detect.results import DEFAULT_DETECTOR, DetectionResult, confid
 from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts, lookback_rows
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
 from app.db import Database, Prepared
-from app.errors import DataValidationError, InternalError, NotFound
 from app.monitors import alertmanager, queue, sources
 from app.monitors.cache import History, HistoryCache, JudgeState, MonitorLocks
 from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorPointRecord, MonitorRecord
 from app.monitors.schemas import IncomingPoints
 from app.monitors.webhooks import new_secret
 from app.series.frequencies import MAX_PERIOD_ROWS
+from app.web.errors import DataValidationError, InternalError, NotFound
 
 # anomaly-model-2 (the rolling median) reads the series' first rows (its nominal spacing) and the last
 # rows before each judged one: the first HEAD_ROWS points plus the last TAIL_ROWS are sent with new points.

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import InvalidRequest
 from app.monitors.records import MonitorRecord
 from app.monitors.webhooks import WebhookAddressError, check_url
+from app.web.errors import InvalidRequest
 from app.web.validation import problem
 
 # The step of a Prometheus-backed monitor's points: one per unit of its data_frequency. Calendar units have

@@ -11,7 +11,7 @@ from typing import Any
 
 from gunicorn.glogging import Logger
 
-from app.observability import KEY_SHAPED, redact_keys
+from app.web.observability import KEY_SHAPED, redact_keys
 
 
 class RedactKeys(logging.Filter):

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from flask import request
 
-from app.errors import Forbidden, Unauthorized
-from app.keys.records import ApiKey
-from app.keys.store import KeyStore
-from app.observability import KEY_FORMAT as _KEY_FORMAT
+from app.web.errors import Forbidden, Unauthorized
+from app.web.observability import KEY_FORMAT as _KEY_FORMAT
+
+if TYPE_CHECKING:
+    from app.keys.records import ApiKey
+    from app.keys.store import KeyStore
 
 _ACCEPTED_FORM = "Send the key as 'Authorization: Bearer <API_KEY>'."
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from flask import request
 
-from app.errors import PayloadTooLarge, UnsupportedMediaType
+from app.web.errors import PayloadTooLarge, UnsupportedMediaType
 from app.web.validation import parse_json_body
 
 try:

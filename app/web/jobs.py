@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.compute.pool import Job, PoolError, WorkerPool
-from app.errors import InternalError
+from app.web.errors import InternalError
 
 
 def run_job(pool: WorkerPool, job: Job, *, failure: str = "") -> Any:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 
-from app.cors import is_allowed_preflight
-from app.errors import Unauthorized
-from app.ratelimit import WindowStatus, set_headers, too_many
 from app.web import auth
+from app.web.cors import is_allowed_preflight
+from app.web.errors import Unauthorized
+from app.web.ratelimit import WindowStatus, set_headers, too_many
 
 if TYPE_CHECKING:
     from app.keys.records import ApiKey

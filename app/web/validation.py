@@ -12,8 +12,8 @@ from typing import Any
 from flask import request
 from marshmallow import Schema, ValidationError, fields, validate
 
-from app import jsonio
-from app.errors import InvalidRequest, NotFound, sentence
+from app.web import jsonio
+from app.web.errors import InvalidRequest, NotFound, sentence
 
 
 def excerpt(value: Any) -> Any:

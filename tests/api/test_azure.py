@@ -236,7 +236,7 @@ def test_openapi_documents_both_apis_and_answers_match_their_schemas(client: Fla
     from openapi_spec_validator import validate
 
     from app.anomalies.schemas import AnomalyResponseSchema, LastPointResponseSchema
-    from app.azure.schemas import (
+    from app.compat.azure.schemas import (
         AzureErrorSchema,
         ChangePointResponseSchema,
         EntireDetectResponseSchema,

@@ -99,7 +99,7 @@ ROUTES: dict[tuple[str, str], Route] = {
         body=lambda s: anomaly_body(daily(14), "Daily"),
         past_last_instant=lambda s: anomaly_body(minutes_to_the_end(14), "Minutes"),
     ),
-    # Azure's timestamp reading is its own (app/azure/schemas.py): it takes any ISO instant and stores nothing,
+    # Azure's timestamp reading is its own (app/compat/azure/schemas.py): it takes any ISO instant and stores nothing,
     # so the last-instant input does not apply there.
     ("POST", "/anomalydetector/v1.1/timeseries/entire/detect"): Route(body=azure_body),
     ("POST", "/anomalydetector/v1.1/timeseries/last/detect"): Route(body=azure_body),

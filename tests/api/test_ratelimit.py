@@ -13,7 +13,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-import app.ratelimit as ratelimit_module
+import app.web.ratelimit as ratelimit_module
 from app.keys import crud
 from tests.support import (
     REDIS_URL,

@@ -126,7 +126,7 @@ def test_keys_sent_through_every_channel_never_reach_the_log(logged: tuple[Serve
 
 def test_the_formatter_redacts_every_part_of_a_record() -> None:
     # A future log call that passes a key in the message, its arguments, extra fields or an exception.
-    from app.observability import JsonFormatter, redact_keys
+    from app.web.observability import JsonFormatter, redact_keys
 
     key = "ak_" + "0123456789abcdef" * 4
     stream = io.StringIO()

@@ -117,7 +117,7 @@ def test_no_private_name_crosses_a_package() -> None:
 def test_worker_side_imports_nothing_of_the_web_side() -> None:
     modules = app_modules()
     web_roots = ("flask", "werkzeug", "app.web", "app.forecast", "app.anomalies", "app.monitors", "app.keys",
-                 "app.dashboard", "app.azure", "app.services", "app.metrics")
+                 "app.dashboard", "app.compat.azure", "app.services", "app.web.metrics")
     offences = [
         f"{name} imports {target}"
         for name, path in modules.items()
@@ -153,3 +153,36 @@ def test_what_the_web_side_may_import_from_compute_loads_nothing_numeric() -> No
         or (target.startswith("app.") and target not in WEB_SAFE_COMPUTE and not target.startswith("app.series"))
     ]
     assert not offences, "\n".join(offences)
+
+
+def route_modules(modules: dict[str, Path]) -> set[str]:
+    """Modules that declare endpoints (a Flask Blueprint): leaves that only the composition root wires."""
+    return {name for name, path in modules.items() if "Blueprint(" in path.read_text()}
+
+
+def test_no_module_imports_a_route_module() -> None:
+    modules = app_modules()
+    routes = route_modules(modules)
+    offences = [
+        f"{name} imports {target}"
+        for name, path in modules.items()
+        if name != "app"  # create_app wires the blueprints
+        for target, _ in imports_of(path, modules)
+        if target in routes and package_of(target) != package_of(name) or (target in routes and target != name
+                                                                          and name not in routes)
+    ]
+    assert not offences, "\n".join(sorted(set(offences)))
+
+
+def test_no_circle_between_packages() -> None:
+    """Packages depend one way: a package whose module imports another package's is never imported back by it
+    (TYPE_CHECKING imports aside: they never run)."""
+    modules = app_modules()
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        for target, _ in imports_of(path, modules):
+            if target in modules and package_of(target) != package_of(name) and package_of(name) != "app":
+                edges.setdefault(package_of(name), set()).add(package_of(target))
+    circles = sorted({" <-> ".join(sorted((a, b))) for a, targets in edges.items() for b in targets
+                      if a in edges.get(b, set())})
+    assert not circles, "package circles:\n" + "\n".join(circles)

@@ -9,7 +9,7 @@ import pytest
 
 from app.batches.submit import PIECE_BYTES, UploadScan, pieces
 from app.batches.tasks import UploadError, series_from_csv
-from app.errors import ApiError
+from app.web.errors import ApiError
 
 UPLOAD = (
     b"value,unique_id,timestamp\r\n"

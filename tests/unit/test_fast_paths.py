@@ -17,13 +17,12 @@ from flask import Flask, request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import jsonio
-from app.errors import ApiError
 from app.forecast import body as forecast_body
 from app.forecast import schemas
 from app.series import timestamps as timestamps_module
 from app.series.timestamps import FREQUENCIES, TimeAxis, TimestampError, _parse_axis_per_item, parse_axis, regular_axis
-from app.web import fields, validation
+from app.web import fields, jsonio, validation
+from app.web.errors import ApiError
 
 # ------------------------------------------------------------------------------------------- JSON parsing
 

@@ -16,7 +16,7 @@ import pytest
 from limits.storage import Storage, storage_from_string
 
 from app.keys.records import ApiKey
-from app.ratelimit import RateLimits
+from app.web.ratelimit import RateLimits
 from tests.support import REDIS_URL, flush_redis, missing_service, redis_available
 
 

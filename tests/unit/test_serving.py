@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from gunicorn.http import errors as http_errors
 
-from app.observability import KEY_FORMAT, KEY_SHAPED, redact_keys
 from app.serving import answers, framing, process
 from app.serving.checks import startup_report
 from app.serving.config import (
@@ -35,6 +34,7 @@ from app.serving.hooks import wipe_multiprocess_dir
 from app.serving.logs import RedactKeys
 from app.serving.reading import DeadlineUnreader, RequestTimedOut
 from app.settings import Settings
+from app.web.observability import KEY_FORMAT, KEY_SHAPED, redact_keys
 
 KEY = "ak_" + "0123456789abcdef" * 4
 HEAD_LIMITS = HeadLimits.of(4094, 100, 16384)

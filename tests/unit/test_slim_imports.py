@@ -36,7 +36,8 @@ def test_a_warmed_up_web_process_loads_numpy_but_no_estimator_library(tmp_path: 
         "import wsgi\n"
         "from app.series.timestamps import prepare_tables\n"
         "prepare_tables()\n"
-        "from app.openapi import build_spec\n"
-        "build_spec()"
+        "from app import openapi_documenters\n"
+        "from app.web.openapi import build_spec\n"
+        "build_spec(openapi_documenters())"
     )
     assert _loaded_after(code, tmp_path) == ["apispec", "numpy"]

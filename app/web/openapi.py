@@ -2,40 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from flask import Blueprint, Response, jsonify
-from marshmallow import Schema, fields
+from flask import current_app
 
-from app.anomalies import openapi_doc as anomaly_docs
-from app.azure import openapi_doc as azure_docs
-from app.batches import openapi_doc as batch_docs
-from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.forecast.schemas import ForecastRequestSchema, ForecastResponseSchema
-from app.keys import api as keys_api
-from app.monitors import openapi_doc as monitor_docs
-from app.verify import VerifyResponseSchema
 from app.web.fields import JsonArray
-from app.web.pipeline import uncounted
 from app.web.validation import ErrorSchema
 
 if TYPE_CHECKING:  # apispec loads when the document is first asked for, not in every admin command
     from apispec import APISpec
 
-bp = Blueprint("openapi", __name__)
+Documenter = Callable[[Any, Callable[..., dict[str, Any]], dict[str, Any]], None]
 
 API_VERSION = "1.0.0"
 KEY_PLACEHOLDER = "<API_KEY>"  # examples never carry anything shaped like a real key
-
-
-class ModelSchema(Schema):
-    id = fields.String(required=True, metadata={"enum": list(MODEL_IDS)})
-    description = fields.String(required=True)
-
-
-class ModelsResponseSchema(Schema):
-    models = fields.List(fields.Nested(ModelSchema), required=True)
 
 
 def _header(description: str, schema_type: str = "string") -> dict[str, Any]:
@@ -94,26 +76,6 @@ def _errors(*statuses: str) -> dict[str, Any]:
     return responses
 
 
-FORECAST_EXAMPLE_REQUEST = {
-    "series": [
-        {
-            "timestamps": [f"2026-01-{d:02d}T00:00:00" for d in range(1, 13)],
-            "values": [10, 12, 14, 13, 15, 17, 16, 18, 20, 19, 21, 23],
-        }
-    ],
-    "forecast_horizon": 3,
-    "data_frequency": "Daily",
-    "forecast_frequency": "Daily",
-    "confidence": 0.95,
-}
-FORECAST_EXAMPLE_RESPONSE = {
-    "forecast_timestamps": ["2026-01-13T00:00:00", "2026-01-14T00:00:00", "2026-01-15T00:00:00"],
-    "lower_bound": [21.1, 21.6, 22.0],
-    "median": [23.9, 24.9, 25.9],
-    "upper_bound": [26.7, 28.2, 29.8],
-}
-
-
 def _keyed_get(
     spec: APISpec,
     path: str,
@@ -142,7 +104,9 @@ def _keyed_get(
 
 
 @cache
-def build_spec() -> dict[str, Any]:
+def build_spec(documenters: tuple[Documenter, ...]) -> dict[str, Any]:
+    """The document: the service's own endpoints, then each capability's ``document(spec, errors, ok_headers)``
+    (the composition root lists them, so this module knows none of the capabilities)."""
     from apispec import APISpec
     from apispec.ext.marshmallow import MarshmallowPlugin
 
@@ -158,70 +122,11 @@ def build_spec() -> dict[str, Any]:
     spec.components.security_scheme(
         "bearerAuth", {"type": "http", "scheme": "bearer", "bearerFormat": "ak_ followed by 64 hexadecimal characters"}
     )
-    spec.components.schema("ForecastRequest", schema=ForecastRequestSchema)
-    spec.components.schema("ForecastResponse", schema=ForecastResponseSchema)
     spec.components.schema("Error", schema=ErrorSchema)
-    spec.components.schema("VerifyResponse", schema=VerifyResponseSchema)
-    spec.components.schema("ModelsResponse", schema=ModelsResponseSchema)
-    secured = [{"bearerAuth": []}]
-    ok_headers = RATE_LIMIT_HEADERS
-
-    spec.path(
-        path="/forecast",
-        operations={
-            "post": {
-                "operationId": "requestForecast",
-                "tags": ["Forecasting"],
-                "summary": "Forecast one series",
-                "security": secured,
-                "parameters": [
-                    {
-                        "in": "header",
-                        "name": "X-Model-Id",
-                        "schema": {"type": "string", "enum": list(MODEL_IDS), "default": DEFAULT_MODEL_ID},
-                        "description": "The model to use.",
-                    },
-                    {
-                        "in": "header",
-                        "name": "X-Model-Selector",
-                        "schema": {"type": "string", "enum": list(MODEL_IDS)},
-                        "description": "Alias of X-Model-Id, honoured when X-Model-Id is absent.",
-                    },
-                ],
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {"schema": "ForecastRequest", "example": FORECAST_EXAMPLE_REQUEST}
-                    },
-                },
-                "responses": {
-                    "200": {
-                        "description": "The forecast; four parallel arrays of forecast_horizon entries.",
-                        "headers": {
-                            **ok_headers,
-                            "X-Model-Id": _header("The model that answered."),
-                            "X-Forecast-Fallback": _header("Present when a simpler model stood in."),
-                            "X-Forecast-Warning": _header("Present when the history is short for its frequency."),
-                        },
-                        "content": {
-                            "application/json": {"schema": "ForecastResponse", "example": FORECAST_EXAMPLE_RESPONSE}
-                        },
-                    },
-                    **_errors("400", "401", "403", "413", "415", "422", "429", "500"),
-                },
-            }
-        },
-    )
-    keyed_gets = (
-        ("/verify", "Authentication", "Check a key, its permissions and its rate-limit status",
-         "The key is valid.", "application/json", "VerifyResponse"),
-        ("/models", "Forecasting", "The four models and what each is for (not counted against limits)",
-         "The models.", "application/json", "ModelsResponse"),
-        ("/openapi.json", "Meta", "This document (not counted against limits)",
-         "OpenAPI 3 document.", "application/json", {"type": "object"}),
-    )
-    for path, tag, summary, description, media_type, schema in keyed_gets:
-        _keyed_get(spec, path, tag, summary, description, media_type, schema, headers=ok_headers)
+    for document in documenters:
+        document(spec, _errors, RATE_LIMIT_HEADERS)
+    _keyed_get(spec, "/openapi.json", "Meta", "This document (not counted against limits)", "OpenAPI 3 document.",
+               "application/json", {"type": "object"}, headers=RATE_LIMIT_HEADERS)
     for path, summary in (("/healthz", "Liveness"), ("/readyz", "Readiness: database, limiter storage, workers")):
         spec.path(
             path=path,
@@ -240,15 +145,13 @@ def build_spec() -> dict[str, Any]:
         )
     _keyed_get(spec, "/metrics", "Meta", "Prometheus metrics (key with admin permission; not counted)",
                "Prometheus text format", "text/plain", {"type": "string"}, headers={})
-    keys_api.document(spec, _errors, RATE_LIMIT_HEADERS)
-    monitor_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
-    anomaly_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
-    azure_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
-    batch_docs.document(spec, _errors, RATE_LIMIT_HEADERS)
     return spec.to_dict()
 
 
-@bp.get("/openapi.json")
-@uncounted
-def openapi_document() -> Response:
-    return jsonify(build_spec())
+def init_openapi(app: Any, documenters: tuple[Documenter, ...]) -> None:
+    app.extensions["openapi_documenters"] = documenters
+
+
+def current_spec() -> dict[str, Any]:
+    """The running app's document (GET /openapi.json, the dashboard's reference page)."""
+    return build_spec(current_app.extensions["openapi_documenters"])

@@ -9,7 +9,7 @@ from flask import Flask, Response, current_app, g, jsonify
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
-log = logging.getLogger("app.errors")
+log = logging.getLogger("app.web.errors")
 
 
 class ApiError(Exception):

@@ -15,7 +15,9 @@ from flask import Blueprint, Response, g, jsonify
 from werkzeug.exceptions import HTTPException
 
 from app.anomalies import service
-from app.azure.schemas import (
+from app.compat.azure.schemas import (
+    SUBSCRIPTION_KEY_HEADER,
+    URL_PREFIX,
     AzureError,
     AzureSeries,
     ChangePointLoadSchema,
@@ -25,17 +27,16 @@ from app.azure.schemas import (
 )
 from app.compute.detect.results import DetectionResult, confidence_for_sensitivity
 from app.compute.detect.streaming import lookback_rows
-from app.errors import ApiError
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
+from app.web.errors import ApiError
 from app.web.jobs import run_job
 from app.web.pipeline import key_header, requires
 from app.web.validation import parse_json_body
 
-bp = Blueprint("azure", __name__, url_prefix="/anomalydetector/v1.1")
-log = logging.getLogger("app.azure")
+bp = Blueprint("azure", __name__, url_prefix=URL_PREFIX)
+log = logging.getLogger("app.compat.azure")
 
-SUBSCRIPTION_KEY_HEADER = "Ocp-Apim-Subscription-Key"
 _detect_schema = DetectLoadSchema()
 _change_point_schema = ChangePointLoadSchema()
 

@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
-from flask import Blueprint, Flask, Response, g, request
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-    multiprocess,
-)
-
-from app.services import current_services
-from app.web.pipeline import requires, uncounted
-
-bp = Blueprint("metrics", __name__)
+from flask import Flask, Response, g, request
+from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter(
     "forecast_http_requests_total", "HTTP requests answered.", ["endpoint", "method", "status"]
@@ -74,19 +60,3 @@ def init_metrics(app: Flask) -> None:
                 histogram = histograms[endpoint] = REQUEST_SECONDS.labels(endpoint)
             histogram.observe(time.perf_counter() - started)
         return response
-
-
-@bp.get("/metrics")
-@uncounted
-@requires("admin")
-def metrics() -> Response:
-    WORKERS_READY.set(current_services().pool.ready_workers)
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # Several gunicorn processes: add up what each one wrote to the shared directory.
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        payload = generate_latest(registry)
-    else:
-        payload = generate_latest()
-    # content_type, not mimetype: CONTENT_TYPE_LATEST already names its charset, and werkzeug would add another.
-    return Response(payload, content_type=CONTENT_TYPE_LATEST)

@@ -1,16 +1,21 @@
-"""Liveness and readiness probes; no key, not rate limited."""
+"""The service's own endpoints, apart from any capability: liveness and readiness (no key), the Prometheus
+metrics (admin) and the OpenAPI document (any valid key); none is counted."""
 
 from __future__ import annotations
 
 import logging
+import os
 
 from flask import Blueprint, Response, jsonify
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
 from app.services import current_services
-from app.web.pipeline import public
+from app.web.metrics import WORKERS_READY
+from app.web.openapi import current_spec
+from app.web.pipeline import public, requires, uncounted
 
-bp = Blueprint("health", __name__)
-log = logging.getLogger("app.health")
+bp = Blueprint("service", __name__)
+log = logging.getLogger("app.web.health")
 
 
 @bp.get("/healthz")
@@ -42,3 +47,25 @@ def readyz() -> Response:
     response = jsonify({"status": "ready" if ok else "not ready", "checks": checks})
     response.status_code = 200 if ok else 503
     return response
+
+
+@bp.get("/metrics")
+@uncounted
+@requires("admin")
+def metrics() -> Response:
+    WORKERS_READY.set(current_services().pool.ready_workers)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Several gunicorn processes: add up what each one wrote to the shared directory.
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        payload = generate_latest(registry)
+    else:
+        payload = generate_latest()
+    # content_type, not mimetype: CONTENT_TYPE_LATEST already names its charset, and werkzeug would add another.
+    return Response(payload, content_type=CONTENT_TYPE_LATEST)
+
+
+@bp.get("/openapi.json")
+@uncounted
+def openapi_document() -> Response:
+    return jsonify(current_spec())

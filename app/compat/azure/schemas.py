@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from marshmallow import Schema, ValidationError, fields, validate
 
-from app.errors import ApiError
 from app.series.instants import epoch_seconds
 from app.series.timestamps import TimestampError
+from app.web.errors import ApiError
 from app.web.fields import JsonArray, StrictFloat
+
+URL_PREFIX = "/anomalydetector/v1.1"
+SUBSCRIPTION_KEY_HEADER = "Ocp-Apim-Subscription-Key"  # where Azure's SDKs send the key
 
 if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pays for it
     import numpy as np

@@ -1,12 +1,13 @@
-"""The Azure-compatible operations in the service's OpenAPI document (app.openapi builds the rest)."""
+"""The Azure-compatible operations in the service's OpenAPI document (app.web.openapi builds the rest)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from app.azure.routes import SUBSCRIPTION_KEY_HEADER, bp
-from app.azure.schemas import (
+from app.compat.azure.schemas import (
+    SUBSCRIPTION_KEY_HEADER,
+    URL_PREFIX,
     AzureErrorSchema,
     ChangePointRequestSchema,
     ChangePointResponseSchema,
@@ -64,7 +65,7 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
          "AzureChangePointResponse"),
     ):  # fmt: skip
         spec.path(
-            path=f"{bp.url_prefix}/timeseries/{route}/detect",
+            path=f"{URL_PREFIX}/timeseries/{route}/detect",
             operations={
                 "post": {
                     "operationId": op_id,

@@ -13,15 +13,17 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, validate, validates_schema
 
-from app.errors import Forbidden, InvalidRequest, NotFound, UnsupportedMediaType
 from app.keys import manage
-from app.keys.crud import KeyInputError, UsageBucket
+from app.keys.answers import bucket_body, key_body, rate_windows
+from app.keys.crud import KeyInputError
 from app.keys.limits import TIERS
-from app.keys.records import OUTCOMES, PERMISSIONS, ApiKey
+from app.keys.records import OUTCOMES, PERMISSIONS
+from app.keys.verify import verify_body
 from app.services import current_services
 from app.web.body import read_body
+from app.web.errors import Forbidden, InvalidRequest, NotFound, UnsupportedMediaType
 from app.web.fields import StoredText
-from app.web.pipeline import current_key, requires
+from app.web.pipeline import current_key, limit_status, requires, uncounted
 from app.web.validation import parse_json_body, refuse_unstorable_request_values
 
 bp = Blueprint("keys", __name__)
@@ -48,41 +50,6 @@ def _representable(value: datetime) -> None:
         value.astimezone(UTC)
     except OverflowError:
         raise ValidationError("Must be at most 9999-12-31T23:59:59Z once its UTC offset is applied.") from None
-
-
-def iso(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def display_form(key: ApiKey) -> str:
-    """How a key is shown to people: its prefix and, when stored, its last four characters."""
-    return f"{key.prefix}…{key.last4}" if key.last4 else f"{key.prefix}…"
-
-
-def key_body(key: ApiKey, now: datetime | None = None) -> dict[str, Any]:
-    """Everything safe to show about a key: never the plain key, never its hash."""
-    now = now or datetime.now(UTC)
-    return {
-        "id": key.id,
-        "name": key.name,
-        "prefix": key.prefix,
-        "last4": key.last4,
-        "display": display_form(key),
-        "permissions": list(key.permissions),
-        "tier": key.tier,
-        "limits": {"per_minute": key.per_minute, "per_hour": key.per_hour, "per_day": key.per_day},
-        "status": key.status(now),
-        "created": iso(key.created_at),
-        "expires": iso(key.expires_at),
-        "revoked": iso(key.revoked_at),
-        "last_used": iso(key.last_used_at),
-        "usage_count": key.usage_count,
-        "rotated_to": key.rotated_to,
-    }
-
-
-def bucket_body(bucket: UsageBucket) -> dict[str, Any]:
-    return {"hour": iso(bucket.hour), **bucket.counts, "total": bucket.total}
 
 
 # --- schemas -------------------------------------------------------------------------------------
@@ -301,14 +268,6 @@ def _not_found(key_id: str) -> NotFound:
     return NotFound(f"No key with id {key_id!r} in this account.", details={"field": "id", "provided": key_id})
 
 
-def rate_windows(key: ApiKey) -> list[dict[str, Any]]:
-    """The key's three live rolling windows as the rate limiter sees them now, without spending from them."""
-    return [
-        {"window": status.window, "limit": status.limit, "remaining": status.remaining, "reset": status.reset_seconds}
-        for status in current_services().limits.windows(key)
-    ]
-
-
 # --- views ---------------------------------------------------------------------------------------
 
 
@@ -435,8 +394,14 @@ def key_usage(key_id: str) -> Response:
 # --- OpenAPI -------------------------------------------------------------------------------------
 
 
+@bp.get("/verify")
+@uncounted
+def verify() -> Response:
+    return jsonify(verify_body(current_key(), limit_status()))
+
+
 def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[str, Any]) -> None:
-    """Adds the /keys operations to the service's OpenAPI document (app.openapi builds the rest)."""
+    """Adds the /keys operations to the service's OpenAPI document (app.web.openapi builds the rest)."""
     for name, schema in (("Key", KeySchema), ("KeyList", KeyListSchema), ("CreatedKey", CreatedKeySchema),
                          ("RotatedKey", RotatedKeySchema), ("CreateKeyRequest", CreateKeySchema),
                          ("UpdateKeyRequest", UpdateKeySchema), ("RotateKeyRequest", RotateKeySchema),

@@ -2,7 +2,7 @@
 the X-RateLimit-* headers and the 429 body.
 
 The storage (memory, or Redis with REDIS_URL) comes from ``limits`` with the strategy from
-app.counted_window; the request pipeline (app.web.pipeline) decides when a request is counted and calls
+app.web.counted_window; the request pipeline (app.web.pipeline) decides when a request is counted and calls
 ``RateLimits`` here, which returns the window figures instead of stashing them anywhere. Flask-Limiter, which
 the service used first, is not used: its request hooks had no limit declared to check, since a key's limits
 come from the key store, yet they cost about a fifth of a GET /verify's CPU in the web process.
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from flask import Flask, Response
 from limits import RateLimitItem, RateLimitItemPerDay, RateLimitItemPerHour, RateLimitItemPerMinute, parse
@@ -25,10 +25,12 @@ from limits.errors import StorageError as LimitsStorageError
 from limits.storage import Storage, storage_from_string
 from limits.util import WindowStats
 
-from app.counted_window import CountedMovingWindowRateLimiter
-from app.errors import RateLimitExceeded, ServiceUnavailable
-from app.keys.records import ApiKey
 from app.settings import Settings
+from app.web.counted_window import CountedMovingWindowRateLimiter
+from app.web.errors import RateLimitExceeded, ServiceUnavailable
+
+if TYPE_CHECKING:
+    from app.keys.records import ApiKey
 
 # Namespaces our counters in a shared Redis; every stored window's identifier starts with it.
 KEY_PREFIX = "forecast"

@@ -1,0 +1,44 @@
+"""A batch's stored results as the results endpoint and the dashboard stream them: CSV rows, one piece at a time."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+
+from app.batches.one_series import FORECAST
+
+FORECAST_CSV_COLUMNS = ("unique_id", "timestamp", "lower", "median", "upper", "error")
+ANOMALY_CSV_COLUMNS = ("unique_id", "timestamp", "expected", "lower", "upper", "anomaly_score", "is_anomaly",
+                       "direction", "error")
+
+
+def csv_rows(outputs: Iterator[bytes], kind: str) -> Iterator[str]:
+    columns = FORECAST_CSV_COLUMNS if kind == FORECAST else ANOMALY_CSV_COLUMNS
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(columns)
+    for output in outputs:
+        for line in output.splitlines():
+            result = json.loads(line)
+            if "error" in result:
+                writer.writerow([result["id"], *[""] * (len(columns) - 2),
+                                 json.dumps({"error": result["error"]}, separators=(",", ":"))])
+            elif kind == FORECAST:
+                writer.writerows(
+                    [result["id"], *row, ""] for row in zip(result["forecast_timestamps"], result["lower_bound"],
+                                                            result["median"], result["upper_bound"], strict=True)
+                )
+            else:
+                writer.writerows(
+                    [result["id"], stamp, expected, lower, upper, score, "true" if flag else "false", direction or "",
+                     ""]
+                    for stamp, expected, lower, upper, score, flag, direction in zip(
+                        result["timestamps"], result["expected"], result["lower_bound"], result["upper_bound"],
+                        result["anomaly_score"], result["is_anomaly"], result["direction"], strict=True)
+                )
+        yield text.getvalue()
+        text.seek(0)
+        text.truncate()
+    yield text.getvalue()

@@ -1,0 +1,53 @@
+"""What is safe to show about a key, as the API and the dashboard both show it: never the plain key, never its hash."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from app.keys.crud import UsageBucket
+from app.keys.records import ApiKey
+from app.services import current_services
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def display_form(key: ApiKey) -> str:
+    """How a key is shown to people: its prefix and, when stored, its last four characters."""
+    return f"{key.prefix}…{key.last4}" if key.last4 else f"{key.prefix}…"
+
+
+def key_body(key: ApiKey, now: datetime | None = None) -> dict[str, Any]:
+    """Everything safe to show about a key: never the plain key, never its hash."""
+    now = now or datetime.now(UTC)
+    return {
+        "id": key.id,
+        "name": key.name,
+        "prefix": key.prefix,
+        "last4": key.last4,
+        "display": display_form(key),
+        "permissions": list(key.permissions),
+        "tier": key.tier,
+        "limits": {"per_minute": key.per_minute, "per_hour": key.per_hour, "per_day": key.per_day},
+        "status": key.status(now),
+        "created": iso(key.created_at),
+        "expires": iso(key.expires_at),
+        "revoked": iso(key.revoked_at),
+        "last_used": iso(key.last_used_at),
+        "usage_count": key.usage_count,
+        "rotated_to": key.rotated_to,
+    }
+
+
+def bucket_body(bucket: UsageBucket) -> dict[str, Any]:
+    return {"hour": iso(bucket.hour), **bucket.counts, "total": bucket.total}
+
+
+def rate_windows(key: ApiKey) -> list[dict[str, Any]]:
+    """The key's three live rolling windows as the rate limiter sees them now, without spending from them."""
+    return [
+        {"window": status.window, "limit": status.limit, "remaining": status.remaining, "reset": status.reset_seconds}
+        for status in current_services().limits.windows(key)
+    ]
