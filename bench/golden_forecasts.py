@@ -12,6 +12,9 @@ A deliberate behaviour change (a retuned rule) changes the file: re-record it in
 
     .venv/bin/python bench/golden_forecasts.py            # check
     .venv/bin/python bench/golden_forecasts.py --record   # write bench/results/golden-forecasts.json.gz
+
+The development sets are read where bench/datasets.data_root() finds them: ``$BENCH_DATA_DIR``, else
+``<repo>/../shared/data``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -135,7 +137,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--record", action="store_true", help="write the golden file instead of checking it")
     args = ap.parse_args()
-    os.environ.setdefault("BENCH_DATA_DIR", "/work/shared/data")
     cases = dataset_cases() + synthetic_cases()
     start = time.perf_counter()
     got = run_all(cases)

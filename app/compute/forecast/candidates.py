@@ -86,10 +86,10 @@ def _adjustment(m: int, data: bytes) -> tuple[np.ndarray, bool] | None:
     or subtract, or None when the 90% ACF test finds no season of m points (see deseasonalised).
 
     Memoised: at each rolling origin every deseasonalised member (SES, Theta, damped trend, AR on the adjusted
-    series) adjusts the same history; the test and both decompositions were about a tenth of model-1's time at
-    1,000 hourly points, and sharing them saves 5-10% of that forecast's CPU (quarterly data: no measurable
-    change). Keyed on the values themselves, so a hit is the same history, never a lookalike; 32 histories at
-    the 3,000-point cap hold under 1 MB. The indices are read-only, since every member shares them."""
+    series) adjusts the same history, so the test and both decompositions run once for all of them (the saving:
+    bench/results/forecast-rules.md). Keyed on the values themselves, so a hit is the same history, never a
+    lookalike; 32 histories at the 3,000-point cap hold under 1 MB. The indices are read-only, since every member
+    shares them."""
     y = np.frombuffer(data)
     if not acf_seasonal(y, m):  # also False for m < 2 or fewer than 3 cycles
         return None
@@ -189,11 +189,7 @@ CANDIDATES.update({
 })
 
 # Level/trend family (any series) and seasonal-position family (strongly seasonal series only).
-# The Theta members are the optimised Theta method, not the standard one: training rows (--split valid), model-1
-# sMAPE / MASE / MSIS, standard -> optimised Theta: Tourism Quarterly 19.22 / 1.941 / 15.02 -> 18.86 / 1.901 /
-# 14.57, Tourism Monthly 23.83 / 1.846 / 15.92 -> 23.56 / 1.825 / 15.68, M1 Monthly 18.18 / 1.362 / 13.49 ->
-# 18.13 / 1.351 / 13.52, M1 Quarterly 14.87 / 1.569 / 12.76 -> 14.88 / 1.562 / 12.69, M4 Hourly OWA 0.461 ->
-# 0.454, M4 Weekly 0.753 -> 0.739. Adding it beside the standard Theta instead was no better and costs more.
+# Its Theta members are the optimised Theta method: it beat the standard one on the training rows (forecast-rules.md).
 LEVEL_POOL = ("ses_sa", "otm_sa", "damped_sa", "ar3_diff_sa", "ses_sa5", "otm_sa5", "damped_sa5", "ar3_diff_sa5")
 # The trend members on the last 3 cycles, offered where that window differs from the 5-cycle one (a season of
 # more than 12 points: hourly, weekly data; for shorter ones both are RECENT_FLOOR points); see seasons.py.
@@ -201,8 +197,7 @@ THREE_CYCLE_POOL = ("otm_sa3", "damped_sa3")
 # Short histories without a strong season (too few points for whole windows at every rolling origin):
 # the equal-weight combination of simple exponential smoothing, Theta, damped trend and random walk with
 # drift, or drift alone, whichever has the lower error at the origins (see ValidatedCombination). Standard
-# Theta here: fitted to a few years, the optimised one takes the whole regression line (training rows,
-# sMAPE M1 Yearly 15.15 -> 15.36, Tourism Yearly 20.18 -> 20.61 with it).
+# Theta here: fitted to a few years, the optimised one takes the whole regression line (forecast-rules.md).
 SHORT_POOL: tuple[tuple[str, ...], ...] = (("ses_sa", "theta_sa", "damped_sa", "drift_sa"), ("drift_sa",))
 # Short histories with a usable season of 5-12 points that is not strong (monthly data of 2-5 years):
 # simple exponential smoothing alone, or the equal-weight combination of the four level/trend members, whichever

@@ -22,19 +22,7 @@ from app.compute.forecast.seasons import Season, SeasonRules, season_of
 from app.compute.forecast.template import Combination, ForecastModel, History, Pool, min_train
 
 STRENGTH_GATE = 0.5  # seasonal strength above which seasonal-position methods are used (M4 training data)
-# The chosen members are weighted by (1 / their origins' sMAPE) ** WEIGHT_POWER, not equally: performance
-# weights in the manner of Bates and Granger's inverse-MSE weights. Chosen from 0 (equal), 1, 2, 4 and 6 on the
-# training rows (--split valid) together with how many members monthly data keep (every one, see seasons.py).
-# Model-1, sMAPE / MASE / MSIS, equal and the best 6 -> power 4 and every member on monthly data: M4 Hourly OWA
-# 0.4482 -> 0.4448, M4 Weekly 0.7192 -> 0.7174, Tourism Quarterly 18.86 / 1.901 / 14.57 -> 18.85 / 1.900 / 14.50,
-# M1 Monthly 18.13 / 1.351 / 13.52 -> 17.64 / 1.324 / 13.21, Tourism Monthly 23.56 / 1.825 / 15.68 -> 23.07 /
-# 1.782 / 15.36, M1 Quarterly 14.88 / 1.562 / 12.69 -> 14.91 / 1.560 / 12.77. Power 2 is better on M1 Quarterly
-# (14.89 / 12.70) but with every member on monthly data lets the trend-less members pull a trending seasonal
-# series flat (the trend-plus-season case of tests/test_model_properties.py: mean MAE 21.3 at power 2, 13.3 at
-# 4, 11.3 with the best 6 at power 2); power 6 is worse on M1 Quarterly again (14.94 / 12.81). Model-4 (best 2,
-# every member on monthly data), equal -> 4: M4 Hourly OWA 0.4939 -> 0.4836, M4 Weekly 0.7703 -> 0.7599, M1
-# Monthly 18.71 -> 18.11, M1 Quarterly 15.18 -> 15.29. The yearly and short paths keep one combination (top 1)
-# and do not change.
+# Inverse-error weights (1 / sMAPE) ** 4: at 2 trend-less members flatten a trending season (forecast-rules.md).
 WEIGHT_POWER = 4.0
 
 
@@ -112,8 +100,7 @@ def validated_combination(history: History, pool: Pool, member: Callable[[str], 
         # weights (its error still widens the interval, see intervals.fit_errors)
         counted = np.isfinite(act) if history.spikes is None else np.isfinite(act) & ~history.spikes
         seen = counted[None] & np.ones_like(fc, dtype=bool)
-        # symmetric relative error (sMAPE); chosen over MAE on M4 training data (OWA 0.464 -> 0.459
-        # Hourly, 0.787 -> 0.785 Weekly)
+        # symmetric relative error (sMAPE): it ranked better than MAE on M4 training data (forecast-rules.md)
         num = 2.0 * np.abs(fc - act[None])
         den = np.abs(fc) + np.abs(act[None])
         ok = seen & (den > 0)

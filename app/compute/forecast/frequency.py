@@ -13,7 +13,8 @@ rows are five, not the season table's four, because hourly and weekly data are j
 weights, interval calibration. It is the forecasting competitions' horizon for that frequency (M4: yearly 6,
 quarterly 8, monthly 18, hourly 48, weekly 13), not the requested horizon, so a forecast's first k steps
 are the horizon-k forecast (median and interval): the requested horizon only says how far the point
-forecast and the interval's horizon profile are carried.
+forecast and the interval's horizon profile are carried. The figures behind both choices below:
+bench/results/forecast-rules.md.
 """
 
 from __future__ import annotations
@@ -44,8 +45,7 @@ FREQUENCY_TABLE: tuple[FrequencyRow, ...] = (
 def frequency_row(periods: tuple[int, ...], n: int) -> FrequencyRow:
     """The table's row for a history of n points whose usable periods (ascending) are ``periods``."""
     if not periods and n > RECENT_FLOOR:
-        # under the yearly row M4 Weekly's 65 histories of 80-103 points were judged on 6-step windows (models 3
-        # and 4: 4): MASE unchanged, but MSIS +0.7% (model-1) to +2.9% (model-4) on the whole set
+        # weekly data under two years, not yearly: the yearly row's short windows widened their intervals
         return FREQUENCY_TABLE[-1]
     shortest = periods[0] if periods else 0
     return next(row for row in FREQUENCY_TABLE if shortest <= row.max_period)
@@ -57,7 +57,5 @@ def evaluation_horizon(periods: tuple[int, ...], n: int, overrides: Mapping[str,
     return (overrides or {}).get(row.name, row.evaluation_horizon)
 
 
-# Models 3 and 4 judge yearly data on 4-step windows, not the table's 6: both gain on both yearly sets (sample of
-# 30, sMAPE, 6 -> 4: model-3 M1 Yearly 22.95 -> 22.71, Tourism Yearly 18.03 -> 17.81; model-4 22.06 -> 21.83 and
-# 17.68 -> 17.54), while model-1 loses on both (20.75 -> 20.98 and 18.84 -> 18.86)
+# Models 3 and 4 judge yearly data on 4-step windows: both gain on both yearly sets, model-1 would lose on both.
 SHORT_YEARLY_WINDOWS: Mapping[str, int] = {"yearly": 4}

@@ -28,6 +28,8 @@ observed step (see ErrorModel.step_factor). Where every window is whole, share_k
 A positive series with a multiplicative season has larger errors in its high season: those errors are
 divided by the seasonal index of the time point they are about (to the power LEVEL_POWER, as for the
 level) before pooling, and each future step's width is multiplied by its own (see seasonal_errors).
+
+The figures behind these choices: bench/results/forecast-rules.md, "intervals.py".
 """
 
 from __future__ import annotations
@@ -48,10 +50,7 @@ SHORT_ORIGINS = 12  # origins a short history gets (evenly spread, windows cut a
 CUT_MIN_POWER = 0.5  # horizon exponent floor when most windows were cut (random-walk growth, see fit_errors)
 # the floor for trend extrapolations of short low-frequency histories (yearly, quarterly; see fit_errors)
 TREND_CUT_POWER = 0.75
-# fewest independent errors a scale is taken to rest on (t with 3 degrees of freedom), per step and pooled: with
-# 2, the 99% quantile is 3.9x the Gaussian one. Chosen on the training rows (--split valid, all series), model-1
-# M1 Yearly: floor 3 / 4 / 5 -> MSIS 24.4 / 23.6 / 24.2, 95% coverage 0.952 / 0.942 / 0.931 (0.915 without the
-# step factor)
+# fewest independent errors a scale rests on (t with 3 df), per step and pooled: with 2, t's 99% is 3.9x Gaussian
 STEP_MIN_ERRORS = 4.0
 
 
@@ -91,9 +90,8 @@ def level_adjusted(errors: np.ndarray, y: np.ndarray, orgs: list[int], span: int
     (level(n) / level(o_j)) ** LEVEL_POWER.
 
     A positive series that grows (or shrinks) has errors that grow with its level, so errors measured
-    at early origins understate the errors at today's level (M1 yearly: 1.5x at the median series).
-    Power 1 (errors proportional to the level) over-corrects series whose noise does not grow with
-    them (Tourism yearly: 50% coverage 0.71); 0.5 was measured best over the development sets.
+    at early origins understate the errors at today's level. Power 1 (errors proportional to the level)
+    over-corrects series whose noise does not grow with them; 0.5 was measured best over the development sets.
     The level is the mean of the last ``span`` points before an origin; a history that is not
     positive, or whose levels are not all positive, keeps absolute errors.
     """
@@ -148,9 +146,7 @@ def effective_count(z: np.ndarray, orgs: list[int] | None = None) -> float:
     errors of every origin that saw it. Both correlations are estimated the same way (rows = origins,
     rows = time points), and the errors count as the N whose mean has the variance of a crossed design
     of R origins and T time points: N_eff = 1 / (rho_o / R + rho_t / T + (1 - rho_o - rho_t) / N). The
-    smaller of the two counts is taken, never below STEP_MIN_ERRORS on account of the time points
-    (training rows of the M1 and Tourism yearly and quarterly sets, models 1, 2 and 4: median time-point
-    correlation 0.56; model-1's 95% coverage on M1 Quarterly 0.905 -> 0.912).
+    smaller of the two counts is taken, never below STEP_MIN_ERRORS on account of the time points.
     """
     cnt = np.isfinite(z).sum(axis=1)
     rho = _row_correlation(z)
@@ -287,11 +283,7 @@ def seasonal_errors(errors: np.ndarray, orgs: list[int], n: int,
 
     ``indices`` are multiplicative seasonal indices (mean 1) of the history, position o % m; the scale is
     index ** LEVEL_POWER, the power by which errors follow the level (level_adjusted). Pooled without it,
-    the high season's errors set one width for every step: Tourism Quarterly's training rows missed 30%
-    of the actuals at the fourth and eighth step against 11% at the first, with the interval too wide in
-    the low season. Chosen on the training rows (--split valid) with TREND_CUT_POWER, power 0.5 against
-    1: MSIS model-1 Tourism Quarterly 16.74 -> 15.23 (power 1: 15.47), Tourism Monthly 16.51 -> 15.52
-    (15.67), M4 Hourly 6.93 -> 6.57 (6.25; models 2 and 4 gain less with 1).
+    the high season's errors set one width for every step: too narrow in the high season, too wide in the low.
     """
     if indices is None or not len(orgs):
         return errors, None
@@ -324,8 +316,7 @@ def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: floa
 
     A floor on the exponent is a floor on how fast the errors grow, not on how large they are at the
     first steps: pooled under a steeper profile than their own, the near steps' errors are divided by
-    more than their growth warrants (M1 Quarterly training rows, model-1: the step-1 errors' RMS was
-    1.34x the pooled scale at the origins) and step 1's width shrank. When a floor raised b, the model
+    more than their growth warrants and step 1's width shrank. When a floor raised b, the model
     under the fitted exponent is kept beside it (``unfloored``) and each step takes the wider of the two.
 
     ``fallback_step_scale`` is a one-step error scale (e.g. of naive differences) used to pad the sample
@@ -354,23 +345,14 @@ def fit_errors(errors: np.ndarray, fallback_step_scale: float, extra_scale: floa
             b = fitted = min(max(fitted, 0.0), 1.0)
         reached = int(np.isfinite(e[:, -1]).sum())
         if 2 * reached < len(e):
-            # windows cut at the end of a short history: the last step was seen from fewer than half of
-            # the origins, the earliest and shortest-trained, and the fitted growth came out flat (M1
-            # Yearly training rows: 95% coverage 0.96 at step 1 falling to 0.83 at step 6). An error that
-            # accumulates the series' own innovations grows at least like a random walk's, sqrt(k). (A
-            # 700-point hourly series also has a few cut windows, but sees every step from most origins:
-            # there the floor at any cut window cost M4 Hourly 3-4% of MSIS and step 1 its coverage.)
+            # most windows cut: the growth fitted on them came out flat; an error grows at least like a random walk's
             b = max(b, CUT_MIN_POWER)
         if trend and reached < len(e):
-            # a trend extrapolation also carries its slope's error, which grows like k, and on short
-            # yearly and quarterly series the growth measured at the origins falls short of the holdouts'
-            # even where most origins reach the last step (M1 Quarterly, 31-60 points, training rows:
-            # error at step 8 over step 1, 2.9 at the origins, 4.9 held out)
+            # a trend extrapolation also carries its slope's error, which grows like k (origins understate it)
             b = max(b, TREND_CUT_POWER)
     model = _pooled(e, b, fallback_step_scale, extra_scale, tail, orgs, season, ef)
     if b > fitted and np.isfinite(e).sum() >= MIN_ERRORS:
-        # training rows, mean MSIS over the eight sets: model-1 -0.21%, model-2 -0.34%, model-4 -0.41%
-        # (M4 and Tourism Monthly unchanged); model-1 M1 Quarterly 50% / 80% coverage 0.42 / 0.72 -> 0.45 / 0.74
+        # the floor widens the far steps only: the near steps keep the width their own growth gives
         unfloored = _pooled(e, fitted, fallback_step_scale, extra_scale, tail, orgs, season, ef)
         model = replace(model, unfloored=unfloored)
     return model
@@ -396,10 +378,7 @@ def _pooled(e: np.ndarray, b: float, fallback_step_scale: float, extra_scale: fl
         z = np.concatenate([z, norm.ppf((np.arange(MIN_ERRORS) + 0.5) / MIN_ERRORS) * spread])
         n_eff = max(float(len(z) - MIN_ERRORS), 1.0)
     z = np.sort(z)
-    # the pooled scale, like a step's, rests on at least STEP_MIN_ERRORS independent errors: a history of 3-5
-    # points (0-1 observed errors, padded with the random-walk scale of its differences) counted 1, i.e. t with
-    # 1 degree of freedom, 9x the Gaussian quantile at 95% (training rows, model-3: M1 Quarterly MSIS 21.9 ->
-    # 15.4 and M1 Yearly 27.6 -> 24.0 with 95% coverage 0.929 -> 0.929 and 0.952 -> 0.945)
+    # the pooled scale too rests on at least STEP_MIN_ERRORS: a 3-5 point history counted 1, 9x Gaussian at 95%
     return ErrorModel(b=b, z=z, absz=np.sort(np.abs(z)), spread=spread, n_eff=max(n_eff, STEP_MIN_ERRORS),
                       extra_scale=extra_scale, tail=tail, step_share=step_share,
                       season=np.ones(0) if season is None else np.asarray(season, dtype=float))

@@ -31,10 +31,8 @@ MSTL_MEMBER = "mstl"  # pool name of model-3's median (see pool_member())
 def mstl_median(y: np.ndarray, h: int, periods: tuple[int, ...]) -> np.ndarray:
     """Model-3's median from the history ``y``, in y's units, as a member of model-1's pool (MSTL_MEMBER). Like
     every member it is run at each of model-1's origins on the history before it, so model-1's interval holds
-    its errors. Model-3 there chooses between its adjusted-series models on 2 rolling origins, not on its own
-    (4 when this was measured, up to 8 whole windows since): training rows, model-1 sMAPE / MASE / MSIS at share
-    0.3, M1 Quarterly 14.931 / 1.565 / 12.852 with 4 origins, 14.927 / 1.563 / 12.850 with 2, Tourism Quarterly
-    18.391 / 1.861 / 14.355 and 18.392 / 1.861 / 14.354, for 30% less time."""
+    its errors. Model-3 there chooses between its adjusted-series models on 2 rolling origins, not on its own:
+    as accurate for less time (bench/results/forecast-rules.md)."""
     fitted = MSTL_POOL_MODEL.fit(y, h, periods)
     return fitted.median * fitted.scale
 
@@ -90,23 +88,10 @@ class ValidatedCombination(SeasonTableCombination):
         n = len(history.y)
         if (rules.short_pool and not whole_windows(history, self.n_origins) and not history.seasonal
                 and n <= RECENT_FLOOR):
-            # too short for whole windows at every origin and no longer than the "recent" members' window
-            # (yearly data, short quarterly and monthly series): the pool's full- and recent-history
-            # members are then the same four forecasts twice, and picking 3 of them on a handful of cut
-            # windows chases noise, so the choice is between one fixed combination and one simple trend
-            # method. SHORT_POOL only for low-frequency data (no season, or one of at most 4 points: yearly and
-            # quarterly): short monthly series lose from it (M1 Monthly 17.58 -> 19.64: drift extrapolates
-            # their noise). Measured on the development sets' training rows (--split valid), sMAPE / MASE: M1
-            # Yearly 16.96 / 2.86 -> 15.15 / 2.51, Tourism Yearly 22.11 / 3.06 -> 20.18 / 2.89, M1 Quarterly
-            # 15.31 / 1.62 -> 14.90 / 1.56. Strongly seasonal short series keep the full pool: their
-            # seasonal-position members matter (Tourism Quarterly 19.70 with them, 20.27 without).
-            # A usable season of 5-12 points (monthly data of 2-5 years) gives the same duplication but
-            # another choice (SHORT_PERIODIC_POOL): ranking the four members on a few cut windows kept 3 of
-            # them, two of which project a trend that such a history cannot pin down (M1 Monthly, 221 of these
-            # series in the training rows: sMAPE of SES alone 23.65, of the 3 chosen 26.12; holdouts 19.42 and
-            # 21.78), so a level-only forecast competes with the equal-weight four. Training rows / holdouts,
-            # model-1 M1 Monthly sMAPE 18.60 / 14.74 -> 18.18 / 14.26, MASE 1.364 / 1.062 -> 1.362 / 1.059 (SES
-            # alone: 17.90 / 14.33; no other development set has such series).
+            # too short for whole windows and no longer than the "recent" window: the members are the same four
+            # forecasts twice, and ranking them on a few cut windows chases noise, so one of two fixed
+            # combinations answers (the season's short_pool); a strongly seasonal one keeps its seasonal members.
+            # Figures: bench/results/forecast-rules.md, "model_1_combination.py".
             return Pool(list(rules.short_pool), keep=1)
         members = self.ranked_members(history, rules)
         # a long strongly seasonal history (more than RECENT_FLOOR points, so its recent members differ from

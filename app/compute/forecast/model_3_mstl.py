@@ -93,10 +93,7 @@ class MSTLForecaster(ForecastModel[DecomposedHistory]):
     description = ("Complex seasonal / long horizon: MSTL multiple-seasonal decomposition with a "
                    "seasonal-position Theta or a validated exponential-smoothing model on the adjusted series.")
 
-    # calibration chosen on every development set's training rows once the origins decomposed only their own
-    # history: (1.05, 0.2) against the earlier (1.1, 0.3), largest coverage miss beyond 5 points 0.038 -> 0.027,
-    # mean MSIS over the eight sets -1.7% (the earlier constants made up for the shared decomposition's
-    # optimistic errors; with honest errors they were too wide: holdouts +2.6% MSIS)
+    # calibration for honest per-origin errors: the earlier (1.1, 0.3) made up for optimistic ones (forecast-rules.md)
     def __init__(self, max_history: int = 3000, n_origins: int = 4, whole_origins: int = 8,
                  calibration: tuple[float, float] = (1.05, 0.2), gate: float = STRENGTH_GATE,
                  margin: float = 2.0, evaluation_horizons: Mapping[str, int] | None = SHORT_YEARLY_WINDOWS) -> None:
@@ -112,12 +109,9 @@ class MSTLForecaster(ForecastModel[DecomposedHistory]):
         # everything is fitted on the history with its newest point judged (app.compute.forecast.robust); the errors
         # are measured against the raw one
         y = clean_newest(raw, usable_periods(periods, len(raw)), SPIKE_SIGMAS)
-        # a period whose seasonal shape is no stronger than chance is not decomposed and continued: its
-        # "component" is noise, repeated into the forecast as a jagged pattern (the hourly cycle of
-        # five-minute CPU data, strength 0.1, gave +-4 points of jitter)
+        # a period no stronger than chance is not decomposed: its "component" is noise, repeated as jitter
         per = tuple(p for p in usable_periods(periods, len(y)) if seasonal_strength(y, p) >= PERIOD_STRENGTH)
-        # the position variant smooths each position across cycles: with fewer than POSITION_CYCLES
-        # cycles it cannot follow a trend (monthly data, 3-5 years: MAE 27-34 against 7-8 adjusted)
+        # the position variant smooths each position across cycles: with fewer than POSITION_CYCLES no trend
         position = (bool(per) and len(y) >= POSITION_CYCLES * per[0]
                     and seasonal_strength(y, per[0]) >= self.gate and self._position_wins(y, he, per))
         # measured on M4 training data: 6 cycles / seasonal window 11 for the position variant,
@@ -131,16 +125,8 @@ class MSTLForecaster(ForecastModel[DecomposedHistory]):
         position = position and bool(pc)
         mult = bool(pc) and bool(np.min(yc) > 0) and multiplicative_fits(yc, pc[0])
         mt = min_train(n, pc)
-        # up to whole_origins whole windows where at least n_origins fit; a shorter history keeps n_origins
-        # (spread, windows cut at its end). With 4 whole windows of a long history the errors rest on few
-        # independent values and the small-sample widening made the intervals too wide (Tourism Quarterly's
-        # long strongly seasonal series: 95% coverage 0.983 training rows, 0.990 holdouts). Training rows
-        # (--split valid) / holdouts, 4 -> up to 8, calibration kept: mean MSIS over the eight sets 17.69 ->
-        # 17.50 and 18.65 -> 18.05, largest coverage miss beyond its bound 0.018 -> 0.017 (M4 Weekly at 0.8) and
-        # 0.044 -> 0.035 (Tourism Quarterly at 0.8 -> M1 Yearly, unchanged, at 0.8);
-        # Tourism Quarterly 16.98 / 0.964 -> 15.96 / 0.946 and 16.18 / 0.990 -> 13.29 / 0.977, Tourism Monthly
-        # 15.41 / 0.957 -> 15.31 / 0.941 and 13.79 / 0.981 -> 12.76 / 0.969, but M1 Quarterly 14.35 / 0.931 ->
-        # 14.44 / 0.929 and 15.38 / 0.934 -> 15.60 / 0.921 (MSIS / 95% coverage)
+        # up to whole_origins whole windows where at least n_origins fit (4 left too few independent errors on
+        # a long history, so intervals too wide); a shorter history keeps n_origins (spread, windows cut at its end)
         orgs, hv = origins(n, he, mt, self.whole_origins)
         if len(orgs) < self.n_origins:
             orgs, hv = origins(n, he, mt, self.n_origins, short=True)
@@ -177,13 +163,9 @@ class MSTLForecaster(ForecastModel[DecomposedHistory]):
         return Combination(med, at_origins)
 
     def interval(self, history: DecomposedHistory, combination: Combination, errors: np.ndarray) -> Fitted:
-        # the high season's larger errors widen the high season only, as for model-1 (training rows, MSIS:
-        # Tourism Quarterly -3.7%, Tourism Monthly -3.6%, no set higher). The trend floor of model-1 is
-        # not taken: model-3 already covers yearly data (M1 Yearly 0.956) and M1 Monthly MSIS rose 7% with it.
-        # A short history with no usable period (yearly data) is judged on 4-step windows, but its trend's errors
-        # grow faster than a random walk's beyond them: there it takes model-1's trend floor (see fit_errors).
-        # Every series, 95% coverage / MSIS: M1 Yearly 0.891 / 44.27 -> 0.931 / 39.01, Tourism Yearly 0.952 /
-        # 22.72 -> 0.967 / 23.24
+        # the high season's larger errors widen the high season only, as for model-1; only a short history with
+        # no usable period takes model-1's trend floor: its trend's errors outgrow the 4-step windows (fit_errors).
+        # Figures: bench/results/forecast-rules.md, "model_3_mstl.py".
         rc, pc, orgs = history.y, history.periods, history.origins
         n = len(rc)
         indices = multiplicative_indices(history.z, pc[0]) if history.seasonal else None
@@ -204,10 +186,8 @@ class MSTLForecaster(ForecastModel[DecomposedHistory]):
 
     def _forecasts(self, history: DecomposedHistory, pool: Pool, o: int, h: int) -> list[np.ndarray]:
         """The pool members' forecasts from origin o (in x), in pool order."""
-        # each origin decomposes only the history before it: STL smooths both ways, so components
-        # taken from the whole history would tell every origin about the window it is judged on,
-        # and its errors would be too small (training rows, M4 Hourly, with the recalibration: 50% /
-        # 80% coverage 0.41 / 0.75 with one shared decomposition, 0.49 / 0.82 with one per origin)
+        # each origin decomposes only the history before it: STL smooths both ways, so a shared decomposition
+        # would tell every origin about the window it is judged on, and its errors would be too small
         removed, adj = self._decomposed(history, o)
         fut = np.zeros(h)
         for c, p in removed:
@@ -222,7 +202,7 @@ class MSTLForecaster(ForecastModel[DecomposedHistory]):
             end = history.offset + o
             po = usable_periods(history.strong_periods, end)
             others = [CANDIDATES[name](history.full[:end], h, po) for name in ("ptheta_s", "plevel_log")]
-            # median with two other multiple-seasonal forecasts (OWA 0.59 -> 0.51 on M4 Hourly training)
+            # median with two other multiple-seasonal forecasts: more accurate than position Theta alone (M4 Hourly)
             return np.median(np.stack([f, *others]), axis=0)
 
         members = {POSITION_MEDIAN: position_median,

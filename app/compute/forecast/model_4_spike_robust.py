@@ -19,10 +19,7 @@ from app.compute.forecast.robust import SPIKE_SIGMAS, clean_spikes
 from app.compute.forecast.seasons import MODEL_4_SEASONS, Season, SeasonRules
 from app.compute.forecast.template import Combination, History
 
-# The optimised Theta method in place of standard Theta, as in model-1: training rows, sMAPE / MASE, better on 7
-# of the 8 development sets (M4 Hourly OWA 0.503 -> 0.494, M4 Weekly 0.787 -> 0.770, Tourism Quarterly 19.64 /
-# 1.967 -> 19.24 / 1.924, M1 Yearly 16.90 -> 16.40), worse on Tourism Yearly (21.20 / 3.013 -> 21.86 / 3.043);
-# MSIS lower on 7 of 8.
+# The optimised Theta method in place of standard Theta, as in model-1: better on 7 of the 8 sets (forecast-rules.md).
 LEVEL_POOL = ("otm_sa5", "damped_sa5", "ses_sa5")
 SEASONAL_POOL = ("ptheta_s", "pses_s", "wprof_l", "plevel")
 

@@ -8,10 +8,11 @@ request cost one fit. ``run_forecast`` adds the fallback and the output guarante
 Every model works on a scale-normalised copy of (at most) the last ``max_history`` points, so the cost
 is bounded whatever the request size (up to 100,000 points). The contract every model follows (prepare ->
 candidate pool -> combine -> rolling-origin errors -> interval) is app.compute.forecast.template; one module
-a model, with its history cap and measured figures: model_1_combination (ValidatedCombination),
+a model, with its history cap: model_1_combination (ValidatedCombination),
 model_2_theta (ThetaCombination), model_3_mstl (MSTLForecaster), model_4_spike_robust (SpikeRobustCombination),
 fallback (SeasonalNaive); what models 1, 2 and 4 do by season length is the table of
-app.compute.forecast.seasons. Chosen on M4 training data (bench/accuracy.py --split valid).
+app.compute.forecast.seasons. Chosen on M4 training data (bench/accuracy.py --split valid); the figures
+behind each rule: bench/results/forecast-rules.md.
 """
 
 from __future__ import annotations

@@ -73,15 +73,10 @@ def clean_newest(y: np.ndarray, periods: tuple[int, ...], threshold: float = SPI
     if sigma <= 0:
         return y
     last, before = resid[-1], resid[-2]
-    # a spike is one point: the point before it far off on the same side makes a level shift, which is kept (M4
-    # Hourly H228: its last three hours 4.2-4.8 above the projection, a third of its range)
+    # a spike is one point: the point before it far off on the same side makes a level shift, which is kept
     if abs(last) <= threshold * sigma or (abs(before) > threshold * sigma and np.sign(before) == np.sign(last)):
         return y
-    # and never seen before: further outside the range of the values before it than RANGE_SHARE of that range. A
-    # point the projection misses inside or near that range is a turn, a jump back or a short series' noise, and
-    # the holdouts followed it: cleaned, the 27 such newest points of the development sets (M4 Weekly W249, an
-    # 8% fall, and W2) cost model-1 8.7% MASE on M4 Weekly and 1.9% on M1 Quarterly. Those points lay at most
-    # 0.17 of the range outside it
+    # and never seen before (RANGE_SHARE): a miss inside or near the range is a turn the holdouts followed
     history = y[:-1]
     low, high = float(np.min(history)), float(np.max(history))
     if max(y[-1] - high, low - y[-1]) <= RANGE_SHARE * (high - low):
@@ -94,8 +89,8 @@ def clean_newest(y: np.ndarray, periods: tuple[int, ...], threshold: float = SPI
 def newest_replaced(cleaned: np.ndarray, raw: np.ndarray) -> np.ndarray:
     """Per point of the history: was it the newest point and replaced by clean_newest? Only that point's
     error is set apart (app.compute.forecast.intervals.spike_errors): model-4's older replaced points are
-    many small corrections of smooth series (dozens in an M4 hourly series), and leaving them all out of
-    its ranking cost M4 Hourly (sample of 30) 5% of sMAPE."""
+    many small corrections of smooth series, and leaving them all out of its ranking cost accuracy
+    (bench/results/forecast-rules.md)."""
     out = np.zeros(len(raw), dtype=bool)
     if len(raw):
         out[-1] = cleaned[-1] != raw[-1]
@@ -104,8 +99,7 @@ def newest_replaced(cleaned: np.ndarray, raw: np.ndarray) -> np.ndarray:
 
 def clean_spikes(y: np.ndarray, periods: tuple[int, ...], threshold: float = SPIKE_SIGMAS) -> np.ndarray:
     """Every spike replaced by its baseline: the newest point by clean_newest first, then every point by the
-    centred rule on that series, exactly as before the newest-point rule (n < 13 included: against the
-    rule's first version, which skipped those, M1 Quarterly model-4 sMAPE moved 15.415 -> 15.409)."""
+    centred rule on that series, exactly as before the newest-point rule (n < 13 included)."""
     n = len(y)
     if n < RUNNING_MEDIAN:
         return y

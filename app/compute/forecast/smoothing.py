@@ -200,14 +200,13 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], bounds: 
                 maxfev: int, xatol: float, fatol: float) -> list[float]:
     """The point scipy.optimize.minimize(f, x0, method="Nelder-Mead", bounds=bounds, options={"maxfev": maxfev,
     "xatol": xatol, "fatol": fatol}) returns, step for step (same simplex, moves, clipping, ordering and stops;
-    tests/test_smoothing.py holds the two equal), on plain floats. Every vertex is clipped to the bounds, so the
+    tests/unit/test_smoothing.py holds the two equal), on plain floats. Every vertex is clipped to the bounds, so the
     point is always inside them.
 
     Why not scipy's: on the three parameters of a damped-trend fit its per-iteration array handling and
-    result objects cost almost as much as the likelihood: a fit at 1,000 points took 6.1 ms with it and takes
-    4.4 ms with this one, of which about 3.3 ms are the 60-odd evaluations; model-1 fits damped trend 24 times
-    a forecast at 1,000 hourly points, model-3 at each of its origins. Ties are ordered by numpy's argsort, as
-    scipy's are: it is not a stable sort, so Python's sorted would break ties differently.
+    result objects cost almost as much as the likelihood, and model-1 fits damped trend 24 times a forecast
+    (figures: bench/results/forecast-rules.md). Ties are ordered by numpy's argsort, as scipy's are: it is
+    not a stable sort, so Python's sorted would break ties differently.
     """
     lo = [float(b[0]) for b in bounds]
     hi = [float(b[1]) for b in bounds]
