@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import and_, case, delete, func, literal, or_, select, update
+from sqlalchemy import and_, case, delete, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.batches.records import BatchChunkRecord, BatchRecord, BatchUploadRecord
@@ -543,9 +543,3 @@ def done_outputs(database: Database, batch_id: str) -> Iterator[bytes]:
         if output is None:  # deleted meanwhile (cancelled or expired)
             return
         yield zlib.decompress(output)
-
-
-def count_unfinished(database: Database) -> int:
-    with database.session() as session:
-        return session.scalar(select(func.count()).select_from(BatchRecord)
-                              .where(BatchRecord.status.in_(RUNNABLE))) or 0

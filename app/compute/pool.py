@@ -234,9 +234,6 @@ class WorkerPool:
         with self._lock:
             return self._alive
 
-    def is_ready(self) -> bool:
-        return self.ready_workers > 0
-
     def check_idle_workers(self) -> int:
         """Replaces idle workers that died (killed, out of memory) and returns the ready count. A dead idle worker
         is otherwise noticed only by the job handed to it, so readiness would count it meanwhile."""

@@ -149,7 +149,7 @@ class UpdateKeySchema(Schema):
     limits = fields.Nested(LimitsSchema)
 
     @validates_schema
-    def _something(self, data: Mapping[str, Any], **_: Any) -> None:
+    def _asks_for_a_change(self, data: Mapping[str, Any], **_: Any) -> None:
         if not data:
             raise ValidationError("Give at least one of name, tier, limits.", field_name="_schema")
 
