@@ -25,7 +25,7 @@ from app.monitors.records import MonitorPointRecord, MonitorRecord
 from app.monitors.webhooks import DeliveryOutcome, send_request
 
 if TYPE_CHECKING:
-    from app.monitors.service import MonitorState
+    from app.monitors.store import MonitorState
 
 log = logging.getLogger("app.monitors.alertmanager")
 

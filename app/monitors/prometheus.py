@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -241,25 +240,16 @@ class Reader:
 
     def __init__(self, settings: Settings) -> None:
         from app.compute.pool import WorkerPool
-        from app.monitors.cache import HistoryCache, MonitorLocks
-        from app.monitors.queue import RetryPolicy
-        from app.monitors.sender import DeliverySender
-        from app.monitors.service import MonitorRuntime
+        from app.monitors.runtime import build_runtime
 
         self.settings = settings
         self.database = Database(settings)
         # Only the non-default detectors use the pool; it spawns its worker on first use.
         self.pool = WorkerPool(workers=1, timeout_seconds=settings.forecast_timeout_seconds,
                                queue_limit=READ_CONCURRENCY)
-        self.runtime = MonitorRuntime(
-            cache=HistoryCache(),
-            locks=MonitorLocks(),
-            # Not started: the servers' senders find the events this process stores (they poll the queue).
-            sender=DeliverySender(self.database, allow_private=settings.allow_private_webhooks,
-                                  policy=RetryPolicy.from_settings(settings)),
-            judge_slots=threading.BoundedSemaphore(READ_CONCURRENCY),
-            write_lock=threading.Lock() if self.database.engine.dialect.name == "sqlite" else None,
-        )
+        # Its sender is never started: the servers' senders find the events this process stores (they poll the
+        # queue).
+        self.runtime = build_runtime(self.database, settings, judge_slots=READ_CONCURRENCY)
         self.pid = os.getpid()
         # Prometheus base URL -> (until when, the failed read's outcome), shared by the reader threads.
         self._failing: dict[str, tuple[float, ReadResult]] = {}
@@ -294,7 +284,7 @@ class Reader:
 
     def read(self, monitor: Claimed) -> None:
         """Reads and judges one claimed monitor, then records the outcome and when it is next due."""
-        from app.monitors import service
+        from app.monitors import ingest
 
         started = time.time()
         span = window(monitor, started)
@@ -323,7 +313,7 @@ class Reader:
             if keep:
                 epochs = [result.epochs[i] for i in keep]
                 try:
-                    service.append_points(
+                    ingest.append_points(
                         database=self.database, pool=self.pool, runtime=self.runtime, account_id=monitor.account_id,
                         monitor_id=monitor.id, from_source=True,
                         points=IncomingPoints(epochs=epochs, texts=[_text(e) for e in epochs],

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import atexit
 import sys
-import threading
 from typing import Any
 
 from flask import Blueprint, Flask, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.monitors import exposition, forecasting, prometheus, service, sources
-from app.monitors.cache import HistoryCache, MonitorLocks
-from app.monitors.queue import RetryPolicy
+from app.monitors import exposition, forecasting, ingest, prometheus, service, sources
+from app.monitors.runtime import MonitorRuntime, build_runtime
 from app.monitors.schemas import (
     FeedbackRequestSchema,
     MonitorCreateSchema,
@@ -22,8 +20,6 @@ from app.monitors.schemas import (
     load,
     point_epoch,
 )
-from app.monitors.sender import DeliverySender
-from app.monitors.service import JudgeSlots, MonitorRuntime
 from app.monitors.webhooks import WebhookAddressError, check_url
 from app.services import Services, current_services
 from app.web.body import read_json
@@ -52,18 +48,8 @@ def init_monitors(app: Flask, services: Services, *, start_sender: bool) -> Moni
     admin CLI commands, which build the app too, never send alerts.
     """
     pool = services.pool
-    runtime = MonitorRuntime(
-        cache=HistoryCache(),
-        locks=MonitorLocks(),
-        sender=DeliverySender(
-            services.database,
-            allow_private=services.settings.allow_private_webhooks,
-            policy=RetryPolicy.from_settings(services.settings),
-            public_url=services.settings.public_url,
-        ),
-        judge_slots=JudgeSlots(pool.size + max(1, pool.queue_limit // 2)),
-        write_lock=threading.Lock() if services.database.engine.dialect.name == "sqlite" else None,
-    )
+    runtime = build_runtime(services.database, services.settings, public_url=services.settings.public_url,
+                            judge_slots=pool.size + max(1, pool.queue_limit // 2))
     app.extensions["monitors"] = runtime
     app.register_blueprint(bp)
     serving = start_sender or "gunicorn.arbiter" in sys.modules
@@ -207,7 +193,7 @@ def add_points(monitor_id: str) -> Response:
     services = current_services()
     body = load(_points_schema, _json_body())
     points = check_points(body["timestamps"], body["values"], max_points=services.settings.max_points)
-    answer = service.append_points(
+    answer = ingest.append_points(
         database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
         monitor_id=monitor_id, points=points,
     )

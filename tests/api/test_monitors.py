@@ -505,7 +505,7 @@ def test_a_restarted_process_rebuilds_the_state_from_the_stored_points(
 def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replaying(
     client: FlaskClient, keys: dict, monitor_app: Flask, module_database_url: str
 ) -> None:
-    from app.monitors.service import REBUILD_ROWS
+    from app.monitors.store import REBUILD_ROWS
 
     # Another gunicorn process or host: the same database, a state cache of its own.
     other_app = build_app(settings_for(module_database_url, allow_private_webhooks=True, max_points=5000))

@@ -1,0 +1,82 @@
+"""The JSON a monitor, its stored points and an append answer with."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from app.compute.detect.results import DEFAULT_DETECTOR
+from app.monitors import sources
+from app.monitors.records import MonitorPointRecord, MonitorRecord
+from app.monitors.store import iso
+
+if TYPE_CHECKING:
+    from app.monitors.judge import Verdict
+    from app.monitors.store import MonitorState
+
+def point_view(point: MonitorPointRecord) -> dict[str, Any]:
+    return {
+        "timestamp": point.timestamp,
+        "value": point.value,
+        "expected": point.expected,
+        "lower_bound": point.lower,
+        "upper_bound": point.upper,
+        "anomaly_score": point.score,
+        "is_anomaly": point.is_anomaly,
+        "direction": point.direction,
+        "warmup": point.warmup,
+        "feedback": point.feedback,
+    }
+
+
+def monitor_view(monitor: MonitorRecord, *, last_timestamp: str | None) -> dict[str, Any]:
+    return {
+        "id": monitor.id,
+        "name": monitor.name,
+        "data_frequency": monitor.data_frequency,
+        "confidence": monitor.confidence,
+        "sensitivity": monitor.sensitivity,
+        "min_deviation": monitor.min_deviation,
+        "min_relative_deviation": monitor.min_relative_deviation,
+        "model": monitor.model or DEFAULT_DETECTOR,
+        "retention_points": monitor.retention_points,
+        "webhook_url": monitor.webhook_url,
+        **sources.view(monitor),
+        "created_at": iso(monitor.created_at),
+        "updated_at": iso(monitor.updated_at),
+        "point_count": monitor.point_count,
+        "last_timestamp": last_timestamp,
+    }
+
+
+def points_answer(
+    monitor: MonitorState,
+    old_records: list[Any],
+    texts: list[str],
+    values: list[float],
+    verdicts: list[Verdict],
+    period: int | None,
+) -> dict[str, Any]:
+    rows = [point_view(r) for r in old_records] + [
+        {"timestamp": t, "value": v, "expected": d.expected, "lower_bound": d.lower, "upper_bound": d.upper,
+         "anomaly_score": d.score, "is_anomaly": d.is_anomaly, "direction": d.direction, "warmup": d.warmup}
+        for t, v, d in zip(texts, values, verdicts, strict=True)
+    ]
+    warmup = 0
+    while warmup < len(rows) and rows[warmup]["warmup"]:
+        warmup += 1
+    return {
+        "monitor_id": monitor.id,
+        "timestamps": [r["timestamp"] for r in rows],
+        "values": [r["value"] for r in rows],
+        "expected": [r["expected"] for r in rows],
+        "lower_bound": [r["lower_bound"] for r in rows],
+        "upper_bound": [r["upper_bound"] for r in rows],
+        "anomaly_score": [r["anomaly_score"] for r in rows],
+        "is_anomaly": [r["is_anomaly"] for r in rows],
+        "direction": [r["direction"] for r in rows],
+        "warmup_points": warmup,
+        "period": period,
+        "new_points": len(verdicts),
+        "duplicate_points": len(old_records),
+        "point_count": monitor.point_count,
+    }

@@ -1,0 +1,74 @@
+"""Which alert events a run of judged points raises: one incident opens with its first anomaly and ends at the
+first normal point after it. Pure logic over the verdicts; the store writes what it plans.
+
+A webhook gets every anomalous point and the incident's end (with its start and length); Alertmanager gets one
+firing alert when the incident opens and one resolved when it ends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from app.monitors import alertmanager
+
+if TYPE_CHECKING:
+    from app.monitors.judge import Verdict
+    from app.monitors.store import MonitorState
+
+
+@dataclass
+class IncidentPlan:
+    # (sequence number, kind, payload fields, destination), in the order they must be delivered
+    events: list[tuple[int, str, dict[str, Any], str]] = field(default_factory=list)
+    open_epoch: int | None = None  # the open incident's first point after these points, if one is open
+    seq: int = 0  # the monitor's last event sequence number after these events
+
+
+def plan_events(
+    monitor: MonitorState,
+    epochs: Sequence[int],
+    texts: Sequence[str],
+    values: Sequence[float],
+    verdicts: Sequence[Verdict],
+    *,
+    anomalies_since: Callable[[int], int],
+    started_text: Callable[[int], str],
+) -> IncidentPlan:
+    """The events of these new points (in time order, after every stored one). ``anomalies_since(epoch)`` counts
+    the stored anomalies of an incident that opened before them; ``started_text(epoch)`` is a point's timestamp
+    as it was sent."""
+    plan = IncidentPlan(open_epoch=monitor.open_anomaly_epoch, seq=monitor.event_seq)
+    run_count: int | None = None  # anomalies in the open incident, looked up only when needed
+    for epoch, text, value, verdict in zip(epochs, texts, values, verdicts, strict=True):
+        if verdict.warmup:
+            continue
+        point = {"timestamp": text, "value": value, "expected": verdict.expected, "lower_bound": verdict.lower,
+                 "upper_bound": verdict.upper, "anomaly_score": verdict.score, "direction": verdict.direction}
+        if verdict.is_anomaly:
+            if plan.open_epoch is None:
+                plan.open_epoch, run_count = epoch, 0
+            elif run_count is None:
+                run_count = anomalies_since(plan.open_epoch)
+            if run_count == 0 and monitor.alertmanager_url:
+                plan.seq += 1
+                plan.events.append((plan.seq, "firing", alertmanager.firing(monitor, epoch, point),
+                                    alertmanager.DESTINATION))
+            run_count += 1
+            if monitor.webhook_url:
+                plan.seq += 1
+                plan.events.append((plan.seq, "anomaly", {"point": point}, "webhook"))
+        elif plan.open_epoch is not None:
+            if run_count is None:
+                run_count = anomalies_since(plan.open_epoch)
+            if monitor.webhook_url:
+                plan.seq += 1
+                run = {"started_at": started_text(plan.open_epoch), "ended_at": text, "anomalous_points": run_count}
+                plan.events.append((plan.seq, "anomaly_ended", {"run": run, "point": point}, "webhook"))
+            if monitor.alertmanager_url:
+                plan.seq += 1
+                plan.events.append((plan.seq, "resolved",
+                                    alertmanager.resolved(monitor, plan.open_epoch, epoch, point),
+                                    alertmanager.DESTINATION))
+            plan.open_epoch, run_count = None, None
+    return plan

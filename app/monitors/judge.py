@@ -1,0 +1,164 @@
+"""Verdicts for a monitor's new points: the streaming detector from a state this process keeps (caught up on
+what other processes stored, or rebuilt from the stored points), or another detector on the worker pool."""
+
+from __future__ import annotations
+
+import queue as queue_module
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Row
+
+from app.compute.detect.jobs import DetectJob
+from app.compute.detect.results import DetectionResult
+from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts
+from app.compute.pool import PoolBusy, PoolError, WorkerPool
+from app.monitors import store
+from app.monitors.cache import History, JudgeState
+from app.monitors.store import NOT_ANOMALY, REBUILD_ROWS, MonitorState, tail_rows
+from app.web.errors import InternalError
+
+if TYPE_CHECKING:
+    from app.monitors.runtime import MonitorRuntime
+
+# A saturated pool is a moment's queue, not a failure of the write: retry for this long before a 500.
+POOL_BUSY_PATIENCE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    expected: float
+    lower: float
+    upper: float
+    score: float
+    is_anomaly: bool
+    direction: str | None
+    warmup: bool
+
+
+def judge_on_pool(pool: WorkerPool, job: DetectJob) -> DetectionResult:
+    deadline = time.monotonic() + POOL_BUSY_PATIENCE_SECONDS
+    pause = 0.005
+    while True:
+        try:
+            return pool.submit(job)
+        except PoolBusy as exc:
+            if time.monotonic() + pause > deadline:
+                error = InternalError(str(exc))
+                error.headers["Retry-After"] = str(exc.retry_after or 5)
+                raise error from exc
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        except PoolError as exc:
+            raise InternalError(f"The points could not be judged: {exc}") from exc
+
+
+class JudgeSlots:
+    """``count`` slots that appends take turns in, as tokens in a queue.SimpleQueue: taking and returning one are
+    single C calls, where threading.Semaphore runs a Python Condition (a new lock for every waiter), which cost
+    several per cent of the web process's CPU with every thread of a busy server queueing here."""
+
+    def __init__(self, count: int) -> None:
+        self._tokens: queue_module.SimpleQueue[None] = queue_module.SimpleQueue()
+        for _ in range(count):
+            self._tokens.put(None)
+
+    def acquire(self, timeout: float) -> bool:
+        try:
+            self._tokens.get(timeout=timeout)
+        except queue_module.Empty:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._tokens.put(None)
+
+
+class JudgeSlot:
+    """A judge slot held for a with block (a class: a generator-based context manager costs more per append)."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self, runtime: MonitorRuntime) -> None:
+        self._slots = runtime.judge_slots
+
+    def __enter__(self) -> None:
+        if not self._slots.acquire(timeout=POOL_BUSY_PATIENCE_SECONDS):
+            raise InternalError("The detector workers are saturated; retry shortly.", headers={"Retry-After": "5"})
+
+    def __exit__(self, *_exc: object) -> None:
+        self._slots.release()
+
+
+def judge_on_worker(
+    pool: WorkerPool, monitor: MonitorState, history: History, epochs: list[int], values: list[float]
+) -> tuple[list[Verdict], int | None]:
+    import numpy as np
+    hist_epochs, hist_values = history.series(tail_rows(monitor))
+    job = DetectJob(
+        epoch_seconds=np.concatenate([hist_epochs, np.asarray(epochs, dtype=np.int64)]),
+        values=np.concatenate([hist_values, np.asarray(values, dtype=np.float64)]),
+        data_frequency=monitor.data_frequency,
+        confidence=monitor.confidence,
+        detector=monitor.model,
+        start=len(hist_epochs),
+    )
+    result = judge_on_pool(pool, job)
+    return verdicts_of(result, len(epochs), warm=result.warmup_points - len(hist_epochs)), result.period
+
+
+def verdicts_of(result: DetectionResult | Verdicts, count: int, *, warm: int) -> list[Verdict]:
+    """One Verdict per judged row; the first ``warm`` of them are warm-up rows."""
+    return [
+        Verdict(
+            expected=result.expected[i],
+            lower=result.lower[i],
+            upper=result.upper[i],
+            score=result.score[i],
+            is_anomaly=bool(result.is_anomaly[i]),
+            direction=result.direction[i],
+            warmup=i < warm,
+        )
+        for i in range(count)
+    ]
+
+
+def judge_state(connection: Connection, runtime: MonitorRuntime, monitor: MonitorState) -> JudgeState:
+    """The detector's state after the stored points: this process's own; or its own advanced over the points
+    other processes stored since (when nothing else changed), as if it had judged them itself; or rebuilt from
+    the last REBUILD_ROWS stored points (feedback included), after a restart or a "not an anomaly"."""
+    cached = runtime.cache.peek(monitor.id)
+    if isinstance(cached, JudgeState):
+        if cached.revision == monitor.revision:
+            return cached
+        if cached.revision >= monitor.relearn_revision and cached.last_epoch is not None:
+            rows = store.points_after(connection, monitor.id, cached.last_epoch)
+            if len(rows) <= REBUILD_ROWS:
+                advance(monitor, cached, rows)
+                return cached
+    rows = store.newest_points(connection, monitor.id)
+    judged = JudgeState(revision=monitor.revision, detector=monitor.detector().initial_state(), size=0)
+    advance(monitor, judged, rows)
+    return judged
+
+
+def advance(monitor: MonitorState, judged: JudgeState, rows: Sequence[Row[Any]]) -> None:
+    """Feeds stored (epoch, value, feedback) rows to the state; it is then the state at the monitor's revision."""
+    if rows:
+        monitor.detector().update(judged.detector, [float(r[0]) for r in rows], [float(r[1]) for r in rows],
+                                  normal=[r[2] == NOT_ANOMALY for r in rows])
+        judged.last_epoch = int(rows[-1][0])
+    judged.revision = monitor.revision
+    judged.size = StreamingDetector.size(judged.detector)
+
+
+def judge_streaming(
+    monitor: MonitorState, judged: JudgeState, epochs: list[int], values: list[float]
+) -> tuple[list[Verdict], int | None]:
+    state = judged.detector
+    before = state.rows
+    result = monitor.detector().update(state, [float(e) for e in epochs], values)
+    judged.size = StreamingDetector.size(state)
+    return verdicts_of(result, len(epochs), warm=WARMUP - before), state.period or None

@@ -1,0 +1,43 @@
+"""What one process keeps for monitors, built in one place for the web process and the Prometheus reader alike."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from app.db import Database
+from app.monitors.cache import HistoryCache, MonitorLocks
+from app.monitors.judge import JudgeSlots
+from app.settings import Settings
+
+
+@dataclass
+class MonitorRuntime:
+    """The judging-state cache, the per-monitor locks, the alert sender and the judge slots of one process."""
+
+    cache: HistoryCache
+    locks: MonitorLocks
+    sender: Any  # DeliverySender; typed loosely so this module does not import threads it never starts
+    # Appends waiting for the worker pool queue here, leaving the pool's own queue room for /forecast and
+    # /anomalies, instead of being turned away as "saturated" under a burst of writes.
+    judge_slots: JudgeSlots
+    # SQLite only: this process's write transactions take turns here. SQLite has one writer, and a thread
+    # that finds it busy sleeps in SQLite's busy handler for up to 100 ms at a time; a lock hands over at once.
+    write_lock: threading.Lock | None = None
+
+
+def build_runtime(database: Database, settings: Settings, *, judge_slots: int, public_url: str | None = None
+                  ) -> MonitorRuntime:
+    """A process's runtime; its sender is started by whoever serves alerts (the web process), never here."""
+    from app.monitors.queue import RetryPolicy
+    from app.monitors.sender import DeliverySender
+
+    return MonitorRuntime(
+        cache=HistoryCache(),
+        locks=MonitorLocks(),
+        sender=DeliverySender(database, allow_private=settings.allow_private_webhooks,
+                              policy=RetryPolicy.from_settings(settings), public_url=public_url),
+        judge_slots=JudgeSlots(judge_slots),
+        write_lock=threading.Lock() if database.engine.dialect.name == "sqlite" else None,
+    )
