@@ -64,7 +64,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
             on_ready_change=metrics.WORKERS_READY.set,
         ),
         limits=init_rate_limits(app, settings),
-        jobs=build_engine(settings, registrars=(batch_tasks.register, prometheus.register)),
+        build_jobs=lambda: build_engine(settings, registrars=(batch_tasks.register, prometheus.register)),
     )
     app.extensions["forecast_service"] = services
 

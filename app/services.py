@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from flask import current_app
@@ -25,7 +27,13 @@ class Services:
     usage: UsageRecorder
     pool: WorkerPool
     limits: RateLimits
-    jobs: Huey
+    # The job engine is built on first use: a web process needs it only to enqueue, an admin command never,
+    # and building it loads Huey and its storage's client.
+    build_jobs: Callable[[], Huey]
+
+    @cached_property
+    def jobs(self) -> Huey:
+        return self.build_jobs()
 
     def warm_up(self) -> None:
         """What a serving process needs before its first request: the forecast workers spawned, and numpy

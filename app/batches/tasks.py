@@ -19,16 +19,18 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
-
-from huey import Huey, crontab
-from huey.api import TaskWrapper
 
 from app.batches import store
 from app.batches.one_series import SeriesRunner
 from app.jobs.resources import WorkerResources
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from huey import Huey
+    from huey.api import TaskWrapper
+
 
 log = logging.getLogger("app.batches")
 
@@ -63,6 +65,8 @@ def batch_tasks(engine: Huey) -> BatchTasks:
 
 
 def register(engine: Huey, settings: Settings) -> None:
+    from huey import crontab  # Huey loads with the engine, not with this module
+
     resources = WorkerResources(settings)
 
     @engine.task(name="batches.chunk")

@@ -26,11 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 from weakref import WeakKeyDictionary
 
-from huey import Huey, crontab
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -42,6 +41,10 @@ from app.monitors.webhooks import send_request
 from app.settings import Settings
 from app.web.errors import ApiError, NotFound
 from app.web.fields import MAX_ABS_VALUE
+
+if TYPE_CHECKING:
+    from huey import Huey
+
 
 log = logging.getLogger("app.monitors.prometheus")
 
@@ -436,6 +439,8 @@ def start_poller(engine: Huey) -> None:
 
 
 def register(engine: Huey, settings: Settings) -> None:
+    from huey import crontab  # Huey loads with the engine, not with this module
+
     from app.monitors import alertmanager
 
     # Above the batch tasks that share the queue: a read waiting behind them is a late verdict.

@@ -16,10 +16,12 @@ from tests.support import ROOT
 
 NEVER_IN_WEB = ("scipy", "statsmodels", "pmdarima", "sklearn", "pandas")
 NOT_FOR_ADMIN_COMMANDS = ("numpy", "apispec")
+# The job engine and the clients of backends the embedded default does not use: SQLite and no Redis load none.
+UNCONFIGURED_BACKENDS = ("huey", "redis", "psycopg", "psycopg2")
 
 
 def _loaded_after(code: str, tmp_path: Path) -> list[str]:
-    names = NEVER_IN_WEB + NOT_FOR_ADMIN_COMMANDS
+    names = NEVER_IN_WEB + NOT_FOR_ADMIN_COMMANDS + UNCONFIGURED_BACKENDS
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in {names!r} if m in sys.modules)))"
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env={"PATH": "/usr/bin:/bin", "DATABASE_URL": f"sqlite:///{tmp_path / 'keys.sqlite3'}"})
@@ -27,8 +29,14 @@ def _loaded_after(code: str, tmp_path: Path) -> list[str]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_building_the_app_loads_no_numeric_library(tmp_path: Path) -> None:
+def test_building_the_app_loads_no_numeric_library_and_no_unconfigured_backend(tmp_path: Path) -> None:
     assert _loaded_after("import wsgi", tmp_path) == []
+
+
+def test_the_job_engine_loads_with_its_first_use(tmp_path: Path) -> None:
+    code = "import wsgi\nwsgi.app.extensions['forecast_service'].jobs"
+    # Huey's storage module imports the Redis and PostgreSQL clients it could use, whichever is configured.
+    assert "huey" in _loaded_after(code, tmp_path)
 
 
 def test_a_warmed_up_web_process_loads_numpy_but_no_estimator_library(tmp_path: Path) -> None:
