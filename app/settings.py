@@ -73,6 +73,9 @@ class Settings:
     allow_private_webhooks: bool = False
     # Webhook delivery (docs/monitors.md): exponential backoff from the base, each wait capped; an alert not
     # delivered by the maximum age is marked failed; a claimed alert is reserved for its sender for the lease.
+    # Monitors one account may keep: each Prometheus-backed one is a read every step, each pushed one a state in
+    # every web process's cache.
+    max_monitors_per_account: int = 2000
     monitor_retry_base_seconds: float = 1.0
     monitor_retry_max_delay_seconds: float = 60.0
     monitor_delivery_max_age_seconds: float = 3600.0
@@ -113,6 +116,7 @@ class Settings:
             secret_key=os.environ.get("SECRET_KEY") or None,
             log_level=os.environ.get("LOG_LEVEL", "INFO").upper(),
             allow_private_webhooks=_bool("ALLOW_PRIVATE_WEBHOOKS", False),
+            max_monitors_per_account=_int("MAX_MONITORS_PER_ACCOUNT", 2000),
             monitor_retry_base_seconds=_float("MONITOR_RETRY_BASE_SECONDS", 1.0),
             monitor_retry_max_delay_seconds=_float("MONITOR_RETRY_MAX_DELAY_SECONDS", 60.0),
             monitor_delivery_max_age_seconds=_float("MONITOR_DELIVERY_MAX_AGE_SECONDS", 3600.0),

@@ -21,13 +21,14 @@ import math
 import os
 import secrets
 import time
+from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import bindparam, select, update
@@ -55,6 +56,9 @@ CLAIM_BATCH = 200
 # A claimed monitor is this poller's for this long; a poller that dies mid-read leaves it to the next.
 CLAIM_LEASE_SECONDS = 60.0
 READ_CONCURRENCY = 8
+# One account's monitors are read by at most this many readers at once: its sources hanging cost the others a
+# quarter of the readers, not all of them.
+ACCOUNT_READERS = 2
 LEASE_NAME = "prometheus-poller"
 # The poller's own lease: renewed every round, so a dead poller is replaced within a minute.
 POLLER_LEASE_SECONDS = 30.0
@@ -66,6 +70,8 @@ ROUND_SECONDS = 10.0
 FAILURE_MEMORY_SECONDS = 5.0
 # Huey's task priority for the poller (higher runs first).
 PRIORITY = 100
+# A read's outcome message is stored and logged at most this long.
+MESSAGE_CHARS = 500
 # Several series: the message names this many of them.
 NAMED_SERIES = 3
 
@@ -196,7 +202,7 @@ def query_range(monitor: Claimed, span: Window, *, allow_private: bool, timeout:
         return ReadResult(UNREACHABLE, f"Prometheus is unreachable: {error}", [], [])
     try:
         document = json.loads(answer.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         document = None
     if not isinstance(document, dict):
         return ReadResult(ERROR, f"Prometheus answered HTTP {answer.status_code} without a JSON body", [], [])
@@ -213,28 +219,67 @@ def query_range(monitor: Claimed, span: Window, *, allow_private: bool, timeout:
         return ReadResult(NO_SERIES, f"The query yields no series between {_text(span.start)} and "
                           f"{_text(span.end)}; it must yield exactly one", [], [])
     if len(series) > 1:
-        named = ", ".join(_labels(s.get("metric") or {}) for s in series[:NAMED_SERIES])
+        named = ", ".join(_labels(s.get("metric") if isinstance(s, dict) else None) for s in series[:NAMED_SERIES])
         more = f" and {len(series) - NAMED_SERIES} more" if len(series) > NAMED_SERIES else ""
         return ReadResult(SEVERAL_SERIES, f"The query yields {len(series)} series ({named}{more}); it must "
                           "yield exactly one: aggregate it (sum, max, ...) or select one by its labels", [], [])
+    rows = series[0].get("values") if isinstance(series[0], dict) else None
+    if not isinstance(rows, list):
+        return ReadResult(ERROR, "Prometheus answered a series without a list of values", [], [])
     epochs: list[int] = []
     values: list[float] = []
     skipped = 0
-    for stamp, raw in series[0].get("values") or []:
-        value = float(raw)
-        if not math.isfinite(value) or abs(value) > MAX_ABS_VALUE:
-            skipped += 1  # NaN is Prometheus' "no value"; none of these can be judged
+    for row in rows:
+        point = _sample(row, span)
+        if point is None:
+            skipped += 1
             continue
-        epochs.append(int(round(float(stamp))))
-        values.append(value)
+        epochs.append(point[0])
+        values.append(point[1])
     message = f"Read up to {_text(span.end)}."
     if skipped:
-        message += f" {skipped} non-finite or out-of-range values were skipped."
+        message += (f" {skipped} samples were skipped: not finite, out of range, off the monitor's steps, "
+                    "outside the window asked for, or not a [time, value] pair.")
     return ReadResult(OK, message, epochs, values)
 
 
-def _labels(metric: dict[str, Any]) -> str:
-    return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(metric.items())) + "}"
+def _sample(row: Any, span: Window) -> tuple[int, float] | None:
+    """A [time, "value"] pair of the answer as (epoch, value), or None for anything that cannot be judged: a
+    malformed pair, a value that is NaN (Prometheus' "no value"), infinite or out of range, a time off the
+    monitor's steps or outside the window asked for (a point stored far ahead would freeze the monitor)."""
+    if not isinstance(row, list | tuple) or len(row) != 2 or not isinstance(row[1], str | int | float):
+        return None
+    stamp, raw = row
+    if isinstance(stamp, bool) or not isinstance(stamp, str | int | float):
+        return None
+    try:
+        value, moment = float(raw), float(stamp)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(value) or abs(value) > MAX_ABS_VALUE or not math.isfinite(moment):
+        return None
+    epoch = round(moment)
+    if epoch != moment or not span.start <= epoch <= span.end or (epoch - span.start) % span.step:
+        return None
+    return epoch, value
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def _storable(message: str | None) -> str:
+    """An outcome message as stored and logged: Prometheus' own error text is the server's to choose, so it is
+    cut short and rid of what a database column cannot hold (PostgreSQL refuses NUL) or a log should not carry."""
+    text = (message or "")[:MESSAGE_CHARS]
+    return "".join(ch if ch.isprintable() else " " for ch in text)
+
+
+def _labels(metric: Any) -> str:
+    if not isinstance(metric, dict):
+        return "{}"
+    return _storable("{" + ", ".join(f'{k}="{v}"' for k, v in sorted(metric.items(), key=str)) + "}")
 
 
 class Reader:
@@ -254,7 +299,8 @@ class Reader:
         # queue).
         self.runtime = build_runtime(self.database, settings, judge_slots=READ_CONCURRENCY)
         self.pid = os.getpid()
-        # Prometheus base URL -> (until when, the failed read's outcome), shared by the reader threads.
+        # A Prometheus server (scheme, host and port) -> (until when, the failed read's outcome), shared by the
+        # reader threads: monitors on other paths of a server that hangs wait out the same failure.
         self._failing: dict[str, tuple[float, ReadResult]] = {}
 
     def close(self) -> None:
@@ -297,7 +343,8 @@ class Reader:
             due = (math.floor((started - SETTLE_SECONDS) / step) + 1) * step + SETTLE_SECONDS
             self._record(monitor, status=None, message=None, read_until=read_until, due=due, checked=False)
             return
-        remembered = self._failing.get(monitor.prometheus_url)
+        origin = _origin(monitor.prometheus_url)
+        remembered = self._failing.get(origin)
         if remembered is not None and remembered[0] >= time.time():
             result = remembered[1]
         else:
@@ -306,9 +353,9 @@ class Reader:
             if result.status in (UNREACHABLE, TIMEOUT):
                 # Every monitor on this Prometheus would wait out the same failure: they take this one's outcome
                 # until their own retry, so a stalled server holds READ_CONCURRENCY readers, not all of them.
-                self._failing[monitor.prometheus_url] = (time.time() + FAILURE_MEMORY_SECONDS, result)
+                self._failing[origin] = (time.time() + FAILURE_MEMORY_SECONDS, result)
             else:
-                self._failing.pop(monitor.prometheus_url, None)
+                self._failing.pop(origin, None)
         status, message = result.status, result.message
         if result.status == OK:
             last = monitor.last_epoch if monitor.last_epoch is not None else -1
@@ -345,34 +392,77 @@ class Reader:
                                   "b_url": monitor.prometheus_url, "b_claim": monitor.claim,
                                   "b_due": datetime.fromtimestamp(due, UTC), "b_read_until": read_until}
         if checked:
-            values.update(b_status=status, b_message=(message or "")[:500], b_checked=_now())
+            values.update(b_status=status, b_message=_storable(message), b_checked=_now())
         with self.database.session() as session:
             session.execute(_record_statement(checked), values)
         if status not in (None, OK):
             log.info("prometheus read failed", extra={"fields": {"monitor_id": monitor.id, "status": status,
-                                                                 "message": message}})
+                                                                 "message": _storable(message)}})
 
     def round(self, executor: ThreadPoolExecutor) -> int:
-        """Reads every monitor due now (for at most ROUND_SECONDS, well within the poller's lease); returns how
-        many were read."""
+        """Reads monitors due now, starting none after ROUND_SECONDS: the round ends within that plus one read's
+        timeout, well within the poller's lease, however many sources hang. Returns how many were read."""
         count = 0
         ends = time.monotonic() + ROUND_SECONDS
         while time.monotonic() < ends:
             claimed = self.claim(_now())
             if not claimed:
                 return count
-            for future in [executor.submit(self._safe_read, monitor) for monitor in claimed]:
-                future.result()
-            count += len(claimed)
+            count += self._read_claimed(executor, claimed, ends)
             if len(claimed) < CLAIM_BATCH:
                 return count
         return count
 
+    def _read_claimed(self, executor: ThreadPoolExecutor, claimed: list[Claimed], ends: float) -> int:
+        """Reads the claimed monitors READ_CONCURRENCY at a time, at most ACCOUNT_READERS of one account at once,
+        so one account's slow sources leave the other readers to everyone else's; starts none after ``ends`` and
+        hands back those it did not start (due again at once)."""
+        waiting = deque(claimed)
+        running: dict[Future[None], Claimed] = {}
+        per_account: Counter[str] = Counter()
+        started = 0
+        while waiting or running:
+            if time.monotonic() < ends:
+                held: list[Claimed] = []
+                while waiting and len(running) < READ_CONCURRENCY:
+                    monitor = waiting.popleft()
+                    if per_account[monitor.account_id] >= ACCOUNT_READERS:
+                        held.append(monitor)
+                        continue
+                    running[executor.submit(self._safe_read, monitor)] = monitor
+                    per_account[monitor.account_id] += 1
+                    started += 1
+                waiting.extendleft(reversed(held))
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                per_account[running.pop(future).account_id] -= 1
+        if waiting:
+            self._release(list(waiting))
+        return started
+
+    def _release(self, monitors: list[Claimed]) -> None:
+        with self.database.session() as session:
+            session.execute(
+                update(_TABLE)
+                .where(_TABLE.c.id.in_([m.id for m in monitors]), _TABLE.c.source_claim == monitors[0].claim)
+                .values(source_due_at=_now(), source_claim=None)
+            )
+
     def _safe_read(self, monitor: Claimed) -> None:
         try:
             self.read(monitor)
-        except Exception:  # noqa: BLE001 - one monitor's failure must not stop the others; its lease runs out
+        except Exception as exc:  # noqa: BLE001 - one monitor's failure must not stop the others
             log.exception("reading a Prometheus-backed monitor failed", extra={"fields": {"monitor_id": monitor.id}})
+            # Said in the monitor's state and tried again later, never left pending with the claim to run out.
+            try:
+                step = float(sources.STEP_SECONDS[monitor.data_frequency])
+                self._record(monitor, status=ERROR, message=f"The read failed unexpectedly ({type(exc).__name__}).",
+                             read_until=monitor.read_until, due=time.time() + min(30.0, max(POLL_SECONDS, step)),
+                             checked=True)
+            except Exception:  # noqa: BLE001 - the database itself failed: the claim's lease runs out instead
+                log.exception("recording a failed read failed", extra={"fields": {"monitor_id": monitor.id}})
 
 
 # ------------------------------------------------------------------------------------------------ the lease
@@ -457,6 +547,8 @@ def register(engine: Huey, settings: Settings) -> None:
         wait = POLL_SECONDS if due is None else (due - _now()).total_seconds()
         if 0 < wait < POLL_SECONDS:
             time.sleep(wait)
+            if not take_lease(reader.database, holder=holder, renew=True):
+                return
             reader.round(executor)
             due = reader.next_due()
             wait = POLL_SECONDS if due is None else (due - _now()).total_seconds()

@@ -107,9 +107,9 @@ def create() -> tuple[Response, int]:
     fields = load(_create_schema, _json_body())
     _checked_webhook(fields)
     sources.check_fields(fields, None, allow_private=current_services().settings.allow_private_webhooks)
-    view = service.create_monitor(
-        database=current_services().database, account_id=current_key().account_id, fields=fields
-    )
+    settings = current_services().settings
+    view = service.create_monitor(database=current_services().database, account_id=current_key().account_id,
+                                  fields=fields, limit=settings.max_monitors_per_account)
     if fields.get("prometheus_query") is not None:
         prometheus.start_poller(current_services().jobs)
     response = jsonify(view)

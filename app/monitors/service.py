@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.db import Database
@@ -25,7 +25,7 @@ from app.monitors.store import (
     utc_now,
 )
 from app.monitors.webhooks import new_secret
-from app.web.errors import NotFound
+from app.web.errors import NotFound, RateLimitExceeded
 
 
 def describe_monitor(session: Session, monitor: MonitorRecord, *, points: int) -> dict[str, Any]:
@@ -69,7 +69,9 @@ def history_for_forecast(
     return monitor, [p.epoch for p in rows], [p.timestamp for p in rows], values
 
 
-def create_monitor(*, database: Database, account_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+def create_monitor(*, database: Database, account_id: str, fields: dict[str, Any], limit: int) -> dict[str, Any]:
+    """A new monitor; a 429 when the account already keeps ``limit`` of them (checked at creation: two creations
+    at the same moment may each see room for one)."""
     now = utc_now()
     secret = new_secret()
     monitor = MonitorRecord(
@@ -96,6 +98,13 @@ def create_monitor(*, database: Database, account_id: str, fields: dict[str, Any
     )
     sources.set_on_create(monitor, fields, now)
     with database.session() as session:
+        kept = session.scalar(select(func.count()).select_from(MonitorRecord)
+                              .where(MonitorRecord.account_id == account_id)) or 0
+        if kept >= limit:
+            raise RateLimitExceeded(
+                f"This account keeps {kept:,} monitors, the most it may (MAX_MONITORS_PER_ACCOUNT); delete one first.",
+                details={"limit": limit, "window": "monitors", "stored": kept},
+            )
         session.add(monitor)
         session.flush()
         view = describe_monitor(session, monitor, points=0)

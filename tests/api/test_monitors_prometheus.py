@@ -358,3 +358,183 @@ def test_a_stalled_prometheus_holds_a_few_readers_not_one_per_monitor(client: Fl
     for monitor in monitors:
         source = client.get(f"/monitors/{monitor['id']}", headers=owner).json["source"]
         assert source["status"] == "timeout" and "did not answer within 2 s" in source["message"], source
+
+
+class _Hanging:
+    """A server that accepts connections and never answers: every read of it waits out its whole timeout."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.held: list[socket.socket] = []
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._hold, daemon=True).start()
+
+    def _hold(self) -> None:
+        self.listener.settimeout(0.2)
+        while True:
+            try:
+                self.held.append(self.listener.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.held:
+            connection.close()
+
+
+def test_monitors_on_other_paths_of_a_hanging_server_share_its_failure(client: FlaskClient, keys: dict,
+                                                                        prom_app: Flask) -> None:
+    owner = keys["owner"]
+    server = _Hanging()
+    monitors = [create(client, owner, name=f"path {i}", prometheus_url=f"{server.url}/tenant-{i}",
+                       prometheus_query="up").json for i in range(2 * prometheus.READ_CONCURRENCY)]
+    reader = prometheus.Reader(services_of(prom_app).settings)
+    executor = prometheus.ThreadPoolExecutor(prometheus.READ_CONCURRENCY)
+    try:
+        reader.round(executor)
+    finally:
+        executor.shutdown()
+        reader.close()
+        server.close()
+    # One server, whatever the paths: the first readers waited out the timeout, the others took their outcome.
+    assert 1 <= len(server.held) <= prometheus.ACCOUNT_READERS
+    for monitor in monitors:
+        assert client.get(f"/monitors/{monitor['id']}", headers=owner).json["source"]["status"] == "timeout"
+
+
+def test_one_accounts_hanging_sources_hold_a_share_of_the_readers_and_the_round_stays_short(
+        client: FlaskClient, keys: dict, prom_app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """150 monitors of one account on servers that never answer kept a round (and so the poller's lease, and both
+    job processes) busy for minutes: another account's monitor was read late, batches waited. A round starts no
+    read after ROUND_SECONDS and one account holds ACCOUNT_READERS readers at most."""
+    monkeypatch.setattr(prometheus, "ROUND_SECONDS", 0.5)
+    owner, other = keys["owner"], keys["other_admin"]
+    servers = [_Hanging() for _ in range(6)]
+    hanging = [create(client, owner, name=f"hang {i}", prometheus_url=server.url, prometheus_query="up").json
+               for i, server in enumerate(servers)]
+    healthy = create(client, other, name="elsewhere", prometheus_url=closed_port_url(), prometheus_query="up").json
+    reader = prometheus.Reader(services_of(prom_app).settings)
+    executor = prometheus.ThreadPoolExecutor(prometheus.READ_CONCURRENCY)
+    try:
+        read = reader.round(executor)
+    finally:
+        executor.shutdown()
+        reader.close()
+        for server in servers:
+            server.close()
+    # The other account's monitor was read in the first wave, beside the hanging account's two readers.
+    assert client.get(f"/monitors/{healthy['id']}", headers=other).json["source"]["status"] == "unreachable"
+    assert read == prometheus.ACCOUNT_READERS + 1
+    statuses = [client.get(f"/monitors/{m['id']}", headers=owner).json["source"]["status"] for m in hanging]
+    assert statuses.count("timeout") == prometheus.ACCOUNT_READERS
+    # Those not started were handed back, unclaimed and due, for the next round (or another poller) to take.
+    with services_of(prom_app).database.session() as session:
+        rows = session.execute(select(MonitorRecord.source_claim, MonitorRecord.source_due_at,
+                                      MonitorRecord.source_checked_at)
+                               .where(MonitorRecord.id.in_([m["id"] for m in hanging]))).all()
+    unread = [(claim, due) for claim, due, checked in rows if checked is None]
+    assert len(unread) == len(hanging) - prometheus.ACCOUNT_READERS
+    assert all(claim is None and due.replace(tzinfo=UTC) <= datetime.now(UTC) for claim, due in unread)
+
+
+class _Answering:
+    """A stand-in Prometheus that answers every query_range with one fixed body (real Prometheus never answers
+    malformed documents; this is the hostile server a monitor may point at)."""
+
+    def __init__(self, body: bytes, status: int = 200) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _matrix(values: list[Any]) -> bytes:
+    return json.dumps({"status": "success", "data": {"resultType": "matrix",
+                                                      "result": [{"metric": {}, "values": values}]}}).encode()
+
+
+def _read_once(prom_app: Flask, client: FlaskClient, owner: dict[str, str], body: bytes, status: int = 200
+               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    server = _Answering(body, status)
+    created = create(client, owner, name="hostile", prometheus_url=server.url, prometheus_query="up").json
+    reader = prometheus.Reader(services_of(prom_app).settings)
+    try:
+        claimed = [m for m in reader.claim(datetime.now(UTC) + timedelta(seconds=1)) if m.id == created["id"]]
+        reader._safe_read(claimed[0])
+    finally:
+        reader.close()
+        server.close()
+    view = client.get(f"/monitors/{created['id']}?points=1000", headers=owner).json
+    return view["source"], view["points"]
+
+
+def _now_steps(count: int) -> list[int]:
+    latest = (int(datetime.now(UTC).timestamp()) - 2) // 60 * 60
+    return [latest - 60 * i for i in reversed(range(count))]
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 200_000 + b"]" * 200_000,  # nested deeper than the parser goes
+    _matrix([[1, [1]]]),  # a value that is not a number
+    _matrix("not a list"),  # type: ignore[arg-type]
+    json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [5, 6]}}).encode(),
+    json.dumps({"status": "error", "errorType": "bad_data", "error": "bad\u0000query" + "x" * 100_000}).encode(),
+])
+def test_a_malformed_prometheus_answer_is_a_visible_error_never_a_stuck_monitor(
+        client: FlaskClient, keys: dict, prom_app: Flask, body: bytes) -> None:
+    source, points = _read_once(prom_app, client, keys["owner"], body)
+    assert source["status"] in {"error", "ok", "several_series"}, source
+    assert "\x00" not in source["message"] and len(source["message"]) <= prometheus.MESSAGE_CHARS
+    assert points == []
+
+
+def test_samples_off_the_steps_outside_the_window_or_unreadable_are_skipped(client: FlaskClient, keys: dict,
+                                                                            prom_app: Flask) -> None:
+    good = _now_steps(20)
+    values = [[stamp, str(float(i % 5))] for i, stamp in enumerate(good)]
+    values += [["1e400", "1"], [good[-1] + 30, "1"], [4102444800, "1"], [253402300800 * 2, "1"], [good[0], "NaN"],
+               [True, "1"], [good[3], None]]
+    source, points = _read_once(prom_app, client, keys["owner"], _matrix(values))
+    assert source["status"] == "ok", source
+    assert "7 samples were skipped" in source["message"]
+    stamps = [datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() for p in points]
+    assert stamps == [float(e) for e in good]
+
+
+def test_an_account_keeps_at_most_its_monitor_limit(module_database_url: str) -> None:
+    app = build_app(settings_for(module_database_url, max_monitors_per_account=2))
+    try:
+        plain, _ = new_key(app, permissions=("read", "write"), account_id="acct-limit", **BIG_LIMITS)
+        headers = {"Authorization": f"Bearer {plain}"}
+        client = app.test_client()
+        assert [create(client, headers).status_code for _ in range(2)] == [201, 201]
+        refused = create(client, headers)
+        assert refused.status_code == 429, refused.json
+        assert refused.json["error"]["details"] == {"limit": 2, "window": "monitors", "stored": 2}
+        assert "MAX_MONITORS_PER_ACCOUNT" in refused.json["error"]["message"]
+        assert len(client.get("/monitors", headers=headers).json["monitors"]) == 2
+    finally:
+        services_of(app).close()
