@@ -28,6 +28,13 @@ def point_view(point: MonitorPointRecord) -> dict[str, Any]:
     }
 
 
+def alert_view(point: MonitorPointRecord) -> dict[str, Any]:
+    """A stored point as an event describes it."""
+    return {"timestamp": point.timestamp, "value": point.value, "expected": point.expected,
+            "lower_bound": point.lower, "upper_bound": point.upper, "anomaly_score": point.score,
+            "direction": point.direction}
+
+
 def monitor_view(monitor: MonitorRecord, *, last_timestamp: str | None) -> dict[str, Any]:
     return {
         "id": monitor.id,

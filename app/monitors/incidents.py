@@ -14,6 +14,7 @@ from app.monitors import alertmanager
 
 if TYPE_CHECKING:
     from app.monitors.judge import Verdict
+    from app.monitors.records import MonitorRecord
     from app.monitors.store import MonitorState
 
 
@@ -34,12 +35,14 @@ def plan_events(
     *,
     anomalies_since: Callable[[int], int],
     started_text: Callable[[int], str],
+    stored_point: Callable[[int], dict[str, Any] | None],
 ) -> IncidentPlan:
     """The events of these new points (in time order, after every stored one). ``anomalies_since(epoch)`` counts
     the stored anomalies of an incident that opened before them; ``started_text(epoch)`` is a point's timestamp
-    as it was sent."""
+    as it was sent; ``stored_point(epoch)`` a stored point as an alert describes it."""
     plan = IncidentPlan(open_epoch=monitor.open_anomaly_epoch, seq=monitor.event_seq)
     run_count: int | None = None  # anomalies in the open incident, looked up only when needed
+    first: dict[str, Any] | None = None  # the open incident's first point, which its resolved alert describes
     for epoch, text, value, verdict in zip(epochs, texts, values, verdicts, strict=True):
         if verdict.warmup:
             continue
@@ -47,7 +50,7 @@ def plan_events(
                  "upper_bound": verdict.upper, "anomaly_score": verdict.score, "direction": verdict.direction}
         if verdict.is_anomaly:
             if plan.open_epoch is None:
-                plan.open_epoch, run_count = epoch, 0
+                plan.open_epoch, run_count, first = epoch, 0, point
             elif run_count is None:
                 run_count = anomalies_since(plan.open_epoch)
             if run_count == 0 and monitor.alertmanager_url:
@@ -67,8 +70,28 @@ def plan_events(
                 plan.events.append((plan.seq, "anomaly_ended", {"run": run, "point": point}, "webhook"))
             if monitor.alertmanager_url:
                 plan.seq += 1
+                described = first or stored_point(plan.open_epoch) or point
                 plan.events.append((plan.seq, "resolved",
-                                    alertmanager.resolved(monitor, plan.open_epoch, epoch, point),
+                                    alertmanager.resolved(monitor, plan.open_epoch, epoch, described),
                                     alertmanager.DESTINATION))
-            plan.open_epoch, run_count = None, None
+            plan.open_epoch, run_count, first = None, None, None
+    return plan
+
+
+def closed_by_feedback(monitor: MonitorState | MonitorRecord, *, first: dict[str, Any], marked: dict[str, Any],
+                       marked_epoch: int, anomalies: int) -> IncidentPlan:
+    """The events of an incident a user closed by marking its last remaining anomaly normal (``marked``): it ends
+    there, as a run that ends on a normal point does, with ``"closed_by": "feedback"`` in the webhook's run."""
+    plan = IncidentPlan(open_epoch=None, seq=monitor.event_seq)
+    if monitor.webhook_url:
+        plan.seq += 1
+        run = {"started_at": first["timestamp"], "ended_at": marked["timestamp"], "anomalous_points": anomalies,
+               "closed_by": "feedback"}
+        plan.events.append((plan.seq, "anomaly_ended", {"run": run, "point": marked}, "webhook"))
+    if monitor.alertmanager_url:
+        assert monitor.open_anomaly_epoch is not None
+        plan.seq += 1
+        start = monitor.open_anomaly_epoch
+        alert = alertmanager.resolved(monitor, start, max(start, marked_epoch), first)
+        plan.events.append((plan.seq, "resolved", alert, alertmanager.DESTINATION))
     return plan

@@ -90,6 +90,7 @@ def _append_once(
                             anomalies_since=lambda epoch: store.anomalies_since(connection, monitor.id, epoch),
                             started_text=lambda epoch: store.timestamp_at(connection, monitor.id, epoch, new_epochs,
                                                                           new_texts),
+                            stored_point=lambda epoch: store.alert_point(connection, monitor.id, epoch),
                         )
                         store.write_judged(connection, monitor, new_epochs, new_texts, new_values, verdicts, judged,
                                            plan)

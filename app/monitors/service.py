@@ -10,12 +10,13 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.db import Database
-from app.monitors import queue, sources
-from app.monitors.answers import monitor_view, point_view
+from app.monitors import incidents, queue, sources
+from app.monitors.answers import alert_view, monitor_view, point_view
 from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorPointRecord, MonitorRecord
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.store import (
     NOT_ANOMALY,
+    enqueue_events,
     epoch_text,
     iso,
     last_points,
@@ -131,7 +132,9 @@ def mark_not_anomaly(
 ) -> dict[str, Any]:
     """Records a user's "not an anomaly" on a stored point. Its verdict stays as it was given; the detector
     learns the point as normal from now on: the monitor's revision moves, so every process rebuilds its
-    state from the stored points with this one among the normal ones."""
+    state from the stored points with this one among the normal ones. When it was the open incident's last
+    anomaly not marked normal, the incident closes here, with its end events (webhook and Alertmanager)."""
+    closed = False
     with runtime.locks.lock_for(monitor_id), database.session() as session:
         monitor = owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
         point = session.get(MonitorPointRecord, (monitor_id, epoch))
@@ -139,13 +142,35 @@ def mark_not_anomaly(
             raise NotFound("No stored point at that timestamp.",
                            details={"field": "timestamp", "issue": "no stored point", "provided": epoch_text(epoch)})
         point.feedback = NOT_ANOMALY
+        session.flush()
+        if monitor.open_anomaly_epoch is not None and epoch >= monitor.open_anomaly_epoch:
+            closed = _close_if_all_marked(session, monitor, point)
         monitor.revision += 1
         monitor.relearn_revision = monitor.revision
         monitor.updated_at = utc_now()
         session.flush()
         view = point_view(point)
     runtime.cache.drop(monitor_id)
+    if closed:
+        runtime.sender.notify()
     return view
+
+
+def _close_if_all_marked(session: Session, monitor: MonitorRecord, marked: MonitorPointRecord) -> bool:
+    if open_anomaly_points(session, monitor, limit=1):
+        return False
+    assert monitor.open_anomaly_epoch is not None
+    anomalies = session.scalar(select(func.count()).select_from(MonitorPointRecord).where(
+        MonitorPointRecord.monitor_id == monitor.id, MonitorPointRecord.epoch >= monitor.open_anomaly_epoch,
+        MonitorPointRecord.is_anomaly.is_(True))) or 0
+    opening = session.get(MonitorPointRecord, (monitor.id, monitor.open_anomaly_epoch))
+    described = alert_view(opening or marked)
+    plan = incidents.closed_by_feedback(monitor, first=described, marked=alert_view(marked), marked_epoch=marked.epoch,
+                                        anomalies=anomalies)
+    enqueue_events(session, monitor, plan, utc_now())
+    monitor.event_seq = plan.seq
+    monitor.open_anomaly_epoch = None
+    return True
 
 
 def rotate_secret(*, database: Database, account_id: str, monitor_id: str) -> str:

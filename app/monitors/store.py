@@ -157,6 +157,11 @@ _ANOMALIES_SINCE = Prepared(
     .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch >= bindparam("since"),
            _POINT.is_anomaly.is_(True))
 )
+_POINT_AT = Prepared(
+    select(_POINT.timestamp, _POINT.value, _POINT.expected, _POINT.lower, _POINT.upper, _POINT.score,
+           _POINT.direction)
+    .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch == bindparam("epoch"))
+)
 _TIMESTAMP_AT = Prepared(
     select(_POINT.timestamp).where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch == bindparam("epoch"))
 )
@@ -217,7 +222,8 @@ def last_points(session: Session, monitor_id: str, count: int) -> list[MonitorPo
     return list(reversed(list(rows)))
 
 
-def open_anomaly_points(session: Session, monitor: MonitorRecord, limit: int = 100) -> list[dict[str, Any]]:
+def open_anomaly_points(session: Session, monitor: MonitorRecord, limit: int = 100) -> list[MonitorPointRecord]:
+    """The open incident's anomalies, less those a user marked normal."""
     if monitor.open_anomaly_epoch is None:
         return []
     rows = session.execute(
@@ -226,6 +232,7 @@ def open_anomaly_points(session: Session, monitor: MonitorRecord, limit: int = 1
             MonitorPointRecord.monitor_id == monitor.id,
             MonitorPointRecord.epoch >= monitor.open_anomaly_epoch,
             MonitorPointRecord.is_anomaly.is_(True),
+            MonitorPointRecord.feedback.is_(None) | (MonitorPointRecord.feedback != NOT_ANOMALY),
         )
         .order_by(MonitorPointRecord.epoch)
         .limit(limit)
@@ -335,13 +342,7 @@ def write_judged(
         _INSERT_POINTS.execute(connection, rows[0])
     else:
         _INSERT_POINTS.executemany(connection, rows)
-    for event_seq, kind, extra, destination in plan.events:
-        event_id = queue.new_event_id()
-        payload = {"id": event_id, "type": kind, "monitor_id": monitor.id, "monitor_name": monitor.name,
-                   "sequence": event_seq, "created_at": iso(now), **extra}
-        url = monitor.webhook_url if destination == "webhook" else monitor.alertmanager_url
-        queue.enqueue(connection, monitor_id=monitor.id, webhook_url=url or "", seq=event_seq, kind=kind,
-                      payload=payload, now=now, destination=destination)
+    enqueue_events(connection, monitor, plan, now)
     history = judged if isinstance(judged, History) else None
     if history is not None:
         history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=tail_rows(monitor))
@@ -372,3 +373,25 @@ def newest_points(connection: Connection, monitor_id: str) -> list[Any]:
     rows = _REBUILD.execute(connection, {"monitor_id": monitor_id}).fetchall()
     rows.reverse()
     return rows
+
+
+def alert_point(connection: Connection, monitor_id: str, epoch: int) -> dict[str, Any] | None:
+    """A stored point as an alert describes it (the fields of a point in an event), or None."""
+    row = _POINT_AT.execute(connection, {"monitor_id": monitor_id, "epoch": epoch}).fetchone()
+    if row is None:
+        return None
+    timestamp, value, expected, lower, upper, score, direction = row
+    return {"timestamp": timestamp, "value": value, "expected": expected, "lower_bound": lower,
+            "upper_bound": upper, "anomaly_score": score, "direction": direction}
+
+
+def enqueue_events(executor: Connection | Session, monitor: MonitorState | MonitorRecord, plan: IncidentPlan,
+                   now: datetime) -> None:
+    """The planned events into the delivery queue, in the caller's transaction."""
+    for event_seq, kind, extra, destination in plan.events:
+        event_id = queue.new_event_id()
+        payload = {"id": event_id, "type": kind, "monitor_id": monitor.id, "monitor_name": monitor.name,
+                   "sequence": event_seq, "created_at": iso(now), **extra}
+        url = monitor.webhook_url if destination == "webhook" else monitor.alertmanager_url
+        queue.enqueue(executor, monitor_id=monitor.id, webhook_url=url or "", seq=event_seq, kind=kind,
+                      payload=payload, now=now, destination=destination)

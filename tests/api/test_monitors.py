@@ -3,6 +3,7 @@ POST /anomalies, idempotent retries, conflicts, retention, concurrent writers, f
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -21,6 +22,7 @@ from tests.support import (
     Receiver,
     build_app,
     drop_all_tables,
+    free_port,
     minute_series,
     new_key,
     services_of,
@@ -601,3 +603,34 @@ def test_feedback_marks_a_point_normal_and_the_detector_learns_it(client: FlaskC
     reader = client.post(f"/monitors/{told['id']}/feedback", headers=keys["reader"],
                          json={"timestamp": stamps[10], "is_anomaly": False})
     assert reader.status_code == 403
+
+
+def test_feedback_on_the_open_incidents_last_anomaly_closes_it_with_its_end_events(
+        client: FlaskClient, keys: dict, monitor_app: Flask) -> None:
+    """Marking the newest point normal left it in open_anomalies, the incident open and its alert firing."""
+    noise, walk = random.Random(7), [100.0]
+    for _ in range(1, 201):
+        walk.append(walk[-1] + noise.gauss(0, 1))
+    walk[-1] += 60
+    stamps, values = hourly_points(walk)
+    monitor = create(client, keys["owner"], data_frequency="Hours", name="closed by a person",
+                     webhook_url=f"http://127.0.0.1:{free_port()}/hook")
+    judged = post_points(client, keys["owner"], monitor["id"], stamps, values).get_json()
+    assert judged["is_anomaly"][-1]
+    opened = client.get(f"/monitors/{monitor['id']}", headers=keys["owner"]).get_json()
+    assert [p["timestamp"] for p in opened["open_anomalies"]] == [stamps[-1]]
+    told = client.post(f"/monitors/{monitor['id']}/feedback", headers=keys["owner"],
+                       json={"timestamp": stamps[-1], "is_anomaly": False})
+    assert told.status_code == 200
+    assert client.get(f"/monitors/{monitor['id']}", headers=keys["owner"]).get_json()["open_anomalies"] == []
+    with services_of(monitor_app).database.session() as session:
+        events = [(e.kind, json.loads(e.payload)) for e in session.query(MonitorEventRecord)
+                  .filter(MonitorEventRecord.monitor_id == monitor["id"]).order_by(MonitorEventRecord.seq)]
+    assert [kind for kind, _ in events] == ["anomaly", "anomaly_ended"]
+    run = events[1][1]["run"]
+    assert run == {"started_at": stamps[-1], "ended_at": stamps[-1], "anomalous_points": 1, "closed_by": "feedback"}
+    # A second word on the same point changes nothing more.
+    client.post(f"/monitors/{monitor['id']}/feedback", headers=keys["owner"],
+                json={"timestamp": stamps[-1], "is_anomaly": False})
+    with services_of(monitor_app).database.session() as session:
+        assert session.query(MonitorEventRecord).filter(MonitorEventRecord.monitor_id == monitor["id"]).count() == 2

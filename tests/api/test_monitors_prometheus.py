@@ -180,6 +180,8 @@ def test_alertmanager_events_fire_and_resolve_in_the_shared_queue(client: FlaskC
     assert resolved["alert"]["labels"] == firing["alert"]["labels"]
     assert firing["alert"]["startsAt"] == "2026-01-01T00:45:00Z" == resolved["alert"]["startsAt"]
     assert resolved["alert"]["endsAt"] == "2026-01-01T00:46:00Z" and "endsAt" not in firing["alert"]
+    # The resolved alert describes the incident's first point, as the firing one did, not the normal one closing it.
+    assert resolved["alert"]["annotations"] == firing["alert"]["annotations"]
 
     # As sent: a list of one alert; a firing one ends HOLD_SECONDS after the send, links are absolute.
     now = datetime(2026, 1, 1, 1, 0, tzinfo=UTC).timestamp()
@@ -538,3 +540,23 @@ def test_an_account_keeps_at_most_its_monitor_limit(module_database_url: str) ->
         assert len(client.get("/monitors", headers=headers).json["monitors"]) == 2
     finally:
         services_of(app).close()
+
+
+def test_a_resolved_alert_describes_the_first_point_of_an_incident_opened_by_an_earlier_append(
+        client: FlaskClient, keys: dict, prom_app: Flask) -> None:
+    owner = keys["owner"]
+    created = create(client, owner, name="split", alertmanager_url=closed_port_url()).json
+    stamps, values = minute_series(60)
+    values[45] += 60
+    first = client.post(f"/monitors/{created['id']}/points", json={"timestamps": stamps[:46], "values": values[:46]},
+                        headers=owner)
+    assert first.json["is_anomaly"][45]
+    second = client.post(f"/monitors/{created['id']}/points", json={"timestamps": stamps[46:], "values": values[46:]},
+                         headers=owner)
+    assert not second.json["is_anomaly"][0]
+    with services_of(prom_app).database.session() as session:
+        events = list(session.execute(select(MonitorEventRecord).where(
+            MonitorEventRecord.monitor_id == created["id"]).order_by(MonitorEventRecord.seq)).scalars())
+    assert [e.kind for e in events] == ["firing", "resolved"]
+    firing, resolved = (json.loads(e.payload)["alert"]["annotations"] for e in events)
+    assert resolved == firing and resolved["summary"].startswith(stamps[45])
