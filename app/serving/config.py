@@ -78,6 +78,8 @@ class ClientLimits:
     body_min_rate: float = 8192.0
     # The longest one write of an answer may wait for the client to take its bytes.
     send_seconds: float = 60.0
+    # An answer whose client takes no byte of it for this long is cut off (app.serving.writing).
+    stall_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> ClientLimits:
@@ -86,6 +88,7 @@ class ClientLimits:
             body_seconds=_number(env, "BODY_TIMEOUT_SECONDS", cls.body_seconds),
             body_min_rate=_number(env, "BODY_MIN_BYTES_PER_SECOND", cls.body_min_rate),
             send_seconds=_number(env, "SEND_TIMEOUT_SECONDS", cls.send_seconds),
+            stall_seconds=_number(env, "SEND_STALL_SECONDS", cls.stall_seconds),
         )
 
     def body_deadline(self, started: float, received: int) -> float:

@@ -58,6 +58,7 @@ from app.serving.framing import (
     oversized_head,
 )
 from app.serving.reading import LINGER_BYTES, DeadlineUnreader, RequestTimedOut
+from app.serving.writing import PacedSocket, SlowReaderSlots
 
 # One non-blocking read in the event loop.
 RECEIVE_BYTES = 65536
@@ -140,6 +141,7 @@ class ServingWorker(ThreadWorker):
         )
         self.upload_slots = max(1, self.cfg.threads // 2)
         self._uploading = 0
+        self.slow_reader_slots = SlowReaderSlots(max(1, self.cfg.threads // 2))
         # Owned by the event loop (main thread) only: connections it is reading, and those of them whose body waits
         # for an upload slot, in arrival order.
         self._unserved: dict[ServingConn, None] = {}
@@ -419,7 +421,15 @@ class ServingWorker(ThreadWorker):
 
     def handle_request(self, req: Any, conn: ServingConn) -> bool:  # type: ignore[override]
         conn.unreader.expect_body(conn.body_deadline, on_time_out=req.force_close)
-        return bool(super().handle_request(req, conn))
+        # The answer is written through a paced socket (app.serving.writing); the connection keeps the real one.
+        sock = conn.sock
+        paced = PacedSocket(sock, self.slow_reader_slots, self.limits.stall_seconds, self.limits.send_seconds)
+        conn.sock = paced  # type: ignore[assignment]
+        try:
+            return bool(super().handle_request(req, conn))
+        finally:
+            conn.sock = sock
+            paced.done()
 
     def _body_received(self, conn: ServingConn, size: int) -> None:
         # Once its body is all in memory, a request no longer waits on the network: its slot can go to another.

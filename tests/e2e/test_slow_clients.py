@@ -73,7 +73,7 @@ def paas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PaasServer,
 def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PaasServer, str]]:
     """Short client limits and 4 threads (2 upload slots), so what a stalled client gets is seen quickly."""
     server, key = _start(tmp_path_factory.mktemp("tight"), GUNICORN_THREADS="4", HEADER_TIMEOUT_SECONDS="1",
-                         BODY_TIMEOUT_SECONDS="1", BODY_MIN_BYTES_PER_SECOND="1000")
+                         BODY_TIMEOUT_SECONDS="1", BODY_MIN_BYTES_PER_SECOND="1000", SEND_STALL_SECONDS="2")
     yield server, key
     server.stop()
 
@@ -358,3 +358,47 @@ def test_key_shaped_strings_in_any_case_never_reach_the_log_nor_come_back(paas: 
     leaked = [line for line in log.splitlines() if ANY_CASE_KEY.search(line)]
     assert leaked == [], leaked[:3]
     assert f"{key[:11]}…{key[-4:]}" in log  # redacted to the fingerprint the key listings show
+
+
+def _large_answer_request(key: str, points: int) -> bytes:
+    """POST /anomalies over ``points`` minutes: an answer of about 120 bytes a point, larger than what the
+    socket buffers between the server and a client that reads nothing hold."""
+    start = 1_767_225_600
+    body = json.dumps({"series": [{
+        "timestamps": [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start + 60 * i)) for i in range(points)],
+        "values": [float(10 + i % 7) for i in range(points)]}], "data_frequency": "Minutes"}).encode()
+    return (f"POST /anomalies HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def test_clients_that_do_not_take_their_answers_hold_half_the_threads_and_are_cut_off(tmp_path: Path) -> None:
+    """Forty clients reading a 13 MB download a byte every 30 s kept every thread writing to them for a minute
+    each, and every other request waited. Here 2 threads (1 slow-reader slot) and 3 clients that stop reading a
+    7 MB answer after its first byte: the server keeps answering others within a second, and cuts them off."""
+    server, key = _start(tmp_path, GUNICORN_THREADS="2", SEND_STALL_SECONDS="2")
+    request = _large_answer_request(key, 100_000)
+    socks = []
+    try:
+        for _ in range(3):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # takes little before it stops reading
+            sock.settimeout(120)
+            sock.connect(("127.0.0.1", server.port))
+            sock.sendall(request)
+            socks.append(sock)
+        for sock in socks:
+            assert sock.recv(1) == b"H"  # its answer is computed and being written
+        ends = time.monotonic() + 6
+        while time.monotonic() < ends:
+            answered_within_a_second(server, key)
+            time.sleep(0.2)
+        # Every stalled answer was cut off: what is left to read ends before the whole of it.
+        for sock in socks:
+            received = 1
+            while chunk := sock.recv(1 << 20):
+                received += len(chunk)
+            assert received < 6_000_000
+    finally:
+        for sock in socks:
+            sock.close()
+        server.stop()
