@@ -244,6 +244,12 @@ def test_a_person_manages_keys_and_forecasts_in_the_dashboard(
     )
     assert refused
     assert requests.get(server.url + "/verify", headers=bearer(rotated), timeout=10).status_code == 200
+    # In the list, the rotated-out key is marked as such, and the table fits a 1,280-pixel window.
+    page.open("/dashboard/keys")
+    assert page.find(f"tr[data-key-id='{new_id}'] .badge.rotated").text == "rotated"
+    assert page.all(f"tr[data-key-id='{rotated_id}'] .badge.rotated") == []
+    assert page.js("var w = document.querySelector('.table-wrap'); return w.scrollWidth <= w.clientWidth"), \
+        "the keys table scrolls sideways at 1,280 px"
 
     # Revoke, with a confirmation step; then the key is refused.
     page.open(f"/dashboard/keys/{rotated_id}")
@@ -416,7 +422,7 @@ def test_the_create_form_keeps_the_choice_of_no_permission_and_dates_stay_on_one
     assert page.find("#name").get_attribute("value") == "no permission"
 
     # Dates keep to one line each in the keys table.
-    lines = page.js("""return Array.from(document.querySelectorAll('tr[data-key-id] td.when')).map(function (td) {
+    lines = page.js("""return Array.from(document.querySelectorAll('tr[data-key-id] .when')).map(function (td) {
         var range = document.createRange(); range.selectNodeContents(td);
         return new Set(Array.from(range.getClientRects()).map(function (r) { return Math.round(r.top); })).size;
     });""")
