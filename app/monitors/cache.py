@@ -87,6 +87,10 @@ class JudgeState:
     detector: DetectorState
     size: int
     last_epoch: int | None = None  # the newest point the state has seen
+    # Kept for monitors people give feedback on: the state before the last append and that append's points
+    # (epoch, value, learnt as normal), so a "not an anomaly" on one of them is relearnt by replaying them alone.
+    checkpoint: DetectorState | None = None
+    checkpoint_rows: list[tuple[int, float, bool]] | None = None
 
 
 class HistoryCache:

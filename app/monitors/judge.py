@@ -3,6 +3,7 @@ what other processes stored, or rebuilt from the stored points), or another dete
 
 from __future__ import annotations
 
+import copy
 import queue as queue_module
 import time
 from collections.abc import Sequence
@@ -151,7 +152,8 @@ def advance(monitor: MonitorState, judged: JudgeState, rows: Sequence[Row[Any]])
                                   normal=[r[2] == NOT_ANOMALY for r in rows])
         judged.last_epoch = int(rows[-1][0])
     judged.revision = monitor.revision
-    judged.size = StreamingDetector.size(judged.detector)
+    judged.checkpoint = judged.checkpoint_rows = None  # the rows it covered are no longer the last append
+    judged.size = _size(judged)
 
 
 def judge_streaming(
@@ -159,6 +161,29 @@ def judge_streaming(
 ) -> tuple[list[Verdict], int | None]:
     state = judged.detector
     before = state.rows
+    if monitor.relearn_revision:  # people give this monitor feedback: keep what relearning the append needs
+        judged.checkpoint = copy.deepcopy(state)
+        judged.checkpoint_rows = [(e, float(v), False) for e, v in zip(epochs, values, strict=True)]
     result = monitor.detector().update(state, [float(e) for e in epochs], values)
-    judged.size = StreamingDetector.size(state)
+    judged.size = _size(judged)
     return verdicts_of(result, len(epochs), warm=WARMUP - before), state.period or None
+
+
+def relearn_last_append(judged: JudgeState, detector: StreamingDetector, epoch: int) -> bool:
+    """Relearns the point at ``epoch`` as normal when it came in the last append: the state before that append,
+    the append replayed with the point among the normal ones. False when the state cannot (then the monitor is
+    rebuilt from its stored points, which costs the replay of a whole look-back window)."""
+    rows = judged.checkpoint_rows
+    if judged.checkpoint is None or rows is None or epoch not in {row[0] for row in rows}:
+        return False
+    rows = [(e, v, normal or e == epoch) for e, v, normal in rows]
+    state = copy.deepcopy(judged.checkpoint)
+    detector.update(state, [float(e) for e, _, _ in rows], [v for _, v, _ in rows], normal=[n for _, _, n in rows])
+    judged.detector, judged.checkpoint_rows = state, rows
+    judged.size = _size(judged)
+    return True
+
+
+def _size(judged: JudgeState) -> int:
+    checkpoint = StreamingDetector.size(judged.checkpoint) if judged.checkpoint is not None else 0
+    return StreamingDetector.size(judged.detector) + checkpoint

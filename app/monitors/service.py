@@ -12,10 +12,13 @@ from sqlalchemy.orm import Session
 from app.db import Database
 from app.monitors import incidents, queue, sources
 from app.monitors.answers import alert_view, monitor_view, point_view
+from app.monitors.cache import JudgeState
+from app.monitors.judge import relearn_last_append
 from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorPointRecord, MonitorRecord
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.store import (
     NOT_ANOMALY,
+    detector_of,
     enqueue_events,
     epoch_text,
     iso,
@@ -131,29 +134,52 @@ def mark_not_anomaly(
     *, database: Database, runtime: MonitorRuntime, account_id: str, monitor_id: str, epoch: int
 ) -> dict[str, Any]:
     """Records a user's "not an anomaly" on a stored point. Its verdict stays as it was given; the detector
-    learns the point as normal from now on: the monitor's revision moves, so every process rebuilds its
-    state from the stored points with this one among the normal ones. When it was the open incident's last
-    anomaly not marked normal, the incident closes here, with its end events (webhook and Alertmanager)."""
+    learns the point as normal from now on: a point of the last append is relearnt here by replaying that
+    append (app.monitors.judge.relearn_last_append), and the moved revision has every other process rebuild
+    its state from the stored points. When it was the open incident's last anomaly not marked normal, the
+    incident closes here, with its end events (webhook and Alertmanager)."""
+    with runtime.locks.lock_for(monitor_id):
+        try:
+            revision, relearnt, view, closed = _mark(session_scope=database.session(), runtime=runtime,
+                                                     account_id=account_id, monitor_id=monitor_id, epoch=epoch)
+        except BaseException:
+            runtime.cache.drop(monitor_id)  # relearning changed the cached state in place; the change is undone
+            raise
+        cached = runtime.cache.peek(monitor_id)
+        if relearnt and isinstance(cached, JudgeState):
+            cached.revision = revision
+            runtime.cache.put(monitor_id, cached)
+        else:
+            runtime.cache.drop(monitor_id)
+    if closed:
+        runtime.sender.notify()
+    return view
+
+
+def _mark(*, session_scope: Any, runtime: MonitorRuntime, account_id: str, monitor_id: str, epoch: int
+          ) -> tuple[int, bool, dict[str, Any], bool]:
+    """(the monitor's new revision, relearnt in this process's state, the point's view, incident closed)."""
     closed = False
-    with runtime.locks.lock_for(monitor_id), database.session() as session:
+    with session_scope as session:
         monitor = owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
         point = session.get(MonitorPointRecord, (monitor_id, epoch))
         if point is None:
-            raise NotFound("No stored point at that timestamp.",
-                           details={"field": "timestamp", "issue": "no stored point", "provided": epoch_text(epoch)})
+            raise NotFound("No stored point at that timestamp.", details={
+                "field": "timestamp", "issue": "no stored point", "provided": epoch_text(epoch)})
         point.feedback = NOT_ANOMALY
         session.flush()
         if monitor.open_anomaly_epoch is not None and epoch >= monitor.open_anomaly_epoch:
             closed = _close_if_all_marked(session, monitor, point)
+        # This process relearns a point of the last append by replaying that append alone; any other change
+        # (and every other process) rebuilds from the stored points, which the moved relearn_revision asks for.
+        cached = runtime.cache.peek(monitor_id)
+        relearnt = (isinstance(cached, JudgeState) and cached.revision == monitor.revision
+                    and relearn_last_append(cached, detector_of(monitor), epoch))
         monitor.revision += 1
         monitor.relearn_revision = monitor.revision
         monitor.updated_at = utc_now()
         session.flush()
-        view = point_view(point)
-    runtime.cache.drop(monitor_id)
-    if closed:
-        runtime.sender.notify()
-    return view
+        return monitor.revision, relearnt, point_view(point), closed
 
 
 def _close_if_all_marked(session: Session, monitor: MonitorRecord, marked: MonitorPointRecord) -> bool:

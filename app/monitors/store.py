@@ -79,12 +79,20 @@ class MonitorState:
     prometheus_query: str | None
 
     def detector(self) -> StreamingDetector:
-        confidence = self.confidence if self.sensitivity is None else confidence_for_sensitivity(self.sensitivity)
-        return StreamingDetector(
-            data_frequency=self.data_frequency,
-            confidence=confidence,
-            floor=(self.min_deviation, self.min_relative_deviation),
-        )
+        return detector_of(self)
+
+
+def detector_of(monitor: MonitorState | MonitorRecord) -> StreamingDetector:
+    """The default detector as a monitor's settings configure it."""
+    sensitivity = monitor.sensitivity
+    confidence = monitor.confidence if sensitivity is None else confidence_for_sensitivity(sensitivity)
+    return StreamingDetector(
+        data_frequency=monitor.data_frequency,
+        confidence=confidence,
+        floor=(monitor.min_deviation, monitor.min_relative_deviation),
+    )
+
+
 _STATE_COLUMNS = [MonitorRecord.__table__.c[name] for name in MonitorState.__dataclass_fields__]
 # The append path's statements, built and compiled once (Prepared) and run on the transaction's DBAPI cursor:
 # building a statement per append, the ORM session's bookkeeping and SQLAlchemy's execution machinery cost

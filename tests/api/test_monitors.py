@@ -634,3 +634,42 @@ def test_feedback_on_the_open_incidents_last_anomaly_closes_it_with_its_end_even
                 json={"timestamp": stamps[-1], "is_anomaly": False})
     with services_of(monitor_app).database.session() as session:
         assert session.query(MonitorEventRecord).filter(MonitorEventRecord.monitor_id == monitor["id"]).count() == 2
+
+
+def test_feedback_on_a_point_of_the_last_append_is_relearnt_without_a_rebuild(
+        client: FlaskClient, keys: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alternating a one-point append and feedback on it rebuilt the state from the stored points at every
+    append (84-93 ms of web CPU on 10,000 points): the state now relearns the last append by replaying it."""
+    from app.monitors import store
+
+    rebuilds: list[str] = []
+    real = store.newest_points
+    monkeypatch.setattr(store, "newest_points", lambda connection, monitor_id: (
+        rebuilds.append(monitor_id), real(connection, monitor_id))[1])
+    noise, walk = random.Random(11), [100.0]
+    for i in range(1, 320):  # a random walk that steps up at row 300
+        walk.append(walk[-1] + noise.gauss(0, 1) + (60 if i == 300 else 0))
+    stamps, values = hourly_points(walk)
+    told = create(client, keys["owner"], data_frequency="Hours", name="told often")
+    untold = create(client, keys["owner"], data_frequency="Hours", name="never told")
+
+    def feedback(index: int) -> None:
+        answer = client.post(f"/monitors/{told['id']}/feedback", headers=keys["owner"],
+                             json={"timestamp": stamps[index], "is_anomaly": False})
+        assert answer.status_code == 200
+
+    for monitor in (told, untold):
+        post_points(client, keys["owner"], monitor["id"], stamps[:290], values[:290])
+    feedback(100)  # the first word on this monitor: rebuilt once, at the next append
+    verdicts: dict[str, list[bool]] = {"told": [], "untold": []}
+    for index in range(290, 305):
+        for name, monitor in (("told", told), ("untold", untold)):
+            answer = post_points(client, keys["owner"], monitor["id"], [stamps[index]], [values[index]]).get_json()
+            verdicts[name].append(answer["is_anomaly"][0])
+        if verdicts["told"][-1]:
+            feedback(index)
+    # Built at its first append, rebuilt once after the first word; never again for words on its last append.
+    assert rebuilds.count(told["id"]) == 2 and rebuilds.count(untold["id"]) == 1
+    # The step was flagged once, marked normal, and relearnt as the new level: the rows after it are normal.
+    assert verdicts["told"][10] and not any(verdicts["told"][11:])
+    assert verdicts["untold"][10]
