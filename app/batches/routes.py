@@ -8,12 +8,13 @@ import json
 import logging
 from collections.abc import Iterator
 from datetime import timedelta
+from itertools import islice
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.wsgi import LimitedStream
 
-from app.batches import store
+from app.batches import quota, store
 from app.batches.compute import FORECAST
 from app.batches.schemas import batch_json
 from app.batches.submit import (
@@ -53,11 +54,12 @@ def submit() -> Response:
         raw = read_body(settings.max_body_bytes)
         fields, series = read_json_batch(parse_json_body(raw), request.headers, max_series=settings.batch_max_series,
                                          escaped=b"\\u" in raw)
+        quota.check(services.database, key.account_id, size=len(raw), quota=settings.batch_account_quota_bytes)
         _spend(services, len(series))
         batch = store.create_batch(services.database, key_id=key.id, account_id=key.account_id, kind=fields.kind,
                                    parameters=fields.parameters, series=series,
                                    chunk_series=settings.batch_chunk_series,
-                                   lease_seconds=settings.batch_lease_seconds)
+                                   lease_seconds=settings.batch_lease_seconds, body_bytes=len(raw))
         _enqueue(services, lambda tasks: tasks.enqueue_chunks((batch.id, seq) for seq in range(batch.chunks_total)))
     else:
         raise UnsupportedMediaType(
@@ -82,12 +84,16 @@ def _submit_csv(services: Services) -> store.Batch:
     stream = request.environ["wsgi.input"]
     if request.content_length is not None:
         stream = LimitedStream(stream, request.content_length)
+    allowed = settings.batch_account_quota_bytes
+    quota.check(services.database, key.account_id, size=request.content_length or 0, quota=allowed)
     scan = UploadScan(max_series=settings.batch_max_series)
     batch_id = store.start_upload(services.database, key_id=key.id, account_id=key.account_id, kind=fields.kind,
                                   parameters=fields.parameters)
     try:
         received = 0
         for seq, piece in enumerate(pieces(stream, max_bytes=limit, scan=scan)):
+            # Checked as each piece arrives: the stored total includes the account's other uploads under way.
+            quota.check(services.database, key.account_id, size=len(piece), quota=allowed, counted=received)
             store.add_upload_piece(services.database, batch_id, seq, piece)
             received += len(piece)
         series_total = scan.finish()
@@ -173,7 +179,7 @@ def results(batch_id: str) -> Response:
     wants_csv = request.args.get("format") == "csv" or (
         request.accept_mimetypes.best_match([NDJSON, "application/json", "text/csv"], default=NDJSON) == "text/csv"
     )
-    outputs = store.done_outputs(services.database, batch.id)
+    outputs = store.done_lines(services.database, batch.id)
     if wants_csv:
         body, mimetype = csv_rows(outputs, batch.kind), "text/csv"
     else:
@@ -187,31 +193,57 @@ def _json_lines(outputs: Iterator[bytes]) -> Iterator[bytes]:
     yield from outputs
 
 
+# OWASP's CSV-injection defence: a spreadsheet takes a cell starting with one of these for a formula (a tab or
+# carriage return can precede one), so such an id is written with a leading apostrophe, which spreadsheets
+# show as text. Only ids are client text; the other cells are numbers, timestamps and the service's JSON.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Rows gathered before a piece of the answer is handed on: few enough that a piece stays small (a row is at
+# most a 200-character id and a few numbers), many enough that the per-piece cost is small.
+_ROWS_PER_PIECE = 64
+
+
+def safe_cell(text: str) -> str:
+    """The id as a spreadsheet will show it and not run it; the JSON lines keep every id as submitted."""
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
+
+
 def csv_rows(outputs: Iterator[bytes], kind: str) -> Iterator[str]:
+    """The results as CSV, each series' result read from its stored JSON line and written a few rows at a
+    time: what is held is one series' result and one small piece of text, whatever the ids or the horizon.
+    Numbers are written by the csv module as repr() writes them: the shortest text that reads back as the
+    same double."""
     columns = FORECAST_CSV_COLUMNS if kind == FORECAST else ANOMALY_CSV_COLUMNS
     text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(columns)
+    plain = csv.writer(text, lineterminator="\n")
+    # The csv module quotes a field holding a line break only if that break is in its line terminator: an id
+    # with a carriage return has its rows written with every field quoted, so it stays one field.
+    quoted = csv.writer(text, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    plain.writerow(columns)
     for output in outputs:
         for line in output.splitlines():
             result = json.loads(line)
+            unique_id = safe_cell(result["id"])
+            writer = quoted if "\r" in unique_id else plain
             if "error" in result:
-                writer.writerow([result["id"], *[""] * (len(columns) - 2),
+                writer.writerow([unique_id, *[""] * (len(columns) - 2),
                                  json.dumps({"error": result["error"]}, separators=(",", ":"))])
-            elif kind == FORECAST:
-                writer.writerows(
-                    [result["id"], *row, ""] for row in zip(result["forecast_timestamps"], result["lower_bound"],
-                                                            result["median"], result["upper_bound"], strict=True)
-                )
+                continue
+            if kind == FORECAST:
+                rows: Iterator[list[Any]] = (
+                    [unique_id, *row, ""] for row in zip(result["forecast_timestamps"], result["lower_bound"],
+                                                         result["median"], result["upper_bound"], strict=True))
             else:
-                writer.writerows(
-                    [result["id"], stamp, expected, lower, upper, score, "true" if flag else "false", direction or "",
+                rows = (
+                    [unique_id, stamp, expected, lower, upper, score, "true" if flag else "false", direction or "",
                      ""]
                     for stamp, expected, lower, upper, score, flag, direction in zip(
                         result["timestamps"], result["expected"], result["lower_bound"], result["upper_bound"],
                         result["anomaly_score"], result["is_anomaly"], result["direction"], strict=True)
                 )
-        yield text.getvalue()
-        text.seek(0)
-        text.truncate()
+            while part := list(islice(rows, _ROWS_PER_PIECE)):
+                writer.writerows(part)
+                yield text.getvalue()
+                text.seek(0)
+                text.truncate()
+            del result
     yield text.getvalue()
