@@ -33,6 +33,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
                                          batch_chunk_series=50, batch_account_quota_bytes=QUOTA))
     services_of(application).jobs.immediate = True
     yield application
+    application.extensions["monitors"].sender.stop()
     services_of(application).close()
 
 
@@ -176,6 +177,10 @@ def test_date_only_timestamps_are_midnight_everywhere(client: FlaskClient, key: 
     anomalies = client.post("/anomalies", headers=bearer(key), json={
         "data_frequency": "Daily", "series": [{"timestamps": dates, "values": data["values"]}]})
     assert anomalies.status_code == 200, anomalies.get_data(as_text=True)
+    monitor = client.post("/monitors", json={"name": "daily", "data_frequency": "Daily"}, headers=bearer(key))
+    points = client.post(f"/monitors/{monitor.get_json()['id']}/points", headers=bearer(key),
+                         json={"timestamps": dates[:3], "values": data["values"][:3]})
+    assert points.status_code == 200, points.get_data(as_text=True)
     submitted = upload(client, key, rows_of([("d", {"timestamps": dates, "values": data["values"]})]))
     batch_id = submitted.get_json()["id"]
     assert client.get(f"/batches/{batch_id}", headers=bearer(key)).get_json()["progress"] == {
