@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, current_app, request
 from marshmallow import Schema, fields
 
 from app.anomalies import openapi_doc as anomaly_docs
@@ -248,7 +249,17 @@ def build_spec() -> dict[str, Any]:
     return spec.to_dict()
 
 
+@cache
+def _served() -> tuple[bytes, str]:
+    # Not counted, so serialised once per process: each request is then a copy of the bytes (or a 304).
+    body = current_app.json.dumps(build_spec()).encode()
+    return body, hashlib.sha256(body).hexdigest()[:32]
+
+
 @bp.get("/openapi.json")
 @uncounted
 def openapi_document() -> Response:
-    return jsonify(build_spec())
+    body, etag = _served()
+    response = Response(body, mimetype="application/json")
+    response.set_etag(etag)
+    return response.make_conditional(request)
