@@ -195,15 +195,17 @@ def _json_lines(outputs: Iterator[bytes]) -> Iterator[bytes]:
 
 # OWASP's CSV-injection defence: a spreadsheet takes a cell starting with one of these for a formula (a tab or
 # carriage return can precede one), so such an id is written with a leading apostrophe, which spreadsheets
-# show as text. Only ids are client text; the other cells are numbers, timestamps and the service's JSON.
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# show as text. An id that starts with an apostrophe itself gets one too, so a program reading the CSV undoes
+# the defence exactly by removing one leading apostrophe (forecast_client does). Only ids are client text;
+# the other cells are numbers, timestamps and the service's JSON.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
 # Rows gathered before a piece of the answer is handed on: few enough that a piece stays small (a row is at
 # most a 200-character id and a few numbers), many enough that the per-piece cost is small.
 _ROWS_PER_PIECE = 64
 
 
 def safe_cell(text: str) -> str:
-    """The id as a spreadsheet will show it and not run it; the JSON lines keep every id as submitted."""
+    """The id as a spreadsheet shows it without running it; the JSON lines keep every id as submitted."""
     return "'" + text if text.startswith(_FORMULA_STARTS) else text
 
 
