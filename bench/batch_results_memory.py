@@ -8,7 +8,8 @@ Scenarios, each on a fresh SQLite service (gunicorn with 1 web process, `jobs wo
   ``--baseline COMMIT`` the same upload is run on that commit, which accepted it.
 - ``largest allowed``: ``--series`` series with 200-character ids (the limit), horizon 100, model 2: the
   largest results per series the service accepts, downloaded three at once as CSV, then as JSON lines.
-- ``distinct ids``: an upload of ``--scan-ids`` distinct 200-character ids (one row each), the scan's cost.
+- ``distinct ids``: an upload of ``--scan-ids`` distinct 200-character ids (one row each), the scan's cost;
+  and the hostile tester's ``--long-scan-ids`` distinct 1,000,000-character ids (on the baseline too).
 
 Target: the web process's peak under 200 MB for any results download (issue 44). Writes
 bench/results/batch-results-memory.md.
@@ -171,6 +172,26 @@ def distinct_ids(svc: Service, count: int) -> list[str]:
             f"upload answered {status}", f"{start:.0f} / {end:.0f} / -", "met" if end < TARGET_MIB else "not met"]
 
 
+def long_distinct_ids(svc: Service, count: int, chars: int) -> list[str]:
+    """The hostile tester's upload-scan case: ``count`` distinct ids of ``chars`` characters, one row each,
+    streamed (the web process gets it in pieces, as from a real client)."""
+    import httpx
+
+    def pieces() -> Iterator[bytes]:
+        yield b"unique_id,timestamp,value\n"
+        for n in range(count):
+            yield f"{n:06d}".encode() + b"U" * (chars - 6) + b",2026-01-01T00:00:00,1\n"
+
+    start = svc.web_hwm()
+    answer = httpx.post(svc.url + "/batches", params=FIELDS, content=pieces(), timeout=1800,
+                        headers={"Authorization": f"Bearer {svc.key}", "Content-Type": "text/csv"})
+    end = svc.web_hwm()
+    size = count * (chars + 23) / 1e6
+    return [f"{count:,} distinct {chars:,}-character ids, one row each ({size:,.0f} MB upload, streamed)",
+            f"upload answered {answer.status_code}", f"{start:.0f} / {end:.0f} / -",
+            "met" if end < TARGET_MIB else "not met"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", help="a commit to run the long-ids scenario on as well")
@@ -178,18 +199,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--series", type=int, default=2000)
     ap.add_argument("--scan-ids", type=int, default=100_000)
     ap.add_argument("--at-once", type=int, default=3)
+    ap.add_argument("--long-scan-ids", type=int, default=300, help="distinct 1,000,000-character ids uploaded")
     args = ap.parse_args(argv)
     rows: list[list[str]] = []
     with c.temp_dir("bench-results-memory-") as tmp:
         if args.baseline:
             with c.git_worktree(args.baseline) as tree, service(tmp, "baseline", tree) as svc:
                 rows.append([f"baseline {args.baseline}", *long_ids(svc, args.id_chars, 1)])
+            with c.git_worktree(args.baseline) as tree, service(tmp, "baseline-scan", tree) as svc:
+                rows.append([f"baseline {args.baseline}",
+                             *long_distinct_ids(svc, args.long_scan_ids, 1_000_000)])
         with service(tmp, "current") as svc:
             rows.append(["this code", *long_ids(svc, args.id_chars, args.at_once)])
         with service(tmp, "largest") as svc:
             rows += [["this code", *row] for row in largest(svc, args.series, args.at_once)]
         with service(tmp, "scan") as svc:
             rows.append(["this code", *distinct_ids(svc, args.scan_ids)])
+            rows.append(["this code", *long_distinct_ids(svc, args.long_scan_ids, 1_000_000)])
     c.write_table(
         "batch-results-memory", "Batch results downloads: the web process's peak memory",
         ["gunicorn with 1 web process (FORECAST_WORKERS=1), `jobs worker --processes 2`, SQLite; VmHWM of the "
