@@ -8,7 +8,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: install install-dev run serve migrate test lint bench bench-quick lock clean
+.PHONY: install install-dev run serve migrate test lint screenshots bench bench-quick lock clean
 
 # The runtime set only: what a production server needs (requirements.lock).
 $(BIN)/.installed: pyproject.toml requirements.lock
@@ -46,6 +46,12 @@ TEST_WORKERS ?= 3
 
 test: install-dev
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
+# The dashboard screenshots docs/dashboard.md shows, taken again by the browser tests (which, in `make test`,
+# write theirs to a temporary folder and leave the checkout as it was). Needs chromium and chromedriver.
+screenshots: install-dev
+	SCREENSHOTS_DIR=$(CURDIR)/docs/screenshots REQUIRE_SERVICES=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/e2e/test_dashboard_browser.py
 
 # ruff, and the package boundaries as import contracts (no circle, no private name across packages, the
 # worker side apart from the web side).

@@ -156,6 +156,7 @@ def key_summary(key: ApiKey) -> dict[str, Any]:
         "usage_count": key.usage_count,
         "last_used": _iso(key.last_used_at),
         "rotated_to": key.rotated_to,
+        "created_by": key.created_by,
     }
 
 
@@ -248,6 +249,7 @@ _LIST_COLUMNS: tuple[tuple[str, bool], ...] = (
     ("expires", False),
     ("usage", True),
     ("last used", False),
+    ("created by", False),
 )
 _NAME_WIDTH = 24  # names may be 200 characters; the table shows their start
 
@@ -269,6 +271,7 @@ def _key_table(keys: list[ApiKey]) -> str:
                 s["expires"] or "-",
                 str(s["usage_count"]),
                 s["last_used"] or "-",
+                s["created_by"] or "-",
             ]
         )
     titles = [title for title, _ in _LIST_COLUMNS]
@@ -303,13 +306,16 @@ def keys_show(key_id: str, as_json: bool) -> None:
 @keys_cli.command("revoke")
 @click.argument("key_id")
 def keys_revoke(key_id: str) -> None:
-    """Revoke a key at once (running servers refuse it within 5 s)."""
+    """Revoke a key at once, and every key it created (running servers refuse them within 5 s)."""
     try:
         with _key_store() as session:
             key = crud.revoke_key(session, key_id=key_id)
+            cascade = crud.revoke_created(session, key_id=key_id)
     except crud.KeyInputError as exc:
         _fail(str(exc))
     click.echo(f"Revoked {key.id} at {_iso(key.revoked_at)}.")
+    if cascade:
+        click.echo(f"also revoked: {', '.join(cascade)} (created by it, or by keys it created)")
 
 
 @keys_cli.command("rotate")

@@ -96,6 +96,9 @@ class Settings:
     batch_result_ttl_hours: float = 72.0
     batch_lease_seconds: float = 120.0
     batch_chunk_series: int = 50
+    # The most batch data (the bytes of its submissions, CSV or JSON) one account may keep stored at once,
+    # whatever its keys' rate limits: uploads cost disk until their batches expire or are deleted.
+    batch_account_quota_bytes: int = 2 << 30
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -130,6 +133,7 @@ class Settings:
             batch_result_ttl_hours=_float("BATCH_RESULT_TTL_HOURS", 72.0),
             batch_lease_seconds=_float("BATCH_LEASE_SECONDS", 120.0),
             batch_chunk_series=max(1, _int("BATCH_CHUNK_SERIES", 50)),
+            batch_account_quota_bytes=_int("BATCH_ACCOUNT_QUOTA_BYTES", 2 << 30),
         )
         return replace(settings, **overrides)
 

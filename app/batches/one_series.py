@@ -103,10 +103,7 @@ def envelope_of(error: ApiError, index: int) -> dict[str, Any]:
     """The error as POST /forecast would answer it, its field paths naming this series' place in the batch
     (``series[0]`` of the single-series request is ``series[index]`` of the batch)."""
     details = _renamed(error.details or {}, index)
-    out: dict[str, Any] = {"code": error.code, "message": error.message}
-    if details:
-        out["details"] = details
-    return out
+    return {"code": error.code, "message": error.message, "details": details}
 
 
 def _renamed(details: dict[str, Any], index: int) -> dict[str, Any]:

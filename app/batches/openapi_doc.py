@@ -40,12 +40,14 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             out["404"] = {**out["404"], "description": "INVALID_REQUEST: no such batch in the caller's account."}
         if "413" in out:
             out["413"] = {**out["413"], "description": "INVALID_REQUEST: more series than BATCH_MAX_SERIES, a CSV "
-                          "upload over BATCH_MAX_UPLOAD_BYTES, or a JSON body over MAX_BODY_BYTES."}
+                          "upload over BATCH_MAX_UPLOAD_BYTES, a JSON body over MAX_BODY_BYTES, or a submission "
+                          "larger than the account's BATCH_ACCOUNT_QUOTA_BYTES."}
         if "415" in out:
             out["415"] = {**out["415"], "description": "INVALID_REQUEST: the body is neither JSON nor text/csv."}
         if "429" in out:
             out["429"] = {**out["429"], "description": out["429"]["description"] + " A batch that does not fit "
-                          "the hour or day window is refused whole."}
+                          "the hour or day window is refused whole; so is one that does not fit the account's "
+                          "quota of stored batch data (window \"stored batch data\")."}
         return out
 
     def operation(op_id: str, summary: str, permission: str, responses: dict[str, Any],
@@ -86,7 +88,8 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
         "application/json": {"schema": {"oneOf": [{"$ref": "#/components/schemas/ForecastBatchRequest"},
                                                   {"$ref": "#/components/schemas/AnomalyBatchRequest"}]}},
         "text/csv": {"schema": {"type": "string", "description": "Header " + ",".join(CSV_HEADER) + ", one row "
-                                "per point; the fields go in the query string."}},
+                                "per point (a row ends at LF, CRLF or a lone CR); unique_id of 1 to 200 characters, "
+                                "no field over 131,072 characters, no NUL; the fields go in the query string."}},
     }}
     spec.path(path="/batches", operations={
         "post": submit,
@@ -115,8 +118,9 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             {"200": {
                 "description": "One JSON object per series (its id and what POST /forecast or POST /anomalies "
                 "answers, or its error) or, for Accept: text/csv or ?format=csv, long-format rows "
-                "(unique_id,timestamp,lower,median,upper,error for forecasts). Before the batch is done: the series "
-                "finished so far.",
+                "(unique_id,timestamp,lower,median,upper,error for forecasts; an id starting with =, +, -, @, a tab, "
+                "a carriage return or an apostrophe gets a leading apostrophe). Before the batch is done: the "
+                "series finished so far.",
                 "headers": {**ok_headers, "X-Batch-Status": {"description": "The batch's status.",
                                                              "schema": {"type": "string"}}},
                 "content": {"application/x-ndjson": {"schema": {"type": "string"}},

@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.wsgi import LimitedStream
 
-from app.batches import store
+from app.batches import quota, store
 from app.batches.results import csv_rows
 from app.batches.schemas import batch_json
 from app.batches.submit import (
@@ -47,11 +47,12 @@ def submit() -> Response:
         raw = read_body(settings.max_body_bytes)
         fields, series = read_json_batch(parse_json_body(raw), request.headers, max_series=settings.batch_max_series,
                                          escaped=b"\\u" in raw)
+        quota.check(services.database, key.account_id, size=len(raw), quota=settings.batch_account_quota_bytes)
         _spend(services, len(series))
         batch = store.create_batch(services.database, key_id=key.id, account_id=key.account_id, kind=fields.kind,
                                    parameters=fields.parameters, series=series,
                                    chunk_series=settings.batch_chunk_series,
-                                   lease_seconds=settings.batch_lease_seconds)
+                                   lease_seconds=settings.batch_lease_seconds, body_bytes=len(raw))
         _enqueue(services, lambda tasks: tasks.enqueue_chunks((batch.id, seq) for seq in range(batch.chunks_total)))
     else:
         raise UnsupportedMediaType(
@@ -76,12 +77,16 @@ def _submit_csv(services: Services) -> store.Batch:
     stream = request.environ["wsgi.input"]
     if request.content_length is not None:
         stream = LimitedStream(stream, request.content_length)
+    allowed = settings.batch_account_quota_bytes
+    quota.check(services.database, key.account_id, size=request.content_length or 0, quota=allowed)
     scan = UploadScan(max_series=settings.batch_max_series)
     batch_id = store.start_upload(services.database, key_id=key.id, account_id=key.account_id, kind=fields.kind,
                                   parameters=fields.parameters)
     try:
         received = 0
         for seq, piece in enumerate(pieces(stream, max_bytes=limit, scan=scan)):
+            # Checked as each piece arrives: the stored total includes the account's other uploads under way.
+            quota.check(services.database, key.account_id, size=len(piece), quota=allowed, counted=received)
             store.add_upload_piece(services.database, batch_id, seq, piece)
             received += len(piece)
         series_total = scan.finish()
@@ -167,7 +172,7 @@ def results(batch_id: str) -> Response:
     wants_csv = request.args.get("format") == "csv" or (
         request.accept_mimetypes.best_match([NDJSON, "application/json", "text/csv"], default=NDJSON) == "text/csv"
     )
-    outputs = store.done_outputs(services.database, batch.id)
+    outputs = store.done_lines(services.database, batch.id)
     if wants_csv:
         body, mimetype = csv_rows(outputs, batch.kind), "text/csv"
     else:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import and_, case, delete, literal, or_, select, update
+from sqlalchemy import String, and_, case, cast, delete, func, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.batches.records import BatchChunkRecord, BatchRecord, BatchUploadRecord
@@ -132,7 +132,8 @@ def _add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]
 
 
 def create_batch(database: Database, *, key_id: str, account_id: str, kind: str, parameters: dict[str, Any],
-                 series: list[dict[str, Any]], chunk_series: int, lease_seconds: float) -> Batch:
+                 series: list[dict[str, Any]], chunk_series: int, lease_seconds: float,
+                 body_bytes: int = 0) -> Batch:
     """A JSON batch, stored whole and already split into chunks, in one transaction."""
     now = now_utc()
     with database.session() as session:
@@ -142,7 +143,7 @@ def create_batch(database: Database, *, key_id: str, account_id: str, kind: str,
         session.flush()
         record.chunks_total = _add_chunks(session, record.id, series, chunk_series,
                                           now + timedelta(seconds=lease_seconds))
-        record.prepared = True
+        record.prepared, record.upload_bytes = True, body_bytes
     return Batch.of(record)
 
 
@@ -157,9 +158,27 @@ def start_upload(database: Database, *, key_id: str, account_id: str, kind: str,
 
 
 def add_upload_piece(database: Database, batch_id: str, seq: int, data: bytes) -> None:
-    # One short transaction per piece: SQLite has one writer, and an upload may take minutes to arrive.
+    # One short transaction per piece: SQLite has one writer, and an upload may take minutes to arrive. The
+    # batch's size grows with each piece, so the account's quota counts uploads still arriving.
     with database.session() as session:
         session.add(BatchUploadRecord(batch_id=batch_id, seq=seq, data=data))
+        session.execute(update(BatchRecord).where(BatchRecord.id == batch_id)
+                        .values(upload_bytes=BatchRecord.upload_bytes + len(data)))
+
+
+def stored_bytes(database: Database, account_id: str) -> int:
+    """The size of the account's stored batch submissions (app.batches.quota): a batch whose data is deleted
+    (cancelled, or an upload that could not be read) counts nothing."""
+    with database.session() as session:
+        return int(session.scalar(select(func.coalesce(func.sum(BatchRecord.upload_bytes), 0))
+                                  .where(BatchRecord.account_id == account_id)) or 0)
+
+
+def first_expiry(database: Database, account_id: str) -> datetime | None:
+    """When the first of the account's stored batches expires, freeing its share of the quota."""
+    with database.session() as session:
+        return session.scalar(select(func.min(BatchRecord.expires_at))
+                              .where(BatchRecord.account_id == account_id, BatchRecord.upload_bytes > 0))
 
 
 def finish_upload(database: Database, batch_id: str, *, series_total: int, upload_bytes: int,
@@ -216,6 +235,7 @@ def cancel(database: Database, account_id: str, batch_id: str, *, ttl: timedelta
         if record.status in RUNNABLE:
             record.status, record.updated_at, record.finished_at = "cancelled", now, now
             record.expires_at, record.lease_token, record.lease_until = now + ttl, None, None
+            record.upload_bytes = 0
         elif record.status != "cancelled":
             session.delete(record)
     return True
@@ -271,6 +291,14 @@ def renew(database: Database, chunk: ClaimedChunk, *, lease_seconds: float) -> b
         ).rowcount == 1
 
 
+def _all_failed(count: Any) -> Any:
+    """The error of a batch whose every series failed, as SQL text: the envelope, with the count."""
+    head = json.dumps({"code": "DATA_VALIDATION_ERROR",
+                       "message": "Every series of the batch failed; each one's error is in its results."})
+    return literal(head[:-1] + ', "details": {"field": "series", "issue": "every series failed", "failed": ') + \
+        cast(count, String) + literal("}}")
+
+
 def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], *, succeeded: int, failed: int,
                    ttl: timedelta) -> bool:
     """Stores the chunk's results and counts them, in one transaction, if the caller still holds the lease.
@@ -288,6 +316,8 @@ def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], 
         if stored != 1:
             return False
         last = and_(BatchRecord.chunks_done + 1 >= BatchRecord.chunks_total, BatchRecord.prepared.is_(True))
+        # Every series failed: the batch did nothing, and says so (its results hold each series' error).
+        none = and_(last, BatchRecord.series_done + succeeded == 0)
         session.execute(
             update(BatchRecord)
             .where(BatchRecord.id == chunk.batch_id, BatchRecord.status.in_(RUNNABLE))
@@ -296,7 +326,8 @@ def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], 
                 series_failed=BatchRecord.series_failed + failed,
                 chunks_done=BatchRecord.chunks_done + 1,
                 updated_at=now,
-                status=case((last, literal("done")), else_=literal("running")),
+                status=case((none, literal("failed")), (last, literal("done")), else_=literal("running")),
+                error=case((none, _all_failed(BatchRecord.series_failed + failed)), else_=BatchRecord.error),
                 finished_at=case((last, literal(now, UTCDateTime())), else_=BatchRecord.finished_at),
                 expires_at=case((last, literal(now + ttl, UTCDateTime())), else_=BatchRecord.expires_at),
             )
@@ -315,6 +346,12 @@ def claim_preparation(database: Database, batch_id: str, *, lease_seconds: float
             .values(lease_token=token, lease_until=now + timedelta(seconds=lease_seconds))
         ).rowcount
     return token if claimed == 1 else None
+
+
+def counted_series(database: Database, batch_id: str) -> int:
+    """The series the web process counted in the batch's upload (0 when the batch is gone)."""
+    with database.session() as session:
+        return session.scalar(select(BatchRecord.series_total).where(BatchRecord.id == batch_id)) or 0
 
 
 def upload_pieces(database: Database, batch_id: str) -> Iterator[bytes]:
@@ -397,13 +434,15 @@ def finish_preparation(database: Database, batch_id: str, token: str, *, total: 
     now = now_utc()
     with database.session() as session:
         all_done = BatchRecord.chunks_done >= BatchRecord.chunks_total
+        none = and_(all_done, BatchRecord.series_done == 0, BatchRecord.series_failed > 0)
         if session.execute(
             update(BatchRecord)
             .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
                    BatchRecord.status.in_(RUNNABLE))
             .values(
                 prepared=True, series_total=total, lease_token=None, lease_until=None, updated_at=now,
-                status=case((all_done, literal("done")), else_=BatchRecord.status),
+                status=case((none, literal("failed")), (all_done, literal("done")), else_=BatchRecord.status),
+                error=case((none, _all_failed(BatchRecord.series_failed)), else_=BatchRecord.error),
                 finished_at=case((all_done, literal(now, UTCDateTime())), else_=BatchRecord.finished_at),
                 expires_at=case((all_done, literal(now + ttl, UTCDateTime())), else_=BatchRecord.expires_at),
             )
@@ -441,7 +480,7 @@ def fail_batch(database: Database, batch_id: str, token: str, error: dict[str, A
     now = now_utc()
     with database.session() as session:
         if not _unsplit(session, batch_id, token, status="failed", error=json.dumps(error), finished_at=now,
-                        expires_at=now + ttl, lease_token=None, lease_until=None):
+                        expires_at=now + ttl, lease_token=None, lease_until=None, upload_bytes=0):
             return False
         session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
     return True
@@ -528,8 +567,8 @@ def purge_expired(database: Database) -> int:
     return len(ids)
 
 
-def done_outputs(database: Database, batch_id: str) -> Iterator[bytes]:
-    """The stored results of the batch's finished chunks in submission order, one chunk in memory at a time."""
+def _done_chunks(database: Database, batch_id: str) -> Iterator[bytes]:
+    """The compressed results of the batch's finished chunks in submission order, one chunk at a time."""
     with database.session() as session:
         sequence = session.scalars(
             select(BatchChunkRecord.seq)
@@ -542,4 +581,45 @@ def done_outputs(database: Database, batch_id: str) -> Iterator[bytes]:
                                                                           BatchChunkRecord.seq == seq))
         if output is None:  # deleted meanwhile (cancelled or expired)
             return
+        yield output
+
+
+def done_outputs(database: Database, batch_id: str) -> Iterator[bytes]:
+    """The stored results of the batch's finished chunks in submission order, one chunk in memory at a time."""
+    for output in _done_chunks(database, batch_id):
         yield zlib.decompress(output)
+
+
+def done_lines(database: Database, batch_id: str) -> Iterator[bytes]:
+    """The stored results in submission order, one series' JSON line at a time: each chunk is inflated as its
+    lines are handed on, so what is held is the chunk's compressed form and one line, never a chunk's results
+    whole (a chunk of long series is tens of megabytes inflated)."""
+    for output in _done_chunks(database, batch_id):
+        yield from _inflated_lines(output)
+
+
+# How much inflated text is made at a time while looking for a line's end.
+_INFLATE_BYTES = 256 * 1024
+
+
+def _inflated_lines(compressed: bytes) -> Iterator[bytes]:
+    inflate = zlib.decompressobj()
+    data = compressed
+    parts: list[bytes] = []
+    while True:
+        piece = inflate.decompress(data, _INFLATE_BYTES)
+        data = inflate.unconsumed_tail
+        if not piece:
+            if not data:
+                break
+            continue
+        start = 0
+        while (end := piece.find(b"\n", start)) >= 0:
+            parts.append(piece[start:end + 1])
+            yield b"".join(parts)
+            parts, start = [], end + 1
+        if start < len(piece):
+            parts.append(piece[start:])
+    if parts:
+        yield b"".join(parts)
+

@@ -19,7 +19,7 @@ from werkzeug.datastructures import MultiDict
 
 from app.anomalies.schemas import load_request as load_anomaly_request
 from app.batches.one_series import ANOMALIES, FORECAST, KINDS
-from app.batches.schemas import AnomalyBatchRequestSchema, ForecastBatchRequestSchema
+from app.batches.schemas import ID_LENGTH, AnomalyBatchRequestSchema, ForecastBatchRequestSchema
 from app.forecast.schemas import load_request as load_forecast_request
 from app.web.errors import InvalidRequest, PayloadTooLarge
 from app.web.validation import envelope, load_object, problem, unstorable
@@ -32,6 +32,8 @@ PIECE_BYTES = 1024 * 1024
 READ_BYTES = PIECE_BYTES
 # A CSV line longer than this is not a row of three short fields.
 MAX_LINE_BYTES = 1024 * 1024
+# The id limit of a JSON batch's series, held to a CSV's unique_id alike.
+MAX_ID_CHARS = ID_LENGTH[1]
 
 _forecast_schema = ForecastBatchRequestSchema()
 _anomaly_schema = AnomalyBatchRequestSchema()
@@ -133,26 +135,44 @@ def fields_from_query(args: MultiDict[str, str], headers: Mapping[str, str]) -> 
     return check_fields(kind if kind in KINDS else FORECAST, body, headers)
 
 
+# The csv module's own limit on one field (its default, which pandas would not apply): no field of a row of
+# three short fields comes near it, and the scan never holds more than this of one.
+MAX_FIELD_CHARS = 128 * 1024
+# Where a row ends, for the scan as for pandas' parser, which splits rows on a lone carriage return too.
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+
+
 class UploadScan:
-    """Checks a CSV upload's header and collects its distinct series ids as the bytes stream past."""
+    """Checks a CSV upload's header and counts its distinct series ids as the bytes stream past.
+
+    What is a row is decided as pandas' parser decides it in the worker (a line ends at \\n, \\r\\n or a
+    lone \\r; a quoted field may hold line breaks), so the series counted here, against the size and rate
+    limits, are the series the worker finds; the worker computes no more than were counted all the same
+    (app.batches.tasks). Each distinct id is kept as a 64-bit hash, never as its text, so the scan's memory
+    is a few dozen bytes per series whatever the ids' length; the id limit of JSON batches holds here too."""
 
     def __init__(self, *, max_series: int) -> None:
         self.max_series = max_series
-        self.ids: set[bytes] = set()
+        # hash() of bytes is keyed per process (SipHash): a client cannot make two ids collide on purpose.
+        self.ids: set[int] = set()
         self._rest = b""
         self._pattern: re.Pattern[bytes] | None = None
         self._column = 0
+        self._empty = hash(b"")
 
     def feed(self, data: bytes) -> None:
+        if b"\0" in data:
+            raise InvalidRequest("Invalid CSV upload: it holds a NUL character, which no field may contain.",
+                                 details=problem("body", "NUL character", "\\x00"))
         text = self._rest + data
-        cut = text.rfind(b"\n")
+        cut = _row_end(text)
         if cut < 0:
             if len(text) > MAX_LINE_BYTES:
                 raise _bad_csv("line too long", f"more than {MAX_LINE_BYTES} bytes without a line break")
             self._rest = text
             return
-        self._rest = text[cut + 1:]
-        self._lines(text[:cut + 1])
+        self._rest = text[cut:]
+        self._lines(text[:cut])
 
     def finish(self) -> int:
         if self._rest.strip():
@@ -160,24 +180,43 @@ class UploadScan:
         self._rest = b""
         if self._pattern is None:
             raise _bad_csv("missing header", "")
-        self.ids.discard(b"")
+        self.ids.discard(self._empty)
         if not self.ids:
             raise _bad_csv("no rows", "")
         return len(self.ids)
 
     def _lines(self, lines: bytes) -> None:
         if self._pattern is None:
-            header, _, lines = lines.partition(b"\n")
+            header, *rest = _LINE_BREAK.split(lines, maxsplit=1)
             self._header(header)
+            lines = rest[0] if rest else b""
         if b'"' in lines:  # quoted fields: the csv module finds the id column
-            rows = csv.reader(io.StringIO(lines.decode("utf-8", "replace")))
-            self.ids.update(row[self._column].encode() for row in rows if len(row) > self._column)
+            ids = self._quoted_ids(lines)
         else:
             assert self._pattern is not None
-            self.ids.update(self._pattern.findall(lines))
-        count = len(self.ids) - (b"" in self.ids)
+            ids = self._pattern.findall(lines.replace(b"\r", b"\n"))
+        if ids and max(map(len, ids)) > MAX_ID_CHARS:
+            for one in ids:
+                if len(one) > MAX_ID_CHARS and len(one.decode("utf-8", "replace")) > MAX_ID_CHARS:
+                    raise _long_id(one)
+        self.ids.update(map(hash, ids))
+        count = len(self.ids) - (self._empty in self.ids)
         if count > self.max_series:
             raise too_many_series(count, self.max_series)
+
+    def _quoted_ids(self, lines: bytes) -> list[bytes]:
+        # newline="": the csv module then sees every line break as written, and ends a row where pandas does.
+        rows = csv.reader(io.StringIO(lines.decode("utf-8", "replace"), newline=""))
+        try:
+            return [row[self._column].encode() for row in rows if len(row) > self._column]
+        except csv.Error as error:
+            if "field larger than field limit" in str(error):
+                raise InvalidRequest(
+                    f"Invalid CSV upload: a field is longer than {MAX_FIELD_CHARS:,} characters.",
+                    details=problem("body", "field too long", f"more than {MAX_FIELD_CHARS} characters",
+                                    maximum=MAX_FIELD_CHARS),
+                ) from None
+            raise _bad_csv(f"invalid CSV: {str(error)[:120]}", "") from None
 
     def _header(self, line: bytes) -> None:
         names = [name.strip().strip('"') for name in line.decode("utf-8", "replace").lstrip("\ufeff").split(",")]
@@ -185,6 +224,29 @@ class UploadScan:
             raise _bad_csv("Must be the header unique_id,timestamp,value", ",".join(names))
         self._column = names.index("unique_id")
         self._pattern = re.compile(rb"^(?:[^,\r\n]*,){%d}([^,\r\n]*)" % self._column, re.MULTILINE)
+
+
+def _row_end(text: bytes) -> int:
+    """Where the last complete row of ``text`` ends (after its line break), or -1: a line break inside a quoted
+    field (an odd number of quotes before it) ends no row. ``text`` starts at the start of a row."""
+    cut = max(text.rfind(b"\n"), text.rfind(b"\r"))
+    if cut < 0 or b'"' not in text:
+        return cut + 1 if cut >= 0 else -1
+    odd = text.count(b'"', 0, cut + 1) % 2
+    while odd and cut >= 0:
+        before = max(text.rfind(b"\n", 0, cut), text.rfind(b"\r", 0, cut))
+        odd ^= text.count(b'"', before + 1, cut + 1) % 2
+        cut = before
+    return cut + 1 if cut >= 0 else -1
+
+
+def _long_id(unique_id: bytes) -> InvalidRequest:
+    text = unique_id.decode("utf-8", "replace")
+    return InvalidRequest(
+        f"Invalid CSV upload: unique_id: Must be between 1 and {MAX_ID_CHARS} characters, as a JSON batch's ids.",
+        details=problem("unique_id", f"Must be between 1 and {MAX_ID_CHARS} characters",
+                        f"{text[:32]}... ({len(text):,} characters)", maximum=MAX_ID_CHARS),
+    )
 
 
 def _bad_csv(issue: str, provided: str) -> InvalidRequest:

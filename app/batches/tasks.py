@@ -165,6 +165,10 @@ def prepare_upload(resources: WorkerResources, tasks: BatchTasks, batch_id: str)
     if token is None:
         return
     lease = _Lease(resources, batch_id, token)
+    # The series the web process counted (and charged to the key's rate limits) are all that is computed:
+    # an upload the parser finds more in fails whole, before any series past the count is stored.
+    counted = store.counted_series(database, batch_id)
+    limit = min(settings.batch_max_series, counted) if counted else settings.batch_max_series
     with tempfile.TemporaryFile() as spool:
         for piece in store.upload_pieces(database, batch_id):
             spool.write(piece)
@@ -176,12 +180,12 @@ def prepare_upload(resources: WorkerResources, tasks: BatchTasks, batch_id: str)
         spool.seek(0)
         try:
             try:
-                total = _split_streaming(resources, tasks, batch_id, token, spool, lease)
+                total = _split_streaming(resources, tasks, batch_id, token, spool, lease, limit)
             except NotGrouped:
                 if not store.restart_preparation(database, batch_id, token):
                     return
                 spool.seek(0)
-                series = split_whole(spool, max_series=settings.batch_max_series)
+                series = split_whole(spool, max_series=limit)
                 chunks = store.store_preparation(database, batch_id, token, series, total=len(series),
                                                  chunk_series=settings.batch_chunk_series,
                                                  lease_seconds=settings.batch_lease_seconds, ttl=_ttl(settings))
@@ -196,7 +200,7 @@ def prepare_upload(resources: WorkerResources, tasks: BatchTasks, batch_id: str)
 
 
 def _split_streaming(resources: WorkerResources, tasks: BatchTasks, batch_id: str, token: str, spool: IO[bytes],
-                     lease: _Lease) -> int | None:
+                     lease: _Lease, max_series: int) -> int | None:
     """Stores and queues the upload's chunks as their series are read; the number of series, or None when the
     lease was lost (the caller stops)."""
     settings, database = resources.settings, resources.database
@@ -214,7 +218,7 @@ def _split_streaming(resources: WorkerResources, tasks: BatchTasks, batch_id: st
         seq, first, part, want = seq + 1, first + len(part), [], next(sizes)
         return True
 
-    for one in grouped_series(spool, max_series=settings.batch_max_series):
+    for one in grouped_series(spool, max_series=max_series):
         part.append(one)
         if len(part) == want and not flush():
             return None
@@ -302,8 +306,8 @@ def _values(frame: Any) -> list[Any]:
 
 
 def _too_many(max_series: int) -> UploadError:
-    return UploadError(f"The upload holds more than {max_series:,} series.", "too many series",
-                       f"more than {max_series}")
+    return UploadError(f"The upload holds more than {max_series:,} series: more than were counted when it "
+                       f"arrived, or than a batch may hold.", "too many series", f"more than {max_series}")
 
 
 def _spool(pieces: Iterator[bytes]) -> IO[bytes]:

@@ -526,16 +526,17 @@ def revoke_key(key_id: str) -> Response:
     if key is None:
         return _not_found()
     try:
-        manage.revoke_key(current_services().database, session.key, key_id)
+        _, cascade = manage.revoke_key(current_services().database, session.key, key_id)
     except manage.Refused as refused:
         return _key_page(key, 403, errors={"revoke": refused.message})
     current_services().keys.forget()
-    if key_id == session.key.id:
+    if key_id == session.key.id or session.key.id in cascade:
         # Revoking the key this session stands on ends the session with it.
         response = redirect(url_for("dashboard.sign_in", expired=1))
         sessions.clear_cookie(response, secure=_secure())
         return response
-    return _keys_page(notice=f"Key {key.name or key.id} ({display_form(key)}) is revoked.")
+    also = f", with the {len(cascade)} key(s) it created" if cascade else ""
+    return _keys_page(notice=f"Key {key.name or key.id} ({display_form(key)}) is revoked{also}.")
 
 
 # --- playground, reference, monitors -------------------------------------------------------------

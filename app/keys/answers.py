@@ -38,6 +38,7 @@ def key_body(key: ApiKey, now: datetime | None = None) -> dict[str, Any]:
         "last_used": iso(key.last_used_at),
         "usage_count": key.usage_count,
         "rotated_to": key.rotated_to,
+        "created_by": key.created_by,
     }
 
 

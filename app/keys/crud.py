@@ -78,6 +78,7 @@ def create_key(
     per_hour: int | None = None,
     per_day: int | None = None,
     now: datetime | None = None,
+    created_by: str | None = None,
 ) -> CreatedKey:
     now = now or datetime.now(UTC)
     permissions = parse_permissions(permissions)
@@ -104,6 +105,7 @@ def create_key(
         created_at=now,
         expires_at=expires_at,
         usage_count=0,
+        created_by=created_by,
     )
     session.add(record)
     session.flush()
@@ -153,6 +155,29 @@ def revoke_key(session: Session, *, key_id: str, now: datetime | None = None) ->
     return ApiKey.from_record(record)
 
 
+def revoke_created(session: Session, *, key_id: str, now: datetime | None = None) -> list[str]:
+    """Revokes every key ``key_id`` created, and every key those created, and so on: a key made with a key's
+    authority must not outlive that authority (a leaked key's offspring would otherwise keep working). The
+    ids of the keys this revoked, in the order found; keys revoked already are walked through, not listed."""
+    now = now or datetime.now(UTC)
+    revoked: list[str] = []
+    seen, frontier = {key_id}, [key_id]
+    while frontier:
+        children = session.scalars(select(ApiKeyRecord).where(ApiKeyRecord.created_by.in_(frontier))
+                                   .order_by(ApiKeyRecord.created_at, ApiKeyRecord.id)).all()
+        frontier = []
+        for child in children:
+            if child.id in seen:
+                continue
+            seen.add(child.id)
+            frontier.append(child.id)
+            if child.revoked_at is None or child.revoked_at > now:
+                child.revoked_at = now
+                revoked.append(child.id)
+    session.flush()
+    return revoked
+
+
 def rotate_key(
     session: Session,
     *,
@@ -184,6 +209,7 @@ def rotate_key(
         per_hour=old.per_hour,
         per_day=old.per_day,
         now=now,
+        created_by=old.created_by,
     )
     if grace == timedelta(0):
         old.revoked_at = now

@@ -190,19 +190,22 @@ def create_key(
             per_minute=limits.per_minute,
             per_hour=limits.per_hour,
             per_day=limits.per_day,
+            created_by=actor.id,
         )
     _audit("created", actor, created.key, permissions=list(permissions), tier=tier,
            per_minute=limits.per_minute, per_hour=limits.per_hour, per_day=limits.per_day)
     return created
 
 
-def revoke_key(database: Database, actor: ApiKey, key_id: str) -> ApiKey:
+def revoke_key(database: Database, actor: ApiKey, key_id: str) -> tuple[ApiKey, list[str]]:
+    """The revoked key and the ids of the keys revoked with it (every key it created, and theirs)."""
     _check_may_manage(actor)
     _check_target(actor, _own(database, actor, key_id))
     with database.session() as session:
         key = crud.revoke_key(session, key_id=key_id)
-    _audit("revoked", actor, key)
-    return key
+        cascade = crud.revoke_created(session, key_id=key_id)
+    _audit("revoked", actor, key, revoked_with=cascade)
+    return key, cascade
 
 
 def rotate_key(

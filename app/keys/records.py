@@ -52,6 +52,9 @@ class ApiKeyRecord(Base):
     rotated_to: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # Keys made before the dashboard existed have no stored tail; they show the prefix only.
     last4: Mapped[str | None] = mapped_column(String(4), nullable=True)
+    # The key that made this one through the API or the dashboard (None: the operator's command line); a
+    # rotation's replacement takes its predecessor's. Revoking a key revokes every key below it.
+    created_by: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
 # The outcome classes a usage bucket splits requests into, in display order.
@@ -121,6 +124,7 @@ class ApiKey:
     last_used_at: datetime | None
     rotated_to: str | None
     last4: str | None = None
+    created_by: str | None = None
 
     @classmethod
     def from_record(cls, record: ApiKeyRecord) -> ApiKey:
@@ -141,6 +145,7 @@ class ApiKey:
             last_used_at=record.last_used_at,
             rotated_to=record.rotated_to,
             last4=record.last4,
+            created_by=record.created_by,
         )
 
     def is_active(self, now: datetime) -> bool:

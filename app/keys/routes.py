@@ -100,6 +100,14 @@ class KeySchema(Schema):
     last_used = fields.String(allow_none=True, metadata={"format": "date-time"})
     usage_count = fields.Integer(required=True)
     rotated_to = fields.String(allow_none=True, metadata={"description": "Id of the key that replaced this one."})
+    created_by = fields.String(allow_none=True, metadata={
+        "description": "Id of the key that created this one (a replacement: its predecessor's); null for a key "
+                       "made with the command line. Revoking a key revokes every key it created, and theirs."})
+
+
+class RevokedKeySchema(KeySchema):
+    revoked_with = fields.List(fields.String(), required=True, metadata={
+        "description": "Ids of the keys revoked with this one: every key it created, and every key those created."})
 
 
 class KeyListSchema(Schema):
@@ -321,13 +329,13 @@ def get_key(key_id: str) -> Response:
 @requires("admin")
 def revoke_key(key_id: str) -> Response:
     try:
-        key = manage.revoke_key(current_services().database, current_key(), key_id)
+        key, cascade = manage.revoke_key(current_services().database, current_key(), key_id)
     except manage.KeyNotFound:
         raise _not_found(key_id) from None
     except manage.Refused as error:
         raise _refused(error) from None
     current_services().keys.forget()
-    return jsonify(key_body(key))
+    return jsonify({**key_body(key), "revoked_with": cascade})
 
 
 @bp.post("/keys/<key_id>/rotate")
@@ -403,7 +411,8 @@ def verify() -> Response:
 def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[str, Any]) -> None:
     """Adds the /keys operations to the service's OpenAPI document (app.web.openapi builds the rest)."""
     for name, schema in (("Key", KeySchema), ("KeyList", KeyListSchema), ("CreatedKey", CreatedKeySchema),
-                         ("RotatedKey", RotatedKeySchema), ("CreateKeyRequest", CreateKeySchema),
+                         ("RotatedKey", RotatedKeySchema), ("RevokedKey", RevokedKeySchema),
+                         ("CreateKeyRequest", CreateKeySchema),
                          ("UpdateKeyRequest", UpdateKeySchema), ("RotateKeyRequest", RotateKeySchema),
                          ("KeyUsage", KeyUsageSchema)):
         spec.components.schema(name, schema=schema)
@@ -451,8 +460,9 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
         ),
     })
     spec.path(path="/keys/{key_id}/revoke", operations={
-        "post": operation("revokeKey", "Revoke a key at once", {
-            **json_ok("200", "The revoked key.", "Key"), **errors("401", "403", "404", "429", "500")},
+        "post": operation("revokeKey", "Revoke a key at once, and every key it created (and theirs)", {
+            **json_ok("200", "The revoked key, and the ids of the keys revoked with it.", "RevokedKey"),
+            **errors("401", "403", "404", "429", "500")},
             parameters=[key_id]),
     })
     spec.path(path="/keys/{key_id}/rotate", operations={

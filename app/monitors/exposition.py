@@ -8,6 +8,9 @@ a monitor with no point yet has only ``forecast_monitor_source_up`` (and only wh
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterator
 
 from sqlalchemy import and_, select
@@ -76,3 +79,41 @@ def render(*, database: Database, account_id: str) -> str:
             ).all()
         ]
         return "\n".join(_lines(rows)) + "\n"
+
+
+# The endpoint is not counted against a key's limits (a scraper calls it every few seconds), so what one
+# request may cost is bounded instead: an account's exposition is rendered at most once per REUSE_SECONDS in a
+# process, and every other request in that second gets the same text. Prometheus scrapes far less often.
+REUSE_SECONDS = 1.0
+# Accounts whose last rendering a process keeps; the least recently rendered goes first.
+CACHED_ACCOUNTS = 1024
+clock = time.monotonic
+
+
+class RenderCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._texts: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        # One lock per account: a burst of requests at the end of a second renders once, not once per thread.
+        self._rendering: dict[str, threading.Lock] = {}
+
+    def text(self, *, database: Database, account_id: str) -> str:
+        with self._lock:
+            lock = self._rendering.setdefault(account_id, threading.Lock())
+        with lock:
+            with self._lock:
+                kept = self._texts.get(account_id)
+            now = clock()
+            if kept is not None and now - kept[0] < REUSE_SECONDS:
+                return kept[1]
+            text = render(database=database, account_id=account_id)
+            with self._lock:
+                self._texts[account_id] = (now, text)
+                self._texts.move_to_end(account_id)
+                while len(self._texts) > CACHED_ACCOUNTS:
+                    gone, _ = self._texts.popitem(last=False)
+                    self._rendering.pop(gone, None)
+            return text
+
+
+renderings = RenderCache()

@@ -135,7 +135,7 @@ def list_all() -> Response:
 @uncounted
 def metrics() -> Response:
     """The latest verdict of each of the account's monitors in Prometheus' text exposition (docs/monitors.md)."""
-    text = exposition.render(database=current_services().database, account_id=current_key().account_id)
+    text = exposition.renderings.text(database=current_services().database, account_id=current_key().account_id)
     return Response(text, mimetype=exposition.CONTENT_TYPE)
 
 

@@ -27,10 +27,11 @@ MAX_NAME_LENGTH = 200
 FREQUENCY_ISSUE = "Must be one of: " + ", ".join(FREQUENCIES)
 DETECTOR_ISSUE = "Must be one of: " + ", ".join(DETECTOR_IDS)
 
-# The timestamp forms /forecast accepts: YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM].
+# The timestamp forms /forecast accepts: YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM], or a date alone (midnight).
 _TIMESTAMP_RE = re.compile(
     r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
     r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?"
+    r"|[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
 )
 
 

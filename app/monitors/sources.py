@@ -30,7 +30,7 @@ def _refuse(field: str, issue: str, provided: Any) -> InvalidRequest:
 def checked_url(field: str, url: str, *, allow_private: bool) -> None:
     """The webhook address rules, for a Prometheus or Alertmanager base URL."""
     try:
-        check_url(url, allow_private=allow_private)
+        check_url(url, allow_private=allow_private, field=field)
     except WebhookAddressError as exc:
         raise _refuse(field, str(exc), url) from exc
     if "?" in url or "#" in url:

@@ -118,8 +118,9 @@ def parse_url(url: str) -> WebhookTarget:
     return WebhookTarget(url=url, scheme=parts.scheme, host=parts.hostname, port=port or default_port, path=path)
 
 
-def resolve(target: WebhookTarget, *, allow_private: bool) -> list[str]:
-    """Every address the host resolves to, all of them public unless private ones are allowed."""
+def resolve(target: WebhookTarget, *, allow_private: bool, field: str = "webhook_url") -> list[str]:
+    """Every address the host resolves to, all of them public unless private ones are allowed. The refusal
+    names ``field`` and never the address: it would map the server's internal names for the caller."""
     try:
         infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
@@ -130,16 +131,16 @@ def resolve(target: WebhookTarget, *, allow_private: bool) -> list[str]:
     private = [a for a in addresses if _is_private(ipaddress.ip_address(a.split("%", 1)[0]))]
     if private and not allow_private:
         raise WebhookAddressError(
-            f"Host {target.host!r} resolves to a loopback, private or link-local address ({private[0]}); "
-            "such webhooks are refused unless the server sets ALLOW_PRIVATE_WEBHOOKS=1"
+            f"Host {target.host!r} resolves to a loopback, private or link-local address; {field} may point there "
+            "only when the server sets ALLOW_PRIVATE_WEBHOOKS=1"
         )
     return addresses
 
 
-def check_url(url: str, *, allow_private: bool) -> WebhookTarget:
+def check_url(url: str, *, allow_private: bool, field: str = "webhook_url") -> WebhookTarget:
     """The caller-facing check: https (or http to an allowed private address), resolving, not private."""
     target = parse_url(url)
-    addresses = resolve(target, allow_private=allow_private)
+    addresses = resolve(target, allow_private=allow_private, field=field)
     if target.scheme == "http":
         all_private = all(_is_private(ipaddress.ip_address(a.split("%", 1)[0])) for a in addresses)
         if not (allow_private and all_private):

@@ -79,11 +79,14 @@ _BODY = (
     r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.([0-9]{1,6}))?"
 )
 _OFFSET = r"[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]"
-TIMESTAMP_RE = re.compile(f"{_BODY}(Z|{_OFFSET})?")
+# A date alone is that day's midnight, without an offset (ISO 8601's calendar date; datetime.fromisoformat
+# and numpy read it so): what users write for daily and coarser data.
+_DATE = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+TIMESTAMP_RE = re.compile(f"{_BODY}(Z|{_OFFSET})?|{_DATE}")
 
 _NAIVE, _ZULU, _OFFSET_FORM = "naive", "Z", "offset"
 FORM_RES = {
-    _NAIVE: re.compile(_BODY),
+    _NAIVE: re.compile(f"{_BODY}|{_DATE}"),
     _ZULU: re.compile(f"{_BODY}Z"),
     _OFFSET_FORM: re.compile(f"{_BODY}{_OFFSET}"),
 }
@@ -329,7 +332,7 @@ def _axis_from_rows(text: bytes | memoryview, start: int, end: int, first: str, 
     import numpy as np
 
     match = TIMESTAMP_RE.fullmatch(first)
-    if match is None:
+    if match is None or len(first) < _BASE_LENGTH[_NAIVE]:  # dates alone are read item by item
         return None
     form = _form_of(match.group(2))
     fraction_digits = len(match.group(1) or "")

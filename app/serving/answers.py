@@ -30,9 +30,7 @@ class Answer:
         return "INTERNAL_ERROR" if self.status == 500 else "INVALID_REQUEST"
 
     def encode(self) -> bytes:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details:
-            error["details"] = self.details
+        error: dict[str, Any] = {"code": self.code, "message": self.message, "details": self.details}
         body = json.dumps({"error": error}).encode()
         reason = HTTPStatus(self.status).phrase
         head = (

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 _ACCEPTED_FORM = "Send the key as 'Authorization: Bearer <API_KEY>'."
 
 
+def _refused(message: str, issue: str, field: str = "Authorization") -> Unauthorized:
+    # The details name the header and the problem, never what was sent: it may be a real key.
+    return Unauthorized(message, details={"field": field, "issue": issue})
+
+
 def require_https() -> None:
     if request.scheme != "https":
         raise Forbidden("HTTPS is required.", details={"required_scheme": "https"})
@@ -35,33 +40,34 @@ def presented_key(key_header: str | None) -> str:
         alternative = request.headers.get(key_header, "").strip()
         if alternative:
             if not _KEY_FORMAT.match(alternative):
-                raise Unauthorized(
-                    f"Malformed API key in {key_header}: expected ak_ followed by 64 lowercase hexadecimal characters."
-                )
+                raise _refused(
+                    f"Malformed API key in {key_header}: expected ak_ followed by 64 lowercase hexadecimal characters.",
+                    "malformed API key", key_header)
             return alternative
     if header is None or not header.strip():
         accepted = _ACCEPTED_FORM if key_header is None else f"{_ACCEPTED_FORM[:-1]} or '{key_header}: <API_KEY>'."
-        raise Unauthorized(f"Missing API key. {accepted}")
+        raise _refused(f"Missing API key. {accepted}", "missing API key")
     scheme, _, credential = header.strip().partition(" ")
     if scheme.lower() != "bearer":
         if _KEY_FORMAT.match(scheme):
-            raise Unauthorized(f"The key was sent without the word Bearer. {_ACCEPTED_FORM}")
-        raise Unauthorized(f"Unsupported authorization scheme. {_ACCEPTED_FORM}")
+            raise _refused(f"The key was sent without the word Bearer. {_ACCEPTED_FORM}", "no Bearer word")
+        raise _refused(f"Unsupported authorization scheme. {_ACCEPTED_FORM}", "unsupported authorization scheme")
     credential = credential.strip()
     if not _KEY_FORMAT.match(credential):
-        raise Unauthorized("Malformed API key: expected ak_ followed by 64 lowercase hexadecimal characters.")
+        raise _refused("Malformed API key: expected ak_ followed by 64 lowercase hexadecimal characters.",
+                       "malformed API key")
     return credential
 
 
 def usable_key(key: ApiKey | None) -> ApiKey:
     """The key if it may be used now; 401 for an unknown, revoked or expired key."""
     if key is None:
-        raise Unauthorized("Invalid API key.")
+        raise _refused("Invalid API key.", "unknown API key")
     status = key.status(datetime.now(UTC))
     if status == "revoked":
-        raise Unauthorized("This API key has been revoked.")
+        raise _refused("This API key has been revoked.", "revoked API key")
     if status == "expired":
-        raise Unauthorized("This API key has expired.")
+        raise _refused("This API key has expired.", "expired API key")
     return key
 
 

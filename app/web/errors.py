@@ -102,8 +102,7 @@ def error_response(error: ApiError) -> Response:
     details = dict(error.details or {})
     if error.status >= 500:
         details["request_id"] = g.get("request_id")
-    if details:
-        body["details"] = details
+    body["details"] = details  # always, if empty: every error has code, message and details (docs/contract.md)
     response = jsonify({"error": body})
     response.status_code = error.status
     for name, value in error.headers.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -155,3 +156,14 @@ def init_openapi(app: Any, documenters: tuple[Documenter, ...]) -> None:
 def current_spec() -> dict[str, Any]:
     """The running app's document (GET /openapi.json, the dashboard's reference page)."""
     return build_spec(current_app.extensions["openapi_documenters"])
+
+
+def served_document() -> tuple[bytes, str]:
+    """GET /openapi.json's body and its ETag: not counted, so serialised once per process and documenters."""
+    return _served(current_app.extensions["openapi_documenters"])
+
+
+@cache
+def _served(documenters: tuple[Documenter, ...]) -> tuple[bytes, str]:
+    body = current_app.json.dumps(build_spec(documenters)).encode()
+    return body, hashlib.sha256(body).hexdigest()[:32]

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import os
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
 from app.services import current_services
 from app.web.metrics import WORKERS_READY
-from app.web.openapi import current_spec
+from app.web.openapi import served_document
 from app.web.pipeline import public, requires, uncounted
 
 bp = Blueprint("service", __name__)
@@ -68,4 +68,7 @@ def metrics() -> Response:
 @bp.get("/openapi.json")
 @uncounted
 def openapi_document() -> Response:
-    return jsonify(current_spec())
+    body, etag = served_document()
+    response = Response(body, mimetype="application/json")
+    response.set_etag(etag)
+    return response.make_conditional(request)

@@ -49,20 +49,21 @@ def test_invalid_timestamp_format_says_the_expected_form(app: Flask) -> None:
     key, _ = new_key(app, ("read", "write"))
     client = app.test_client()
     days = [f"2026-01-{day:02d}T00:00:00" for day in range(1, 13)]
-    days[4] = "2026-01-05"
+    days[4] = "2026-01-05T00:00"  # a date alone is midnight; a time without seconds is no form
     forecast = client.post("/forecast", json={
         "series": [{"timestamps": days, "values": list(range(12))}], "forecast_horizon": 3,
         "data_frequency": "Daily", "forecast_frequency": "Daily"}, headers=bearer(key))
     assert forecast.status_code == 422
     details = forecast.get_json()["error"]["details"]
-    assert (details["issue"], details["index"], details["provided"]) == ("invalid timestamp format", 4, "2026-01-05")
+    assert (details["issue"], details["index"], details["provided"]) == ("invalid timestamp format", 4,
+                                                                         "2026-01-05T00:00")
     assert details["expected"] == FORM
 
     monitor = client.post("/monitors", json={"name": "m", "data_frequency": "Daily"}, headers=bearer(key)).get_json()
-    points = client.post(f"/monitors/{monitor['id']}/points", json={"timestamps": ["2026-01-05"], "values": [1]},
+    points = client.post(f"/monitors/{monitor['id']}/points", json={"timestamps": ["2026-01-05T00:00"], "values": [1]},
                          headers=bearer(key))
     assert points.status_code == 422
     assert points.get_json()["error"]["details"] == {
-        "field": "timestamps", "issue": "invalid timestamp format", "provided": "2026-01-05", "index": 0,
+        "field": "timestamps", "issue": "invalid timestamp format", "provided": "2026-01-05T00:00", "index": 0,
         "expected": FORM,
     }

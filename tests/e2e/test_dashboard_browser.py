@@ -2,14 +2,17 @@
 
 Sign in, create a key and see it once, use it from an HTTP client, see its usage appear, rotate it,
 revoke it and see it refused, run a forecast in the playground and find the chart drawn, sign out and
-be refused. Screenshots (1280 px wide) land in docs/screenshots/; one check runs at 390 px.
+be refused. Screenshots (1280 px wide; one check runs at 390 px) land in a temporary folder, so a test run
+leaves the checkout as it found it; `make screenshots` writes them to docs/screenshots/ instead.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -24,7 +27,18 @@ from tests.support import ROOT, JobWorker, Server, bearer, cli_in_process, missi
 
 pytestmark = pytest.mark.slow
 
-SCREENSHOTS = ROOT / "docs" / "screenshots"
+
+
+def screenshot_dir() -> Path:
+    """SCREENSHOTS_DIR (relative to the repository root when not absolute), as `make screenshots` sets it to
+    refresh docs/screenshots/; otherwise a temporary folder."""
+    configured = os.environ.get("SCREENSHOTS_DIR")
+    if configured:
+        return ROOT / configured if not Path(configured).is_absolute() else Path(configured)
+    return Path(tempfile.gettempdir()) / "forecast-dashboard-screenshots"
+
+
+SCREENSHOTS = screenshot_dir()
 PLAIN_KEY = re.compile(r"ak_[0-9a-f]{64}")
 WIDE, NARROW = 1280, 390
 
@@ -149,7 +163,7 @@ class Page:
         return self.driver.execute_script(script, *args)
 
     def screenshot(self, name: str, width: int = WIDE) -> None:
-        """The whole page at ``width`` px, as docs/screenshots/<name>.png."""
+        """The whole page at ``width`` px, as <SCREENSHOTS>/<name>.png."""
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         self.driver.set_window_size(width, 900)
         height = min(int(self.js("return document.documentElement.scrollHeight")), 4000)

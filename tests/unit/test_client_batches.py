@@ -137,3 +137,13 @@ def test_timestamps_are_written_as_the_service_reads_them(zone: str | None, frac
     spec = "seconds" if not fraction else "microseconds"
     expected = [t.to_pydatetime().isoformat(timespec=spec) for t in stamps]
     assert _service_times(stamps).tolist() == expected
+
+
+def test_results_ids_come_back_without_the_csv_injection_apostrophe() -> None:
+    body = io.BytesIO(b"unique_id,timestamp,lower,median,upper,error\n"
+                      b"'-1,2026-01-01T00:00:00,1.0,2.0,3.0,\n"
+                      b"''quoted,2026-01-01T00:00:00,1.0,2.0,3.0,\n"
+                      b"'=x,,,,,\"{\"\"error\"\":{\"\"code\"\":\"\"DATA_VALIDATION_ERROR\"\",\"\"message\"\":\"\"m\"\"}}\"\n")
+    out = read_forecast_csv(body, None, None)
+    assert out["unique_id"].tolist() == ["-1", "'quoted"]
+    assert out.attrs["errors"]["unique_id"].tolist() == ["=x"]

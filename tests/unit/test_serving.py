@@ -181,7 +181,7 @@ def test_an_answer_is_the_error_envelope_and_closes() -> None:
     status, _, body = _parsed(answers.headers_too_large(HEAD_LIMITS).encode())
     assert status == "HTTP/1.1 431 Request Header Fields Too Large" and body["error"]["code"] == "INVALID_REQUEST"
     status, _, body = _parsed(answers.UNEXPECTED.encode())
-    assert status == "HTTP/1.1 500 Internal Server Error" and set(body["error"]) == {"code", "message"}
+    assert status == "HTTP/1.1 500 Internal Server Error" and set(body["error"]) == {"code", "message", "details"}
     assert body["error"]["code"] == "INTERNAL_ERROR"
     limits = ClientLimits()
     for answer in (answers.head_too_slow(limits), answers.body_too_slow(limits)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -183,7 +184,8 @@ BAD_FORMATS = [
     "2024-01-01 00:15:00",  # space instead of T
     "2024-01-01t00:15:00",
     "2024-01-01T00:15:00z",
-    "2024-01-01",
+    "2024-01-01Z",  # a date alone has no suffix
+    "2024-01-01+01:00",
     "20240101T001500",
     "2024-1-01T00:15:00",
     " 2024-01-01T00:15:00",
@@ -219,6 +221,17 @@ def test_invalid_format_named_at_its_index(bad: str) -> None:
     # A format error names the accepted form (a spacing error names the timestamp expected instead).
     assert (err.index, err.issue, err.provided, err.expected) == (
         3, "invalid timestamp format", bad, "YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM]")
+
+
+def test_a_date_alone_is_that_days_midnight() -> None:
+    dates = [f"2024-01-{day:02d}" for day in range(1, 11)]
+    full = parse_axis([f"{d}T00:00:00" for d in dates], "Daily")
+    assert parse_axis(dates, "Daily") == replace(full, last_text="2024-01-10")
+    assert future_timestamps(parse_axis(dates, "Daily"), 2) == ["2024-01-11T00:00:00", "2024-01-12T00:00:00"]
+    # Midnight, so inside a series of minutes it is a step back, not a new form.
+    series = minutes("2024-01-01T00:00:00", 5, 10)
+    series[3] = "2024-01-01"
+    assert error_of(series, "Minutes").issue == "timestamps must be strictly increasing"
 
 
 @pytest.mark.parametrize("bad", ["2024-01-01T00:00:00.1234567", "2024-02-30T00:00:00", "2024-01-01T00:00"])

@@ -229,6 +229,9 @@ def read_forecast_csv(body: IO[bytes], ids: Mapping[str, Any] | None, tz: tzinfo
     # in the last digit), so a batch's forecast equals forecast()'s.
     raw = pd.read_csv(body, dtype={"unique_id": str, "timestamp": str, "error": str}, keep_default_na=False,
                       na_values={"lower": [""], "median": [""], "upper": [""]}, float_precision="round_trip")
+    # The service writes an id that a spreadsheet would run as a formula (or that starts with an apostrophe)
+    # with one leading apostrophe (docs/batches.md): removing one gives the id back.
+    raw["unique_id"] = raw["unique_id"].str.replace(r"^'", "", regex=True)
     failed = raw["error"] != ""
     forecasts = raw.loc[~failed, FORECAST_COLUMNS].reset_index(drop=True)
     forecasts["timestamp"] = _parse_times(forecasts["timestamp"], tz)
