@@ -178,3 +178,21 @@ def test_a_split_dropped_or_failed_midway_leaves_no_chunks_results_or_counts(dat
     assert list(store.done_outputs(database, batch_id)) == []
     assert not store.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
                                         lease_seconds=60)
+
+
+def test_a_batch_whose_every_series_failed_ends_failed_with_the_count(database: Database) -> None:
+    batch = new_batch(database, count=3)  # chunks of 1 and 2 series
+    for seq, failed in ((0, 1), (1, 2)):
+        chunk = store.claim_chunk(database, batch.id, seq, lease_seconds=60)
+        assert chunk is not None
+        assert store.complete_chunk(database, chunk, [b"{}\n"] * failed, succeeded=0, failed=failed, ttl=TTL)
+    ended = store.get_batch(database, "acct", batch.id)
+    assert ended is not None and ended.status == "failed" and ended.finished_at is not None
+    assert ended.error == {"code": "DATA_VALIDATION_ERROR",
+                           "message": "Every series of the batch failed; each one's error is in its results.",
+                           "details": {"field": "series", "issue": "every series failed", "failed": 3}}
+    sized = store.create_batch(database, key_id="key_1", account_id="acct", kind="forecast", parameters={},
+                               series=[{"id": "x", "timestamps": [], "values": []}], chunk_series=2,
+                               lease_seconds=60, body_bytes=1234)
+    assert store.stored_bytes(database, "acct") == 1234  # the quota's measure, on either database
+    assert store.cancel(database, "acct", sized.id, ttl=TTL) and store.stored_bytes(database, "acct") == 0
