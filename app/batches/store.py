@@ -279,6 +279,56 @@ def claim_chunk(database: Database, batch_id: str, seq: int, *, lease_seconds: f
                             parameters=json.loads(batch.parameters), series=unpack(chunk.input))
 
 
+def claim_fairest_chunk(database: Database, *, lease_seconds: float) -> ClaimedChunk | None:
+    """The next chunk by fair share between accounts, leased to the caller; None when no chunk waits.
+
+    Chunk tasks are queued first come, first served, so a small batch waited behind every chunk of a large one
+    queued before it (another account's one series, 281 s behind 3,000). Each chunk task therefore computes the
+    chunk that is fairest now, not the one it was queued for (every chunk still has a task, so none is left):
+    a chunk of the account with the fewest chunks being computed, and within it of its oldest batch."""
+    for _ in range(_CLAIM_TRIES):
+        picked = _fairest_pending(database)
+        if picked is None:
+            return None
+        chunk = claim_chunk(database, *picked, lease_seconds=lease_seconds)
+        if chunk is not None:
+            return chunk
+    return None
+
+
+# Another worker may take the chunk picked between the pick and the claim; a few picks settle it.
+_CLAIM_TRIES = 5
+
+
+def _fairest_pending(database: Database) -> tuple[str, int] | None:
+    now = now_utc()
+    chunks, batches = BatchChunkRecord, BatchRecord
+    runnable = and_(chunks.status == "pending", batches.status.in_(RUNNABLE))
+    with database.session() as session:
+        computing = dict(session.execute(
+            select(batches.account_id, func.count())
+            .select_from(chunks).join(batches, batches.id == chunks.batch_id)
+            .where(runnable, chunks.lease_token.is_not(None), chunks.lease_until >= now)
+            .group_by(batches.account_id)
+        ).all())
+        waiting = session.execute(
+            select(batches.account_id, func.min(batches.created_at))
+            .select_from(chunks).join(batches, batches.id == chunks.batch_id)
+            .where(runnable, _free(chunks, now))
+            .group_by(batches.account_id)
+        ).all()
+        if not waiting:
+            return None
+        account = min(waiting, key=lambda row: (computing.get(row[0], 0), row[1]))[0]
+        row = session.execute(
+            select(chunks.batch_id, chunks.seq)
+            .select_from(chunks).join(batches, batches.id == chunks.batch_id)
+            .where(runnable, _free(chunks, now), batches.account_id == account)
+            .order_by(batches.created_at, chunks.seq).limit(1)
+        ).first()
+    return None if row is None else (row[0], row[1])
+
+
 def renew(database: Database, chunk: ClaimedChunk, *, lease_seconds: float) -> bool:
     """Extends the caller's lease; False when it no longer holds it (another worker took over, or the batch
     was cancelled), and the caller stops."""

@@ -89,9 +89,11 @@ def _ttl(settings: Settings) -> timedelta:
 
 
 def process_chunk(resources: WorkerResources, tasks: BatchTasks, batch_id: str, seq: int) -> None:
+    """Computes one chunk: the fairest waiting now (store.claim_fairest_chunk), which is this task's own
+    (``batch_id``, ``seq``) only when no other account waits for less."""
     settings, database = resources.settings, resources.database
     lease = settings.batch_lease_seconds
-    chunk = store.claim_chunk(database, batch_id, seq, lease_seconds=lease)
+    chunk = store.claim_fairest_chunk(database, lease_seconds=lease)
     if chunk is None:
         return
     lines: list[bytes] = []

@@ -196,3 +196,25 @@ def test_a_batch_whose_every_series_failed_ends_failed_with_the_count(database: 
                                lease_seconds=60, body_bytes=1234)
     assert store.stored_bytes(database, "acct") == 1234  # the quota's measure, on either database
     assert store.cancel(database, "acct", sized.id, ttl=TTL) and store.stored_bytes(database, "acct") == 0
+
+
+def test_chunks_are_claimed_by_fair_share_between_accounts(database: Database) -> None:
+    """A small batch of another account waited behind every chunk of a large one queued before it; the next
+    chunk is now the fairest: of the account with the fewest chunks being computed, then its oldest batch."""
+    series = [{"id": f"s{i}", "timestamps": [], "values": []} for i in range(40)]
+    big = store.create_batch(database, key_id="key_a", account_id="acct-a", kind="forecast",
+                             parameters={"fields": {}, "headers": {"X-Model-Id": "forecast-model-1"}}, series=series,
+                             chunk_series=2, lease_seconds=60)
+    first = store.claim_fairest_chunk(database, lease_seconds=60)
+    assert first is not None and (first.batch_id, first.seq) == (big.id, 0)
+    small = store.create_batch(database, key_id="key_b", account_id="acct-b", kind="forecast",
+                               parameters={"fields": {}, "headers": {"X-Model-Id": "forecast-model-1"}},
+                               series=series[:1], chunk_series=2, lease_seconds=60)
+    # acct-a has a chunk being computed, acct-b none: acct-b's chunk goes next, though queued after acct-a's.
+    second = store.claim_fairest_chunk(database, lease_seconds=60)
+    assert second is not None and (second.batch_id, second.seq) == (small.id, 0)
+    # Both accounts now compute one chunk each and only acct-a waits: its chunks follow, in order.
+    third = store.claim_fairest_chunk(database, lease_seconds=60)
+    assert third is not None and (third.batch_id, third.seq) == (big.id, 1)
+    store.cancel(database, "acct-a", big.id, ttl=TTL)
+    assert store.claim_fairest_chunk(database, lease_seconds=60) is None
