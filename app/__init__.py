@@ -29,7 +29,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.jobs.engine import build_engine
     from app.keys import routes as keys_routes
     from app.keys.store import KeyStore, UsageRecorder
-    from app.monitors import prometheus
+    from app.monitors import poller
     from app.monitors import routes as monitor_routes
     from app.services import Services
     from app.web import cors, errors, jsonio, metrics, observability, pipeline
@@ -64,7 +64,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
             on_ready_change=metrics.WORKERS_READY.set,
         ),
         limits=init_rate_limits(app, settings),
-        build_jobs=lambda: build_engine(settings, registrars=(batch_tasks.register, prometheus.register)),
+        build_jobs=lambda: build_engine(settings, registrars=(batch_tasks.register, poller.register)),
     )
     app.extensions["forecast_service"] = services
 

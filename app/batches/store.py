@@ -110,7 +110,7 @@ def chunk_sizes(chunk_series: int) -> Iterator[int]:
         yield chunk_series
 
 
-def _new_chunk(batch_id: str, seq: int, first: int, part: list[dict[str, Any]],
+def new_chunk(batch_id: str, seq: int, first: int, part: list[dict[str, Any]],
                queued_until: datetime) -> BatchChunkRecord:
     # lease_until without a holder: the time until which the chunk's task may still be waiting in the queue;
     # a chunk nobody has taken by then is queued again (requeue_stalled), since the engine may have lost it.
@@ -118,7 +118,7 @@ def _new_chunk(batch_id: str, seq: int, first: int, part: list[dict[str, Any]],
                             input=pack(part), attempts=0, lease_until=queued_until)
 
 
-def _add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int,
+def add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int,
                 queued_until: datetime) -> int:
     """Adds the series as chunks (sized by chunk_sizes); each chunk's series are packed (compressed) as soon as
     they are read, so an iterator that lets go of what it handed over keeps only the packed form alive."""
@@ -126,7 +126,7 @@ def _add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]
     count = first = 0
     sizes = chunk_sizes(chunk_series)
     while part := list(islice(remaining, next(sizes))):
-        session.add(_new_chunk(batch_id, count, first, part, queued_until))
+        session.add(new_chunk(batch_id, count, first, part, queued_until))
         count, first = count + 1, first + len(part)
     return count
 
@@ -141,7 +141,7 @@ def create_batch(database: Database, *, key_id: str, account_id: str, kind: str,
                              status="queued", series_total=len(series), now=now)
         session.add(record)
         session.flush()
-        record.chunks_total = _add_chunks(session, record.id, series, chunk_series,
+        record.chunks_total = add_chunks(session, record.id, series, chunk_series,
                                           now + timedelta(seconds=lease_seconds))
         record.prepared, record.upload_bytes = True, body_bytes
     return Batch.of(record)
@@ -262,7 +262,7 @@ def claim_chunk(database: Database, batch_id: str, seq: int, *, lease_seconds: f
         claimed = session.execute(
             update(BatchChunkRecord)
             .where(BatchChunkRecord.batch_id == batch_id, BatchChunkRecord.seq == seq,
-                   BatchChunkRecord.status == "pending", _free(BatchChunkRecord, now))
+                   BatchChunkRecord.status == "pending", free(BatchChunkRecord, now))
             .values(lease_token=token, lease_until=now + timedelta(seconds=lease_seconds),
                     attempts=BatchChunkRecord.attempts + 1)
         ).rowcount
@@ -314,7 +314,7 @@ def _fairest_pending(database: Database) -> tuple[str, int] | None:
         waiting = session.execute(
             select(batches.account_id, func.min(batches.created_at))
             .select_from(chunks).join(batches, batches.id == chunks.batch_id)
-            .where(runnable, _free(chunks, now))
+            .where(runnable, free(chunks, now))
             .group_by(batches.account_id)
         ).all()
         if not waiting:
@@ -323,7 +323,7 @@ def _fairest_pending(database: Database) -> tuple[str, int] | None:
         row = session.execute(
             select(chunks.batch_id, chunks.seq)
             .select_from(chunks).join(batches, batches.id == chunks.batch_id)
-            .where(runnable, _free(chunks, now), batches.account_id == account)
+            .where(runnable, free(chunks, now), batches.account_id == account)
             .order_by(batches.created_at, chunks.seq).limit(1)
         ).first()
     return None if row is None else (row[0], row[1])
@@ -341,7 +341,7 @@ def renew(database: Database, chunk: ClaimedChunk, *, lease_seconds: float) -> b
         ).rowcount == 1
 
 
-def _all_failed(count: Any) -> Any:
+def all_failed(count: Any) -> Any:
     """The error of a batch whose every series failed, as SQL text: the envelope, with the count."""
     head = json.dumps({"code": "DATA_VALIDATION_ERROR",
                        "message": "Every series of the batch failed; each one's error is in its results."})
@@ -377,7 +377,7 @@ def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], 
                 chunks_done=BatchRecord.chunks_done + 1,
                 updated_at=now,
                 status=case((none, literal("failed")), (last, literal("done")), else_=literal("running")),
-                error=case((none, _all_failed(BatchRecord.series_failed + failed)), else_=BatchRecord.error),
+                error=case((none, all_failed(BatchRecord.series_failed + failed)), else_=BatchRecord.error),
                 finished_at=case((last, literal(now, UTCDateTime())), else_=BatchRecord.finished_at),
                 expires_at=case((last, literal(now + ttl, UTCDateTime())), else_=BatchRecord.expires_at),
             )
@@ -385,236 +385,12 @@ def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], 
     return True
 
 
-def claim_preparation(database: Database, batch_id: str, *, lease_seconds: float) -> str | None:
-    """A lease on splitting a CSV batch's upload into chunks; None when done already or leased to another."""
-    now, token = now_utc(), secrets.token_hex(16)
-    with database.session() as session:
-        claimed = session.execute(
-            update(BatchRecord)
-            .where(BatchRecord.id == batch_id, BatchRecord.status.in_(RUNNABLE), BatchRecord.prepared.is_(False),
-                   _free(BatchRecord, now))
-            .values(lease_token=token, lease_until=now + timedelta(seconds=lease_seconds))
-        ).rowcount
-    return token if claimed == 1 else None
-
-
-def counted_series(database: Database, batch_id: str) -> int:
-    """The series the web process counted in the batch's upload (0 when the batch is gone)."""
-    with database.session() as session:
-        return session.scalar(select(BatchRecord.series_total).where(BatchRecord.id == batch_id)) or 0
-
-
-def upload_pieces(database: Database, batch_id: str) -> Iterator[bytes]:
-    """The uploaded CSV, one stored piece at a time."""
-    with database.session() as session:
-        sequence = session.scalars(
-            select(BatchUploadRecord.seq).where(BatchUploadRecord.batch_id == batch_id).order_by(BatchUploadRecord.seq)
-        ).all()
-    for seq in sequence:
-        with database.session() as session:
-            data = session.scalar(select(BatchUploadRecord.data).where(BatchUploadRecord.batch_id == batch_id,
-                                                                     BatchUploadRecord.seq == seq))
-        if data is None:  # cancelled meanwhile
-            return
-        yield data
-
-
-def renew_preparation(database: Database, batch_id: str, token: str, *, lease_seconds: float) -> bool:
-    """Extends the caller's lease on splitting the upload; False when it no longer holds it (cancelled, or
-    another worker took over after this one stalled), and the caller stops."""
-    with database.session() as session:
-        return session.execute(
-            update(BatchRecord)
-            .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
-                   BatchRecord.status.in_(RUNNABLE))
-            .values(lease_until=now_utc() + timedelta(seconds=lease_seconds))
-        ).rowcount == 1
-
-
-def _unsplit(session: Session, batch_id: str, token: str, **values: Any) -> bool:
-    """Deletes the chunks an unfinished split stored (and any results of them) and zeroes their counts, with
-    ``values``, if the caller holds the split's lease. The chunks go first: a worker storing a chunk's results
-    locks that chunk and then the batch, so the batch's counts are updated after its last such write and a
-    later one finds its chunk gone (it writes nothing)."""
-    session.execute(delete(BatchChunkRecord).where(BatchChunkRecord.batch_id == batch_id))
-    if session.execute(
-        update(BatchRecord)
-        .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
-               BatchRecord.status.in_(RUNNABLE))
-        .values(chunks_total=0, chunks_done=0, series_done=0, series_failed=0, updated_at=now_utc(), **values)
-    ).rowcount != 1:
-        session.rollback()
-        return False
-    return True
-
-
-def restart_preparation(database: Database, batch_id: str, token: str) -> bool:
-    """Back to no chunks, before a split starts (an earlier attempt may have stored some before its worker
-    died) or when a streamed split finds the upload's series are not grouped and splits it whole instead: the
-    series stored so far are dropped with their results, and the batch is queued again. False when the caller
-    no longer holds the lease."""
-    with database.session() as session:
-        return _unsplit(session, batch_id, token, status="queued")
-
-
-def add_prepared_chunk(database: Database, batch_id: str, token: str, *, seq: int, first_index: int,
-                       series: list[dict[str, Any]], lease_seconds: float) -> bool:
-    """One more chunk of a split still under way (the next, ``seq``), which a worker may take at once; the
-    split's lease is extended in the same transaction. False when the caller no longer holds the lease."""
-    now = now_utc()
-    until = now + timedelta(seconds=lease_seconds)
-    with database.session() as session:
-        if session.execute(
-            update(BatchRecord)
-            .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
-                   BatchRecord.status.in_(RUNNABLE), BatchRecord.chunks_total == seq)
-            .values(chunks_total=seq + 1, lease_until=until, updated_at=now)
-        ).rowcount != 1:
-            session.rollback()
-            return False
-        session.add(_new_chunk(batch_id, seq, first_index, series, until))
-    return True
-
-
-def finish_preparation(database: Database, batch_id: str, token: str, *, total: int, ttl: timedelta) -> bool:
-    """The end of a streamed split: the batch holds ``total`` series in the chunks stored so far, and is done
-    now if those are all done already (else with its last chunk, complete_chunk); the upload is dropped. One
-    UPDATE decides, so a worker finishing the last chunk meanwhile cannot leave the batch running. False when
-    the caller no longer holds the lease."""
-    now = now_utc()
-    with database.session() as session:
-        all_done = BatchRecord.chunks_done >= BatchRecord.chunks_total
-        none = and_(all_done, BatchRecord.series_done == 0, BatchRecord.series_failed > 0)
-        if session.execute(
-            update(BatchRecord)
-            .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
-                   BatchRecord.status.in_(RUNNABLE))
-            .values(
-                prepared=True, series_total=total, lease_token=None, lease_until=None, updated_at=now,
-                status=case((none, literal("failed")), (all_done, literal("done")), else_=BatchRecord.status),
-                error=case((none, _all_failed(BatchRecord.series_failed)), else_=BatchRecord.error),
-                finished_at=case((all_done, literal(now, UTCDateTime())), else_=BatchRecord.finished_at),
-                expires_at=case((all_done, literal(now + ttl, UTCDateTime())), else_=BatchRecord.expires_at),
-            )
-        ).rowcount != 1:
-            session.rollback()
-            return False
-        session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
-    return True
-
-
-def store_preparation(database: Database, batch_id: str, token: str, series: Iterable[dict[str, Any]], *,
-                      total: int, chunk_series: int, lease_seconds: float, ttl: timedelta) -> int | None:
-    """The upload's ``total`` series as chunks, in one transaction with the end of the lease; the upload is
-    dropped. The number of chunks, or None when the caller no longer holds the lease. (A split of the whole
-    file at once: restart_preparation has removed any chunks of an earlier attempt.)"""
-    now = now_utc()
-    with database.session() as session:
-        record = session.get(BatchRecord, batch_id, with_for_update=True)
-        if record is None or record.lease_token != token or record.prepared or record.status not in RUNNABLE:
-            return None
-        record.chunks_total = chunks = _add_chunks(session, batch_id, series, chunk_series,
-                                                   now + timedelta(seconds=lease_seconds))
-        record.series_total, record.prepared, record.updated_at = total, True, now
-        record.lease_token = record.lease_until = None
-        if not total:
-            record.status, record.finished_at, record.expires_at = "done", now, now + ttl
-        session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
-    return chunks
-
-
-def fail_batch(database: Database, batch_id: str, token: str, error: dict[str, Any], *, ttl: timedelta) -> bool:
-    """A CSV batch whose upload cannot be read: failed, with the reason, and its upload dropped. A streamed
-    split may have stored (and workers computed) its first chunks before it met the error: they are deleted
-    with their results and counts, so the batch reads exactly as if the error had been found first."""
-    now = now_utc()
-    with database.session() as session:
-        if not _unsplit(session, batch_id, token, status="failed", error=json.dumps(error), finished_at=now,
-                        expires_at=now + ttl, lease_token=None, lease_until=None, upload_bytes=0):
-            return False
-        session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
-    return True
-
-
 # ------------------------------------------------------------------------------------------- the sweep
 
 
-def _free(table: type[BatchChunkRecord] | type[BatchRecord], now: datetime) -> Any:
+def free(table: type[BatchChunkRecord] | type[BatchRecord], now: datetime) -> Any:
     """Claimable: no worker holds it (never taken, or queued again), or its worker's lease ran out."""
     return or_(table.lease_token.is_(None), table.lease_until < now)
-
-
-@dataclass(frozen=True)
-class Stalled:
-    preparations: list[str]
-    chunks: list[tuple[str, int]]
-
-
-def requeue_stalled(database: Database, *, lease_seconds: float, held_only: bool = False,
-                    limit: int = 10_000) -> Stalled:
-    """Work to enqueue again: leases that ran out (their worker died or was stopped), and, unless
-    ``held_only``, work no worker has taken within a lease of being queued (its task was lost: the engine does
-    not acknowledge tasks, so a consumer killed between taking a task and claiming its chunk loses it).
-    Whatever the queue holds meanwhile: a task still waiting in it only finds its chunk taken or done and does
-    nothing, while a lost one is never found by waiting for the queue to empty (other periodic tasks and the
-    pollers' are nearly always in it). Each is marked as queued again (no holder, and not again for one lease),
-    in an UPDATE that only one of several sweepers wins, so a stalled chunk is enqueued once per lease at most.
-    A row without a time (stored before chunks had one) is due at once."""
-    now = now_utc()
-    again = now + timedelta(seconds=lease_seconds)
-
-    def due(table: type[BatchChunkRecord] | type[BatchRecord]) -> Any:
-        expired = table.lease_until < now
-        if held_only:
-            return and_(table.lease_token.is_not(None), expired)
-        return or_(expired, table.lease_until.is_(None))
-
-    with database.session() as session:
-        preparations = session.scalars(
-            select(BatchRecord.id).where(BatchRecord.status.in_(RUNNABLE), BatchRecord.prepared.is_(False),
-                                         due(BatchRecord)).limit(limit)
-        ).all()
-        chunks = session.execute(
-            select(BatchChunkRecord.batch_id, BatchChunkRecord.seq)
-            .join(BatchRecord, BatchRecord.id == BatchChunkRecord.batch_id)
-            .where(BatchChunkRecord.status == "pending", due(BatchChunkRecord), BatchRecord.status.in_(RUNNABLE))
-            .order_by(BatchRecord.created_at, BatchChunkRecord.seq)
-            .limit(limit)
-        ).all()
-    marked_preparations, marked_chunks = [], []
-    for batch_id in preparations:
-        with database.session() as session:
-            if session.execute(
-                update(BatchRecord).where(BatchRecord.id == batch_id, BatchRecord.prepared.is_(False),
-                                          BatchRecord.status.in_(RUNNABLE), due(BatchRecord))
-                .values(lease_token=None, lease_until=again)
-            ).rowcount == 1:
-                marked_preparations.append(batch_id)
-    for batch_id, seq in chunks:
-        with database.session() as session:
-            if session.execute(
-                update(BatchChunkRecord)
-                .where(BatchChunkRecord.batch_id == batch_id, BatchChunkRecord.seq == seq,
-                       BatchChunkRecord.status == "pending", due(BatchChunkRecord))
-                .values(lease_token=None, lease_until=again)
-            ).rowcount == 1:
-                marked_chunks.append((batch_id, seq))
-    return Stalled(marked_preparations, marked_chunks)
-
-
-def purge_expired(database: Database) -> int:
-    """Deletes batches past their expiry and uploads abandoned mid-way; returns how many."""
-    now = now_utc()
-    with database.session() as session:
-        ids = session.scalars(
-            select(BatchRecord.id).where(or_(
-                BatchRecord.expires_at < now,
-                (BatchRecord.status == "uploading") & (BatchRecord.updated_at < now - ABANDONED_UPLOAD),
-            )).limit(1000)
-        ).all()
-    for batch_id in ids:
-        discard(database, batch_id)
-    return len(ids)
 
 
 def _done_chunks(database: Database, batch_id: str) -> Iterator[bytes]:

@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import IO, TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
-from app.batches import store
+from app.batches import preparation, store, sweep
 from app.batches.one_series import SeriesRunner
 from app.jobs.resources import WorkerResources
 from app.settings import Settings
@@ -50,7 +50,7 @@ class BatchTasks:
     def enqueue_preparation(self, batch_id: str) -> None:
         self.prepare(batch_id)
 
-    def enqueue_stalled(self, stalled: store.Stalled) -> None:
+    def enqueue_stalled(self, stalled: sweep.Stalled) -> None:
         for batch_id in stalled.preparations:
             self.enqueue_preparation(batch_id)
         self.enqueue_chunks(stalled.chunks)
@@ -111,15 +111,15 @@ def process_chunk(resources: WorkerResources, tasks: BatchTasks, batch_id: str, 
     store.complete_chunk(database, chunk, lines, succeeded=succeeded, failed=failed, ttl=_ttl(settings))
     # A worker that died left its lease; whoever finishes next puts it back in the queue without waiting for
     # the minute's sweep. (Only leases held: work never taken is the sweep's, once a minute, not every chunk's.)
-    tasks.enqueue_stalled(store.requeue_stalled(database, held_only=True, lease_seconds=lease))
+    tasks.enqueue_stalled(sweep.requeue_stalled(database, held_only=True, lease_seconds=lease))
 
 
 def sweep_batches(resources: WorkerResources, tasks: BatchTasks) -> None:
     settings, database = resources.settings, resources.database
-    purged = store.purge_expired(database)
+    purged = sweep.purge_expired(database)
     if purged:
         log.info("deleted %d expired batch(es)", purged)
-    stalled = store.requeue_stalled(database, lease_seconds=settings.batch_lease_seconds)
+    stalled = sweep.requeue_stalled(database, lease_seconds=settings.batch_lease_seconds)
     if stalled.chunks or stalled.preparations:
         log.info("enqueued again: %d chunk(s), %d upload(s) to split", len(stalled.chunks),
                  len(stalled.preparations))
@@ -153,7 +153,7 @@ class _Lease:
         if time.monotonic() - self._renewed < self.seconds / 3:
             return True
         self._renewed = time.monotonic()
-        return store.renew_preparation(self._database, self._batch_id, self._token, lease_seconds=self.seconds)
+        return preparation.renew_preparation(self._database, self._batch_id, self._token, lease_seconds=self.seconds)
 
 
 def prepare_upload(resources: WorkerResources, tasks: BatchTasks, batch_id: str) -> None:
@@ -163,42 +163,42 @@ def prepare_upload(resources: WorkerResources, tasks: BatchTasks, batch_id: str)
     Otherwise the whole file is split at once as before, with the same series, results and messages (a series
     met again further on: whatever was stored of the file is dropped first)."""
     settings, database = resources.settings, resources.database
-    token = store.claim_preparation(database, batch_id, lease_seconds=settings.batch_lease_seconds)
+    token = preparation.claim_preparation(database, batch_id, lease_seconds=settings.batch_lease_seconds)
     if token is None:
         return
     lease = _Lease(resources, batch_id, token)
     # The series the web process counted (and charged to the key's rate limits) are all that is computed:
     # an upload the parser finds more in fails whole, before any series past the count is stored.
-    counted = store.counted_series(database, batch_id)
+    counted = preparation.counted_series(database, batch_id)
     limit = min(settings.batch_max_series, counted) if counted else settings.batch_max_series
     with tempfile.TemporaryFile() as spool:
-        for piece in store.upload_pieces(database, batch_id):
+        for piece in preparation.upload_pieces(database, batch_id):
             spool.write(piece)
             if not lease.kept():
                 return
         # A split that an earlier worker began (and died in) starts again from nothing.
-        if not store.restart_preparation(database, batch_id, token):
+        if not preparation.restart_preparation(database, batch_id, token):
             return
         spool.seek(0)
         try:
             try:
                 total = _split_streaming(resources, tasks, batch_id, token, spool, lease, limit)
             except NotGrouped:
-                if not store.restart_preparation(database, batch_id, token):
+                if not preparation.restart_preparation(database, batch_id, token):
                     return
                 spool.seek(0)
                 series = split_whole(spool, max_series=limit)
-                chunks = store.store_preparation(database, batch_id, token, series, total=len(series),
+                chunks = preparation.store_preparation(database, batch_id, token, series, total=len(series),
                                                  chunk_series=settings.batch_chunk_series,
                                                  lease_seconds=settings.batch_lease_seconds, ttl=_ttl(settings))
                 if chunks is not None:
                     tasks.enqueue_chunks((batch_id, seq) for seq in range(chunks))
                 return
         except UploadError as error:
-            store.fail_batch(database, batch_id, token, error.envelope, ttl=_ttl(settings))
+            preparation.fail_batch(database, batch_id, token, error.envelope, ttl=_ttl(settings))
             return
     if total is not None:
-        store.finish_preparation(database, batch_id, token, total=total, ttl=_ttl(settings))
+        preparation.finish_preparation(database, batch_id, token, total=total, ttl=_ttl(settings))
 
 
 def _split_streaming(resources: WorkerResources, tasks: BatchTasks, batch_id: str, token: str, spool: IO[bytes],
@@ -212,7 +212,7 @@ def _split_streaming(resources: WorkerResources, tasks: BatchTasks, batch_id: st
 
     def flush() -> bool:
         nonlocal part, want, seq, first
-        if not store.add_prepared_chunk(database, batch_id, token, seq=seq, first_index=first, series=part,
+        if not preparation.add_prepared_chunk(database, batch_id, token, seq=seq, first_index=first, series=part,
                                         lease_seconds=lease.seconds):
             return False
         lease.renewed()

@@ -1,9 +1,7 @@
-"""Prometheus-backed monitors: a poller in the job engine reads each due monitor's query and judges the new points
-with the same append as POST /monitors/{id}/points.
+"""Reading Prometheus-backed monitors: each due monitor's query is read and its new points judged with the same
+append as POST /monitors/{id}/points (the poller that runs the rounds is app.monitors.poller).
 
-One poller runs at a time (whoever holds the "prometheus-poller" lease); it re-schedules itself every
-POLL_SECONDS, and a periodic task (every minute, in every consumer that runs the scheduler) restarts it when its
-lease ran out (a killed worker). Each round claims the monitors whose next read is due, a batch at a time, by a
+Each round claims the monitors whose next read is due, a batch at a time, by a
 compare-and-set on ``source_due_at`` (which becomes the claim's lease), and reads them READ_CONCURRENCY at a time.
 
 A read asks ``query_range`` for the steps after the last one read (``source_read_until``), at most CHUNK_POINTS
@@ -22,21 +20,18 @@ import os
 import secrets
 import time
 from collections import Counter, deque
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
-from weakref import WeakKeyDictionary
 
 from sqlalchemy import bindparam, select, update
-from sqlalchemy.exc import IntegrityError
 
 from app.db import Database
 from app.monitors import sources
-from app.monitors.records import JobLeaseRecord, MonitorRecord
+from app.monitors.records import MonitorRecord
 from app.monitors.schemas import IncomingPoints
 from app.monitors.webhooks import send_request
 from app.settings import Settings
@@ -44,7 +39,7 @@ from app.web.errors import ApiError, NotFound
 from app.web.fields import MAX_ABS_VALUE
 
 if TYPE_CHECKING:
-    from huey import Huey
+    pass
 
 
 log = logging.getLogger("app.monitors.prometheus")
@@ -59,17 +54,12 @@ READ_CONCURRENCY = 8
 # One account's monitors are read by at most this many readers at once: its sources hanging cost the others a
 # quarter of the readers, not all of them.
 ACCOUNT_READERS = 2
-LEASE_NAME = "prometheus-poller"
-# The poller's own lease: renewed every round, so a dead poller is replaced within a minute.
-POLLER_LEASE_SECONDS = 30.0
 # Prometheus answers read this much at most (a chunk of 1,000 points is about 30 KB).
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 # A poller round stops claiming after this long, so it renews its lease (POLLER_LEASE_SECONDS) in time.
 ROUND_SECONDS = 10.0
 # A Prometheus that was unreachable or slow is not asked again by other monitors' reads for this long.
 FAILURE_MEMORY_SECONDS = 5.0
-# Huey's task priority for the poller (higher runs first).
-PRIORITY = 100
 # A read's outcome message is stored and logged at most this long.
 MESSAGE_CHARS = 500
 # Several series: the message names this many of them.
@@ -463,113 +453,3 @@ class Reader:
                              checked=True)
             except Exception:  # noqa: BLE001 - the database itself failed: the claim's lease runs out instead
                 log.exception("recording a failed read failed", extra={"fields": {"monitor_id": monitor.id}})
-
-
-# ------------------------------------------------------------------------------------------------ the lease
-
-
-def take_lease(database: Database, *, holder: str, now: datetime | None = None, renew: bool = False) -> bool:
-    """The poller's lease for ``holder``: renewed if it holds it, taken if it ran out (or never existed)."""
-    now = now or _now()
-    expires = now + timedelta(seconds=POLLER_LEASE_SECONDS)
-    table = JobLeaseRecord.__table__
-    with database.session() as session:
-        condition = table.c.holder == holder if renew else (table.c.holder == holder) | (table.c.expires_at < now)
-        result = session.execute(
-            update(table).where(table.c.name == LEASE_NAME, condition).values(holder=holder, expires_at=expires)
-        )
-        if result.rowcount == 1:  # type: ignore[attr-defined]
-            return True
-        if renew or session.get(JobLeaseRecord, LEASE_NAME) is not None:
-            return False
-    try:
-        with database.session() as session:
-            session.add(JobLeaseRecord(name=LEASE_NAME, holder=holder, expires_at=expires))
-        return True
-    except IntegrityError:
-        return False
-
-
-# ------------------------------------------------------------------------------------------------ the tasks
-
-
-@dataclass
-class _Tasks:
-    kick: Callable[[], Any]
-
-
-_TASKS: WeakKeyDictionary[Huey, _Tasks] = WeakKeyDictionary()
-_readers: dict[int, Reader] = {}
-_executors: dict[int, ThreadPoolExecutor] = {}
-
-
-def _reader(settings: Settings) -> Reader:
-    pid = os.getpid()
-    reader = _readers.get(pid)
-    if reader is None:
-        _readers.clear()
-        reader = _readers[pid] = Reader(settings)
-    return reader
-
-
-def _executor() -> ThreadPoolExecutor:
-    pid = os.getpid()
-    executor = _executors.get(pid)
-    if executor is None:
-        _executors.clear()
-        executor = _executors[pid] = ThreadPoolExecutor(READ_CONCURRENCY, thread_name_prefix="prometheus-read")
-    return executor
-
-
-def start_poller(engine: Huey) -> None:
-    """Starts the poller now unless one runs (a new Prometheus-backed monitor backfills at once)."""
-    tasks = _TASKS.get(engine)
-    if tasks is not None:
-        tasks.kick()
-
-
-def register(engine: Huey, settings: Settings) -> None:
-    from huey import crontab  # Huey loads with the engine, not with this module
-
-    from app.monitors import alertmanager
-
-    # Above the batch tasks that share the queue: a read waiting behind them is a late verdict.
-    @engine.task(name="monitors.prometheus.poll", priority=PRIORITY)
-    def poll(holder: str) -> None:
-        reader = _reader(settings)
-        if not take_lease(reader.database, holder=holder, renew=True):
-            return  # another poller took over (this one's lease had run out)
-        executor = _executor()
-        reader.round(executor)
-        # Reads fall due together (every monitor of a frequency on the same step); one due within a round's
-        # pace is waited for here, to the moment, rather than through the scheduler's one-second ticks.
-        due = reader.next_due()
-        wait = POLL_SECONDS if due is None else (due - _now()).total_seconds()
-        if 0 < wait < POLL_SECONDS:
-            time.sleep(wait)
-            if not take_lease(reader.database, holder=holder, renew=True):
-                return
-            reader.round(executor)
-            due = reader.next_due()
-            wait = POLL_SECONDS if due is None else (due - _now()).total_seconds()
-        poll.schedule((holder,), delay=min(POLL_SECONDS, max(0.0, wait)))
-
-    @engine.task(name="monitors.prometheus.kick", priority=PRIORITY)
-    def kick() -> None:
-        holder = secrets.token_hex(8)
-        if take_lease(_reader(settings).database, holder=holder):
-            poll(holder)
-
-    @engine.periodic_task(crontab(minute="*"), name="monitors.prometheus.watchdog")
-    def watchdog() -> None:
-        kick.call_local()
-
-    @engine.periodic_task(crontab(minute="*"), name="monitors.alertmanager.refresh")
-    def refresh() -> None:
-        alertmanager.refresh_alerts(_reader(settings).database)
-
-    @engine.on_startup(name="monitors.prometheus.start")
-    def started() -> None:
-        kick()
-
-    _TASKS[engine] = _Tasks(kick=kick)

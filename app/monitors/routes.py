@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.monitors import exposition, forecasting, ingest, prometheus, service, sources
+from app.monitors import exposition, forecasting, ingest, poller, service, sources
 from app.monitors.runtime import MonitorRuntime, build_runtime
 from app.monitors.schemas import (
     FeedbackRequestSchema,
@@ -111,7 +111,7 @@ def create() -> tuple[Response, int]:
     view = service.create_monitor(database=current_services().database, account_id=current_key().account_id,
                                   fields=fields, limit=settings.max_monitors_per_account)
     if fields.get("prometheus_query") is not None:
-        prometheus.start_poller(current_services().jobs)
+        poller.start_poller(current_services().jobs)
     response = jsonify(view)
     response.headers["Location"] = f"/monitors/{view['id']}"
     return response, 201

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from app.batches import store
+from app.batches import preparation, store, sweep
 from app.db import Database
 from tests.support import migrate, settings_for
 
@@ -60,9 +60,9 @@ def test_a_lease_that_runs_out_passes_the_chunk_on(database: Database) -> None:
     stalled = store.claim_chunk(database, batch.id, 1, lease_seconds=0.2)
     assert stalled is not None
     time.sleep(0.3)
-    assert store.requeue_stalled(database, held_only=True, lease_seconds=60).chunks == [(batch.id, 1)]
+    assert sweep.requeue_stalled(database, held_only=True, lease_seconds=60).chunks == [(batch.id, 1)]
     # Marked as queued again: the next sweep does not enqueue it a second time.
-    assert store.requeue_stalled(database, lease_seconds=60).chunks == []
+    assert sweep.requeue_stalled(database, lease_seconds=60).chunks == []
     taker = store.claim_chunk(database, batch.id, 1, lease_seconds=60)
     assert taker is not None
     assert not store.renew(database, stalled, lease_seconds=60)
@@ -79,13 +79,13 @@ def test_a_lease_that_runs_out_passes_the_chunk_on(database: Database) -> None:
 def test_work_never_taken_within_a_lease_is_queued_again(database: Database) -> None:
     batch = new_batch(database, count=3, lease_seconds=0.3)  # chunks of 1 and 2 series
     # Queued a moment ago: its task may still be waiting in the engine's queue.
-    assert store.requeue_stalled(database, lease_seconds=60).chunks == []
+    assert sweep.requeue_stalled(database, lease_seconds=60).chunks == []
     time.sleep(0.4)
     # Not taken within a lease: its task was lost (a consumer killed between taking it and claiming the chunk),
     # and it is queued again, whatever else the queue holds; a finishing worker leaves that to the sweep.
-    assert store.requeue_stalled(database, held_only=True, lease_seconds=60).chunks == []
-    assert sorted(store.requeue_stalled(database, lease_seconds=60).chunks) == [(batch.id, 0), (batch.id, 1)]
-    assert store.requeue_stalled(database, lease_seconds=60).chunks == []  # once per lease
+    assert sweep.requeue_stalled(database, held_only=True, lease_seconds=60).chunks == []
+    assert sorted(sweep.requeue_stalled(database, lease_seconds=60).chunks) == [(batch.id, 0), (batch.id, 1)]
+    assert sweep.requeue_stalled(database, lease_seconds=60).chunks == []  # once per lease
     # The old task and the new one both run: the first takes the chunk, the second does nothing, and the
     # chunk's results are stored once.
     taker = store.claim_chunk(database, batch.id, 0, lease_seconds=60)
@@ -113,7 +113,7 @@ def uploaded(database: Database) -> tuple[str, str]:
                                   parameters={"fields": {}, "headers": {"X-Model-Id": "forecast-model-1"}})
     store.add_upload_piece(database, batch_id, 0, b"unique_id,timestamp,value\n")
     store.finish_upload(database, batch_id, series_total=3, upload_bytes=26, lease_seconds=60)
-    token = store.claim_preparation(database, batch_id, lease_seconds=60)
+    token = preparation.claim_preparation(database, batch_id, lease_seconds=60)
     assert token is not None
     return batch_id, token
 
@@ -124,18 +124,18 @@ def one_series(name: str) -> list[dict[str, object]]:
 
 def test_a_split_under_way_hands_out_chunks_and_the_batch_ends_with_its_last(database: Database) -> None:
     batch_id, token = uploaded(database)
-    assert store.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
+    assert preparation.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
                                     lease_seconds=60)
-    assert not store.add_prepared_chunk(database, batch_id, "another", seq=1, first_index=1,
+    assert not preparation.add_prepared_chunk(database, batch_id, "another", seq=1, first_index=1,
                                         series=one_series("b"), lease_seconds=60)
     first = store.claim_chunk(database, batch_id, 0, lease_seconds=60)
     assert first is not None and store.complete_chunk(database, first, [b"a\n"], succeeded=1, failed=0, ttl=TTL)
     # Every chunk stored so far is done, but the split is not: the batch runs on.
     running = store.get_batch(database, "acct", batch_id)
     assert running is not None and running.status == "running" and running.series_done == 1
-    assert store.add_prepared_chunk(database, batch_id, token, seq=1, first_index=1,
+    assert preparation.add_prepared_chunk(database, batch_id, token, seq=1, first_index=1,
                                     series=one_series("b") + one_series("c"), lease_seconds=60)
-    assert store.finish_preparation(database, batch_id, token, total=3, ttl=TTL)
+    assert preparation.finish_preparation(database, batch_id, token, total=3, ttl=TTL)
     second = store.claim_chunk(database, batch_id, 1, lease_seconds=60)
     assert second is not None and [s["id"] for s in second.series] == ["b", "c"] and second.first_index == 1
     assert store.complete_chunk(database, second, [b"b\n", b"c\n"], succeeded=1, failed=1, ttl=TTL)
@@ -146,37 +146,37 @@ def test_a_split_under_way_hands_out_chunks_and_the_batch_ends_with_its_last(dat
 
 def test_a_split_whose_chunks_are_all_done_ends_the_batch_itself(database: Database) -> None:
     batch_id, token = uploaded(database)
-    assert store.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
+    assert preparation.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
                                     lease_seconds=60)
     chunk = store.claim_chunk(database, batch_id, 0, lease_seconds=60)
     assert chunk is not None and store.complete_chunk(database, chunk, [b"a\n"], succeeded=1, failed=0, ttl=TTL)
-    assert store.finish_preparation(database, batch_id, token, total=1, ttl=TTL)
+    assert preparation.finish_preparation(database, batch_id, token, total=1, ttl=TTL)
     done = store.get_batch(database, "acct", batch_id)
     assert done is not None and done.status == "done" and done.series_total == 1 and done.expires_at is not None
 
 
 def test_a_split_dropped_or_failed_midway_leaves_no_chunks_results_or_counts(database: Database) -> None:
     batch_id, token = uploaded(database)
-    assert store.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
+    assert preparation.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
                                     lease_seconds=60)
     holder = store.claim_chunk(database, batch_id, 0, lease_seconds=60)
     assert holder is not None and store.complete_chunk(database, holder, [b"a\n"], succeeded=1, failed=0, ttl=TTL)
-    assert not store.restart_preparation(database, batch_id, "another")
-    assert store.restart_preparation(database, batch_id, token)
+    assert not preparation.restart_preparation(database, batch_id, "another")
+    assert preparation.restart_preparation(database, batch_id, token)
     queued = store.get_batch(database, "acct", batch_id)
     assert queued is not None and queued.status == "queued" and (queued.series_done, queued.chunks_total) == (0, 0)
     assert list(store.done_outputs(database, batch_id)) == []
-    assert store.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
+    assert preparation.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
                                     lease_seconds=60)
     late = store.claim_chunk(database, batch_id, 0, lease_seconds=60)
     assert late is not None and store.complete_chunk(database, late, [b"a\n"], succeeded=0, failed=1, ttl=TTL)
     error = {"code": "INVALID_REQUEST", "message": "The CSV could not be read.", "details": {}}
-    assert store.fail_batch(database, batch_id, token, error, ttl=TTL)
+    assert preparation.fail_batch(database, batch_id, token, error, ttl=TTL)
     failed = store.get_batch(database, "acct", batch_id)
     assert failed is not None and failed.status == "failed" and failed.error == error
     assert (failed.series_done, failed.series_failed, failed.chunks_total) == (0, 0, 0)
     assert list(store.done_outputs(database, batch_id)) == []
-    assert not store.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
+    assert not preparation.add_prepared_chunk(database, batch_id, token, seq=0, first_index=0, series=one_series("a"),
                                         lease_seconds=60)
 
 

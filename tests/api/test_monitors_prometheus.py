@@ -17,7 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
-from app.monitors import alertmanager, prometheus
+from app.monitors import alertmanager, poller, prometheus
 from app.monitors.records import MonitorEventRecord, MonitorRecord
 from tests.support import build_app, minute_series, new_key, services_of, settings_for
 
@@ -264,13 +264,13 @@ def test_a_read_that_cannot_connect_is_a_visible_state_and_is_retried(client: Fl
 def test_one_poller_holds_the_lease_until_it_runs_out(prom_app: Flask) -> None:
     database = services_of(prom_app).database
     now = datetime.now(UTC) + timedelta(hours=1)  # after any lease an earlier test left
-    assert prometheus.take_lease(database, holder="a", now=now)
-    assert not prometheus.take_lease(database, holder="b", now=now + timedelta(seconds=1))
-    assert prometheus.take_lease(database, holder="a", now=now + timedelta(seconds=1), renew=True)
-    assert not prometheus.take_lease(database, holder="b", now=now + timedelta(seconds=2), renew=True)
-    expired = now + timedelta(seconds=1 + prometheus.POLLER_LEASE_SECONDS + 1)
-    assert prometheus.take_lease(database, holder="b", now=expired)
-    assert not prometheus.take_lease(database, holder="a", now=expired, renew=True)
+    assert poller.take_lease(database, holder="a", now=now)
+    assert not poller.take_lease(database, holder="b", now=now + timedelta(seconds=1))
+    assert poller.take_lease(database, holder="a", now=now + timedelta(seconds=1), renew=True)
+    assert not poller.take_lease(database, holder="b", now=now + timedelta(seconds=2), renew=True)
+    expired = now + timedelta(seconds=1 + poller.POLLER_LEASE_SECONDS + 1)
+    assert poller.take_lease(database, holder="b", now=expired)
+    assert not poller.take_lease(database, holder="a", now=expired, renew=True)
 
 
 def test_reading_windows_are_aligned_bounded_and_start_where_the_last_read_stopped() -> None:
