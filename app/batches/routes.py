@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.wsgi import LimitedStream
 
-from app.batches import store
+from app.batches import backtest, store
 from app.batches.results import csv_rows
 from app.batches.schemas import batch_json
 from app.batches.submit import (
@@ -173,6 +173,23 @@ def results(batch_id: str) -> Response:
     else:
         body, mimetype = _json_lines(outputs), NDJSON
     response = Response(body, mimetype=mimetype)
+    response.headers["X-Batch-Status"] = batch.status
+    return response
+
+
+@bp.get("/batches/<batch_id>/summary")
+@requires("read")
+def summary(batch_id: str) -> Response:
+    """A backtest's scores per series and model, and per model over all series (docs/batches.md)."""
+    services = current_services()
+    batch = _owned(services, batch_id)
+    if batch.kind != "backtest" or batch.status == "cancelled":
+        issue = "not a backtest" if batch.kind != "backtest" else "cancelled"
+        raise NotFound(f"This batch has no summary: {issue}.",
+                       details={"field": "batch_id", "issue": issue, "provided": batch_id})
+    body = backtest.summarize(store.done_outputs(services.database, batch.id))
+    response = jsonify({"batch_id": batch.id, "status": batch.status,
+                        "confidence": batch.parameters["fields"].get("confidence", 0.95), **body})
     response.headers["X-Batch-Status"] = batch.status
     return response
 

@@ -26,7 +26,8 @@ from huey import Huey, crontab
 from huey.api import TaskWrapper
 
 from app.batches import store
-from app.batches.one_series import SeriesRunner
+from app.batches.backtest import BacktestRunner
+from app.batches.one_series import BACKTEST, SeriesRunner
 from app.jobs.resources import WorkerResources
 from app.settings import Settings
 
@@ -93,7 +94,11 @@ def process_chunk(resources: WorkerResources, tasks: BatchTasks, batch_id: str, 
     lines: list[bytes] = []
     succeeded = failed = 0
     renewed = time.monotonic()
-    runner = SeriesRunner(chunk.kind, chunk.parameters, max_points=settings.max_points)
+    runner: SeriesRunner | BacktestRunner
+    if chunk.kind == BACKTEST:
+        runner = BacktestRunner(chunk.parameters, max_points=settings.max_points)
+    else:
+        runner = SeriesRunner(chunk.kind, chunk.parameters, max_points=settings.max_points)
     for offset, series in enumerate(chunk.series):
         if time.monotonic() - renewed > lease / 3:
             if not store.renew(database, chunk, lease_seconds=lease):
