@@ -9,6 +9,7 @@ length (``series.sizes``), its first timestamp (``series.start_datetime``) and o
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +20,11 @@ from app.forecast.schemas import CONFIDENCE_RANGE, HORIZON_RANGE
 from app.web.errors import ApiError
 
 URL_PREFIX = "/v2"
-# What the client names its models: any of these (and no model at all) means this service's default.
-TIMEGPT_PREFIXES = ("timegpt", "azureai")
+# What the client names TimeGPT's models: any of these (and no model at all) means this service's default.
+TIMEGPT_NAME = re.compile(r"(timegpt|azureai)[A-Za-z0-9._-]{0,60}", re.IGNORECASE)
+# What the client writes for a series' start (numpy's or isoformat's text); pandas alone would read more.
+START_FORM = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?(?:Z|[+-]\d{2}:?\d{2})?",
+                        re.ASCII)
 LEVEL_RANGE = (round(CONFIDENCE_RANGE[0] * 100), round(CONFIDENCE_RANGE[1] * 100))
 N_WINDOWS_RANGE = (1, 50)
 # add_history's in-sample values: one-step-ahead forecasts over at most this many of the last points.
@@ -83,7 +87,7 @@ def model_of(body: Mapping[str, Any], headers: Mapping[str, str], *, detection: 
         return default
     if isinstance(chosen, str) and chosen in ids:
         return chosen
-    if isinstance(chosen, str) and chosen.lower().startswith(TIMEGPT_PREFIXES):
+    if isinstance(chosen, str) and TIMEGPT_NAME.fullmatch(chosen):
         return default
     raise NixtlaError(f"Unknown model {str(chosen)[:64]!r}: use one of {', '.join(ids)}, or a TimeGPT name "
                       f"for the default ({default}).")
@@ -195,6 +199,8 @@ def read_series(body: Any, headers: Mapping[str, str], *, max_points: int, detec
     offsets: list[int] = []
     position = 0
     for index, (start, size) in enumerate(zip(starts, sizes, strict=True)):
+        if not START_FORM.fullmatch(start):
+            raise NixtlaError(f"series {index}: start_datetime {start[:40]!r} is not an ISO 8601 date or time.")
         try:
             first = pd.Timestamp(start)
             stamps = pd.date_range(first, periods=size, freq=offset)
