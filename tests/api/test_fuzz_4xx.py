@@ -114,7 +114,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     # Nixtla's body carries each series' start and a frequency, never a timestamp per point; its own shape of error.
     **{("POST", f"/v2/{route}"): Route(body=nixtla_body)
        for route in ("forecast", "cross_validation", "anomaly_detection", "online_anomaly_detection")},
-    ("POST", "/v2/<path:rest>"): Route(body=nixtla_body, path=lambda s: {"rest": "finetune"}),
+    ("POST", "/v2/<path:rest>"): Route(body=nixtla_body, path=lambda s: {"path:rest": "finetune"}),
     # A batch keeps its series for the workers: a string no database could keep as text is refused up front.
     ("POST", "/batches"): Route(body=lambda s: {**forecast_body(daily(12), "Daily"), "series": [
         {"id": "shop-1", **forecast_body(daily(12), "Daily")["series"][0]}]}),
