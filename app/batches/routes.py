@@ -21,6 +21,7 @@ from app.batches.submit import (
     read_json_batch,
 )
 from app.batches.tasks import batch_tasks
+from app.forecast.schemas import DEFAULT_CONFIDENCE
 from app.services import Services, current_services
 from app.web.body import is_json_content_type, read_body
 from app.web.errors import InvalidRequest, NotFound, PayloadTooLarge, UnsupportedMediaType
@@ -189,7 +190,7 @@ def summary(batch_id: str) -> Response:
                        details={"field": "batch_id", "issue": issue, "provided": batch_id})
     body = backtest.summarize(store.done_outputs(services.database, batch.id))
     response = jsonify({"batch_id": batch.id, "status": batch.status,
-                        "confidence": batch.parameters["fields"].get("confidence", 0.95), **body})
+                        "confidence": batch.parameters["fields"].get("confidence", DEFAULT_CONFIDENCE), **body})
     response.headers["X-Batch-Status"] = batch.status
     return response
 
