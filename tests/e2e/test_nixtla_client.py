@@ -271,21 +271,40 @@ def test_bad_input_is_a_4xx_in_nixtla_shape(served: tuple[Server, str, dict[str,
         assert answer.status_code == 400 and words in answer.json()["detail"], answer.text
 
 
-def test_a_200_mb_body_is_refused_from_its_length(served: tuple[Server, str, dict[str, str]]) -> None:
+def test_a_200_mb_body_is_refused_from_its_length_by_both_doors(served: tuple[Server, str, dict[str, str]]) -> None:
     server, key, _ = served
-    head = (f"POST /v2/forecast HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {200 * 1024 * 1024}\r\n\r\n").encode()
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-        sock.sendall(head + b'{"series": {"y": [' + b"1.0," * 1000)
-        reply = b""
-        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
-            data = sock.recv(65536)
-            if not data:
-                break
-            reply += data
-    status_line, _, rest = reply.partition(b"\r\n")
-    assert b" 413 " in status_line, reply[:300]
-    assert "larger than" in json.loads(rest.partition(b"\r\n\r\n")[2])["detail"]
+
+    def listed() -> int:
+        return len(requests.get(f"{server.url}/batches", headers=bearer(key), timeout=30).json()["batches"])
+
+    before = listed()
+    for path, start in (("/v2/forecast", b'{"series": {"y": ['), ("/batches", b'{"kind": "backtest", "series": [')):
+        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {200 * 1024 * 1024}\r\n\r\n").encode()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(head + start + b"1.0," * 1000)
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                data = sock.recv(65536)
+                if not data:
+                    break
+                reply += data
+        status_line, _, rest = reply.partition(b"\r\n")
+        assert b" 413 " in status_line, reply[:300]
+        body = json.loads(rest.partition(b"\r\n\r\n")[2])
+        # each door in its own shape
+        message = body["detail"] if path.startswith("/v2/") else body["error"]["message"]
+        assert "larger than" in message
+    assert listed() == before
+
+
+def test_a_key_without_read_is_refused(served: tuple[Server, str, dict[str, str]]) -> None:
+    server, _, env = served
+    writer = json.loads(cli_in_process("keys", "create", "--permissions", "write", "--name",
+                                       f"writer-{uuid.uuid4().hex[:6]}", "--json", env=env).stdout)["key"]
+    with pytest.raises(ApiError) as caught:
+        client_for(server, writer).forecast(monthly_frame((40,)), h=2, freq="MS")
+    assert caught.value.status_code == 403 and "'read' permission" in caught.value.body["detail"]
 
 
 def test_zstd_bodies_are_read_as_the_client_sends_them(served: tuple[Server, str, dict[str, str]],
