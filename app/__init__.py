@@ -21,6 +21,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.batches import tasks as batch_tasks
     from app.cli import register_cli
     from app.compat.azure import routes as azure_routes
+    from app.compat.nixtla import routes as nixtla_routes
     from app.compute.pool import WorkerPool
     from app.dashboard import sessions as dashboard_sessions
     from app.dashboard import views as dashboard_views
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     app.register_blueprint(forecast_routes.meta)
     app.register_blueprint(anomaly_routes.bp)
     app.register_blueprint(azure_routes.bp)
+    app.register_blueprint(nixtla_routes.bp)
     app.register_blueprint(batch_routes.bp)
     monitor_routes.init_monitors(app, services, start_sender=start_workers)
     init_openapi(app, openapi_documenters())
@@ -100,10 +102,11 @@ def openapi_documenters() -> tuple[Callable[..., None], ...]:
     from app.anomalies import openapi_doc as anomaly_docs
     from app.batches import openapi_doc as batch_docs
     from app.compat.azure import openapi_doc as azure_docs
+    from app.compat.nixtla import openapi_doc as nixtla_docs
     from app.forecast import openapi_doc as forecast_docs
     from app.keys import routes as keys_routes
     from app.keys import verify
     from app.monitors import openapi_doc as monitor_docs
 
     return (forecast_docs.document, verify.document, keys_routes.document, monitor_docs.document,
-            anomaly_docs.document, azure_docs.document, batch_docs.document)
+            anomaly_docs.document, azure_docs.document, nixtla_docs.document, batch_docs.document)

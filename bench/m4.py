@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.forecast.accuracy import coverage, mase, mase_scale, msis, smape
+
 HORIZON = {"Hourly": 48, "Weekly": 13}
 MASE_M = {"Hourly": 24, "Weekly": 1}
 DATA_FREQUENCY = {"Hourly": "Hours", "Weekly": "Weekly"}
@@ -79,40 +81,6 @@ def sample(series: list[Series], n: int | None) -> list[Series]:
         return list(series)
     idx = np.unique(np.linspace(0, len(series) - 1, n).round().astype(int))
     return [series[i] for i in idx]
-
-
-def mase_scale(history: np.ndarray, m: int) -> float:
-    x = np.asarray(history, dtype=float)
-    if len(x) <= m:
-        m = 1
-    d = np.abs(x[m:] - x[:-m])
-    return float(d.mean()) if len(d) else float("nan")
-
-
-def smape(actual: np.ndarray, forecast: np.ndarray) -> float:
-    y = np.asarray(actual, dtype=float)
-    f = np.asarray(forecast, dtype=float)
-    den = np.abs(y) + np.abs(f)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(den > 0, 200.0 * np.abs(y - f) / den, 0.0)
-    return float(r.mean())
-
-
-def mase(actual: np.ndarray, forecast: np.ndarray, scale: float) -> float:
-    return float(np.mean(np.abs(np.asarray(actual) - np.asarray(forecast)))) / scale
-
-
-def coverage(actual: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
-    y = np.asarray(actual)
-    return float(np.mean((y >= np.asarray(lower)) & (y <= np.asarray(upper))))
-
-
-def msis(actual: np.ndarray, lower: np.ndarray, upper: np.ndarray, scale: float, alpha: float = 0.05) -> float:
-    y = np.asarray(actual, dtype=float)
-    lo = np.asarray(lower, dtype=float)
-    up = np.asarray(upper, dtype=float)
-    pen = (up - lo) + (2.0 / alpha) * (lo - y) * (y < lo) + (2.0 / alpha) * (y - up) * (y > up)
-    return float(pen.mean()) / scale
 
 
 @dataclass

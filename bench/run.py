@@ -1,7 +1,7 @@
 """Performance benchmarks of the service (`make bench`, `make bench-quick`).
 
     python bench/run.py [--quick] [--only footprint,web,verify,limiter,forecast,anomaly,monitors,prometheus,load,
-                                          accuracy,batches,batch-results]
+                                          accuracy,batches,batch-results,backtest]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -18,6 +18,8 @@ Suites (each writes bench/results/<suite>.md and prints it):
   batches   bench/batches.py: batch throughput beside statsforecast, scale-out, web memory under a 1 GB upload
   batch-results bench/batch_results_memory.py: the web process's peak during results downloads (three at
             once, long ids) and the upload scan's on distinct ids
+  backtest  bench/backtest.py: every monthly dev series x 6 windows, models 1 and 2, beside statsforecast's
+            cross_validation with AutoETS (100 series with --quick)
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
 a suite whose service is missing fails on its own and the others still run. Exit status 1 if any failed.
@@ -43,7 +45,7 @@ import common as c  # noqa: E402
 import latency  # noqa: E402
 
 SUITES = ["footprint", "web", "verify", "limiter", "forecast", "anomaly", "monitors", "prometheus", "load",
-          "accuracy", "batches", "batch-results"]
+          "accuracy", "batches", "batch-results", "backtest"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
@@ -133,6 +135,12 @@ def suite_batch_results(quick: bool) -> str:
                    timeout=1800)
 
 
+def suite_backtest(quick: bool) -> str:
+    """bench/backtest.py: the backtest runner on every monthly development series beside statsforecast's
+    cross_validation with AutoETS, same windows and cores, series-windows per second and M4 scores."""
+    return _script("backtest.py", *(["--quick"] if quick else []), timeout=4 * 3600)
+
+
 def suite_load(quick: bool) -> str:
     """bench/load.py: 50 clients through nginx (TLS) and gunicorn, /verify and /forecast mixed."""
     cmd = [c.PYTHON, str(c.BENCH / "load.py"), "--seconds", "15" if quick else "60"]
@@ -156,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                "monitors": suite_monitors, "prometheus": suite_prometheus, "verify": latency.suite_verify,
                "limiter": latency.suite_limiter,
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy,
-               "batches": suite_batches, "batch-results": suite_batch_results}
+               "batches": suite_batches, "batch-results": suite_batch_results, "backtest": suite_backtest}
     failed = []
     with c.code_snapshot() as code:
         c.CODE_LINE = code

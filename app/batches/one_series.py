@@ -25,14 +25,14 @@ from app.web.errors import ApiError
 
 log = logging.getLogger("app.batches")
 
-FORECAST, ANOMALIES = "forecast", "anomalies"
-KINDS = (FORECAST, ANOMALIES)
+FORECAST, ANOMALIES, BACKTEST = "forecast", "anomalies", "backtest"
+KINDS = (FORECAST, ANOMALIES, BACKTEST)
 
 # The fields' own checks need a series to look at; this one passes them and is never computed.
 _PROBE_SERIES = {"timestamps": [], "values": []}
 
 
-def _run_here(job: Any) -> Any:
+def run_here(job: Any) -> Any:
     return job.run()
 
 
@@ -56,13 +56,13 @@ class SeriesRunner:
                 result = self._forecast(self.request, series)
             else:
                 result = self._anomalies(self.request, series)
-            return True, _line({"id": series["id"], **result})
+            return True, line_of({"id": series["id"], **result})
         except ApiError as error:
-            return False, _line({"id": series["id"], "error": envelope_of(error, index)})
+            return False, line_of({"id": series["id"], "error": envelope_of(error, index)})
         except Exception as exc:  # a model failure is this series' own 500, never the batch's
             log.warning("batch series %s failed", index, exc_info=True)
             failure = "Anomaly detection failed" if self.kind == ANOMALIES else "The forecast failed"
-            return False, _line({"id": series["id"], "error": {
+            return False, line_of({"id": series["id"], "error": {
                 "code": "INTERNAL_ERROR", "message": f"{failure}: {type(exc).__name__}.", "details": {}}})
 
     def _forecast(self, forecast_request: ForecastRequest, submitted: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +71,7 @@ class SeriesRunner:
             forecast_request.data_frequency, max_points=self.max_points,
         )
         try:
-            answer = forecasting.forecast(forecast_request, series, run=_run_here)
+            answer = forecasting.forecast(forecast_request, series, run=run_here)
         except TimestampError as exc:
             raise invalid_future_timestamps(exc) from exc
         out: dict[str, Any] = {
@@ -91,7 +91,7 @@ class SeriesRunner:
         one = dataclasses.replace(anomaly_request, timestamps=submitted["timestamps"], values=submitted["values"])
         series = check_anomaly_series(one, max_points=self.max_points)
         result = detection.detect(series.epoch_seconds, series.values, data_frequency=one.data_frequency,
-                                  confidence=one.confidence, detector=one.detector, run=_run_here)
+                                  confidence=one.confidence, detector=one.detector, run=run_here)
         answer = detection.verdicts(one.timestamps, series, result)
         answer["model_id"] = one.detector
         if result.fallback:
@@ -116,7 +116,7 @@ def _renamed(details: dict[str, Any], index: int) -> dict[str, Any]:
     return out
 
 
-def _line(value: dict[str, Any]) -> bytes:
+def line_of(value: dict[str, Any]) -> bytes:
     # Every number a model or detector returns is finite (checked where they are computed), so orjson's JSON
     # is the standard library's.
     return orjson.dumps(value) + b"\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from app.batches.backtest import BacktestBatchRequestSchema
 from app.batches.schemas import (
     AnomalyBatchRequestSchema,
     BatchListSchema,
@@ -28,6 +29,7 @@ BATCH_DESCRIPTION = (
 def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[str, Any]) -> None:
     for name, schema in (("ForecastBatchRequest", ForecastBatchRequestSchema),
                          ("AnomalyBatchRequest", AnomalyBatchRequestSchema),
+                         ("BacktestBatchRequest", BacktestBatchRequestSchema),
                          ("Batch", BatchSchema), ("BatchList", BatchListSchema)):
         spec.components.schema(name, schema=schema)
     secured = [{"bearerAuth": []}]
@@ -75,8 +77,11 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             {"in": "header", "name": "X-Model-Id", "required": False, "description": "The model (forecasts) or "
              "detector (anomalies) every series uses.",
              "schema": {"type": "string", "enum": [*MODEL_IDS, *DETECTOR_IDS], "default": DEFAULT_MODEL_ID}},
-            query("kind", {"type": "string", "enum": ["forecast", "anomalies"], "default": "forecast"},
+            query("kind", {"type": "string", "enum": ["forecast", "anomalies", "backtest"], "default": "forecast"},
                   "CSV uploads only (JSON carries it in the body)."),
+            query("n_windows", {"type": "integer", "minimum": 1, "maximum": 50}, "CSV backtest uploads only."),
+            query("step_size", {"type": "integer", "minimum": 1}, "CSV backtest uploads only."),
+            query("models", {"type": "string"}, "CSV backtest uploads only: model ids, comma-separated."),
             query("forecast_horizon", {"type": "integer", "minimum": 1, "maximum": 100}, "CSV uploads only."),
             query("data_frequency", {"type": "string"}, "CSV uploads only. " + FREQUENCY_ISSUE + "."),
             query("forecast_frequency", {"type": "string"}, "CSV uploads only; equal to data_frequency."),
@@ -86,7 +91,8 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
     )
     submit["requestBody"] = {"required": True, "content": {
         "application/json": {"schema": {"oneOf": [{"$ref": "#/components/schemas/ForecastBatchRequest"},
-                                                  {"$ref": "#/components/schemas/AnomalyBatchRequest"}]}},
+                                                  {"$ref": "#/components/schemas/AnomalyBatchRequest"},
+                                                  {"$ref": "#/components/schemas/BacktestBatchRequest"}]}},
         "text/csv": {"schema": {"type": "string", "description": "Header " + ",".join(CSV_HEADER) + ", one row "
                                 "per point (a row ends at LF, CRLF or a lone CR); unique_id of 1 to 200 characters, "
                                 "no field over 131,072 characters, no NUL; the fields go in the query string."}},
@@ -118,9 +124,10 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             {"200": {
                 "description": "One JSON object per series (its id and what POST /forecast or POST /anomalies "
                 "answers, or its error) or, for Accept: text/csv or ?format=csv, long-format rows "
-                "(unique_id,timestamp,lower,median,upper,error for forecasts; an id starting with =, +, -, @, a tab, "
-                "a carriage return or an apostrophe gets a leading apostrophe). Before the batch is done: the "
-                "series finished so far.",
+                "(unique_id,timestamp,lower,median,upper,error for forecasts; unique_id,cutoff,timestamp,actual,"
+                "model,lower,median,upper,error for backtests; an id starting with =, +, -, @, a tab, a carriage "
+                "return or an apostrophe gets a leading apostrophe). Before the batch is done: the series "
+                "finished so far.",
                 "headers": {**ok_headers, "X-Batch-Status": {"description": "The batch's status.",
                                                              "schema": {"type": "string"}}},
                 "content": {"application/x-ndjson": {"schema": {"type": "string"}},
@@ -128,5 +135,20 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             }, **fail("400", "401", "403", "404", "429", "500")},
             parameters=[batch_id, query("format", {"type": "string", "enum": ["csv"]}, "csv: the same as "
                                         "Accept: text/csv.")],
+        ),
+    })
+    spec.path(path="/batches/{batch_id}/summary", operations={
+        "get": operation(
+            "getBacktestSummary", "A backtest's M4 scores per model and per series", "read",
+            {"200": {
+                "description": "models: per model, the mean MASE, sMAPE, interval coverage and MSIS over the series "
+                "with a finite score (series counts them); series: each series' scores per model (null where a "
+                "window's history never changed, so MASE has no scale); failed_series. Before the batch is done: "
+                "the series finished so far.",
+                "headers": {**ok_headers, "X-Batch-Status": {"description": "The batch's status.",
+                                                             "schema": {"type": "string"}}},
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            }, **fail("400", "401", "403", "404", "429", "500")},
+            parameters=[batch_id],
         ),
     })

@@ -23,7 +23,7 @@ class BatchRecord(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     account_id: Mapped[str] = mapped_column(String(64))
     key_id: Mapped[str] = mapped_column(String(32))
-    kind: Mapped[str] = mapped_column(String(16))  # forecast | anomalies
+    kind: Mapped[str] = mapped_column(String(16))  # forecast | anomalies | backtest
     source: Mapped[str] = mapped_column(String(8))  # json | csv
     # The checked request fields every series is judged with (JSON), and the model header.
     parameters: Mapped[str] = mapped_column(Text)

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
-from app.batches.one_series import FORECAST
+from app.batches.one_series import BACKTEST, FORECAST
 
 FORECAST_CSV_COLUMNS = ("unique_id", "timestamp", "lower", "median", "upper", "error")
+BACKTEST_CSV_COLUMNS = ("unique_id", "cutoff", "timestamp", "actual", "model", "lower", "median", "upper", "error")
 ANOMALY_CSV_COLUMNS = ("unique_id", "timestamp", "expected", "lower", "upper", "anomaly_score", "is_anomaly",
                        "direction", "error")
 
@@ -37,7 +38,7 @@ def csv_rows(outputs: Iterator[bytes], kind: str) -> Iterator[str]:
     time: what is held is one series' result and one small piece of text, whatever the ids or the horizon.
     Numbers are written by the csv module as repr() writes them: the shortest text that reads back as the
     same double."""
-    columns = FORECAST_CSV_COLUMNS if kind == FORECAST else ANOMALY_CSV_COLUMNS
+    columns = {FORECAST: FORECAST_CSV_COLUMNS, BACKTEST: BACKTEST_CSV_COLUMNS}.get(kind, ANOMALY_CSV_COLUMNS)
     text = io.StringIO()
     plain = csv.writer(text, lineterminator="\n")
     # The csv module quotes a field holding a line break only if that break is in its line terminator: an id
@@ -53,8 +54,18 @@ def csv_rows(outputs: Iterator[bytes], kind: str) -> Iterator[str]:
                 writer.writerow([unique_id, *[""] * (len(columns) - 2),
                                  json.dumps({"error": result["error"]}, separators=(",", ":"))])
                 continue
-            if kind == FORECAST:
-                rows: Iterator[list[Any]] = (
+            rows: Iterator[list[Any]]
+            if kind == BACKTEST:
+                rows = (
+                    [unique_id, window["cutoff"], stamp, actual, model_id, lower, median, upper, ""]
+                    for window in result["windows"]
+                    for model_id, forecast in window["forecasts"].items()
+                    for stamp, actual, lower, median, upper in zip(
+                        window["timestamps"], window["actual"], forecast["lower"], forecast["median"],
+                        forecast["upper"], strict=True)
+                )
+            elif kind == FORECAST:
+                rows = (
                     [unique_id, *row, ""] for row in zip(result["forecast_timestamps"], result["lower_bound"],
                                                          result["median"], result["upper_bound"], strict=True))
             else:

@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.wsgi import LimitedStream
 
-from app.batches import quota, store
+from app.batches import backtest, quota, store
 from app.batches.results import csv_rows
 from app.batches.schemas import batch_json
 from app.batches.submit import (
@@ -21,6 +21,7 @@ from app.batches.submit import (
     read_json_batch,
 )
 from app.batches.tasks import batch_tasks
+from app.forecast.schemas import DEFAULT_CONFIDENCE
 from app.services import Services, current_services
 from app.web.body import is_json_content_type, read_body
 from app.web.errors import InvalidRequest, NotFound, PayloadTooLarge, UnsupportedMediaType
@@ -178,6 +179,23 @@ def results(batch_id: str) -> Response:
     else:
         body, mimetype = _json_lines(outputs), NDJSON
     response = Response(body, mimetype=mimetype)
+    response.headers["X-Batch-Status"] = batch.status
+    return response
+
+
+@bp.get("/batches/<batch_id>/summary")
+@requires("read")
+def summary(batch_id: str) -> Response:
+    """A backtest's scores per series and model, and per model over all series (docs/batches.md)."""
+    services = current_services()
+    batch = _owned(services, batch_id)
+    if batch.kind != "backtest" or batch.status == "cancelled":
+        issue = "not a backtest" if batch.kind != "backtest" else "cancelled"
+        raise NotFound(f"This batch has no summary: {issue}.",
+                       details={"field": "batch_id", "issue": issue, "provided": batch_id})
+    body = backtest.summarize(store.done_outputs(services.database, batch.id))
+    response = jsonify({"batch_id": batch.id, "status": batch.status,
+                        "confidence": batch.parameters["fields"].get("confidence", DEFAULT_CONFIDENCE), **body})
     response.headers["X-Batch-Status"] = batch.status
     return response
 

@@ -17,8 +17,8 @@ ID_LENGTH = (1, 200)
 KIND_FIELD = fields.String(
     load_default=FORECAST,
     validate=validate.OneOf(KINDS, error="Must be one of: " + ", ".join(KINDS)),
-    metadata={"description": "forecast (the default: the fields of POST /forecast) or anomalies (the fields of "
-              "POST /anomalies)."},
+    metadata={"description": "forecast (the default: the fields of POST /forecast), anomalies (the fields of "
+              "POST /anomalies) or backtest (the fields of POST /forecast, with n_windows, step_size and models)."},
 )
 ID_FIELD = StoredText(
     required=True,

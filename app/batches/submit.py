@@ -18,7 +18,8 @@ from typing import Any
 from werkzeug.datastructures import MultiDict
 
 from app.anomalies.schemas import load_request as load_anomaly_request
-from app.batches.one_series import ANOMALIES, FORECAST, KINDS
+from app.batches import backtest
+from app.batches.one_series import ANOMALIES, BACKTEST, FORECAST, KINDS
 from app.batches.schemas import ID_LENGTH, AnomalyBatchRequestSchema, ForecastBatchRequestSchema
 from app.forecast.schemas import load_request as load_forecast_request
 from app.web.errors import InvalidRequest, PayloadTooLarge
@@ -37,9 +38,12 @@ MAX_ID_CHARS = ID_LENGTH[1]
 
 _forecast_schema = ForecastBatchRequestSchema()
 _anomaly_schema = AnomalyBatchRequestSchema()
+_backtest_schema = backtest.BacktestBatchRequestSchema()
+_SCHEMAS = {FORECAST: _forecast_schema, ANOMALIES: _anomaly_schema, BACKTEST: _backtest_schema}
 _FIELDS = {
     FORECAST: ("forecast_horizon", "data_frequency", "forecast_frequency", "confidence"),
     ANOMALIES: ("data_frequency", "confidence", "sensitivity"),
+    BACKTEST: backtest.FIELDS,
 }
 
 
@@ -65,7 +69,7 @@ def read_json_batch(body: Any, headers: Mapping[str, str], *, max_series: int,
     if isinstance(body, dict) and isinstance(body.get("series"), list) and len(body["series"]) > max_series:
         raise too_many_series(len(body["series"]), max_series)
     kind = body.get("kind", FORECAST) if isinstance(body, dict) else FORECAST
-    schema = _anomaly_schema if kind == ANOMALIES else _forecast_schema
+    schema = _SCHEMAS.get(kind, _forecast_schema) if isinstance(kind, str) else _forecast_schema
     problems: list[dict[str, Any]] = []
     data = load_object(schema, body, problems)
     seen: dict[str, int] = {}
@@ -74,6 +78,9 @@ def read_json_batch(body: Any, headers: Mapping[str, str], *, max_series: int,
             problems.append(problem(f"series[{index}].id", f"Must be unique within the batch (also series"
                                     f"[{seen[series['id']]}])", series["id"]))
         seen.setdefault(series["id"], index)
+    if not problems and data["kind"] == BACKTEST:
+        # Known from the request alone, so refused before anything is stored.
+        problems = backtest.short_series_problems(data["series"], data)
     if problems:
         raise InvalidRequest(f"Invalid request: {problems[0]['field']}: {problems[0]['issue']}.",
                              details=envelope(problems))
@@ -104,8 +111,10 @@ def check_fields(kind: str, body: Mapping[str, Any], headers: Mapping[str, str])
     problem exactly as that endpoint would)."""
     fields = {name: body[name] for name in _FIELDS[kind] if name in body}
     probe = {**fields, "series": [{"timestamps": [], "values": []}]}
-    if kind == FORECAST:
+    if kind in (FORECAST, BACKTEST):
         model_id = load_forecast_request(probe, headers)[0].model_id
+        if kind == BACKTEST and fields.get("models"):
+            model_id = fields["models"][0]
     else:
         model_id = load_anomaly_request(probe, headers).detector
     return BatchFields(kind=kind, parameters={"fields": fields, "headers": {"X-Model-Id": model_id}})
@@ -119,7 +128,9 @@ def fields_from_query(args: MultiDict[str, str], headers: Mapping[str, str]) -> 
     them as it judges JSON (a horizon of "ten" is "Not a valid integer.")."""
     body: dict[str, Any] = {}
     for name, value in args.items():
-        if name in ("forecast_horizon", "sensitivity") and _INTEGER.fullmatch(value):
+        if name == "models":  # models=a,b or models=a&models=b
+            body[name] = [model for given in args.getlist(name) for model in given.split(",")]
+        elif name in ("forecast_horizon", "sensitivity", "n_windows", "step_size") and _INTEGER.fullmatch(value):
             body[name] = int(value)
         elif name == "confidence":
             try:
@@ -129,7 +140,7 @@ def fields_from_query(args: MultiDict[str, str], headers: Mapping[str, str]) -> 
         else:
             body[name] = value
     kind = body.get("kind", FORECAST)
-    schema = _anomaly_schema if kind == ANOMALIES else _forecast_schema
+    schema = _SCHEMAS.get(kind, _forecast_schema)
     # The series arrive in the body; the fields are checked with a stand-in for them.
     load_object(schema, {**body, "series": [{"id": "-", "timestamps": [], "values": []}]}, [])
     return check_fields(kind if kind in KINDS else FORECAST, body, headers)

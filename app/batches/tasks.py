@@ -23,7 +23,8 @@ from typing import IO, TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from app.batches import preparation, store, sweep
-from app.batches.one_series import SeriesRunner
+from app.batches.backtest import BacktestRunner
+from app.batches.one_series import BACKTEST, SeriesRunner
 from app.jobs.resources import WorkerResources
 from app.settings import Settings
 
@@ -99,7 +100,11 @@ def process_chunk(resources: WorkerResources, tasks: BatchTasks, batch_id: str, 
     lines: list[bytes] = []
     succeeded = failed = 0
     renewed = time.monotonic()
-    runner = SeriesRunner(chunk.kind, chunk.parameters, max_points=settings.max_points)
+    runner: SeriesRunner | BacktestRunner
+    if chunk.kind == BACKTEST:
+        runner = BacktestRunner(chunk.parameters, max_points=settings.max_points)
+    else:
+        runner = SeriesRunner(chunk.kind, chunk.parameters, max_points=settings.max_points)
     for offset, series in enumerate(chunk.series):
         if time.monotonic() - renewed > lease / 3:
             if not store.renew(database, chunk, lease_seconds=lease):

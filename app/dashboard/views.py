@@ -668,6 +668,8 @@ def _batch_rows(account_id: str) -> list[dict[str, Any]]:
         row["finished_series"] = progress["done"] + progress["failed"]
         row["download_url"] = (url_for("dashboard.batch_results", batch_id=batch.id)
                                if batch.status in BATCH_DOWNLOADABLE else None)
+        row["backtest_url"] = (url_for("dashboard.backtest", batch_id=batch.id)
+                               if batch.kind == "backtest" and batch.status in BATCH_DOWNLOADABLE else None)
         rows.append(row)
     return rows
 
@@ -724,3 +726,32 @@ def batch_results(batch_id: str) -> Response:
     response.headers["Cache-Control"] = "no-store"
     response.headers["X-Batch-Status"] = batch.status
     return response
+
+
+@bp.get("/batches/<batch_id>/backtest")
+@signed_in
+def backtest(batch_id: str) -> Response:
+    """A backtest's scores per model, and one series' windows (``?series=``, default the first) as a chart."""
+    from app.batches import backtest as backtests
+    from app.batches import store
+    from app.batches.schemas import batch_json
+    from app.dashboard import backtests as shown
+
+    session = _reader()
+    if isinstance(session, Response):
+        return session
+    database = current_services().database
+    batch = store.get_batch(database, session.key.account_id, batch_id)
+    if batch is None or batch.kind != "backtest" or batch.status == "cancelled":
+        return _page("dashboard/error.html", 404, title="No such backtest",
+                     message="There is no backtest with that id in this account, or it was cancelled.",
+                     **_base_context())
+    summary = backtests.summarize(store.done_outputs(database, batch.id))
+    ids = shown.series_ids(store.done_outputs(database, batch.id))
+    chosen = request.args.get("series") or (ids[0] if ids else None)
+    result = shown.series_result(store.done_outputs(database, batch.id), chosen) if chosen in ids else None
+    return _page("dashboard/backtest.html", batch=batch_json(batch), summary=summary, series_ids=ids,
+                 chosen=chosen if result else None, error=result.get("error") if result else None,
+                 scores=[row for row in summary["series"] if row["unique_id"] == chosen],
+                 chart=shown.chart_data(result) if result and "windows" in result else None,
+                 download_url=url_for("dashboard.batch_results", batch_id=batch.id), **_base_context())

@@ -79,6 +79,17 @@ def assert_azure_error(status: int, content_type: str, body: Any, context: str) 
     assert isinstance(body["message"], str) and body["message"], context
 
 
+# The routes of Nixtla's client answer errors in Nixtla's shape, which the client raises (docs/nixtla.md).
+NIXTLA_PATHS = ("/v2/", "/validate_api_key", "/model_params")
+
+
+def assert_nixtla_error(status: int, content_type: str, body: Any, context: str) -> None:
+    assert content_type.startswith("application/json"), f"{context}: {status} with Content-Type {content_type!r}"
+    assert isinstance(body, dict) and set(body) == {"detail", "code"}, f"{context}: {status} body {body!r:.300}"
+    assert isinstance(body["detail"], str) and body["detail"], context
+    assert isinstance(body["code"], str) and body["code"], context
+
+
 def assert_envelope(status: int, content_type: str, body: Any, context: str) -> None:
     assert content_type.startswith("application/json"), f"{context}: {status} with Content-Type {content_type!r}"
     assert isinstance(body, dict) and set(body) == {"error"}, f"{context}: {status} body {body!r:.300}"
@@ -151,7 +162,8 @@ def test_schemathesis_operation(served: tuple[Flask, str], method: str, path: st
         context = f"{method} {path} [{mode.value}, {'key' if keyed else 'no key'}] {case.body!r:.200}"
         assert status < 500, f"{context}: {status} {response.text[:300]}"
         if status >= 400 and path not in UNKEYED_PATHS:
-            check = assert_azure_error if path.startswith(AZURE_PREFIX) else assert_envelope
+            check = (assert_azure_error if path.startswith(AZURE_PREFIX)
+                     else assert_nixtla_error if path.startswith(NIXTLA_PATHS) else assert_envelope)
             check(status, _header(response, "Content-Type"), response.json(), context)
         if not keyed and path not in UNKEYED_PATHS:
             assert status == 401, f"{context}: {status} without a key"

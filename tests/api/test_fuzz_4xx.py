@@ -11,7 +11,8 @@ The inputs, each sent to every route it applies to:
   instant a datetime holds.
 
 Every answer must be a 4xx with {"error": {"code", "message", "details"}}; the Azure-compatible routes answer in
-Azure's own shape {"code", "message"} instead (docs/anomalies.md). A malformed chunked body needs a real server:
+Azure's own shape {"code", "message"} instead (docs/anomalies.md), the Nixtla-compatible ones Nixtla's {"detail"}
+(docs/nixtla.md). A malformed chunked body needs a real server:
 tests/e2e/test_fuzz_4xx_chunked.py sends it to the same routes. The dashboard's POST routes are HTML forms,
 answered as pages, and are not part of this list.
 """
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.slow
 
 CODES = {"UNAUTHORIZED", "INVALID_REQUEST", "DATA_VALIDATION_ERROR", "RATE_LIMIT_EXCEEDED", "INTERNAL_ERROR"}
 AZURE_PREFIX = "/anomalydetector/"
+NIXTLA_PREFIX = "/v2/"
 PLAIN_KEY = re.compile(r"ak_[0-9a-f]{64}")
 FULL = ("read", "write", "admin", "delete")
 DEEP = 50_000
@@ -83,6 +85,11 @@ def anomaly_body(timestamps: list[str], frequency: str) -> dict[str, Any]:
             "data_frequency": frequency}
 
 
+def nixtla_body(served: Served) -> dict[str, Any]:
+    return {"series": {"y": list(range(24)), "sizes": [24], "start_datetime": ["2024-01-01T00:00:00"]},
+            "freq": "MS", "h": 3, "level": [90], "n_windows": 2, "detection_size": 3, "model": "timegpt-2.1"}
+
+
 def azure_body(served: Served) -> dict[str, Any]:
     return {"series": [{"timestamp": f"{t}Z", "value": i} for i, t in enumerate(daily(14))], "granularity": "daily"}
 
@@ -104,6 +111,10 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/anomalydetector/v1.1/timeseries/entire/detect"): Route(body=azure_body),
     ("POST", "/anomalydetector/v1.1/timeseries/last/detect"): Route(body=azure_body),
     ("POST", "/anomalydetector/v1.1/timeseries/changepoint/detect"): Route(body=azure_body),
+    # Nixtla's body carries each series' start and a frequency, never a timestamp per point; its own shape of error.
+    **{("POST", f"/v2/{route}"): Route(body=nixtla_body)
+       for route in ("forecast", "cross_validation", "anomaly_detection", "online_anomaly_detection")},
+    ("POST", "/v2/<path:rest>"): Route(body=nixtla_body, path=lambda s: {"path:rest": "finetune"}),
     # A batch keeps its series for the workers: a string no database could keep as text is refused up front.
     ("POST", "/batches"): Route(body=lambda s: {**forecast_body(daily(12), "Daily"), "series": [
         {"id": "shop-1", **forecast_body(daily(12), "Daily")["series"][0]}]}),
@@ -245,6 +256,9 @@ def test_the_answer_is_a_4xx_envelope(served: Served, method: str, rule: str, ca
     body = response.get_json()
     if rule.startswith(AZURE_PREFIX):
         assert set(body) == {"code", "message"} and body["code"] and body["message"], text
+        return
+    if rule.startswith(NIXTLA_PREFIX):
+        assert set(body) == {"detail", "code"} and body["code"] and body["detail"], text
         return
     assert set(body) == {"error"}, text
     error = body["error"]

@@ -554,3 +554,66 @@ def test_the_batches_page_follows_progress_and_downloads_the_results(
 
     blocked = [m for m in page.console_errors() if "Content Security Policy" in m or "Refused" in m]
     assert not blocked, blocked
+
+
+def monthly_series(name: str, count: int, seed: int) -> dict[str, Any]:
+    import math
+
+    return {"id": name,
+            "timestamps": [f"{2018 + i // 12}-{1 + i % 12:02d}-01T00:00:00" for i in range(count)],
+            "values": [round(200 + 20 * seed + 2 * i + 25 * math.sin(2 * math.pi * i / 12) + (i * (seed + 3) % 7), 1)
+                       for i in range(count)]}
+
+
+def test_a_backtest_shows_its_scores_and_one_series_windows(
+    signed_in: tuple[Page, dict], server: Server, env: dict[str, str], tmp_path: Path
+) -> None:
+    page, admin = signed_in
+    models = ["forecast-model-1", "forecast-model-2"]
+    body = {"kind": "backtest", "forecast_horizon": 6, "data_frequency": "Monthly", "forecast_frequency": "Monthly",
+            "n_windows": 4, "step_size": 6, "models": models,
+            "series": [monthly_series(f"sku-{i}", 72, i) for i in range(3)]}
+    submitted = requests.post(server.url + "/batches", json=body, headers=bearer(admin["key"]), timeout=30)
+    assert submitted.status_code == 202, submitted.text
+    batch_id = submitted.json()["id"]
+    worker = JobWorker(env, log_path=tmp_path / "worker.log")
+    try:
+        page.open("/dashboard/batches")
+        row = f"tr[data-batch-id='{batch_id}']"
+        wait_for(lambda: page.find(row + " .status").text == "done", timeout=180,
+                 message="the page to show the backtest done")
+    finally:
+        worker.stop()
+    assert "backtest" in page.find(row).text
+    page.submit(row + " a.backtest-link")
+    assert page.path() == f"/dashboard/batches/{batch_id}/backtest"
+
+    summary = requests.get(server.url + f"/batches/{batch_id}/summary", headers=bearer(admin["key"]),
+                           timeout=30).json()
+    shown = {r.get_attribute("data-model"): r.text for r in page.all("table.backtest-summary tbody tr")}
+    assert list(shown) == models
+    for scores in summary["models"]:
+        assert f"{scores['mase']:.3f}" in shown[scores["model"]]
+        assert f"{100 * scores['coverage']:.1f}%" in shown[scores["model"]]
+
+    # The first series is drawn; choosing another redraws with its windows.
+    chart = "#backtest-chart"
+    wait_for(lambda: page.all(chart + " canvas"), timeout=10, message="the chart")
+    assert page.find(chart).get_attribute("data-windows") == "4"
+    assert page.find(chart).get_attribute("data-models") == "2"
+    from selenium.webdriver.support.ui import Select
+
+    Select(page.find("select#series")).select_by_value("sku-2")
+    page.submit("form.inline button")
+    assert page.path().endswith("?series=sku-2")
+    wait_for(lambda: page.all(chart + " canvas"), timeout=10, message="the chart of sku-2")
+    drawn = page.js("return JSON.parse(document.getElementById('backtest-data').textContent)")
+    assert drawn["actual"] == body["series"][2]["values"][-24:]
+    assert len(drawn["cutoffs"]) == 4 and set(drawn["models"]) == set(models)
+    page.screenshot("backtest")
+
+    blocked = [m for m in page.console_errors() if "Content Security Policy" in m or "Refused" in m]
+    assert not blocked, blocked
+    missing = requests.get(server.url + "/dashboard/batches/bat_nope/backtest", timeout=30,
+                           cookies={"dashboard_session": page.driver.get_cookie("dashboard_session")["value"]})
+    assert missing.status_code == 404

@@ -31,6 +31,14 @@
       link.setAttribute("download", "");
       link.textContent = "CSV";
       cell.appendChild(link);
+      if (batch.backtest_url) {
+        var scores = document.createElement("a");
+        scores.href = batch.backtest_url;
+        scores.className = "backtest-link";
+        scores.textContent = "Scores and chart";
+        cell.appendChild(document.createTextNode(" "));
+        cell.appendChild(scores);
+      }
     } else {
       cell.textContent = "\u2014";
     }

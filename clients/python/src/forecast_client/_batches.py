@@ -308,3 +308,52 @@ def _is_tty(stream: IO[str]) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+# -- backtests --------------------------------------------------------------------------------------------
+
+
+def level_text(confidence: float) -> str:
+    """The interval columns' level as statsforecast names them: 95 for 0.95, 97.5 for 0.975."""
+    return f"{round(confidence * 100, 6):g}"
+
+
+def read_backtest_csv(body: IO[bytes], ids: Mapping[str, Any] | None, tz: tzinfo | None, confidence: float,
+                      names: tuple[str, str, str]) -> pd.DataFrame:
+    """A backtest's CSV (unique_id,cutoff,timestamp,actual,model,lower,median,upper,error) in the shape of
+    statsforecast's ``cross_validation``: one row per series, cut-off and timestamp, the actual value, and per
+    model its median and interval columns (``<model>``, ``<model>-lo-<level>``, ``<model>-hi-<level>``).
+    ``names``: the frame's id, time and value column names, as the input had them."""
+    import pandas as pd
+
+    raw = pd.read_csv(body, dtype={"unique_id": str, "cutoff": str, "timestamp": str, "model": str, "error": str},
+                      keep_default_na=False, na_values={name: [""] for name in ("actual", "lower", "median", "upper")},
+                      float_precision="round_trip")
+    failed = raw["error"] != ""
+    rows = raw.loc[~failed]
+    level = level_text(confidence)
+    id_col, time_col, value_col = names
+    keys = ["unique_id", "timestamp", "cutoff"]
+    wide = rows.pivot_table(index=keys, columns="model", values=["median", "lower", "upper"], sort=False)
+    actual = rows.drop_duplicates(keys).set_index(keys)["actual"]
+    out = pd.DataFrame({"y": actual})
+    for model in dict.fromkeys(rows["model"]):
+        out[model] = wide[("median", model)]
+        out[f"{model}-lo-{level}"] = wide[("lower", model)]
+        out[f"{model}-hi-{level}"] = wide[("upper", model)]
+    out = out.reset_index()
+    out["timestamp"] = _parse_times(out["timestamp"], tz)
+    out["cutoff"] = _parse_times(out["cutoff"], tz)
+    if ids:
+        out["unique_id"] = out["unique_id"].map(ids)
+    out = out[["unique_id", "timestamp", "cutoff", "y", *out.columns[4:]]]
+    out = out.rename(columns={"unique_id": id_col, "timestamp": time_col, "y": value_col})
+    envelopes = [json.loads(text)["error"] for text in raw.loc[failed, "error"]]
+    errors = pd.DataFrame({
+        "unique_id": raw.loc[failed, "unique_id"].map(ids) if ids else raw.loc[failed, "unique_id"].to_numpy(),
+        "code": [e.get("code") for e in envelopes],
+        "message": [e.get("message") for e in envelopes],
+        "details": [e.get("details") or {} for e in envelopes],
+    }, columns=ERROR_COLUMNS)
+    out.attrs["errors"] = errors.reset_index(drop=True)
+    return out

@@ -27,6 +27,7 @@ from forecast_client._batches import (
     csv_pieces,
     next_poll,
     prepare_frame,
+    read_backtest_csv,
     read_forecast_csv,
 )
 from forecast_client._errors import (
@@ -593,6 +594,35 @@ class _BatchCalls(_Calls):
     def _cancel_batch_call(self, batch_id: str) -> _Call[None]:
         return _Call("DELETE", f"/batches/{_segment(batch_id)}", self._no_body)
 
+    def _submit_backtest_call(self, prepared: PreparedFrame, horizon: int, n_windows: int, step_size: int | None,
+                              models: Iterable[str] | None, confidence: float) -> _Call[Batch]:
+        params: dict[str, Any] = {"kind": "backtest", "forecast_horizon": horizon, "n_windows": n_windows,
+                                  "data_frequency": prepared.frequency, "forecast_frequency": prepared.frequency,
+                                  "confidence": confidence}
+        if step_size is not None:
+            params["step_size"] = step_size
+        if models is not None:
+            params["models"] = ",".join(models)
+        return _Call("POST", "/batches", self._batch_read, lambda: csv_pieces(prepared), {"Content-Type": "text/csv"},
+                     params, idempotent=False)
+
+    def _summary_call(self, batch_id: str) -> _Call[Any]:
+        def read(response: httpx.Response) -> Any:
+            import pandas as pd
+
+            try:
+                return pd.DataFrame(_json_object(response)["models"]).drop(columns="series")
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UnexpectedResponse(f"summary response is missing or mangles {exc}", response) from exc
+
+        return _Call("GET", f"/batches/{_segment(batch_id)}/summary", read)
+
+    @staticmethod
+    def _backtest_frame(spool: IO[bytes], prepared: PreparedFrame, confidence: float,
+                        names: tuple[str, str, str]) -> Any:
+        spool.seek(0)
+        return read_backtest_csv(spool, prepared.ids, prepared.tz, confidence, names)
+
     def _results_call(self, batch_id: str) -> _Call[None]:
         return _Call("GET", f"/batches/{_segment(batch_id)}/results", self._no_body, headers={"Accept": "text/csv"})
 
@@ -913,6 +943,50 @@ class Client(_BatchCalls):
         self._finished(batch, len(frame.attrs["errors"]))
         return frame
 
+    def backtest(
+        self,
+        df: Any,
+        horizon: int,
+        *,
+        n_windows: int = 1,
+        step_size: int | None = None,
+        models: Iterable[str] | None = None,
+        confidence: float = 0.95,
+        frequency: str | None = None,
+        id_col: str = "unique_id",
+        time_col: str = "timestamp",
+        value_col: str = "value",
+        timeout: float | None = None,
+        progress: bool | None = None,
+    ) -> Any:
+        """Backtests every series of a long frame as one batch (kind "backtest") and waits for it: each series is
+        forecast from ``n_windows`` cut-offs ``step_size`` points apart (default: the horizon), the last window
+        ending with the series, by each of ``models`` (default: the service's default model).
+
+        Returns a DataFrame in the shape of statsforecast's ``cross_validation``: ``id_col``, ``time_col``,
+        ``cutoff``, ``value_col`` (the actual value), then per model ``<model>``, ``<model>-lo-<level>`` and
+        ``<model>-hi-<level>``. ``frame.attrs["summary"]`` holds the M4 scores per model (MASE, sMAPE,
+        coverage, MSIS), ``frame.attrs["errors"]`` the series that failed, ``frame.attrs["batch_id"]`` the
+        batch. A batch that fails as a whole, or is cancelled, raises BatchFailed."""
+        prepared = prepare_frame(df, frequency, id_col, time_col, value_col)
+        submitted = self._send(self._submit_backtest_call(prepared, horizon, n_windows, step_size, models,
+                                                          confidence))
+        log.info("submitted backtest %s (%d series)", submitted.id, submitted.total)
+        batch = self.wait_batch(submitted.id, timeout=timeout, progress=progress)
+        self._finished(batch, 0)
+        response = self._fetch(self._results_call(submitted.id), stream=True)
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+            try:
+                for piece in response.iter_bytes():
+                    spool.write(piece)
+            finally:
+                response.close()
+            frame = self._backtest_frame(spool, prepared, confidence, (id_col, time_col, value_col))
+        frame.attrs["summary"] = self._send(self._summary_call(submitted.id))
+        frame.attrs["batch_id"] = submitted.id
+        self._finished(batch, len(frame.attrs["errors"]))
+        return frame
+
     def submit_batch(
         self,
         df: Any,
@@ -1209,6 +1283,42 @@ class AsyncClient(_BatchCalls):
         self._finished(batch, 0)
         frame = await self._download(batch_id, prepared, batch.status)
         frame.attrs["batch_id"] = batch_id
+        self._finished(batch, len(frame.attrs["errors"]))
+        return frame
+
+    async def backtest(
+        self,
+        df: Any,
+        horizon: int,
+        *,
+        n_windows: int = 1,
+        step_size: int | None = None,
+        models: Iterable[str] | None = None,
+        confidence: float = 0.95,
+        frequency: str | None = None,
+        id_col: str = "unique_id",
+        time_col: str = "timestamp",
+        value_col: str = "value",
+        timeout: float | None = None,
+        progress: bool | None = None,
+    ) -> Any:
+        """See Client.backtest."""
+        prepared = prepare_frame(df, frequency, id_col, time_col, value_col)
+        submitted = await self._send(self._submit_backtest_call(prepared, horizon, n_windows, step_size, models,
+                                                                confidence))
+        log.info("submitted backtest %s (%d series)", submitted.id, submitted.total)
+        batch = await self.wait_batch(submitted.id, timeout=timeout, progress=progress)
+        self._finished(batch, 0)
+        response = await self._fetch(self._results_call(submitted.id), stream=True)
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+            try:
+                async for piece in response.aiter_bytes():
+                    spool.write(piece)
+            finally:
+                await response.aclose()
+            frame = self._backtest_frame(spool, prepared, confidence, (id_col, time_col, value_col))
+        frame.attrs["summary"] = await self._send(self._summary_call(submitted.id))
+        frame.attrs["batch_id"] = submitted.id
         self._finished(batch, len(frame.attrs["errors"]))
         return frame
 

@@ -1,0 +1,198 @@
+"""The Nixtla-compatible answers, computed through the front doors: each series' forecast is POST /forecast's
+(app.forecast.service), each cross-validation window a backtest window's (the same cut-offs as a backtest
+batch, app.batches.backtest), each verdict POST /anomalies' (app.anomalies.service). The shapes are those
+``nixtla.NixtlaClient`` 0.9 reads: values of all series end to end, with ``sizes`` (and ``idxs``, rows of the
+request's ``y``) to split them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from app.anomalies import service as detection
+from app.anomalies.schemas import check_series as check_anomaly_series
+from app.anomalies.schemas import load_request as load_anomaly_request
+from app.batches.backtest import cutoffs, points_needed
+from app.compat.nixtla.schemas import (
+    FULL_HISTORY_POINTS,
+    N_WINDOWS_RANGE,
+    NixtlaError,
+    NixtlaRequest,
+    SubmittedSeries,
+    horizon,
+    integer,
+    level_name,
+    levels,
+)
+from app.forecast import service as forecasting
+from app.forecast.schemas import DEFAULT_CONFIDENCE, MIN_POINTS, ForecastRequest, SeriesData, check_series
+from app.forecast.schemas import SubmittedSeries as ForecastSeries
+from app.series.timestamps import TimestampError
+from app.web.errors import ApiError
+
+Runner = Callable[[Any], Any]
+
+
+def _in_series(index: int, error: ApiError) -> NixtlaError:
+    """The front door's error, naming the series by its place in the request (the client sorts by unique_id)."""
+    return NixtlaError(f"series {index}: {error.message}", status=error.status, code=error.code)
+
+
+def _checked(series: SubmittedSeries, end: int, frequency: str, *, max_points: int) -> SeriesData:
+    return check_series(ForecastSeries(timestamps=series.timestamps[:end], values=series.values[:end]),
+                        frequency, max_points=max_points)
+
+
+class _Intervals:
+    """The answer's mean and intervals, filled series by series in the request's order."""
+
+    def __init__(self, wanted: list[float]) -> None:
+        self.wanted = [level for level in wanted if level]  # level 0 (quantile 0.5) is the mean itself
+        self.asked = bool(wanted)
+        self.mean: list[float] = []
+        self.bounds: dict[str, list[float]] = {f"{side}-{level_name(level)}": [] for level in self.wanted
+                                               for side in ("lo", "hi")}
+
+    def confidences(self) -> list[float]:
+        return [level / 100 for level in self.wanted] or [DEFAULT_CONFIDENCE]
+
+    def add(self, forecasts: list[forecasting.Forecast]) -> None:
+        self.mean.extend(forecasts[0].median)
+        for level, answer in zip(self.wanted, forecasts, strict=False):
+            self.bounds[f"lo-{level_name(level)}"].extend(answer.lower_bound)
+            self.bounds[f"hi-{level_name(level)}"].extend(answer.upper_bound)
+
+    def body(self) -> dict[str, Any]:
+        return {"mean": self.mean, "intervals": self.bounds if self.asked else None}
+
+
+def _forecasts(checked: SeriesData, h: int, frequency: str, model_id: str, confidences: list[float],
+               run: Runner) -> list[forecasting.Forecast]:
+    out = []
+    for confidence in confidences:
+        request = ForecastRequest(forecast_horizon=h, data_frequency=frequency, confidence=confidence,
+                                  model_id=model_id)
+        try:
+            out.append(forecasting.forecast(request, checked, run=run))
+        except TimestampError as exc:
+            raise NixtlaError(f"The forecast's timestamps cannot be written: {exc.issue}.", status=422,
+                              code="DATA_VALIDATION_ERROR") from exc
+    return out
+
+
+def forecast(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[str, Any]:
+    h = horizon(request.body)
+    answer = _Intervals(levels(request.body.get("level")))
+    for index, series in enumerate(request.series):
+        try:
+            checked = _checked(series, len(series.values), request.data_frequency, max_points=max_points)
+            answer.add(_forecasts(checked, h, request.data_frequency, request.model_id, answer.confidences(), run))
+        except NixtlaError:
+            raise
+        except ApiError as error:
+            raise _in_series(index, error) from error
+    return {**answer.body(), "weights_x": None, "feature_contributions": None}
+
+
+def cross_validation(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[str, Any]:
+    """Windows as a backtest batch cuts them; with ``full_history`` (the client's add_history), one-step-ahead
+    forecasts over each series' last points (at most FULL_HISTORY_POINTS, each with MIN_POINTS of history)."""
+    body = request.body
+    full_history = body.get("full_history") is True
+    if full_history:
+        h = 1
+    else:
+        h = horizon(body)
+        n_windows = integer(body, "n_windows", *N_WINDOWS_RANGE, default=1)
+        step = integer(body, "step_size", 1, 10_000, default=h)
+    answer = _Intervals(levels(body.get("level")))
+    idxs: list[int] = []
+    sizes: list[int] = []
+    for index, (series, offset) in enumerate(zip(request.series, request.offsets, strict=True)):
+        length = len(series.values)
+        if full_history:
+            n_windows, step = min(length - MIN_POINTS, FULL_HISTORY_POINTS), 1
+            if n_windows < 1:
+                raise NixtlaError(f"series {index} holds {length} points; add_history needs more than {MIN_POINTS}.",
+                                  status=422, code="DATA_VALIDATION_ERROR")
+        elif length < points_needed(h, n_windows, step):
+            raise NixtlaError(f"series {index} holds {length} points, too few for {n_windows} windows of h={h} every "
+                              f"{step} (at least {points_needed(h, n_windows, step)}).", status=422,
+                              code="DATA_VALIDATION_ERROR")
+        try:
+            for cut in cutoffs(length, h, n_windows, step):
+                checked = _checked(series, cut, request.data_frequency, max_points=max_points)
+                answer.add(_forecasts(checked, h, request.data_frequency, request.model_id, answer.confidences(),
+                                      run))
+                idxs.extend(range(offset + cut, offset + cut + h))
+        except NixtlaError:
+            raise
+        except ApiError as error:
+            raise _in_series(index, error) from error
+        sizes.append(n_windows * h)
+    return {**answer.body(), "idxs": idxs, "sizes": sizes, "weights_x": None, "feature_contributions": None}
+
+
+def _detector_level(body: Any) -> float:
+    level = body.get("level", 99)
+    if not isinstance(level, int | float) or isinstance(level, bool) or not 50 <= level <= 99.99:
+        raise NixtlaError(f"level must be a number between 50 and 99.99 for anomaly detection; got "
+                          f"{str(level)[:32]}.")
+    return float(level)
+
+
+def _detect(request: NixtlaRequest, index: int, series: SubmittedSeries, level: float, *, max_points: int,
+            run: Runner, start: int = 0) -> Any:
+    try:
+        one = load_anomaly_request({"series": [{"timestamps": series.timestamps, "values": series.values}],
+                                    "data_frequency": request.data_frequency, "confidence": level / 100},
+                                   {"X-Model-Id": request.model_id})
+        checked = check_anomaly_series(one, max_points=max_points)
+    except ApiError as error:
+        raise _in_series(index, error) from error
+    return detection.detect(checked.epoch_seconds, checked.values, data_frequency=one.data_frequency,
+                            confidence=one.confidence, detector=one.detector, start=start, run=run)
+
+
+def anomaly_detection(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[str, Any]:
+    """Every row after the detector's warm-up, judged from every row before it (POST /anomalies)."""
+    level = _detector_level(request.body)
+    name = level_name(level)
+    out: dict[str, Any] = {"mean": [], "anomaly": [], "anomaly_score": [], "sizes": [],
+                           "intervals": {f"lo-{name}": [], f"hi-{name}": []}, "weights_x": None}
+    for index, series in enumerate(request.series):
+        result = _detect(request, index, series, level, max_points=max_points, run=run)
+        warm = result.warmup_points
+        out["mean"] += result.expected[warm:]
+        out["anomaly"] += result.is_anomaly[warm:]
+        out["anomaly_score"] += result.score[warm:]
+        out["intervals"][f"lo-{name}"] += result.lower[warm:]
+        out["intervals"][f"hi-{name}"] += result.upper[warm:]
+        out["sizes"].append(len(series.values) - warm)
+    return out
+
+
+def online_anomaly_detection(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[str, Any]:
+    """The last ``detection_size`` rows of each series, each judged from every row before it."""
+    body = request.body
+    level = _detector_level(body)
+    horizon(body)  # required by the client; the verdicts themselves are one step ahead
+    size = integer(body, "detection_size", 1, max_points)
+    name = level_name(level)
+    out: dict[str, Any] = {"mean": [], "anomaly": [], "anomaly_score": [], "idxs": [], "sizes": [],
+                           "intervals": {f"lo-{name}": [], f"hi-{name}": []}}
+    for index, (series, offset) in enumerate(zip(request.series, request.offsets, strict=True)):
+        length = len(series.values)
+        if size >= length:
+            raise NixtlaError(f"series {index} holds {length} points; detection_size={size} leaves no history to "
+                              f"judge them from.", status=422, code="DATA_VALIDATION_ERROR")
+        start = length - size
+        result = _detect(request, index, series, level, max_points=max_points, run=run, start=start)
+        out["mean"] += result.expected
+        out["anomaly"] += result.is_anomaly
+        out["anomaly_score"] += result.score
+        out["intervals"][f"lo-{name}"] += result.lower
+        out["intervals"][f"hi-{name}"] += result.upper
+        out["idxs"] += list(range(offset + start, offset + length))
+        out["sizes"].append(size)
+    return out
