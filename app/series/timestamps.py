@@ -29,11 +29,8 @@ Choices this module makes where the timestamp rules (docs/contract.md, section 7
 
 from __future__ import annotations
 
-import calendar
-import re
 from calendar import isleap
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from functools import cache
 from itertools import islice
@@ -43,178 +40,45 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # numpy loads on the first regular series, so the admin CLI never pays for it
     import numpy as np
 
-FREQUENCIES: tuple[str, ...] = (
-    "Seconds",
-    "Minutes",
-    "Hours",
-    "Daily",
-    "Weekly",
-    "Monthly",
-    "Quarterly",
-    "Yearly",
+from app.series.forms import (
+    BASE_LENGTH,
+    CALENDAR_MONTHS,
+    DAYS_IN_MONTH,
+    FIXED_UNITS,
+    FORM_DESCRIPTIONS,
+    FORM_RES,
+    MAX_YEAR,
+    NAIVE,
+    OFFSET_FORM,
+    TIMESTAMP_RE,
+    ZULU,
+    TimeAxis,
+    TimestampError,
+    add_months,
+    form_of,
+    format_error,
+    is_month_end,
+    render,
+    suffix_text,
 )
-
-_FIXED_UNITS: dict[str, timedelta] = {
-    "Seconds": timedelta(seconds=1),
-    "Minutes": timedelta(minutes=1),
-    "Hours": timedelta(hours=1),
-    "Daily": timedelta(days=1),
-    "Weekly": timedelta(days=7),
-}
-_CALENDAR_MONTHS: dict[str, int] = {"Monthly": 1, "Quarterly": 3, "Yearly": 12}
-_UNIT_NAMES: dict[str, str] = {
-    "Seconds": "seconds",
-    "Minutes": "minutes",
-    "Hours": "hours",
-    "Daily": "days",
-    "Weekly": "weeks",
-    "Monthly": "months",
-    "Quarterly": "quarters",
-    "Yearly": "years",
-}
-
-# [0-9] rather than \d so that non-ASCII digits are refused; ranges here, day-in-month by datetime.
-_BODY = (
-    r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
-    r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.([0-9]{1,6}))?"
+from app.series.forms import (
+    FREQUENCIES as FREQUENCIES,
 )
-_OFFSET = r"[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]"
-# A date alone is that day's midnight, without an offset (ISO 8601's calendar date; datetime.fromisoformat
-# and numpy read it so): what users write for daily and coarser data.
-_DATE = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
-TIMESTAMP_RE = re.compile(f"{_BODY}(Z|{_OFFSET})?|{_DATE}")
-
-_NAIVE, _ZULU, _OFFSET_FORM = "naive", "Z", "offset"
-FORM_RES = {
-    _NAIVE: re.compile(f"{_BODY}|{_DATE}"),
-    _ZULU: re.compile(f"{_BODY}Z"),
-    _OFFSET_FORM: re.compile(f"{_BODY}{_OFFSET}"),
-}
-# Length of a timestamp of each form without a fraction; anything longer is "." plus fraction digits.
-_BASE_LENGTH = {_NAIVE: 19, _ZULU: 20, _OFFSET_FORM: 25}
-_FORM_DESCRIPTIONS = {
-    _NAIVE: "no UTC offset",
-    _ZULU: "a 'Z' suffix",
-    _OFFSET_FORM: "a ±HH:MM offset",
-}
-
-_DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-_PROVIDED_MAX = 64
-_MAX_YEAR = 9999
-
-# What "invalid timestamp format" expects, as the error's `expected` shows it (docs/contract.md, section 7).
-TIMESTAMP_FORM = "YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM]"
-UTC_RANGE_ISSUE = "timestamp out of range: with its UTC offset applied it must lie between 0001-01-01T00:00:00Z " \
-    "and 9999-12-31T23:59:59Z"
-_LAST_WALL = datetime.max
-_FIRST_WALL = datetime.min
-
-
-class TimestampError(ValueError):
-    """One defect in the timestamps array; the API turns it into a 422 DATA_VALIDATION_ERROR."""
-
-    def __init__(self, issue: str, index: int, provided: object, expected: str | None = None) -> None:
-        super().__init__(f"{issue} (index {index})")
-        self.issue = issue
-        self.index = index
-        self.provided = _excerpt(provided)
-        self.expected = expected
-
-    def details(self, field: str = "timestamps") -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "field": field,
-            "issue": self.issue,
-            "provided": self.provided,
-            "index": self.index,
-        }
-        if self.expected is not None:
-            out["expected"] = self.expected
-        return out
-
-
-@dataclass(frozen=True)
-class TimeAxis:
-    frequency: str
-    step: int
-    count: int
-    # Calendar frequencies continue from the first timestamp so clamping never drifts.
-    first: datetime
-    last: datetime
-    last_text: str
-    suffix: str  # "", "Z" or the last timestamp's own "±HH:MM"
-    fraction_digits: int
-    month_end: bool = False
-
-
-def format_error(index: int, provided: object) -> TimestampError:
-    """"invalid timestamp format" at ``index``, with the accepted form as ``expected``."""
-    return TimestampError("invalid timestamp format", index, provided, TIMESTAMP_FORM)
-
-
-def outside_utc_range(text: str) -> bool:
-    """Whether a well-formed timestamp (TIMESTAMP_RE) names an instant before 0001-01-01T00:00:00Z or past
-    9999-12-31T23:59:59.999999Z once its offset is applied. Only a first or last day written with an offset
-    can be: everything else is decided by the first characters, without parsing."""
-    if not text.startswith(("9999-12-31", "0001-01-01")) or len(text) < 25 or text[-6] not in "+-":
-        return False
-    offset = timedelta(hours=int(text[-5:-3]), minutes=int(text[-2:]))
-    wall = datetime.fromisoformat(text[:-6])
-    if text[-6] == "-":  # UTC is the wall clock plus the offset
-        return wall > _LAST_WALL - offset
-    return wall < _FIRST_WALL + offset
-
-
-def _excerpt(value: object) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    if len(text) <= _PROVIDED_MAX:
-        return text
-    return text[: _PROVIDED_MAX - 3] + "..."
-
-
-def _form_of(suffix: str | None) -> str:
-    if suffix is None:
-        return _NAIVE
-    return _ZULU if suffix == "Z" else _OFFSET_FORM
-
-
-def _suffix_text(text: str, form: str) -> str:
-    if form == _NAIVE:
-        return ""
-    return "Z" if form == _ZULU else text[-6:]
-
-
-def _fraction_digits(texts: Sequence[str], form: str) -> int:
-    extra = max(map(len, texts)) - _BASE_LENGTH[form]
-    return extra - 1 if extra > 0 else 0
-
-
-def _render(wall: datetime, digits: int, suffix: str) -> str:
-    """The wall clock in the input's form. isoformat is C and pads the year to four digits; the fraction
-    is cut to the input's own digits, and the suffix is the input's, not the datetime's own offset."""
-    if wall.tzinfo is not None:
-        wall = wall.replace(tzinfo=None)
-    if digits:
-        return wall.isoformat(timespec="microseconds")[: 20 + digits] + suffix
-    return wall.isoformat(timespec="seconds") + suffix
-
-
-def _is_month_end(wall: datetime) -> bool:
-    return wall.day == calendar.monthrange(wall.year, wall.month)[1]
-
-
-def _add_months(anchor: datetime, months: int, month_end: bool) -> datetime | None:
-    """anchor's wall clock moved by whole months, day kept and clamped (or month end); None past 9999."""
-    year, month0 = divmod(anchor.year * 12 + anchor.month - 1 + months, 12)
-    if year > _MAX_YEAR:
-        return None
-    last_day = calendar.monthrange(year, month0 + 1)[1]
-    day = last_day if month_end else min(anchor.day, last_day)
-    return anchor.replace(year=year, month=month0 + 1, day=day, tzinfo=None)
+from app.series.forms import (
+    TIMESTAMP_FORM as TIMESTAMP_FORM,
+)
+from app.series.forms import (
+    UTC_RANGE_ISSUE as UTC_RANGE_ISSUE,
+)
+from app.series.forms import (
+    outside_utc_range as outside_utc_range,
+)
+from app.series.spacing import make_axis, validate_spacing
 
 
 def parse_axis(timestamps: Sequence[str], frequency: str) -> TimeAxis:
     """Validate the timestamps against the timestamp rules and return the axis to continue; raises TimestampError."""
-    if frequency not in _FIXED_UNITS and frequency not in _CALENDAR_MONTHS:
+    if frequency not in FIXED_UNITS and frequency not in CALENDAR_MONTHS:
         raise ValueError(f"unknown frequency {frequency!r}")
     if len(timestamps) < 2:
         raise ValueError("at least two timestamps are needed to infer the step")
@@ -230,17 +94,17 @@ def _parse_axis_per_item(timestamps: Sequence[str], frequency: str) -> TimeAxis:
     if parsed is None:
         return _parse_slow(timestamps, frequency)
     walls, form, shared_tz = parsed
-    if frequency in _FIXED_UNITS:
+    if frequency in FIXED_UNITS:
         found = _fixed_fast(walls, frequency)
     else:
         found = _calendar_fast(walls, frequency)
     if found is None:
         dts = walls if shared_tz is None else [wall.replace(tzinfo=shared_tz) for wall in walls]
         # The fast checks only say "valid"; the full walk finds and names the first defect.
-        return _validate(timestamps, dts, form, frequency)
+        return validate_spacing(timestamps, dts, form, frequency)
     step, month_end = found
     ends = [walls[0].replace(tzinfo=shared_tz), walls[-1].replace(tzinfo=shared_tz)]
-    return _make_axis(timestamps, ends, len(walls), form, frequency, step, month_end)
+    return make_axis(timestamps, ends, len(walls), form, frequency, step, month_end)
 
 
 # The regular path: every timestamp written alike (same form, length and offset), checked as one array of
@@ -259,17 +123,17 @@ def _month_tables() -> tuple[np.ndarray, np.ndarray]:
     (datetime.toordinal - 1) and the month's length, so a timestamp's day is one lookup away."""
     import numpy as np
 
-    years = np.repeat(np.arange(_MAX_YEAR + 1, dtype=np.int64), 12)
-    months = np.tile(np.arange(12, dtype=np.int64), _MAX_YEAR + 1)
+    years = np.repeat(np.arange(MAX_YEAR + 1, dtype=np.int64), 12)
+    months = np.tile(np.arange(12, dtype=np.int64), MAX_YEAR + 1)
     leap = (years % 4 == 0) & ((years % 100 != 0) | (years % 400 == 0))
-    lengths = np.array(_DAYS_IN_MONTH, dtype=np.int64)[months] + ((months == 1) & leap)
+    lengths = np.array(DAYS_IN_MONTH, dtype=np.int64)[months] + ((months == 1) & leap)
     prior = years - 1
     before = np.array([0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334], dtype=np.int64)[months]
     starts = prior * 365 + prior // 4 - prior // 100 + prior // 400 + before + ((months > 1) & leap)
     return starts, lengths.astype(np.int32)
 
 
-_MICROSECONDS = {name: unit // timedelta(microseconds=1) for name, unit in _FIXED_UNITS.items()}
+_MICROSECONDS = {name: unit // timedelta(microseconds=1) for name, unit in FIXED_UNITS.items()}
 
 
 # Digits become "0" and every other byte stays: a well-formed timestamp turns into its form's template.
@@ -280,7 +144,7 @@ def regular_axis(timestamps: Sequence[Any], frequency: str) -> TimeAxis | None:
     """The axis when every timestamp is written alike (form, length, offset) and the series is valid,
     checked as one array of characters; None when anything differs, for parse_axis to look at item by item.
     """
-    if (frequency not in _FIXED_UNITS and frequency not in _CALENDAR_MONTHS) or len(timestamps) < 2:
+    if (frequency not in FIXED_UNITS and frequency not in CALENDAR_MONTHS) or len(timestamps) < 2:
         return None
     try:
         joined = "\n".join(timestamps)  # refuses any element that is not a string
@@ -301,7 +165,7 @@ def regular_axis_from_json(array: bytes | memoryview, frequency: str) -> TimeAxi
     elements are then exactly the characters between the quotes, so the answer is regular_axis's for the
     decoded list. Anything else is None, and the caller decodes the array and asks regular_axis.
     """
-    if frequency not in _FIXED_UNITS and frequency not in _CALENDAR_MONTHS:
+    if frequency not in FIXED_UNITS and frequency not in CALENDAR_MONTHS:
         return None
     if len(array) < 4 or array[:2] != b'["' or array[-2:] != b'"]':
         return None
@@ -332,9 +196,9 @@ def _axis_from_rows(text: bytes | memoryview, start: int, end: int, first: str, 
     import numpy as np
 
     match = TIMESTAMP_RE.fullmatch(first)
-    if match is None or len(first) < _BASE_LENGTH[_NAIVE]:  # dates alone are read item by item
+    if match is None or len(first) < BASE_LENGTH[NAIVE]:  # dates alone are read item by item
         return None
-    form = _form_of(match.group(2))
+    form = form_of(match.group(2))
     fraction_digits = len(match.group(1) or "")
     width = len(first)
     # The first element matched the pattern, so its template is the one every element must have. The text
@@ -360,7 +224,7 @@ def _axis_from_rows(text: bytes | memoryview, start: int, end: int, first: str, 
     characters = np.frombuffer(text, dtype=np.uint8)[start + len(quote) :]
     grid = np.lib.stride_tricks.as_strided(characters, shape=(count, width), strides=(len(row), 1),
                                            writeable=False)
-    if form == _OFFSET_FORM:  # the offset's digits too must be the first element's
+    if form == OFFSET_FORM:  # the offset's digits too must be the first element's
         offsets = grid[:, width - 6 : width]
         if not (offsets == offsets[0]).all():
             return None
@@ -376,7 +240,7 @@ def _axis_from_rows(text: bytes | memoryview, start: int, end: int, first: str, 
         first=datetime.fromisoformat(first),
         last=datetime.fromisoformat(last_text),
         last_text=last_text,
-        suffix=_suffix_text(last_text, form),
+        suffix=suffix_text(last_text, form),
         fraction_digits=fraction_digits,
         month_end=month_end,
     )
@@ -436,7 +300,7 @@ def _regular_steps(grid: np.ndarray, fraction_digits: int, frequency: str) -> tu
 
     month_starts, month_lengths = _month_tables()
     count = len(grid)
-    calendar_months = _CALENDAR_MONTHS.get(frequency)
+    calendar_months = CALENDAR_MONTHS.get(frequency)
     # Set from the first two rows: the step every gap must have, and what later rows are compared with.
     gap = months = first_month = first_day = first_time = 0
     previous = 0  # the instant (fixed frequencies) of the row before the block
@@ -490,14 +354,14 @@ def _parse_all_fast(timestamps: Sequence[str]) -> tuple[list[datetime], str, tzi
     match = TIMESTAMP_RE.fullmatch(first) if isinstance(first, str) else None
     if match is None:
         return None
-    form = _form_of(match.group(2))
+    form = form_of(match.group(2))
     try:
         if not all(map(FORM_RES[form].fullmatch, timestamps)):
             return None
-        if form == _NAIVE:
+        if form == NAIVE:
             return list(map(datetime.fromisoformat, timestamps)), form, None
-        cut = 1 if form == _ZULU else 6
-        if form == _OFFSET_FORM and len({text[-6:] for text in timestamps}) != 1:
+        cut = 1 if form == ZULU else 6
+        if form == OFFSET_FORM and len({text[-6:] for text in timestamps}) != 1:
             return list(map(datetime.fromisoformat, timestamps)), form, None
         walls = [datetime.fromisoformat(text[:-cut]) for text in timestamps]
         return walls, form, datetime.fromisoformat(first).tzinfo
@@ -507,20 +371,20 @@ def _parse_all_fast(timestamps: Sequence[str]) -> tuple[list[datetime], str, tzi
 
 def _parse_slow(timestamps: Sequence[str], frequency: str) -> TimeAxis:
     dts: list[datetime] = []
-    form0 = _NAIVE
+    form0 = NAIVE
     failure: TimestampError | None = None
     for index, text in enumerate(timestamps):
         match = TIMESTAMP_RE.fullmatch(text) if isinstance(text, str) else None
         if match is None:
             failure = format_error(index, text)
             break
-        form = _form_of(match.group(2))
+        form = form_of(match.group(2))
         if index == 0:
             form0 = form
         elif form != form0:
             failure = TimestampError(
-                f"mixed timestamp forms: the series starts with {_FORM_DESCRIPTIONS[form0]}, "
-                f"this timestamp has {_FORM_DESCRIPTIONS[form]}",
+                f"mixed timestamp forms: the series starts with {FORM_DESCRIPTIONS[form0]}, "
+                f"this timestamp has {FORM_DESCRIPTIONS[form]}",
                 index,
                 text,
             )
@@ -532,7 +396,7 @@ def _parse_slow(timestamps: Sequence[str], frequency: str) -> TimeAxis:
             break
     # A spacing defect before the malformed element comes first in index order.
     if len(dts) >= 2:
-        axis = _validate(timestamps[: len(dts)], dts, form0, frequency)
+        axis = validate_spacing(timestamps[: len(dts)], dts, form0, frequency)
         if failure is None:
             return axis
     if failure is None:  # pragma: no cover - the fast path would have succeeded
@@ -540,31 +404,8 @@ def _parse_slow(timestamps: Sequence[str], frequency: str) -> TimeAxis:
     raise failure
 
 
-def _make_axis(
-    timestamps: Sequence[str],
-    ends: list[datetime],
-    count: int,
-    form: str,
-    frequency: str,
-    step: int,
-    month_end: bool,
-) -> TimeAxis:
-    last_text = timestamps[-1]
-    return TimeAxis(
-        frequency=frequency,
-        step=step,
-        count=count,
-        first=ends[0],
-        last=ends[-1],
-        last_text=last_text,
-        suffix=_suffix_text(last_text, form),
-        fraction_digits=_fraction_digits(timestamps, form),
-        month_end=month_end,
-    )
-
-
 def _fixed_fast(dts: list[datetime], frequency: str) -> tuple[int, bool] | None:
-    unit = _FIXED_UNITS[frequency]
+    unit = FIXED_UNITS[frequency]
     gap = dts[1] - dts[0]
     if gap <= timedelta(0) or gap % unit:
         return None
@@ -577,19 +418,19 @@ def _fixed_fast(dts: list[datetime], frequency: str) -> tuple[int, bool] | None:
 def _calendar_fast(dts: list[datetime], frequency: str) -> tuple[int, bool] | None:
     first = dts[0]
     months = (dts[1].year - first.year) * 12 + dts[1].month - first.month
-    unit_months = _CALENDAR_MONTHS[frequency]
+    unit_months = CALENDAR_MONTHS[frequency]
     if months <= 0 or months % unit_months:
         return None
     index0 = first.year * 12 + first.month - 1
     time0 = first.time()
     day0 = first.day
-    end_rule = _is_month_end(first)
+    end_rule = is_month_end(first)
     day_rule = True
     for i, dt in enumerate(dts):
         year, month0 = divmod(index0 + i * months, 12)
         if dt.month != month0 + 1 or dt.year != year or dt.time() != time0:
             return None
-        last_day = _DAYS_IN_MONTH[month0] + (month0 == 1 and isleap(year))
+        last_day = DAYS_IN_MONTH[month0] + (month0 == 1 and isleap(year))
         day = dt.day
         end_rule = end_rule and day == last_day
         day_rule = day_rule and day == (day0 if day0 < last_day else last_day)
@@ -600,112 +441,14 @@ def _calendar_fast(dts: list[datetime], frequency: str) -> tuple[int, bool] | No
     return months // unit_months, end_rule
 
 
-def _validate(timestamps: Sequence[str], dts: list[datetime], form: str, frequency: str) -> TimeAxis:
-    """Walk the parsed series; return its axis or raise at the first index that breaks the ordering and
-    spacing rules (docs/contract.md, section 7)."""
-    # The step is read from the first gap, so that gap must be positive before anything else.
-    if not dts[1] > dts[0]:
-        raise TimestampError("timestamps must be strictly increasing", 1, timestamps[1])
-    if frequency in _FIXED_UNITS:
-        return _validate_fixed(timestamps, dts, form, frequency)
-    return _validate_calendar(timestamps, dts, form, frequency)
-
-
-def _expected_text(timestamps: Sequence[str], form: str, i: int, wall: datetime) -> str:
-    digits = _fraction_digits(timestamps[: i + 1], form)
-    return _render(wall, digits, _suffix_text(timestamps[i], form))
-
-
-def _not_whole_issue(frequency: str) -> str:
-    return f"the gap between the first two timestamps is not a whole number of {_UNIT_NAMES[frequency]}"
-
-
-def _validate_fixed(timestamps: Sequence[str], dts: list[datetime], form: str, frequency: str) -> TimeAxis:
-    unit = _FIXED_UNITS[frequency]
-    anchor = dts[0]
-
-    def expected_at(i: int, instant: datetime | None) -> str | None:
-        if instant is None:
-            return None
-        try:
-            # Written in the offending element's own offset, which is what the client compares against.
-            wall = instant.astimezone(dts[i].tzinfo) if form == _OFFSET_FORM else instant
-        except OverflowError:
-            return None
-        return _expected_text(timestamps, form, i, wall)
-
-    def shifted(units: int) -> datetime | None:
-        try:
-            return anchor + unit * units
-        except OverflowError:
-            return None
-
-    gap = dts[1] - anchor
-    if gap % unit:
-        nearest = max(1, round(gap / unit))
-        raise TimestampError(_not_whole_issue(frequency), 1, timestamps[1], expected_at(1, shifted(nearest)))
-    step = gap // unit
-    for i in range(2, len(dts)):
-        expected = shifted(i * step)
-        if dts[i] != expected:
-            if not dts[i] > dts[i - 1]:
-                raise TimestampError("timestamps must be strictly increasing", i, timestamps[i])
-            text = expected_at(i, expected)
-            issue = (
-                f"timestamps must be evenly spaced: expected {text}"
-                if text is not None
-                else f"timestamps must be evenly spaced: the expected timestamp is past year {_MAX_YEAR}"
-            )
-            raise TimestampError(issue, i, timestamps[i], text)
-    return _make_axis(timestamps, dts, len(dts), form, frequency, step, False)
-
-
-def _validate_calendar(timestamps: Sequence[str], dts: list[datetime], form: str, frequency: str) -> TimeAxis:
-    unit_months = _CALENDAR_MONTHS[frequency]
-    anchor = dts[0].replace(tzinfo=None)
-    second = dts[1].replace(tzinfo=None)
-    # Month end first: it is the reading the timestamp rules prefer, and the one kept when the data fits both.
-    live = [True, False] if _is_month_end(anchor) else [False]
-
-    def preferred(i: int) -> bool:
-        if i == 1:
-            return live[0] and _is_month_end(second)
-        return live[0]
-
-    def fail(i: int, months: int) -> TimestampError:
-        wall = _add_months(anchor, months, preferred(i))
-        text = None if wall is None else _expected_text(timestamps, form, i, wall)
-        if i == 1:
-            issue = _not_whole_issue(frequency)
-        elif text is None:
-            issue = f"timestamps must be evenly spaced: the expected timestamp is past year {_MAX_YEAR}"
-        else:
-            issue = f"timestamps must be evenly spaced: expected {text}"
-        return TimestampError(issue, i, timestamps[i], text)
-
-    months = (second.year - anchor.year) * 12 + second.month - anchor.month
-    if months <= 0 or months % unit_months:
-        nearest = max(1, round(months / unit_months)) * unit_months
-        raise fail(1, nearest)
-    for i in range(1, len(dts)):
-        if not dts[i] > dts[i - 1]:
-            raise TimestampError("timestamps must be strictly increasing", i, timestamps[i])
-        wall = dts[i].replace(tzinfo=None)
-        matching = [rule for rule in live if _add_months(anchor, i * months, rule) == wall]
-        if not matching:
-            raise fail(i, i * months)
-        live = matching
-    return _make_axis(timestamps, dts, len(dts), form, frequency, months // unit_months, month_end=live[0])
-
-
 def future_timestamps(axis: TimeAxis, horizon: int) -> list[str]:
     """The next `horizon` timestamps after the series, in the input's own form (docs/contract.md, section 7,
     "The forecast's timestamps")."""
     walls: list[datetime] = []
-    if axis.frequency in _FIXED_UNITS:
-        delta = _FIXED_UNITS[axis.frequency] * axis.step
+    if axis.frequency in FIXED_UNITS:
+        delta = FIXED_UNITS[axis.frequency] * axis.step
         # The wall clock in the input's own offset: adding to it is adding to the instant, written in that
-        # offset (fixed offsets only; the suffix is written back by _render).
+        # offset (fixed offsets only; the suffix is written back by render).
         wall = axis.last.replace(tzinfo=None)
         for _ in range(horizon):
             try:
@@ -714,14 +457,14 @@ def future_timestamps(axis: TimeAxis, horizon: int) -> list[str]:
                 raise _past_max_year(axis) from None
             walls.append(wall)
     else:
-        months = _CALENDAR_MONTHS[axis.frequency] * axis.step
+        months = CALENDAR_MONTHS[axis.frequency] * axis.step
         for j in range(1, horizon + 1):
-            calendar_wall = _add_months(axis.first, (axis.count - 1 + j) * months, axis.month_end)
+            calendar_wall = add_months(axis.first, (axis.count - 1 + j) * months, axis.month_end)
             if calendar_wall is None:
                 raise _past_max_year(axis)
             walls.append(calendar_wall)
-    return [_render(wall, axis.fraction_digits, axis.suffix) for wall in walls]
+    return [render(wall, axis.fraction_digits, axis.suffix) for wall in walls]
 
 
 def _past_max_year(axis: TimeAxis) -> TimestampError:
-    return TimestampError(f"forecast would pass year {_MAX_YEAR}", axis.count - 1, axis.last_text)
+    return TimestampError(f"forecast would pass year {MAX_YEAR}", axis.count - 1, axis.last_text)
