@@ -23,6 +23,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.compat.azure import routes as azure_routes
     from app.compat.nixtla import routes as nixtla_routes
     from app.compute.pool import WorkerPool
+    from app.dashboard import key_pages, work_pages  # noqa: F401  (their pages join the dashboard's blueprint)
     from app.dashboard import sessions as dashboard_sessions
     from app.dashboard import views as dashboard_views
     from app.db import Database

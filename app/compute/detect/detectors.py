@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from statistics import NormalDist
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -23,25 +23,59 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("app.compute.detect")
 
+# anomaly-model-2's defaults: two days of hourly rows (a day's shape seen twice), and the default detector's margin.
 FALLBACK_MEDIAN_ROWS = 48
 FALLBACK_MARGIN = 1.5
 
 
-def detect(job: DetectJob) -> DetectionResult:
-    times = np.asarray(job.epoch_seconds, dtype=np.float64)
-    values = np.asarray(job.values, dtype=np.float64)
-    detector = job.detector or DEFAULT_DETECTOR
-    if detector not in (DEFAULT_DETECTOR, FALLBACK_DETECTOR):
-        raise ValueError(f"unknown detector {detector!r}")
-    if detector == DEFAULT_DETECTOR:
+class Detector(Protocol):
+    """The one contract every detector keeps: configuration in the constructor, one method."""
+
+    def detect(self, job: DetectJob) -> DetectionResult: ...
+
+
+class RollingMedianDetector:
+    """anomaly-model-2: the median of the last ``rows`` values, the range from their median absolute deviation."""
+
+    def __init__(self, *, rows: int = FALLBACK_MEDIAN_ROWS, margin: float = FALLBACK_MARGIN) -> None:
+        self.rows, self.margin = rows, margin
+
+    def detect(self, job: DetectJob) -> DetectionResult:
+        times = np.asarray(job.epoch_seconds, dtype=np.float64)
+        values = np.asarray(job.values, dtype=np.float64)
+        return median_detector(times, values, job.confidence, job.start, rows=self.rows, margin=self.margin)
+
+
+class StreamingDetectorWithFallback:
+    """anomaly-model-1 (app.compute.detect.streaming); any failure of it is answered by ``fallback``, saying so."""
+
+    def __init__(self, *, fallback: Detector, fallback_id: str) -> None:
+        self.fallback, self.fallback_id = fallback, fallback_id
+
+    def detect(self, job: DetectJob) -> DetectionResult:
         try:
             return streaming_detector(job)
         except Exception as exc:  # noqa: BLE001 - any failure of the default detector falls back
-            log.warning("anomaly-model-1 failed (%s: %s); answering with anomaly-model-2", type(exc).__name__, exc)
-            fallback = f"{DEFAULT_DETECTOR} failed ({type(exc).__name__}); answered by {FALLBACK_DETECTOR}"
-            result = median_detector(times, values, job.confidence, job.start)
-            return DetectionResult(**{**result.__dict__, "fallback": fallback})
-    return median_detector(times, values, job.confidence, job.start)
+            log.warning("%s failed (%s: %s); answering with %s", DEFAULT_DETECTOR, type(exc).__name__, exc,
+                        self.fallback_id)
+            result = self.fallback.detect(job)
+            note = f"{DEFAULT_DETECTOR} failed ({type(exc).__name__}); answered by {self.fallback_id}"
+            return DetectionResult(**{**result.__dict__, "fallback": note})
+
+
+_FALLBACK = RollingMedianDetector()
+# Every detector by its id (results.DETECTOR_IDS lists the same ids for the web side, which imports no numpy).
+REGISTRY: dict[str, Detector] = {
+    DEFAULT_DETECTOR: StreamingDetectorWithFallback(fallback=_FALLBACK, fallback_id=FALLBACK_DETECTOR),
+    FALLBACK_DETECTOR: _FALLBACK,
+}
+
+
+def detect(job: DetectJob) -> DetectionResult:
+    detector = REGISTRY.get(job.detector or DEFAULT_DETECTOR)
+    if detector is None:
+        raise ValueError(f"unknown detector {job.detector!r}")
+    return detector.detect(job)
 
 
 def streaming_detector(job: DetectJob) -> DetectionResult:
@@ -65,10 +99,6 @@ def streaming_detector(job: DetectJob) -> DetectionResult:
         warmup_points=min(WARMUP, len(values)),
         period=state.period or None,
     )
-
-
-def _two_sided_z(probability: float) -> float:
-    return NormalDist().inv_cdf(0.5 + probability / 2)
 
 
 def _floor(values: np.ndarray, lo: int, n: int) -> np.ndarray:
@@ -121,27 +151,28 @@ def _result(
     )
 
 
-def median_detector(times: np.ndarray, values: np.ndarray, confidence: float, start: int) -> DetectionResult:
+def median_detector(times: np.ndarray, values: np.ndarray, confidence: float, start: int, *,
+                    rows: int = FALLBACK_MEDIAN_ROWS, margin: float = FALLBACK_MARGIN) -> DetectionResult:
     n = len(values)
     start = max(0, min(start, n))
-    lo = max(0, start - FALLBACK_MEDIAN_ROWS)
+    lo = max(0, start - rows)
     y = values[lo:n]
     m = len(y)
     expected = y.copy()
     halfwidth = np.zeros(m)
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    first_full = max(lo, FALLBACK_MEDIAN_ROWS)
+    first_full = max(lo, rows)
     if first_full < n:
-        base = first_full - FALLBACK_MEDIAN_ROWS
-        history = sliding_window_view(values[base : n - 1], FALLBACK_MEDIAN_ROWS)  # window k: rows before first_full+k
+        base = first_full - rows
+        history = sliding_window_view(values[base : n - 1], rows)  # window k: rows before first_full+k
         medians = np.median(history, axis=1)
         spread = np.median(np.abs(history - medians[:, None]), axis=1)
         expected[first_full - lo :] = medians
-        halfwidth[first_full - lo :] = FALLBACK_MARGIN * z * 1.4826 * spread
+        halfwidth[first_full - lo :] = margin * z * 1.4826 * spread
     for i in range(max(lo, WARMUP), min(first_full, n)):
         history = values[:i]
         median = float(np.median(history))
         expected[i - lo] = median
-        halfwidth[i - lo] = FALLBACK_MARGIN * z * 1.4826 * float(np.median(np.abs(history - median)))
+        halfwidth[i - lo] = margin * z * 1.4826 * float(np.median(np.abs(history - median)))
     halfwidth = np.maximum(halfwidth, _floor(values, lo, n))
     return _result(y, expected, halfwidth, start - lo, lo, None, nominal_step(times))

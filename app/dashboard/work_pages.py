@@ -1,0 +1,202 @@
+"""The dashboard's monitor and batch pages (on the dashboard's blueprint)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import (
+    Response,
+    current_app,
+    make_response,
+    request,
+    url_for,
+)
+
+from app.dashboard.sessions import DashboardSession
+from app.dashboard.views import base_context, bp, current_session, page, signed_in
+from app.services import current_services
+from app.web.errors import ApiError
+
+MONITOR_CHART_POINTS = 500
+MONITOR_FEEDBACK_ROWS = 5
+
+
+@bp.get("/monitors")
+@signed_in
+def monitors(notice: str | None = None) -> Response:
+    if "monitors" not in current_app.extensions:
+        return page("dashboard/error.html", 404, title="No monitors", message="This server has no monitors.",
+                     **base_context())
+    from app.monitors import service as monitor_service
+
+    session = current_session()
+    assert session is not None
+    views, _ = monitor_service.list_monitors(
+        database=current_services().database, account_id=session.key.account_id, points=MONITOR_CHART_POINTS,
+        limit=50, after=None,
+    )
+    charts = []
+    for view in views:
+        points = view.get("points") or []
+        flagged = [p for p in points if p["is_anomaly"]]
+        charts.append({
+            "id": view["id"],
+            "name": view["name"],
+            "frequency": view["data_frequency"],
+            "point_count": view["point_count"],
+            "sensitivity": view["sensitivity"],
+            "confidence": view["confidence"],
+            "min_deviation": view["min_deviation"],
+            "min_relative_deviation": view["min_relative_deviation"],
+            "anomalies": len(flagged),
+            "source": view["source"],
+            "alertmanager_url": view["alertmanager_url"],
+            # The latest flagged points, newest first, each with the feedback a user gave it.
+            "recent_anomalies": [
+                {"timestamp": p["timestamp"], "value": p["value"], "expected": p["expected"],
+                 "direction": p["direction"], "feedback": p["feedback"]}
+                for p in reversed(flagged[-MONITOR_FEEDBACK_ROWS:])
+            ],
+            "series": {
+                "timestamps": [p["timestamp"] for p in points],
+                "value": [p["value"] for p in points],
+                "expected": [p["expected"] for p in points],
+                "lower": [p["lower_bound"] for p in points],
+                "upper": [p["upper_bound"] for p in points],
+                "anomaly": [p["is_anomaly"] for p in points],
+            },
+        })
+    can_write = "write" in session.key.permissions
+    return page("dashboard/monitors.html", charts=charts, shown_points=MONITOR_CHART_POINTS, can_write=can_write,
+                 notice=notice, **base_context())
+
+
+@bp.post("/monitors/<monitor_id>/feedback")
+@signed_in
+def monitor_feedback(monitor_id: str) -> Response:
+    """The dashboard's "Not an anomaly" button: the same change as POST /monitors/{id}/feedback."""
+    from app.monitors import service as monitor_service
+    from app.monitors.schemas import point_epoch
+
+    session = current_session()
+    assert session is not None
+    if "write" not in session.key.permissions:
+        return page("dashboard/error.html", 403, title="Not allowed",
+                     message="Marking a point needs a key with the write permission.", **base_context())
+    stamp = request.form.get("timestamp", "")
+    try:
+        monitor_service.mark_not_anomaly(
+            database=current_services().database, runtime=current_app.extensions["monitors"],
+            account_id=session.key.account_id, monitor_id=monitor_id, epoch=point_epoch(stamp),
+        )
+    except ApiError as error:
+        return page("dashboard/error.html", error.status, title="Not marked", message=error.message,
+                     **base_context())
+    return monitors(notice=f"The point at {stamp} is marked as not an anomaly; the detector learns it as normal.")
+
+
+# --- batches -------------------------------------------------------------------------------------
+
+BATCH_ROWS = 100
+# Results can be downloaded once some exist: while running (the series finished so far) and when done.
+BATCH_DOWNLOADABLE = ("running", "done")
+
+
+def _batch_rows(account_id: str) -> list[dict[str, Any]]:
+    from app.batches import store
+    from app.batches.schemas import batch_json
+
+    rows = []
+    for batch in store.list_batches(current_services().database, account_id, limit=BATCH_ROWS):
+        row = batch_json(batch)
+        progress = row["progress"]
+        row["finished_series"] = progress["done"] + progress["failed"]
+        row["download_url"] = (url_for("dashboard.batch_results", batch_id=batch.id)
+                               if batch.status in BATCH_DOWNLOADABLE else None)
+        row["backtest_url"] = (url_for("dashboard.backtest", batch_id=batch.id)
+                               if batch.kind == "backtest" and batch.status in BATCH_DOWNLOADABLE else None)
+        rows.append(row)
+    return rows
+
+
+def _reader() -> DashboardSession | Response:
+    session = current_session()
+    assert session is not None
+    if "read" not in session.key.permissions:
+        return page("dashboard/error.html", 403, title="Not allowed",
+                     message="Seeing batches needs a key with the read permission.", **base_context())
+    return session
+
+
+@bp.get("/batches")
+@signed_in
+def batches() -> Response:
+    session = _reader()
+    if isinstance(session, Response):
+        return session
+    return page("dashboard/batches.html", batches=_batch_rows(session.key.account_id), shown=BATCH_ROWS,
+                 ttl_hours=current_services().settings.batch_result_ttl_hours, **base_context())
+
+
+@bp.get("/batches.json")
+@signed_in
+def batches_json() -> Response:
+    """What the batches page polls while a batch is unfinished: the same rows, as JSON."""
+    session = _reader()
+    if isinstance(session, Response):
+        return session
+    response = make_response({"batches": _batch_rows(session.key.account_id)})
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@bp.get("/batches/<batch_id>/results.csv")
+@signed_in
+def batch_results(batch_id: str) -> Response:
+    """The batch's results as GET /batches/{id}/results?format=csv gives them, streamed, as a download."""
+    from app.batches import store
+    from app.batches.results import csv_rows
+
+    session = _reader()
+    if isinstance(session, Response):
+        return session
+    database = current_services().database
+    batch = store.get_batch(database, session.key.account_id, batch_id)
+    if batch is None or batch.status == "cancelled":
+        return page("dashboard/error.html", 404, title="No such batch",
+                     message="There is no batch with that id in this account, or it was cancelled.",
+                     **base_context())
+    response = Response(csv_rows(store.done_outputs(database, batch.id), batch.kind), mimetype="text/csv")
+    response.headers["Content-Disposition"] = f'attachment; filename="{batch.id}.csv"'
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Batch-Status"] = batch.status
+    return response
+
+
+@bp.get("/batches/<batch_id>/backtest")
+@signed_in
+def backtest(batch_id: str) -> Response:
+    """A backtest's scores per model, and one series' windows (``?series=``, default the first) as a chart."""
+    from app.batches import backtest as backtests
+    from app.batches import store
+    from app.batches.schemas import batch_json
+    from app.dashboard import backtests as shown
+
+    session = _reader()
+    if isinstance(session, Response):
+        return session
+    database = current_services().database
+    batch = store.get_batch(database, session.key.account_id, batch_id)
+    if batch is None or batch.kind != "backtest" or batch.status == "cancelled":
+        return page("dashboard/error.html", 404, title="No such backtest",
+                     message="There is no backtest with that id in this account, or it was cancelled.",
+                     **base_context())
+    summary = backtests.summarize(store.done_outputs(database, batch.id))
+    ids = shown.series_ids(store.done_outputs(database, batch.id))
+    chosen = request.args.get("series") or (ids[0] if ids else None)
+    result = shown.series_result(store.done_outputs(database, batch.id), chosen) if chosen in ids else None
+    return page("dashboard/backtest.html", batch=batch_json(batch), summary=summary, series_ids=ids,
+                 chosen=chosen if result else None, error=result.get("error") if result else None,
+                 scores=[row for row in summary["series"] if row["unique_id"] == chosen],
+                 chart=shown.chart_data(result) if result and "windows" in result else None,
+                 download_url=url_for("dashboard.batch_results", batch_id=batch.id), **base_context())
