@@ -114,7 +114,7 @@ def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool) -> S
         length = int(mrng.uniform(600, 6 * 3600) / step)
         first = int(mrng.integers(86400 // step, n - length))
         keep[first : first + length] = False
-    for a, b in segments:  # an incident's onset is always observed, so each segment has a first row
+    for a, _ in segments:  # an incident's onset is always observed, so each segment has a first row
         keep[a] = True
     index = np.cumsum(keep) - 1
     kept_segments = [(int(index[a]), int(index[b])) for a, b in segments]
@@ -380,7 +380,8 @@ def main() -> int:
                       f"{s['pa_recall']:.3f}", f"{s['nab']:.1f}", f"{s['us_per_row']:.1f}"]
                      for label, s in summaries.items()])
     lines += ["", "Incidents found within the first 7 rows of their segment:", ""]
-    lines += _table(["detector", *INCIDENTS], [[label, *(f"{s['found'].get(k, [0, 0])[0]}/{s['found'].get(k, [0, 0])[1]}"
+    found = {label: {k: s["found"].get(k, [0, 0]) for k in INCIDENTS} for label, s in summaries.items()}
+    lines += _table(["detector", *INCIDENTS], [[label, *(f"{found[label][k][0]}/{found[label][k][1]}"
                                                           for k in INCIDENTS)] for label, s in summaries.items()])
     lines += ["", "By noise kind and step (false alarms on the anomaly-free streams; PA-F1 and NAB on the "
               "incident streams):", ""]
