@@ -221,7 +221,9 @@ def receive(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, ac
     received = Received()
     counts = received.counts
     targets = targets_of(database, account_id)
-    routed: dict[str, list[Any]] = {}
+    # Per monitor, the samples of each label set that matched it: Prometheus sends one TimeSeries entry per sample
+    # (the labels repeated), so entries with equal labels are one series.
+    routed: dict[str, dict[tuple[tuple[str, str], ...], list[Any]]] = {}
     for series in request.timeseries:
         samples = len(series.samples)
         if series.histograms:
@@ -235,13 +237,14 @@ def receive(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, ac
         if not matched:
             counts["unmatched"] += samples
             continue
+        identity = tuple(sorted(labels.items()))
         for monitor_id in matched:
-            routed.setdefault(monitor_id, []).append(series)
+            routed.setdefault(monitor_id, {}).setdefault(identity, []).extend(series.samples)
     for monitor_id, matched_series in routed.items():
         if len(matched_series) > 1:
-            counts["several_series"] += sum(len(s.samples) for s in matched_series)
+            counts["several_series"] += sum(len(s) for s in matched_series.values())
             continue
-        points = _points(matched_series[0].samples, counts)
+        points = _points(next(iter(matched_series.values())), counts)
         for start in range(0, len(points.epochs), max_points):
             chunk = IncomingPoints(epochs=points.epochs[start:start + max_points],
                                    texts=points.texts[start:start + max_points],

@@ -248,3 +248,15 @@ def test_the_rate_limit_answers_429_which_prometheus_retries(client: FlaskClient
     assert write(client, keys["slow"], body).status_code == 204
     limited = write(client, keys["slow"], body)
     assert limited.status_code == 429 and "Retry-After" in limited.headers
+
+
+def test_entries_with_equal_labels_are_one_series(client: FlaskClient, keys: dict) -> None:
+    # Prometheus sends each sample as its own TimeSeries entry, the labels repeated (and not always in time order
+    # across entries).
+    writer = keys["writer"]
+    monitor = create(client, writer, remote_write_selector='{__name__="split_up"}')
+    samples = minutes(6)
+    entries = [series({"__name__": "split_up", "instance": "a"}, [sample]) for sample in samples]
+    answer = write(client, writer, body_of(*entries[3:], *entries[:3]))
+    assert answer.status_code == 204 and answer.headers["X-Samples-Stored"] == "6"
+    assert [p["value"] for p in points_of(client, writer, monitor["id"])] == [v for _, v in samples]
