@@ -93,7 +93,8 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
     config["remote_write"] = [{
         "url": f"http://127.0.0.1:{port}/api/v1/write",
         "authorization": {"type": "Bearer", "credentials": key},
-        "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms", "max_backoff": "1s"},
+        "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms", "max_backoff": "1s",
+                         "retry_on_http_429": True},
     }]
     (tmp_path / "prometheus" / "prometheus.yml").write_text(json.dumps(config))
     try:
