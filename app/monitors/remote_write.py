@@ -114,25 +114,30 @@ class Received:
 
 
 class _Targets:
-    """An account's monitors that take remote-written series, their selectors indexed by the metric name an
-    equality matcher requires (most selectors name one), the rest checked against every series."""
+    """An account's monitors that take remote-written series. Each selector is indexed under one label=value pair
+    it requires (the last equality matcher: usually the most telling, after the metric name), so a series is
+    checked only against the selectors indexed under its own pairs and those with no equality matcher, not
+    against every monitor of the account."""
 
     def __init__(self, rows: list[tuple[str, str]]) -> None:
-        self.by_name: dict[str, list[tuple[str, selectors.Selector]]] = {}
+        self.by_pair: dict[tuple[str, str], list[tuple[str, selectors.Selector]]] = {}
         self.anywhere: list[tuple[str, selectors.Selector]] = []
         for monitor_id, text in rows:
             selector = _parsed(text)
             if selector is None:
                 continue
-            name = selector.metric_name
-            (self.by_name.setdefault(name, []) if name is not None else self.anywhere).append((monitor_id, selector))
+            pair = selector.required_pair
+            (self.by_pair.setdefault(pair, []) if pair is not None else self.anywhere).append((monitor_id, selector))
 
     def __bool__(self) -> bool:
-        return bool(self.by_name or self.anywhere)
+        return bool(self.by_pair or self.anywhere)
 
     def matching(self, labels: dict[str, str]) -> list[str]:
-        found = [m for m, s in self.by_name.get(labels["__name__"], ()) if s.matches(labels)]
-        found.extend(m for m, s in self.anywhere if s.matches(labels))
+        found = [m for m, s in self.anywhere if s.matches(labels)]
+        for pair in labels.items():
+            candidates = self.by_pair.get(pair)
+            if candidates:
+                found.extend(m for m, s in candidates if s.matches(labels))
         return found
 
 

@@ -60,11 +60,12 @@ class Selector:
     matchers: tuple[Matcher, ...]
 
     @property
-    def metric_name(self) -> str | None:
-        """The ``__name__`` an equality matcher requires, for indexing selectors by metric name."""
-        for matcher in self.matchers:
-            if matcher.name == "__name__" and matcher.op == "=":
-                return matcher.value
+    def required_pair(self) -> tuple[str, str] | None:
+        """One label=value pair every matching series has (the last non-empty equality matcher), for indexing
+        selectors; None when there is none."""
+        for matcher in reversed(self.matchers):
+            if matcher.op == "=" and matcher.value:
+                return matcher.name, matcher.value
         return None
 
     def matches(self, labels: dict[str, str]) -> bool:
