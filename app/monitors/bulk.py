@@ -5,11 +5,12 @@ A row is ``{"monitor_id", "timestamp", "value"}``; the body is ``{"points": [row
 (newline-delimited JSON). A row that is wrong in itself (not an object, a bad timestamp or value, not after the
 previous row of its monitor) gets its own 422 entry naming its index and is left out; the other rows go on. A
 monitor's rows then succeed or fail together, with the single append's answer or error: a conflict with the stored
-points refuses that monitor's rows and no other monitor's.
+points refuses that monitor's rows and no other monitor's. A body none of whose rows is usable is a plain 422.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,9 @@ from app.monitors.schemas import IncomingPoints, check_points
 from app.web.errors import ApiError, DataValidationError, InvalidRequest
 from app.web.validation import parse_json_body, problem
 
-MAX_MONITOR_ID_CHARS = 64
+# What new_monitor_id makes: anything else names no monitor, and is refused before it reaches a query (a NUL,
+# say, which PostgreSQL cannot even compare).
+MONITOR_ID_RE = re.compile(r"mon_[0-9a-f]{24}")
 NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/jsonlines", "application/x-jsonlines")
 
 
@@ -96,9 +99,9 @@ def check_rows(rows: list[Any]) -> BulkRows:
             reject(index, _row_error(index, "row", "Must be an object {monitor_id, timestamp, value}", row))
             continue
         monitor_id = row.get("monitor_id")
-        if not isinstance(monitor_id, str) or not 0 < len(monitor_id) <= MAX_MONITOR_ID_CHARS:
-            reject(index, _row_error(index, "monitor_id", f"Must be a monitor id (a string of 1-"
-                                     f"{MAX_MONITOR_ID_CHARS} characters)", monitor_id))
+        if not isinstance(monitor_id, str) or not MONITOR_ID_RE.fullmatch(monitor_id):
+            reject(index, _row_error(index, "monitor_id", "Must be a monitor id (mon_ and 24 hexadecimal digits)",
+                                     monitor_id))
             continue
         if "timestamp" not in row or "value" not in row:
             missing = "timestamp" if "timestamp" not in row else "value"
@@ -133,3 +136,11 @@ def check_rows(rows: list[Any]) -> BulkRows:
 
 def _row_error(index: int, name: str, issue: str, provided: Any) -> DataValidationError:
     return DataValidationError(f"Invalid row: {name}: {issue}.", details=problem(name, issue, provided, row=index))
+
+
+def no_usable_row(rejected: list[dict[str, Any]]) -> DataValidationError:
+    """The answer when every row was refused: nothing to store, so the request itself is a 422 (its details list
+    the rows' own errors, at most the first 100)."""
+    first = rejected[0]["error"]
+    details = {**first.get("details", {}), "rejected_rows": len(rejected), "errors": rejected[:100]}
+    return DataValidationError(f"Invalid points: no usable row; the first: {first['message']}", details=details)

@@ -33,6 +33,8 @@ def bulk_points() -> tuple[Response, int]:
     rows = bulk.parse_rows(read_body(services.settings.max_body_bytes), ndjson=ndjson,
                            max_rows=services.settings.max_points)
     checked = bulk.check_rows(rows)
+    if not checked.monitors:
+        raise bulk.no_usable_row(checked.rejected)
     results = ingest.append_many(
         database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
         batches={monitor_id: group.points() for monitor_id, group in checked.monitors.items()},

@@ -116,31 +116,33 @@ def test_bad_rows_get_their_own_entries_and_change_nothing_else(client: FlaskCli
         {"monitor_id": good, "timestamp": stamps[3], "value": values[3]},  # 7
         {"monitor_id": conflicted, "timestamp": stamps[4], "value": values[4] + 1},  # 8 conflicts with the stored
         {"monitor_id": conflicted, "timestamp": stamps[5], "value": values[5]},  # 9 refused with its monitor's row 8
-        {"monitor_id": "mon_missing", "timestamp": stamps[0], "value": 1.0},  # 10 no such monitor
+        {"monitor_id": "mon_" + "0" * 24, "timestamp": stamps[0], "value": 1.0},  # 10 no such monitor
         {"monitor_id": foreign, "timestamp": stamps[0], "value": 1.0},  # 11 another account's
         {"monitor_id": reader, "timestamp": stamps[0], "value": 1.0},  # 12 reads Prometheus, takes no points
         {"monitor_id": good, "timestamp": stamps[4], "value": 1e301},  # 13 out of range
         {"monitor_id": good, "timestamp": "2026-01-01T00:05:00+00:00", "value": 1.0},  # 14 another timestamp form
+        {"monitor_id": "mon_\x00" + "0" * 23, "timestamp": stamps[0], "value": 1.0},  # 15 not a monitor id
     ]
     answer = client.post("/monitors/points", data=ndjson(rows),
                          headers={**writer, "Content-Type": "application/x-ndjson"})
     assert answer.status_code == 207, answer.json
     body = answer.json
     rejected = {r["row"]: r for r in body["rejected_rows"]}
-    assert set(rejected) == {1, 2, 3, 4, 5, 6, 13, 14}
+    assert set(rejected) == {1, 2, 3, 4, 5, 6, 13, 14, 15}
     assert all(r["status"] == 422 and r["error"]["code"] for r in rejected.values())
     assert rejected[1]["error"]["details"]["field"] == "timestamp"
     assert rejected[2]["error"]["details"]["field"] == "value"
-    assert rejected[5]["error"]["details"]["field"] == "monitor_id"
+    assert rejected[5]["error"]["details"]["field"] == rejected[15]["error"]["details"]["field"] == "monitor_id"
     assert "not after the previous row" in rejected[6]["error"]["message"]
     by_id = {e["monitor_id"]: e for e in body["monitors"]}
     assert by_id[good]["status"] == 200 and by_id[good]["rows"] == [0, 7] and by_id[good]["new_points"] == 2
     assert by_id[conflicted]["status"] == 422 and by_id[conflicted]["error"]["details"]["row"] == 8
-    assert by_id["mon_missing"]["status"] == 404 and by_id[foreign]["status"] == 404
-    assert by_id[foreign]["error"] == by_id["mon_missing"]["error"] | {
-        "details": {**by_id["mon_missing"]["error"]["details"], "provided": foreign}}
+    missing = "mon_" + "0" * 24
+    assert by_id[missing]["status"] == 404 and by_id[foreign]["status"] == 404
+    assert by_id[foreign]["error"] == by_id[missing]["error"] | {
+        "details": {**by_id[missing]["error"]["details"], "provided": foreign}}
     assert by_id[reader]["status"] == 400
-    assert body["stored_points"] == 2 and body["failed_rows"] == 8 + 2 + 3
+    assert body["stored_points"] == 2 and body["failed_rows"] == 9 + 2 + 3
     stored = client.get(f"/monitors/{conflicted}?points=100", headers=writer).json
     assert stored["point_count"] == 5  # nothing of its refused rows
     assert client.get(f"/monitors/{foreign}", headers=keys["other"]).json["point_count"] == 0
@@ -162,6 +164,13 @@ def test_whole_body_problems(client: FlaskClient, keys: dict) -> None:
     assert client.post("/monitors/points", json={"points": []}, headers=writer).status_code == 422
     assert client.post("/monitors/points", data=b"\n\n", headers={**writer, "Content-Type":
                                                                   "application/x-ndjson"}).status_code == 422
+    nothing_usable = client.post("/monitors/points", json={"points": [
+        {"monitor_id": monitor, "timestamp": "soon", "value": 1.0}, {"monitor_id": 7, "timestamp": stamps[0]}]},
+        headers=writer)
+    assert nothing_usable.status_code == 422, nothing_usable.json
+    error = nothing_usable.json["error"]
+    assert error["details"]["rejected_rows"] == 2 and [e["row"] for e in error["details"]["errors"]] == [0, 1]
+    assert error["details"]["field"] == "timestamp"
     assert client.post("/monitors/points", data=b"x", headers={**writer, "Content-Type":
                                                                "text/csv"}).status_code == 415
     assert client.post("/monitors/points", json={"points": []}, headers=keys["reader"]).status_code == 403
