@@ -8,7 +8,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: install install-dev run serve migrate test lint screenshots bench bench-quick lock clean
+.PHONY: install install-dev run serve migrate test lint screenshots bench bench-quick lock proto clean
 
 # The runtime set only: what a production server needs (requirements.lock).
 $(BIN)/.installed: pyproject.toml requirements.lock
@@ -74,6 +74,22 @@ lock:
 	/tmp/forecast-lock-venv/bin/pip install --quiet '.[dev]' './clients/python[pandas,plot]'
 	/tmp/forecast-lock-venv/bin/pip freeze --exclude-editable | grep -v '^forecast-service\|^forecast-client' \
 		| grep -vxF -f requirements.lock > requirements-dev.lock
+
+# Regenerate app/monitors/prompb from Prometheus' remote-write .proto files (proto/prometheus, NOTICE.md there).
+# protoc comes from grpcio-tools in a throw-away venv: the server needs only the protobuf runtime, which must be
+# at least the protoc version the code was generated with (pyproject pins it). The generated modules import each
+# other by top-level names ("import types_pb2"); the sed makes them imports inside the package.
+GRPCIO_TOOLS_VERSION := 1.85.1
+PROMPB := app/monitors/prompb
+proto:
+	rm -rf /tmp/forecast-proto-venv && $(PYTHON) -m venv /tmp/forecast-proto-venv
+	/tmp/forecast-proto-venv/bin/pip install --quiet grpcio-tools==$(GRPCIO_TOOLS_VERSION)
+	rm -f $(PROMPB)/*_pb2.py $(PROMPB)/gogoproto/*_pb2.py
+	cd proto/prometheus && /tmp/forecast-proto-venv/bin/python -m grpc_tools.protoc -I . \
+		--python_out=$(CURDIR)/$(PROMPB) remote.proto types.proto gogoproto/gogo.proto
+	sed -i -e 's/^import types_pb2 as/from app.monitors.prompb import types_pb2 as/' \
+		-e 's/^from gogoproto import gogo_pb2 as/from app.monitors.prompb.gogoproto import gogo_pb2 as/' \
+		$(PROMPB)/*_pb2.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,7 +1,7 @@
 """Performance benchmarks of the service (`make bench`, `make bench-quick`).
 
-    python bench/run.py [--quick] [--only footprint,web,verify,limiter,forecast,anomaly,monitors,prometheus,load,
-                                          accuracy,batches,batch-results,backtest]
+    python bench/run.py [--quick] [--only footprint,web,verify,limiter,forecast,anomaly,monitors,prometheus,
+                                          remote-write,load,accuracy,batches,batch-results,backtest]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -14,6 +14,8 @@ Suites (each writes bench/results/<suite>.md and prints it):
   monitors  appends to monitors, 1,000 monitors a point a second each, a webhook outage (bench/monitors.py)
   prometheus 1,000 Prometheus-backed monitors at 1-minute steps: lag point -> verdict, beside pushed appends
             (bench/prometheus_monitors.py; needs /usr/bin/prometheus)
+  remote-write  Prometheus remote write and POST /monitors/points: points/s stored and judged, p99, none lost,
+            SQLite and PostgreSQL + Redis (bench/remote_write.py)
   accuracy  bench/accuracy.py on every development set, 30 series each (5 with --quick), with anchors
   batches   bench/batches.py: batch throughput beside statsforecast, scale-out, web memory under a 1 GB upload
   batch-results bench/batch_results_memory.py: the web process's peak during results downloads (three at
@@ -44,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 import latency  # noqa: E402
 
-SUITES = ["footprint", "web", "verify", "limiter", "forecast", "anomaly", "monitors", "prometheus", "load",
-          "accuracy", "batches", "batch-results", "backtest"]
+SUITES = ["footprint", "web", "verify", "limiter", "forecast", "anomaly", "monitors", "prometheus", "remote-write",
+          "load", "accuracy", "batches", "batch-results", "backtest"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
@@ -92,6 +94,12 @@ def suite_monitors(quick: bool) -> str:
 def suite_prometheus(quick: bool) -> str:
     """1,000 Prometheus-backed monitors read and judged each minute: lag p50/p99, beside pushed appends."""
     return _script("prometheus_monitors.py", *(["--quick"] if quick else []))
+
+
+def suite_remote_write(quick: bool) -> str:
+    """Prometheus remote write and bulk points: points/s stored and judged, p99, nothing lost; SQLite and
+    PostgreSQL + Redis (bench/remote_write.py)."""
+    return _script("remote_write.py", *(["--quick"] if quick else []))
 
 
 def suite_accuracy(quick: bool) -> str:
@@ -164,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                "monitors": suite_monitors, "prometheus": suite_prometheus, "verify": latency.suite_verify,
                "limiter": latency.suite_limiter,
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy,
-               "batches": suite_batches, "batch-results": suite_batch_results, "backtest": suite_backtest}
+               "batches": suite_batches, "batch-results": suite_batch_results, "backtest": suite_backtest,
+               "remote-write": suite_remote_write}
     failed = []
     with c.code_snapshot() as code:
         c.CODE_LINE = code

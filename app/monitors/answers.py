@@ -47,6 +47,7 @@ def monitor_view(monitor: MonitorRecord, *, last_timestamp: str | None) -> dict[
         "model": monitor.model or DEFAULT_DETECTOR,
         "retention_points": monitor.retention_points,
         "webhook_url": monitor.webhook_url,
+        "remote_write_selector": monitor.remote_write_selector,
         **sources.view(monitor),
         "created_at": iso(monitor.created_at),
         "updated_at": iso(monitor.updated_at),

@@ -16,7 +16,7 @@ from app.monitors.judge import JudgeSlot, Verdict, judge_on_worker, judge_state,
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
 from app.monitors.store import StaleRevision, owned_state, stored_rows, tail_rows
-from app.web.errors import InternalError
+from app.web.errors import ApiError, InternalError
 
 APPEND_ATTEMPTS = 5
 
@@ -30,14 +30,16 @@ def append_points(
     monitor_id: str,
     points: IncomingPoints,
     from_source: bool = False,
+    lenient: bool = False,
 ) -> dict[str, Any]:
     """Judges and stores new points; ``from_source`` is the Prometheus reader's call (a Prometheus-backed
-    monitor takes points from nothing else)."""
+    monitor takes points from nothing else). ``lenient`` (remote write) drops the points that conflict with
+    stored ones or come too late instead of refusing them all, and counts them in ``dropped_points``."""
     for _ in range(APPEND_ATTEMPTS):
         try:
             return _append_once(
                 database=database, pool=pool, runtime=runtime, account_id=account_id, monitor_id=monitor_id,
-                points=points, from_source=from_source,
+                points=points, from_source=from_source, lenient=lenient,
             )
         except StaleRevision:
             runtime.cache.drop(monitor_id)
@@ -53,8 +55,10 @@ def _append_once(
     monitor_id: str,
     points: IncomingPoints,
     from_source: bool,
+    lenient: bool = False,
 ) -> dict[str, Any]:
     events_added = False
+    dropped: dict[str, int] | None = None
     # The judge slot is taken before a database connection, so appends queued for the worker pool never
     # hold connections (on PostgreSQL, a burst of writers would otherwise drain the connection pool).
     with runtime.locks.lock_for(monitor_id), JudgeSlot(runtime):
@@ -68,7 +72,10 @@ def _append_once(
                     raise sources.pushed_to_reader(monitor_id)
                 last = monitor.last_epoch
                 split = 0 if last is None else bisect_right(points.epochs, last)
-                old_records = stored_rows(connection, monitor, points, split) if split else []
+                if lenient and split:
+                    old_records, dropped = store.stored_or_dropped(connection, monitor, points, split)
+                else:
+                    old_records = stored_rows(connection, monitor, points, split) if split else []
                 new_epochs = points.epochs[split:]
                 new_values = points.values[split:]
                 new_texts = points.texts[split:]
@@ -105,4 +112,27 @@ def _append_once(
             runtime.cache.put(monitor_id, judged)
     if events_added:
         runtime.sender.notify()
-    return points_answer(monitor, old_records, new_texts, new_values, verdicts, period)
+    answer = points_answer(monitor, old_records, new_texts, new_values, verdicts, period)
+    if lenient:
+        answer["dropped_points"] = dropped or {"out_of_order": 0, "conflict": 0}
+    return answer
+
+
+def append_many(
+    *,
+    database: Database,
+    pool: WorkerPool,
+    runtime: MonitorRuntime,
+    account_id: str,
+    batches: dict[str, IncomingPoints],
+) -> dict[str, dict[str, Any] | ApiError]:
+    """Each monitor's points appended as append_points would (its own transaction: a monitor's points succeed or
+    fail together, and one monitor's refusal is no other's); per monitor, its answer or the error it raised."""
+    out: dict[str, dict[str, Any] | ApiError] = {}
+    for monitor_id, points in batches.items():
+        try:
+            out[monitor_id] = append_points(database=database, pool=pool, runtime=runtime, account_id=account_id,
+                                            monitor_id=monitor_id, points=points)
+        except ApiError as exc:
+            out[monitor_id] = exc
+    return out

@@ -113,6 +113,7 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             body="PointsRequest", parameters=[monitor_id],
         ),
     })
+    _document_intake(spec, operation, json_ok, fail, ok_headers, errors, secured)
     spec.path(path="/monitors/{monitor_id}/feedback", operations={
         "post": operation(
             "markMonitorPointNormal", "Say a stored point is not an anomaly; the detector learns it as normal", "write",
@@ -147,3 +148,58 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             parameters=[monitor_id, query("limit", "Events to include.", 100, 1000, 1)],
         ),
     })
+
+
+def _document_intake(spec: Any, operation: Callable[..., dict[str, Any]], json_ok: Callable[..., dict[str, Any]],
+                     fail: Callable[..., dict[str, Any]], ok_headers: dict[str, Any],
+                     errors: Callable[..., dict[str, Any]], secured: list[dict[str, Any]]) -> None:
+    """POST /monitors/points and POST /api/v1/write (app/monitors/intake_routes.py)."""
+    row = {"type": "object", "required": ["monitor_id", "timestamp", "value"], "properties": {
+        "monitor_id": {"type": "string", "minLength": 1, "maxLength": 64},
+        "timestamp": {"type": "string", "format": "date-time"}, "value": {"type": "number"}}}
+    spec.components.schema("BulkPointsRequest", component={
+        "type": "object", "required": ["points"],
+        "properties": {"points": {"type": "array", "items": row, "description": "Each monitor's rows in time "
+                                  "order, interleaved as you like; at most MAX_POINTS rows."}}})
+    error = {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                                              "details": {"type": "object"}}}
+    spec.components.schema("BulkPointsResponse", component={
+        "type": "object", "required": ["monitors", "rejected_rows", "rows", "stored_points", "failed_rows"],
+        "properties": {
+            "monitors": {"type": "array", "items": {"type": "object", "required": ["monitor_id", "status", "rows"],
+                                                    "properties": {"monitor_id": {"type": "string"},
+                                                                   "status": {"type": "integer"},
+                                                                   "rows": {"type": "array",
+                                                                            "items": {"type": "integer"}},
+                                                                   "error": error},
+                                                    "description": "The single append's answer with status 200, "
+                                                                   "or status and error."}},
+            "rejected_rows": {"type": "array", "items": {"type": "object", "properties": {
+                "row": {"type": "integer"}, "status": {"type": "integer"}, "error": error}}},
+            "rows": {"type": "integer"}, "stored_points": {"type": "integer"}, "failed_rows": {"type": "integer"}}})
+    bulk = operation(
+        "addPointsToMonitors", "Points for many monitors in one body (JSON or NDJSON rows); per monitor, the single "
+        "append's answer", "write",
+        {**json_ok("200", "Every row stored or answered as stored.", "BulkPointsResponse"),
+         **json_ok("207", "Some rows or monitors failed: see rejected_rows and each monitor's status.",
+                   "BulkPointsResponse"),
+         **fail("400", "401", "403", "413", "415", "422", "429", "500")},
+        body="BulkPointsRequest",
+    )
+    bulk["requestBody"]["content"]["application/x-ndjson"] = {"schema": {"type": "string", "description": "One "
+                                                              "row object per line."}}
+    spec.path(path="/monitors/points", operations={"post": bulk})
+    spec.path(path="/api/v1/write", operations={"post": {
+        "operationId": "prometheusRemoteWrite", "tags": ["Monitors"], "security": secured,
+        "summary": "Prometheus remote write 1.0: samples go to the monitors whose remote_write_selector matches",
+        "description": "Needs a key with the write permission; counted against its rate limits. A snappy "
+                       "block-compressed WriteRequest (Content-Encoding: snappy). Samples that cannot be stored "
+                       "(no matching monitor, NaN, stale markers, late or conflicting) are counted in "
+                       "forecast_remote_write_samples_total and dropped.",
+        "requestBody": {"required": True, "content": {"application/x-protobuf": {
+            "schema": {"type": "string", "format": "binary"}}}},
+        "responses": {"204": {"description": "Every sample stored or counted and dropped.", "headers": {
+            **ok_headers, "X-Samples-Stored": {"schema": {"type": "integer"}},
+            "X-Samples-Dropped": {"schema": {"type": "integer"}}}},
+            **errors("400", "401", "403", "413", "415", "429", "500")},
+    }})

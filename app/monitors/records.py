@@ -60,6 +60,8 @@ class MonitorRecord(Base):
     alertmanager_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
     # When a firing alert was last queued for Alertmanager (the re-send claims by this).
     alertmanager_refreshed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # A PromQL series selector: the remote-written series that feed this (pushed) monitor (migration 0009).
+    remote_write_selector: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class MonitorPointRecord(Base):

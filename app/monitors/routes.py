@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.monitors import exposition, forecasting, ingest, poller, service, sources
+from app.monitors import exposition, forecasting, ingest, intake_routes, poller, service, sources
 from app.monitors.runtime import MonitorRuntime, build_runtime
 from app.monitors.schemas import (
     FeedbackRequestSchema,
@@ -52,6 +52,7 @@ def init_monitors(app: Flask, services: Services, *, start_sender: bool) -> Moni
                             judge_slots=pool.size + max(1, pool.queue_limit // 2))
     app.extensions["monitors"] = runtime
     app.register_blueprint(bp)
+    app.register_blueprint(intake_routes.bp)
     serving = start_sender or "gunicorn.arbiter" in sys.modules
     if serving:
         runtime.sender.start()

@@ -118,6 +118,12 @@ class MonitorCreateSchema(JudgingFields):
         metadata={"description": "Base URL of an Alertmanager that receives the monitor's anomalies as alerts "
                   "(v2 API), besides the webhook; null for none."},
     )
+    remote_write_selector = StoredText(
+        load_default=None,
+        allow_none=True,
+        metadata={"description": "A PromQL series selector, e.g. {job=\"api\", __name__=\"http_requests_total\"}: "
+                  "the series remote-written to POST /api/v1/write that feed this monitor. Pushed monitors only."},
+    )
 
 
 class MonitorPatchSchema(JudgingFields):
@@ -133,6 +139,8 @@ class MonitorPatchSchema(JudgingFields):
     prometheus_query = StoredText(allow_none=True, metadata={"description": "Only on a Prometheus-backed monitor; "
                                   "the next read starts where the last one stopped."})
     alertmanager_url = StoredText(allow_none=True, metadata={"description": "null removes the Alertmanager."})
+    remote_write_selector = StoredText(allow_none=True, metadata={"description": "null stops remote-written "
+                                       "series from reaching the monitor."})
 
 
 class PointsRequestSchema(Schema):
@@ -219,6 +227,7 @@ class MonitorSchema(Schema):
     retention_points = fields.Integer(required=True)
     webhook_url = fields.String(allow_none=True, required=True)
     alertmanager_url = fields.String(allow_none=True, required=True)
+    remote_write_selector = fields.String(allow_none=True, required=True)
     source = fields.Nested(SourceSchema, required=True)
     created_at = fields.String(required=True)
     updated_at = fields.String(required=True)

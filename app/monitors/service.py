@@ -90,6 +90,7 @@ def create_monitor(*, database: Database, account_id: str, fields: dict[str, Any
         model=fields.get("model"),
         retention_points=fields["retention_points"],
         webhook_url=fields.get("webhook_url"),
+        remote_write_selector=fields.get("remote_write_selector"),
         webhook_secret=secret,
         created_at=now,
         updated_at=now,
@@ -122,7 +123,8 @@ def update_monitor(*, database: Database, account_id: str, monitor_id: str, chan
         monitor = owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
         sources.check_fields(changes, monitor, allow_private=allow_private)
         sources.apply_changes(monitor, changes, utc_now())
-        for name in ("name", "confidence", "webhook_url", "sensitivity", "min_deviation", "min_relative_deviation"):
+        for name in ("name", "confidence", "webhook_url", "sensitivity", "min_deviation", "min_relative_deviation",
+                     "remote_write_selector"):
             if name in changes:
                 setattr(monitor, name, changes[name])
         monitor.updated_at = utc_now()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from app.monitors import selectors
 from app.monitors.records import MonitorRecord
 from app.monitors.webhooks import WebhookAddressError, check_url
 from app.web.errors import InvalidRequest
@@ -58,6 +59,7 @@ def check_fields(fields: dict[str, Any], current: MonitorRecord | None, *, allow
             raise _refuse("prometheus_query", "Must not be blank", query)
         if len(query) > MAX_QUERY_LENGTH:
             raise _refuse("prometheus_query", f"Must be at most {MAX_QUERY_LENGTH} characters", query[:64])
+    selectors.check_monitor_field(fields, prometheus_backed=query is not None)
     if fields.get("prometheus_url") is not None:
         checked_url("prometheus_url", fields["prometheus_url"], allow_private=allow_private)
     if fields.get("alertmanager_url") is not None:

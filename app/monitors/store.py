@@ -298,6 +298,30 @@ def stored_rows(
     return out
 
 
+def stored_or_dropped(
+    connection: Connection, monitor: MonitorState, points: IncomingPoints, count: int
+) -> tuple[list[Any], dict[str, int]]:
+    """As stored_rows, for senders that cannot be refused point by point (remote write): the stored rows of the
+    first ``count`` points that are stored with the same value, and how many of the others were dropped."""
+    stored = {
+        p.epoch: p
+        for p in connection.execute(
+            _STORED_RANGE, {"monitor_id": monitor.id, "first": points.epochs[0], "last": points.epochs[count - 1]}
+        )
+    }
+    out: list[Any] = []
+    dropped = {"out_of_order": 0, "conflict": 0}
+    for index in range(count):
+        record = stored.get(points.epochs[index])
+        if record is None:
+            dropped["out_of_order"] += 1
+        elif record.value != points.values[index]:
+            dropped["conflict"] += 1
+        else:
+            out.append(record)
+    return out, dropped
+
+
 def anomalies_since(connection: Connection, monitor_id: str, epoch: int) -> int:
     return int(_one(_ANOMALIES_SINCE.execute(connection, {"monitor_id": monitor_id, "since": epoch})))
 

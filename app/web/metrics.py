@@ -25,6 +25,11 @@ FORECAST_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 FALLBACKS = Counter("forecast_fallbacks_total", "Forecasts answered by a fallback model.", ["model"])
+REMOTE_WRITE_SAMPLES = Counter(
+    "forecast_remote_write_samples_total",
+    "Samples received by POST /api/v1/write, by what became of them (unmatched: no monitor's selector matches).",
+    ["outcome"],
+)
 WORKERS_READY = Gauge(
     "forecast_workers_ready", "Forecast worker processes ready in this server process.", multiprocess_mode="livesum"
 )

@@ -1,0 +1,92 @@
+"""Points for many monitors at once: POST /monitors/points (JSON or newline-delimited JSON rows) and Prometheus
+remote write (POST /api/v1/write). Both store and judge through app.monitors.ingest, as the single append does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from app.monitors import bulk, ingest, remote_write
+from app.monitors.runtime import MonitorRuntime
+from app.services import current_services
+from app.web.body import read_body, require_json_content_type
+from app.web.errors import ApiError, ServiceUnavailable, UnsupportedMediaType
+from app.web.pipeline import current_key, requires
+
+bp = Blueprint("monitor_intake", __name__)
+
+REMOTE_WRITE_CONTENT_TYPE = "application/x-protobuf"
+
+
+def _runtime() -> MonitorRuntime:
+    return current_app.extensions["monitors"]  # type: ignore[no-any-return]
+
+
+@bp.post("/monitors/points")
+@requires("write")
+def bulk_points() -> tuple[Response, int]:
+    services = current_services()
+    ndjson = request.mimetype in bulk.NDJSON_TYPES
+    if not ndjson:
+        require_json_content_type()
+    rows = bulk.parse_rows(read_body(services.settings.max_body_bytes), ndjson=ndjson,
+                           max_rows=services.settings.max_points)
+    checked = bulk.check_rows(rows)
+    if not checked.monitors:
+        raise bulk.no_usable_row(checked.rejected)
+    results = ingest.append_many(
+        database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
+        batches={monitor_id: group.points() for monitor_id, group in checked.monitors.items()},
+    )
+    entries: list[dict[str, Any]] = []
+    failed_rows = len(checked.rejected)
+    for monitor_id, group in checked.monitors.items():
+        result = results[monitor_id]
+        if isinstance(result, ApiError):
+            error = bulk.error_entry(result)
+            index = (result.details or {}).get("index")
+            if isinstance(index, int) and 0 <= index < len(group.rows):  # the point's place in the body
+                error["details"] = {**error.get("details", {}), "row": group.rows[index]}
+            entries.append({"monitor_id": monitor_id, "status": result.status, "rows": group.rows, "error": error})
+            failed_rows += len(group.rows)
+        else:
+            entries.append({"status": 200, "rows": group.rows, **result})
+    body = {
+        "monitors": entries,
+        "rejected_rows": checked.rejected,
+        "rows": checked.rows,
+        "stored_points": sum(e.get("new_points", 0) for e in entries),
+        "failed_rows": failed_rows,
+    }
+    return jsonify(body), (207 if failed_rows else 200)
+
+
+@bp.post("/api/v1/write")
+@requires("write")
+def prometheus_remote_write() -> Response:
+    """Prometheus remote write 1.0: 204 when every sample was dealt with (stored, or counted and dropped)."""
+    services = current_services()
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding != "snappy":
+        raise UnsupportedMediaType(
+            "Remote write bodies must be snappy-compressed (Content-Encoding: snappy).",
+            details={"field": "Content-Encoding", "issue": "Must be snappy", "provided": encoding[:64]})
+    if request.content_type and request.mimetype != REMOTE_WRITE_CONTENT_TYPE:
+        raise UnsupportedMediaType(
+            f"Remote write bodies must be protobuf (Content-Type: {REMOTE_WRITE_CONTENT_TYPE}).",
+            details={"field": "Content-Type", "issue": f"Must be {REMOTE_WRITE_CONTENT_TYPE}",
+                     "provided": request.mimetype[:64]})
+    write_request = remote_write.decode(read_body(services.settings.max_body_bytes))
+    received = remote_write.receive(
+        database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
+        request=write_request, max_points=services.settings.max_points,
+    )
+    if received.retry:
+        raise ServiceUnavailable("Some samples could not be stored now; the sender should retry the request (the "
+                                 "samples already stored are answered as duplicates).")
+    response = Response(status=204)
+    counts = received.counts
+    response.headers["X-Samples-Stored"] = str(counts["stored"] + counts["duplicate"])
+    response.headers["X-Samples-Dropped"] = str(sum(counts.values()) - counts["stored"] - counts["duplicate"])
+    return response

@@ -1,0 +1,293 @@
+"""Prometheus remote write 1.0 in (POST /api/v1/write): the body decoded, each series routed to the monitors whose
+``remote_write_selector`` matches its labels, each monitor's samples stored and judged through app.monitors.ingest.
+
+A malformed body (not snappy, not a WriteRequest) is a 400 and nothing is stored: Prometheus does not retry a 4xx.
+Within a well-formed body, what cannot become a point is counted by outcome and dropped, and the rest is stored:
+one odd series must not make Prometheus drop or endlessly retry a whole batch of good ones. A monitor that could not
+be written for a reason that may pass (the database busy, the worker pool full) makes the answer a 5xx, which
+Prometheus retries; the monitors that were written answer the retry's samples as duplicates, so nothing is lost and
+nothing is judged twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import cramjam
+from google.protobuf.message import DecodeError
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.compute.pool import PoolError, WorkerPool
+from app.db import Database
+from app.monitors import ingest, selectors
+from app.monitors.prompb.remote_pb2 import WriteRequest
+from app.monitors.records import MonitorRecord
+from app.monitors.runtime import MonitorRuntime
+from app.monitors.schemas import IncomingPoints
+from app.monitors.store import epoch_text
+from app.web.errors import ApiError, DataValidationError, InvalidRequest, NotFound, PayloadTooLarge
+from app.web.fields import MAX_ABS_VALUE
+from app.web.metrics import REMOTE_WRITE_SAMPLES
+from app.web.validation import problem
+
+log = logging.getLogger("app.monitors.remote_write")
+
+# Bounds on one series' labels. Prometheus sets none, but a receiver must: each series' labels are matched against
+# every selector of the account. The limits are far above what exporters produce (Mimir's defaults are 30 labels and
+# 2,048-character values); a series beyond them is dropped and counted as labels_too_large.
+MAX_LABELS = 128
+MAX_LABEL_NAME_CHARS = 1024
+MAX_LABEL_VALUE_CHARS = 4096
+# The decoded protobuf may be larger than the snappy body by this factor at most (snappy's own worst case is
+# about 21); beyond it the body is refused before it is decompressed.
+MAX_EXPANSION = 32
+# And never more than this in all: what one request may hold in memory decoded.
+MAX_DECODED_BYTES = 64 << 20
+# Prometheus' stale marker: a NaN with this exact bit pattern, sent when a series disappears from its target.
+STALE_NAN_BITS = 0x7FF0000000000002
+# Whole seconds identify a point; the range of dates the API can write back (0001-01-01 .. 9999-12-31).
+MIN_EPOCH = -62_135_596_800
+MAX_EPOCH = 253_402_300_799
+
+OUTCOMES = (
+    "stored",  # stored and judged
+    "duplicate",  # already stored with the same value (a retried batch): answered as stored
+    "unmatched",  # no monitor's selector matches the series
+    "stale_marker",  # Prometheus' end-of-series marker
+    "nan",  # another NaN: Prometheus' "no value"
+    "not_finite",  # +Inf or -Inf
+    "out_of_range",  # magnitude above 1e300, as for pushed points
+    "bad_timestamp",  # outside the years 1-9999
+    "same_second",  # a later sample in the same whole second as the previous one of its series
+    "out_of_order",  # older than the monitor's newest stored point and not stored
+    "conflict",  # its second is stored with another value
+    "several_series",  # several series of one request match one monitor (a monitor follows one series)
+    "invalid_series",  # no __name__, a duplicated or malformed label name
+    "labels_too_large",  # beyond MAX_LABELS, MAX_LABEL_NAME_CHARS or MAX_LABEL_VALUE_CHARS
+    "histogram",  # native histogram samples: a monitor judges plain values
+    "failed",  # the monitor could not be written now; the 5xx answer makes Prometheus retry
+)
+# The labelled children, found once (labels() checks and locks on every call).
+_COUNTERS = {outcome: REMOTE_WRITE_SAMPLES.labels(outcome) for outcome in OUTCOMES}
+
+
+def decode(body: bytes) -> WriteRequest:
+    """The WriteRequest in a snappy block-compressed body, or a 400 (413 when it would decode too large)."""
+    if not body:
+        raise _malformed("empty body: expected a snappy-compressed WriteRequest")
+    try:
+        decoded_length = cramjam.snappy.decompress_raw_len(body)
+    except Exception:  # cramjam raises its own DecompressionError and ValueError for a bad length header
+        raise _malformed("not snappy block format (the length header does not decode)") from None
+    if decoded_length > min(max(len(body) * MAX_EXPANSION, 1 << 20), MAX_DECODED_BYTES):
+        raise PayloadTooLarge(f"The body would decompress to {decoded_length:,} bytes, more than {MAX_EXPANSION} "
+                              f"times its size or {MAX_DECODED_BYTES >> 20} MiB; the service refuses it undecoded.")
+    try:
+        raw = bytes(cramjam.snappy.decompress_raw(body))
+    except Exception:
+        raise _malformed("corrupt or truncated snappy data") from None
+    request = WriteRequest()
+    try:
+        request.ParseFromString(raw)
+    except (DecodeError, RuntimeError, ValueError):
+        raise _malformed("the decompressed body is not a protobuf WriteRequest") from None
+    return request
+
+
+def _malformed(issue: str) -> InvalidRequest:
+    return InvalidRequest(f"Malformed remote-write body: {issue}.", details=problem("body", issue, ""))
+
+
+@dataclass
+class Received:
+    """What became of a request's samples, by outcome; ``retry`` when some monitor could not be written now."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    retry: bool = False
+
+
+class _Targets:
+    """An account's monitors that take remote-written series. Each selector is indexed under one label=value pair
+    it requires (the last equality matcher: usually the most telling, after the metric name), so a series is
+    checked only against the selectors indexed under its own pairs and those with no equality matcher, not
+    against every monitor of the account."""
+
+    def __init__(self, rows: list[tuple[str, str]]) -> None:
+        self.by_pair: dict[tuple[str, str], list[tuple[str, selectors.Selector]]] = {}
+        self.anywhere: list[tuple[str, selectors.Selector]] = []
+        for monitor_id, text in rows:
+            selector = _parsed(text)
+            if selector is None:
+                continue
+            pair = selector.required_pair
+            (self.by_pair.setdefault(pair, []) if pair is not None else self.anywhere).append((monitor_id, selector))
+
+    def __bool__(self) -> bool:
+        return bool(self.by_pair or self.anywhere)
+
+    def matching(self, labels: dict[str, str]) -> list[str]:
+        found = [m for m, s in self.anywhere if s.matches(labels)]
+        for pair in labels.items():
+            candidates = self.by_pair.get(pair)
+            if candidates:
+                found.extend(m for m, s in candidates if s.matches(labels))
+        return found
+
+
+_PARSED: dict[str, selectors.Selector | None] = {}
+_PARSED_LOCK = threading.Lock()
+_PARSED_LIMIT = 10_000
+
+
+def _parsed(text: str) -> selectors.Selector | None:
+    selector = _PARSED.get(text)
+    if selector is None and text not in _PARSED:
+        try:
+            selector = selectors.parse(text)
+        except selectors.SelectorError:
+            # Stored selectors were checked on the way in; one that no longer parses (a rule tightened since)
+            # takes nothing rather than everything.
+            log.warning("a stored remote_write_selector does not parse; its monitor receives nothing")
+        with _PARSED_LOCK:
+            if len(_PARSED) >= _PARSED_LIMIT:
+                _PARSED.clear()
+            _PARSED[text] = selector
+    return selector
+
+
+def targets_of(database: Database, account_id: str) -> _Targets:
+    monitors = MonitorRecord.__table__.c
+    statement = select(monitors.id, monitors.remote_write_selector).where(
+        monitors.account_id == account_id, monitors.remote_write_selector.is_not(None),
+        monitors.prometheus_query.is_(None))
+    with database.engine.connect() as connection:
+        return _Targets([(row[0], row[1]) for row in connection.execute(statement)])
+
+
+def _series_labels(series: Any, counts: Counter[str], samples: int) -> dict[str, str] | None:
+    """The series' labels as a dict, or None (its samples counted) when they are unusable."""
+    if len(series.labels) > MAX_LABELS:
+        counts["labels_too_large"] += samples
+        return None
+    labels: dict[str, str] = {}
+    for label in series.labels:
+        name, value = label.name, label.value
+        if len(name) > MAX_LABEL_NAME_CHARS or len(value) > MAX_LABEL_VALUE_CHARS:
+            counts["labels_too_large"] += samples
+            return None
+        if not name or name in labels:
+            counts["invalid_series"] += samples
+            return None
+        labels[name] = value
+    if not labels.get("__name__"):
+        counts["invalid_series"] += samples
+        return None
+    return labels
+
+
+def _points(samples: Any, counts: Counter[str]) -> IncomingPoints:
+    """One series' samples as points: time order, whole seconds, finite values; the rest counted."""
+    epochs: list[int] = []
+    values: list[float] = []
+    for sample in sorted(samples, key=lambda s: s.timestamp):
+        value = sample.value
+        if value != value:
+            bits = struct.unpack("<Q", struct.pack("<d", value))[0]
+            counts["stale_marker" if bits == STALE_NAN_BITS else "nan"] += 1
+            continue
+        if math.isinf(value):
+            counts["not_finite"] += 1
+            continue
+        if abs(value) > MAX_ABS_VALUE:
+            counts["out_of_range"] += 1
+            continue
+        epoch = sample.timestamp // 1000
+        if not MIN_EPOCH <= epoch <= MAX_EPOCH:
+            counts["bad_timestamp"] += 1
+            continue
+        if epochs and epoch <= epochs[-1]:
+            counts["same_second"] += 1
+            continue
+        epochs.append(epoch)
+        values.append(value)
+    return IncomingPoints(epochs=epochs, texts=[epoch_text(e) for e in epochs], values=values)
+
+
+def receive(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, account_id: str,
+            request: WriteRequest, max_points: int) -> Received:
+    """Routes and stores a decoded request's samples; counts every sample's outcome (also in the metric)."""
+    received = Received()
+    counts = received.counts
+    targets = targets_of(database, account_id)
+    # Per monitor, the samples of each label set that matched it: Prometheus sends one TimeSeries entry per sample
+    # (the labels repeated), so entries with equal labels are one series.
+    routed: dict[str, dict[tuple[tuple[str, str], ...], list[Any]]] = {}
+    for series in request.timeseries:
+        samples = len(series.samples)
+        if series.histograms:
+            counts["histogram"] += len(series.histograms)
+        if not samples:
+            continue
+        labels = _series_labels(series, counts, samples)
+        if labels is None:
+            continue
+        matched = targets.matching(labels) if targets else []
+        if not matched:
+            counts["unmatched"] += samples
+            continue
+        identity = tuple(sorted(labels.items()))
+        for monitor_id in matched:
+            routed.setdefault(monitor_id, {}).setdefault(identity, []).extend(series.samples)
+    for monitor_id, matched_series in routed.items():
+        if len(matched_series) > 1:
+            counts["several_series"] += sum(len(s) for s in matched_series.values())
+            continue
+        points = _points(next(iter(matched_series.values())), counts)
+        for start in range(0, len(points.epochs), max_points):
+            chunk = IncomingPoints(epochs=points.epochs[start:start + max_points],
+                                   texts=points.texts[start:start + max_points],
+                                   values=points.values[start:start + max_points])
+            _store(database=database, pool=pool, runtime=runtime, account_id=account_id, monitor_id=monitor_id,
+                   points=chunk, received=received)
+    for outcome, count in counts.items():
+        _COUNTERS[outcome].inc(count)
+    return received
+
+
+def _store(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, account_id: str, monitor_id: str,
+           points: IncomingPoints, received: Received) -> None:
+    counts = received.counts
+    try:
+        answer = ingest.append_points(database=database, pool=pool, runtime=runtime, account_id=account_id,
+                                      monitor_id=monitor_id, points=points, lenient=True)
+    except NotFound:  # deleted since the selectors were read
+        counts["unmatched"] += len(points.epochs)
+        return
+    except DataValidationError:  # not expected in lenient mode; a point-level refusal must not cost a retry loop
+        log.exception("remote write: monitor %s refused points", monitor_id)
+        counts["conflict"] += len(points.epochs)
+        return
+    except (SQLAlchemyError, PoolError) as exc:
+        log.warning("remote write: monitor %s not written now (%s); asking the sender to retry", monitor_id,
+                    type(exc).__name__)
+        counts["failed"] += len(points.epochs)
+        received.retry = True
+        return
+    except ApiError as exc:
+        if exc.status >= 500:
+            counts["failed"] += len(points.epochs)
+            received.retry = True
+        else:  # e.g. became Prometheus-backed: it takes no pushed points
+            counts["unmatched"] += len(points.epochs)
+        return
+    counts["stored"] += answer["new_points"]
+    counts["duplicate"] += answer["duplicate_points"]
+    for outcome, count in answer["dropped_points"].items():
+        counts[outcome] += count

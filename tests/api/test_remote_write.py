@@ -1,0 +1,262 @@
+"""Prometheus remote write in (POST /api/v1/write), in-process on SQLite and PostgreSQL: bodies built with the same
+generated protobuf messages and snappy block format Prometheus sends; routing by each monitor's selector; every
+sample stored once or counted and dropped; malformed bodies refused whole (400) with nothing stored."""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import cramjam
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from prometheus_client import REGISTRY
+
+from app.monitors.prompb.remote_pb2 import WriteRequest
+from tests.support import build_app, minute_series, new_key, services_of, settings_for
+
+BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
+STALE_NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
+T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+@pytest.fixture(scope="module")
+def rw_app(module_database_url: str) -> Iterator[Flask]:
+    app = build_app(settings_for(module_database_url, max_points=5000), start_workers=True)
+    yield app
+    app.extensions["monitors"].sender.stop()
+    services_of(app).close()
+
+
+@pytest.fixture(scope="module")
+def keys(rw_app: Flask) -> dict[str, dict[str, str]]:
+    def key(permissions: tuple[str, ...], account: str = "acct-rw", **limits: int) -> dict[str, str]:
+        plain, _ = new_key(rw_app, permissions=permissions, account_id=account, **{**BIG_LIMITS, **limits})
+        return {"Authorization": f"Bearer {plain}"}
+
+    return {"writer": key(("read", "write")), "reader": key(("read",)),
+            "other": key(("read", "write"), account="acct-rw-other"),
+            "slow": key(("read", "write"), per_minute=1)}
+
+
+@pytest.fixture
+def client(rw_app: Flask) -> FlaskClient:
+    return rw_app.test_client()
+
+
+def series(labels: dict[str, str], samples: list[tuple[int, float]]) -> dict[str, Any]:
+    return {"labels": labels, "samples": samples}
+
+
+def body_of(*all_series: dict[str, Any]) -> bytes:
+    request = WriteRequest()
+    for item in all_series:
+        ts = request.timeseries.add()
+        for name, value in sorted(item["labels"].items()):
+            label = ts.labels.add()
+            label.name, label.value = name, value
+        for timestamp, value in item["samples"]:
+            sample = ts.samples.add()
+            sample.timestamp, sample.value = timestamp, value
+    return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
+
+
+def write(client: FlaskClient, headers: dict[str, str], body: bytes, **extra: str) -> Any:
+    return client.post("/api/v1/write", data=body, headers={
+        **headers, "Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
+        "X-Prometheus-Remote-Write-Version": "0.1.0", **extra})
+
+
+def create(client: FlaskClient, headers: dict[str, str], **fields: Any) -> dict[str, Any]:
+    response = client.post("/monitors", json={"name": "rw", "data_frequency": "Minutes", **fields}, headers=headers)
+    assert response.status_code == 201, response.json
+    return response.json
+
+
+def points_of(client: FlaskClient, headers: dict[str, str], monitor_id: str) -> list[dict[str, Any]]:
+    response = client.get(f"/monitors/{monitor_id}?points=10000", headers=headers)
+    assert response.status_code == 200, response.json
+    return response.json["points"]
+
+
+def counted(outcome: str) -> float:
+    return REGISTRY.get_sample_value("forecast_remote_write_samples_total", {"outcome": outcome}) or 0.0
+
+
+def minutes(count: int, start: int = 0, value: Any = None) -> list[tuple[int, float]]:
+    _, values = minute_series(count, start)
+    return [(T0_MS + (start + i) * 60_000, values[i] if value is None else value(i)) for i in range(count)]
+
+
+def test_the_selector_is_checked_at_create_and_patch(client: FlaskClient, keys: dict) -> None:
+    writer = keys["writer"]
+    created = create(client, writer, remote_write_selector='http_requests_total{job="api", instance=~"web-.*"}')
+    assert created["remote_write_selector"] == 'http_requests_total{job="api", instance=~"web-.*"}'
+    for bad, words in [('{job="api"', "closing"), ("{}", "metric name or at least one"),
+                       ('{job!="x"}', "empty string"), ('{job=~"(a+)+"}', "nested repetition"),
+                       ('{job=~"("}', "invalid regular expression"), ('rate(x[5m])', "expected '{'"),
+                       ('{job="a"} offset 5m', "only a series selector"), ('{1job="a"}', "label name"),
+                       ("   ", "blank")]:
+        answer = client.post("/monitors", json={"name": "x", "data_frequency": "Minutes",
+                                                "remote_write_selector": bad}, headers=writer)
+        assert answer.status_code == 400, (bad, answer.json)
+        assert answer.json["error"]["details"]["field"] == "remote_write_selector"
+        assert words in answer.json["error"]["message"], (bad, answer.json)
+        patched = client.patch(f"/monitors/{created['id']}", json={"remote_write_selector": bad}, headers=writer)
+        assert patched.status_code == 400, (bad, patched.json)
+    reader = client.post("/monitors", json={"name": "p", "data_frequency": "Minutes",
+                                            "prometheus_url": "https://prometheus.example.com",
+                                            "prometheus_query": "up", "remote_write_selector": '{job="a"}'},
+                         headers=writer)
+    assert reader.status_code == 400 and "Prometheus-backed" in reader.json["error"]["message"]
+    cleared = client.patch(f"/monitors/{created['id']}", json={"remote_write_selector": None}, headers=writer)
+    assert cleared.status_code == 200 and cleared.json["remote_write_selector"] is None
+
+
+def test_series_are_routed_by_selector_and_judged_as_pushed_points(client: FlaskClient, keys: dict) -> None:
+    writer = keys["writer"]
+    api = create(client, writer, remote_write_selector='{__name__="rq_total", job="api-route"}')
+    web = create(client, writer, remote_write_selector='rq_total{job=~"web-route|www-route"}')
+    twin = create(client, writer)  # the same points pushed: the verdicts must be the same
+    other_account = create(client, keys["other"], remote_write_selector='{__name__="rq_total", job="api-route"}')
+    unmatched_before = counted("unmatched")
+    api_samples, web_samples = minutes(40), minutes(40, value=lambda i: 100.0 + i % 7)
+    answer = write(client, writer, body_of(
+        series({"__name__": "rq_total", "job": "api-route", "instance": "a:1"}, api_samples),
+        series({"__name__": "rq_total", "job": "web-route"}, web_samples),
+        series({"__name__": "rq_total", "job": "batch-route"}, minutes(5)),
+        series({"__name__": "other_total", "job": "api-route"}, minutes(3)),
+    ))
+    assert answer.status_code == 204, answer.data
+    assert answer.headers["X-Samples-Stored"] == "80" and answer.headers["X-Samples-Dropped"] == "8"
+    assert counted("unmatched") - unmatched_before == 8
+    stored = points_of(client, writer, api["id"])
+    assert [p["value"] for p in stored] == [v for _, v in api_samples]
+    assert stored[0]["timestamp"] == "2026-01-01T00:00:00Z" and stored[1]["timestamp"] == "2026-01-01T00:01:00Z"
+    assert [p["value"] for p in points_of(client, writer, web["id"])] == [v for _, v in web_samples]
+    assert points_of(client, keys["other"], other_account["id"]) == []  # another account's key wrote nothing there
+    pushed = client.post(f"/monitors/{twin['id']}/points", headers=writer, json={
+        "timestamps": [p["timestamp"] for p in stored], "values": [p["value"] for p in stored]})
+    assert pushed.status_code == 200
+    assert [p["anomaly_score"] for p in stored] == pushed.json["anomaly_score"]
+    assert [p["expected"] for p in stored] == pushed.json["expected"]
+
+    # Prometheus retries a batch it got no answer for: nothing is stored or judged twice.
+    duplicates_before = counted("duplicate")
+    again = write(client, writer, body_of(
+        series({"__name__": "rq_total", "job": "api-route", "instance": "a:1"}, api_samples)))
+    assert again.status_code == 204 and again.headers["X-Samples-Stored"] == "40"
+    assert counted("duplicate") - duplicates_before == 40
+    assert len(points_of(client, writer, api["id"])) == 40
+
+
+def test_odd_samples_are_counted_and_dropped_and_the_rest_stored(client: FlaskClient, keys: dict) -> None:
+    writer = keys["writer"]
+    monitor = create(client, writer, remote_write_selector='{__name__="odd_metric"}')
+    labels = {"__name__": "odd_metric"}
+    first = minutes(10)
+    assert write(client, writer, body_of(series(labels, first))).status_code == 204
+    before = {o: counted(o) for o in ("stale_marker", "nan", "not_finite", "out_of_range", "out_of_order",
+                                      "conflict", "same_second", "bad_timestamp", "duplicate")}
+    samples = [
+        (first[3][0], first[3][1]),  # stored already, same value: a duplicate
+        (first[4][0], first[4][1] + 1),  # stored already, another value: a conflict
+        (T0_MS + 10 * 60_000, STALE_NAN), (T0_MS + 11 * 60_000, math.nan), (T0_MS + 12 * 60_000, math.inf),
+        (T0_MS + 13 * 60_000, -1e301),
+        (T0_MS + 14 * 60_000, 5.0), (T0_MS + 14 * 60_000 + 500, 6.0),  # two in one whole second
+        (T0_MS + 15 * 60_000, 7.0),
+        (-62_135_596_801_000 - 1000, 1.0),  # before the year 1
+    ]
+    answer = write(client, writer, body_of(series(labels, samples)))
+    assert answer.status_code == 204, answer.data
+    assert answer.headers["X-Samples-Stored"] == "3"  # the duplicate, 5.0 and 7.0
+    delta = {o: counted(o) - before[o] for o in before}
+    assert delta == {"stale_marker": 1, "nan": 1, "not_finite": 1, "out_of_range": 1, "out_of_order": 0,
+                     "conflict": 1, "same_second": 1, "bad_timestamp": 1, "duplicate": 1}
+    stored = points_of(client, writer, monitor["id"])
+    assert [p["value"] for p in stored] == [v for _, v in first] + [5.0, 7.0]
+
+    # Older than the newest stored and never stored: out of order, dropped; a newer one in the same body is kept.
+    late = write(client, writer, body_of(series(labels, [(T0_MS + 10 * 60_000, 1.0), (T0_MS + 16 * 60_000, 8.0)])))
+    assert late.status_code == 204 and late.headers["X-Samples-Stored"] == "1"
+    assert counted("out_of_order") - before["out_of_order"] == 1
+    assert [p["value"] for p in points_of(client, writer, monitor["id"])][-1] == 8.0
+
+
+def test_several_series_for_one_monitor_are_counted_not_mixed(client: FlaskClient, keys: dict) -> None:
+    writer = keys["writer"]
+    monitor = create(client, writer, remote_write_selector='{__name__="fleet_up"}')
+    before = counted("several_series")
+    answer = write(client, writer, body_of(series({"__name__": "fleet_up", "instance": "a"}, minutes(3)),
+                                           series({"__name__": "fleet_up", "instance": "b"}, minutes(3))))
+    assert answer.status_code == 204
+    assert counted("several_series") - before == 6
+    assert points_of(client, writer, monitor["id"]) == []
+
+
+def test_malformed_bodies_are_400_and_store_nothing(client: FlaskClient, keys: dict) -> None:
+    writer = keys["writer"]
+    monitor = create(client, writer, remote_write_selector='{__name__="fragile"}')
+    good = body_of(series({"__name__": "fragile"}, minutes(20)))
+    raw = WriteRequest()
+    raw.ParseFromString(bytes(cramjam.snappy.decompress_raw(good)))
+    cases = {
+        "truncated snappy": good[: len(good) // 2],
+        "corrupt snappy": good[:3] + bytes(b ^ 0x5A for b in good[3:]),
+        "not snappy": b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+        "uncompressed protobuf": raw.SerializeToString(),
+        "snappy of garbage": bytes(cramjam.snappy.compress_raw(b"\x0a\xff\xff\xff\xff\x0f" + b"x" * 40)),
+        "empty": b"",
+    }
+    for name, body in cases.items():
+        answer = write(client, writer, body)
+        assert answer.status_code == 400, (name, answer.status_code, answer.data)
+        assert answer.json["error"]["code"] == "INVALID_REQUEST", name
+    assert points_of(client, writer, monitor["id"]) == []
+
+    huge = b"\xff\xff\xff\xff\x0f" + b"\x00" * 16  # declares 4 GiB decoded
+    assert write(client, writer, huge).status_code == 413
+    assert write(client, writer, good, **{"Content-Encoding": "gzip"}).status_code == 415
+    assert write(client, writer, good, **{"Content-Type": "application/json"}).status_code == 415
+    assert client.post("/api/v1/write", data=good, headers={"Content-Encoding": "snappy"}).status_code == 401
+    assert write(client, keys["reader"], good).status_code == 403
+    assert points_of(client, writer, monitor["id"]) == []
+    assert write(client, writer, good).status_code == 204  # and the service is still up
+    assert len(points_of(client, writer, monitor["id"])) == 20
+
+
+def test_huge_label_sets_are_dropped_and_counted(client: FlaskClient, keys: dict) -> None:
+    writer = keys["writer"]
+    monitor = create(client, writer, remote_write_selector='{__name__="wide"}')
+    before = counted("labels_too_large")
+    many = {"__name__": "wide", **{f"label_{i:05d}": str(i) for i in range(10_000)}}
+    answer = write(client, writer, body_of(series(many, minutes(2)),
+                                           series({"__name__": "wide", "blob": "x" * (1 << 20)}, minutes(2)),
+                                           series({"__name__": "wide", "job": "fine"}, minutes(4))))
+    assert answer.status_code == 204, answer.data
+    assert counted("labels_too_large") - before == 4
+    assert len(points_of(client, writer, monitor["id"])) == 4
+    nameless = write(client, writer, body_of(series({"job": "no-name"}, minutes(1))))
+    assert nameless.status_code == 204 and nameless.headers["X-Samples-Dropped"] == "1"
+
+
+def test_the_rate_limit_answers_429_which_prometheus_retries(client: FlaskClient, keys: dict) -> None:
+    body = body_of(series({"__name__": "limited"}, minutes(1)))
+    assert write(client, keys["slow"], body).status_code == 204
+    limited = write(client, keys["slow"], body)
+    assert limited.status_code == 429 and "Retry-After" in limited.headers
+
+
+def test_entries_with_equal_labels_are_one_series(client: FlaskClient, keys: dict) -> None:
+    # Prometheus sends each sample as its own TimeSeries entry, the labels repeated (and not always in time order
+    # across entries).
+    writer = keys["writer"]
+    monitor = create(client, writer, remote_write_selector='{__name__="split_up"}')
+    samples = minutes(6)
+    entries = [series({"__name__": "split_up", "instance": "a"}, [sample]) for sample in samples]
+    answer = write(client, writer, body_of(*entries[3:], *entries[:3]))
+    assert answer.status_code == 204 and answer.headers["X-Samples-Stored"] == "6"
+    assert [p["value"] for p in points_of(client, writer, monitor["id"])] == [v for _, v in samples]
