@@ -1,0 +1,418 @@
+"""Long synthetic streams for the anomaly detector: false alarms per week, point-adjusted F1 and NAB's score.
+
+    python bench/synthetic.py [--quick] [--base COMMIT] [--only streams,sensitivity]
+
+Every stream is 30 days of 1-minute or 5-minute points (43,200 or 8,640 rows) of one noise kind around a
+level with a daily and a weekly season and a trend, with missing stretches cut out: Gaussian, Student-t with
+three degrees of freedom, Poisson counts and bursty counts (Poisson whose rate is multiplied by a gamma draw
+for every ten minutes). Each stream exists twice from the same seed: anomaly-free, and with an incident
+injected every one to four weeks (spike, dip, outage, level shift, noise change, slow drift).
+
+Scores (rows of the first day are the detector's learning and are not counted):
+- false alarms per stream per week: on anomaly-free streams, rows with ``is_anomaly``;
+- point-adjusted F1 with delay 7: a labelled segment counts as found (every row of it) when a flagged row
+  falls within its first 7 rows, else every row is missed; flagged rows outside segments are false positives;
+  summed over the incident streams;
+- NAB standard profile at the detector's own verdict (``is_anomaly`` written as 1, other rows 0, scored at
+  0.5 by ../shared/tools/nab_score.py's arithmetic), each incident's label window as NAB's.
+
+The detector of the working tree and the one of ``--base`` (a git worktree of that commit, default the
+merge-base with main) run in the same invocation, in-process (no server), two worker processes.
+Writes bench/results/synthetic.md and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = next((parent / "shared" for parent in ROOT.parents if (parent / "shared" / "tools").is_dir()),
+              ROOT.parent / "shared")
+NAB_SCORE = SHARED / "tools" / "nab_score.py"
+RESULTS = ROOT / "bench" / "results" / "synthetic.md"
+
+DAYS = 30
+LEARNING_DAYS = 1  # rows of the first day are not counted: the detector is still learning its season
+WEEK = 7 * 86400
+KINDS = ("gaussian", "student_t3", "poisson", "bursty")
+STEPS = {"1-minute": 60, "5-minute": 300}
+INCIDENTS = ("spike", "dip", "outage", "level_shift", "noise_change", "slow_drift")
+PA_DELAY = 7
+SENSITIVITIES = (0, 25, 50, 75, 99)
+
+
+@dataclass(frozen=True)
+class Stream:
+    name: str
+    kind: str
+    step: int
+    times: list[float]
+    values: list[float]
+    segments: list[tuple[int, int]]  # labelled rows [a, b], indices into times (inclusive)
+    windows: list[tuple[int, int]]  # NAB windows [a, b] (inclusive row indices)
+    incidents: list[str]
+
+
+def _noise(rng: np.random.Generator, kind: str, level: np.ndarray, step: int) -> np.ndarray:
+    n = len(level)
+    if kind == "gaussian":
+        return level + 0.05 * level.mean() * rng.standard_normal(n)
+    if kind == "student_t3":
+        return level + 0.05 * level.mean() * rng.standard_t(3, n) / math.sqrt(3.0)
+    if kind == "poisson":
+        return rng.poisson(level).astype(float)
+    block = max(1, 600 // step)
+    burst = np.repeat(rng.gamma(4.0, 0.25, n // block + 1), block)[:n]
+    return rng.poisson(level * burst).astype(float)
+
+
+def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool) -> Stream:
+    """One stream; the same seed gives the same normal stream with and without incidents."""
+    step = STEPS[step_name]
+    rng = np.random.default_rng(seed)
+    n = DAYS * 86400 // step
+    t = np.arange(n) * float(step) + 1_700_000_000.0 - (1_700_000_000 % 86400)
+    base = {"poisson": 4.0, "bursty": 8.0}.get(kind, 100.0) * (step / 60) ** 0.5 * rng.uniform(0.5, 3.0)
+    day = (t % 86400) / 86400
+    weekday = ((t // 86400) + 3) % 7  # epoch day 0 was a Thursday
+    daily = 1.0 + rng.uniform(0.2, 0.6) * np.sin(2 * np.pi * (day - rng.uniform(0.0, 1.0)))
+    weekly = np.where(weekday >= 5, rng.uniform(0.6, 0.9), 1.0)
+    trend = 1.0 + rng.uniform(-0.2, 0.3) * np.arange(n) / n
+    level = base * daily * weekly * trend
+    normal_rng = np.random.default_rng(seed + 10_000)
+    values = _noise(normal_rng, kind, level, step)
+    segments: list[tuple[int, int]] = []
+    names: list[str] = []
+    if with_incidents:
+        irng = np.random.default_rng(seed + 20_000)
+        at = int(irng.uniform(3, 10) * 86400 / step)
+        while at < n - 86400 // step:
+            name = INCIDENTS[int(irng.integers(len(INCIDENTS)))]
+            a, b, values = _inject(irng, name, values, level, at, step, kind)
+            segments.append((a, b))
+            names.append(name)
+            at += int(irng.uniform(7, 28) * 86400 / step)
+    keep = np.ones(n, dtype=bool)
+    mrng = np.random.default_rng(seed + 30_000)
+    for _ in range(int(mrng.integers(2, 5))):
+        length = int(mrng.uniform(600, 6 * 3600) / step)
+        first = int(mrng.integers(86400 // step, n - length))
+        keep[first : first + length] = False
+    for a, b in segments:  # an incident's onset is always observed, so each segment has a first row
+        keep[a] = True
+    index = np.cumsum(keep) - 1
+    kept_segments = [(int(index[a]), int(index[b])) for a, b in segments]
+    kept = int(keep.sum())
+    # NAB's windows: 10% of the stream shared among the incidents, from the onset on (a window ending at least
+    # where the labelled segment does), so the earliest flag after the onset scores most.
+    width = max(1, int(0.1 * kept / max(1, len(segments))))
+    windows = [(a, min(kept - 1, max(b, a + width))) for a, b in kept_segments]
+    label = "incidents" if with_incidents else "normal"
+    return Stream(f"{kind}-{step_name}-{seed}-{label}", kind, step, t[keep].tolist(), values[keep].tolist(),
+                  kept_segments, windows, names)
+
+
+def _inject(rng: np.random.Generator, name: str, values: np.ndarray, level: np.ndarray, at: int, step: int,
+            kind: str) -> tuple[int, int, np.ndarray]:
+    """Changes ``values`` from row ``at``; returns the labelled segment and the new values."""
+    values = values.copy()
+    n = len(values)
+    local = float(level[at])
+    spread = 0.05 * float(level.mean()) if kind in ("gaussian", "student_t3") else math.sqrt(max(local, 1.0))
+    if name in ("spike", "dip"):
+        rows = int(rng.integers(1, 4))
+        size = rng.uniform(8.0, 20.0) * spread
+        sign = 1.0 if name == "spike" else -1.0
+        values[at : at + rows] = np.maximum(0.0, values[at : at + rows] + sign * size)
+        return at, at + rows - 1, values
+    if name == "outage":
+        rows = max(2, int(rng.uniform(1800, 20 * 3600) / step))
+        values[at : at + rows] *= 0.1
+        return at, min(n - 1, at + rows - 1), values
+    if name == "level_shift":
+        factor = rng.choice([0.5, 1.6, 2.0])
+        values[at:] = values[at:] * factor
+        return at, min(n - 1, at + 86400 // step - 1), values
+    if name == "noise_change":
+        rows = int(rng.uniform(2 * 3600, 12 * 3600) / step)
+        extra = np.random.default_rng(int(rng.integers(1 << 30))).standard_normal(rows) * 4.0 * spread
+        values[at : at + rows] = np.maximum(0.0, values[at : at + rows] + extra[: n - at])
+        return at, min(n - 1, at + rows - 1), values
+    # slow drift: a ramp to 8 noise units over 6-24 hours, then back; labelled from where it reaches 3 units
+    rows = int(rng.uniform(6 * 3600, 24 * 3600) / step)
+    ramp = np.linspace(0.0, 8.0 * spread, rows)
+    values[at : at + rows] += ramp[: n - at]
+    visible = at + int(rows * 3.0 / 8.0)
+    return visible, min(n - 1, at + rows - 1), values
+
+
+def streams(quick: bool) -> list[Stream]:
+    seeds = (1,) if quick else (1, 2, 3)
+    out = []
+    for kind_index, kind in enumerate(KINDS):
+        for step_index, step_name in enumerate(STEPS):
+            for seed in seeds:
+                code = 1000 * seed + 10 * kind_index + step_index
+                out.append(make_stream(code, kind, step_name, False))
+                out.append(make_stream(code, kind, step_name, True))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+_DETECTOR: ModuleType | None = None
+_FREQUENCY = {60: "Minutes", 300: "Minutes"}
+
+
+def _init(app_root: str) -> None:
+    global _DETECTOR
+    sys.path.insert(0, app_root)
+    import app.compute.detect.streaming as streaming
+
+    _DETECTOR = streaming
+
+
+def _judge(task: tuple[Stream, int | None]) -> tuple[str, int | None, list[bool], float]:
+    stream, sensitivity = task
+    assert _DETECTOR is not None
+    kwargs: dict[str, object] = {}
+    if sensitivity is not None:
+        kwargs = ({"false_alarms_per_week": _DETECTOR.budget_for_sensitivity(sensitivity)}
+                  if hasattr(_DETECTOR, "budget_for_sensitivity")
+                  else {"confidence": 1.0 - 10.0 ** (-4.0 + 2.0 * sensitivity / 99.0)})
+    detector = _DETECTOR.StreamingDetector(data_frequency=_FREQUENCY[stream.step], **kwargs)
+    started = time.process_time()
+    verdicts = detector.update(detector.initial_state(), stream.times, stream.values)
+    elapsed = time.process_time() - started
+    return stream.name, sensitivity, [bool(a) for a in verdicts.is_anomaly], elapsed / len(stream.times)
+
+
+def judge_all(app_root: Path, tasks: list[tuple[Stream, int | None]]) -> dict[tuple[str, int | None],
+                                                                               tuple[list[bool], float]]:
+    out = {}
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"), initializer=_init,
+                             initargs=(str(app_root),)) as pool:
+        for name, sensitivity, flags, per_row in pool.map(_judge, tasks, chunksize=1):
+            out[(name, sensitivity)] = (flags, per_row)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- scoring
+
+def learning_rows(stream: Stream) -> int:
+    first = stream.times[0] + LEARNING_DAYS * 86400
+    return next((i for i, t in enumerate(stream.times) if t >= first), len(stream.times))
+
+
+def weeks(stream: Stream) -> float:
+    return (stream.times[-1] - stream.times[learning_rows(stream)]) / WEEK
+
+
+def false_alarms(stream: Stream, flags: list[bool]) -> int:
+    start = learning_rows(stream)
+    inside = np.zeros(len(flags), dtype=bool)
+    for a, b in stream.windows:
+        inside[a : b + 1] = True
+    return int(sum(1 for i in range(start, len(flags)) if flags[i] and not inside[i]))
+
+
+def point_adjusted(stream: Stream, flags: list[bool]) -> tuple[int, int, int]:
+    """(true positives, false positives, false negatives) in rows, delay PA_DELAY, after the learning day."""
+    start = learning_rows(stream)
+    labelled = np.zeros(len(flags), dtype=bool)
+    tp = fn = 0
+    for a, b in stream.segments:
+        labelled[a : b + 1] = True
+        rows = b + 1 - max(a, start)
+        if rows <= 0:
+            continue
+        if any(flags[a : min(b + 1, a + PA_DELAY)]):
+            tp += rows
+        else:
+            fn += rows
+    fp = int(sum(1 for i in range(start, len(flags)) if flags[i] and not labelled[i]))
+    return tp, fp, fn
+
+
+_SCORER: ModuleType | None = None
+
+
+def nab_parts(stream: Stream, flags: list[bool]) -> tuple[float, int]:
+    """NAB standard raw score at 0.5 and the number of windows, as bench/anomaly.py sums them."""
+    global _SCORER
+    if _SCORER is None:
+        spec = importlib.util.spec_from_file_location("nab_score", NAB_SCORE)
+        assert spec is not None and spec.loader is not None
+        _SCORER = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_SCORER)
+    stamps = [str(int(t)) for t in stream.times]
+    windows = [(stamps[a], stamps[b]) for a, b in stream.windows]
+    tp_w, fp_w, fn_w = _SCORER.PROFILES["standard"]
+    points = _SCORER.sweep_points(stream.name, stamps, [1.0 if f else 0.0 for f in flags], windows, tp_w, fp_w)
+    names = sorted({p[2] for p in points if p[2] is not None})
+    return _SCORER._score_at(points, names, fn_w, 0.5), len(names)
+
+
+def nab_normalised(parts: list[tuple[float, int]]) -> float:
+    raw = sum(p[0] for p in parts)
+    count = sum(p[1] for p in parts)
+    return 100 * (raw + count) / (2 * count) if count else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+def evaluate(label: str, all_streams: list[Stream], judged: dict) -> tuple[list[list[object]], dict]:
+    rows: list[list[object]] = []
+    summary: dict[str, float] = {}
+    for kind in KINDS:
+        for step_name, step in STEPS.items():
+            chosen = [s for s in all_streams if s.kind == kind and s.step == step]
+            normal = [s for s in chosen if not s.segments]
+            alarms = sum(false_alarms(s, judged[(s.name, None)][0]) for s in normal)
+            stream_weeks = sum(weeks(s) for s in normal)
+            incident = [s for s in chosen if s.segments]
+            tp = fp = fn = 0
+            parts = []
+            for s in incident:
+                flags = judged[(s.name, None)][0]
+                a, b, c = point_adjusted(s, flags)
+                tp, fp, fn = tp + a, fp + b, fn + c
+                parts.append(nab_parts(s, flags))
+            f1 = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+            rows.append([label, kind, step_name, f"{alarms / stream_weeks:.2f}", f"{f1:.3f}",
+                         f"{nab_normalised(parts):.1f}"])
+    normal = [s for s in all_streams if not s.segments]
+    incident = [s for s in all_streams if s.segments]
+    totals = [point_adjusted(s, judged[(s.name, None)][0]) for s in incident]
+    tp, fp, fn = (sum(t[i] for t in totals) for i in range(3))
+    summary["fa_per_week"] = sum(false_alarms(s, judged[(s.name, None)][0]) for s in normal) / sum(
+        weeks(s) for s in normal)
+    summary["pa_f1"] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    summary["pa_precision"] = tp / (tp + fp) if tp + fp else 0.0
+    summary["pa_recall"] = tp / (tp + fn) if tp + fn else 0.0
+    summary["nab"] = nab_normalised([nab_parts(s, judged[(s.name, None)][0]) for s in incident])
+    summary["us_per_row"] = 1e6 * float(np.median([judged[(s.name, None)][1] for s in all_streams]))
+    found: dict[str, list[int]] = {}
+    for s in incident:
+        flags = judged[(s.name, None)][0]
+        for (a, b), name in zip(s.segments, s.incidents, strict=True):
+            hit = any(flags[a : min(b + 1, a + PA_DELAY)])
+            found.setdefault(name, [0, 0])[0] += hit
+            found[name][1] += 1
+    summary["found"] = found  # type: ignore[assignment]
+    return rows, summary
+
+
+def sensitivity_rows(label: str, normal: list[Stream], judged: dict, budgets: dict[int, float] | None) -> list[
+        list[object]]:
+    rows: list[list[object]] = []
+    stream_weeks = sum(weeks(s) for s in normal)
+    for sensitivity in SENSITIVITIES:
+        alarms = sum(false_alarms(s, judged[(s.name, sensitivity)][0]) for s in normal)
+        budget = f"{budgets[sensitivity]:g}" if budgets else "(no budget)"
+        rows.append([label, sensitivity, budget, f"{alarms / stream_weeks:.3f}", alarms])
+    return rows
+
+
+def _table(header: list[str], rows: list[list[object]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+
+
+def base_tree(commit: str) -> Path:
+    tree = Path(f"/tmp/bench-synthetic-base-{commit[:12]}")
+    if not tree.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
+                       capture_output=True, timeout=120)
+    return tree
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--base", default=None, help="commit of today's detector (default: merge-base with main)")
+    parser.add_argument("--no-sensitivity", action="store_true")
+    args = parser.parse_args()
+    base = args.base or subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True,
+                                       text=True, check=True).stdout.strip()
+    started = time.time()
+    all_streams = streams(args.quick)
+    normal = [s for s in all_streams if not s.segments]
+    lines = ["# Synthetic long streams: false alarms, point-adjusted F1, NAB", ""]
+    lines.append(f"{len(all_streams)} streams ({len(normal)} anomaly-free, {len(all_streams) - len(normal)} with "
+                 f"{sum(len(s.segments) for s in all_streams)} incidents), {DAYS} days each; the first "
+                 f"{LEARNING_DAYS} day of each stream not counted. base = {base[:10]} (today's detector), "
+                 f"new = the working tree ({_head()}). Default settings unless a sensitivity is named.")
+    lines.append("")
+    per_kind: list[list[object]] = []
+    summaries = {}
+    sens_rows: list[list[object]] = []
+    for label, tree in (("base", base_tree(base)), ("new", ROOT)):
+        tasks: list[tuple[Stream, int | None]] = [(s, None) for s in all_streams]
+        if not args.no_sensitivity:
+            tasks += [(s, level) for s in normal for level in SENSITIVITIES]
+        judged = judge_all(tree, tasks)
+        rows, summary = evaluate(label, all_streams, judged)
+        per_kind += rows
+        summaries[label] = summary
+        if not args.no_sensitivity:
+            budgets = _budgets(tree)
+            sens_rows += sensitivity_rows(label, normal, judged, budgets)
+    lines += _table(["detector", "false alarms / stream / week", "PA-F1 (delay 7)", "precision", "recall",
+                     "NAB standard", "detector us / row (median)"],
+                    [[label, f"{s['fa_per_week']:.2f}", f"{s['pa_f1']:.3f}", f"{s['pa_precision']:.3f}",
+                      f"{s['pa_recall']:.3f}", f"{s['nab']:.1f}", f"{s['us_per_row']:.1f}"]
+                     for label, s in summaries.items()])
+    lines += ["", "Incidents found within the first 7 rows of their segment:", ""]
+    lines += _table(["detector", *INCIDENTS], [[label, *(f"{s['found'].get(k, [0, 0])[0]}/{s['found'].get(k, [0, 0])[1]}"
+                                                          for k in INCIDENTS)] for label, s in summaries.items()])
+    lines += ["", "By noise kind and step (false alarms on the anomaly-free streams; PA-F1 and NAB on the "
+              "incident streams):", ""]
+    lines += _table(["detector", "noise", "step", "false alarms / stream / week", "PA-F1", "NAB standard"], per_kind)
+    if sens_rows:
+        lines += ["", "Sensitivity (Azure's 0-99) on the anomaly-free streams: false alarms per stream per week "
+                  "against the budget it maps to (base: sensitivity mapped to its confidence):", ""]
+        lines += _table(["detector", "sensitivity", "budget / week", "false alarms / stream / week", "alarms"],
+                        sens_rows)
+    lines += ["", f"wall time {time.time() - started:.0f} s on {os.cpu_count()} cores, load average "
+              f"{os.getloadavg()[0]:.1f}"]
+    text = "\n".join(lines) + "\n"
+    if not args.quick:
+        RESULTS.write_text(text)
+    print(text)
+    return 0
+
+
+def _budgets(tree: Path) -> dict[int, float] | None:
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import app.compute.detect.streaming as s; "
+            "print(repr([s.budget_for_sensitivity(v) for v in map(int, sys.argv[2:])]) "
+            "if hasattr(s, 'budget_for_sensitivity') else 'None')")
+    out = subprocess.run([sys.executable, "-c", code, str(tree), *map(str, SENSITIVITIES)], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    values = eval(out)  # noqa: S307 - our own repr of a list of floats
+    return None if values is None else dict(zip(SENSITIVITIES, values, strict=True))
+
+
+def _head() -> str:
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
