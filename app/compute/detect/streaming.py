@@ -1,4 +1,4 @@
-"""anomaly-model-1: a streaming detector that judges each row from the rows before it, robust to what it flags.
+"""anomaly-model-1: a streaming detector whose score is a calibrated probability, thresholded by an alarm budget.
 
 Plain Python, no numpy: a row costs a few microseconds, so a monitor's new point is judged in the web
 process from a bounded state, and a whole series in a worker process row by row. Feeding a series in one
@@ -10,38 +10,35 @@ How a row is judged (docs/anomalies.md says why each part is there):
    seen one season ago, the median of the values one, two and three seasons ago, the last value, and the
    mean of the last LOCAL_ROWS values. The one with the smallest mean error (errors taken to the power
    CHOOSER_POWER, so one huge miss does not disqualify a close predictor) over the last CHOOSER_ROWS rows
-   gives ``expected``; a predictor competes once it has been scored for a season (or CHOOSER_ROWS rows).
-   Seasons are looked up by time: a row's slot is its distance from the first row in nominal steps, so
-   gaps, jitter and repeated or backward timestamps need nothing special.
-2. Scale. The half-width of the expected range is BAND_MARGIN times the TOP_RANK-th largest of the last
-   WINDOW_ROWS absolute errors (the 99th percentile of a full window). Reading a rank rather than a
-   fixed percentile means up to TOP_RANK - 1 incidents cannot widen the range however short the history;
-   in a history shorter than 32 * TOP_RANK rows one rank is used per 32 rows. ``confidence`` stretches the
-   range as a normal distribution would (1 at 0.99).
-3. Score. r = distance from ``expected`` / half-width; score = r^2 / (1 + r^2): 0.5 exactly on the edge of
-   the range, still rising far outside it. ``is_anomaly`` is score >= 0.5. One incident is one anomaly: a
-   deviation no larger than one flagged on the same side in the last QUIET_ROWS rows is not news, and
-   scores just below 0.5 (it still counts as deviant for part 5). Nor is a habit: a deviation no larger
-   than one on the same side within HABIT_SHARE of a season of this time, in two of the last three
-   seasons (a daily job's spike, a few minutes early or late each day).
-4. A change in the error distribution. The mean absolute error of the last SHORT_ROWS rows (this one
-   included) is read against the WINDOW_ROWS such means before it by the same rule and margin as one
-   error (r = the mean over the range's margin times the TOP_RANK-th largest earlier mean), and the
-   row's score is the larger of the two. It is NAB's anomaly likelihood in this detector's terms, a
-   short average of recent surprise against its own long-run distribution: denser spikes or a noisier
-   stretch are flagged even when no single row leaves the range. A short window holding a row beyond
-   the range is not news (that row was judged on its own), nor is a second such alarm within QUIET_ROWS
-   rows: either scores just below 0.5. It changes nothing the detector learns.
-5. Robust to what it flags. A flagged row does not enter the short-term predictors (last value, local
-   mean): they see ``expected`` instead, so the return to normal after a spike is judged against normal.
-   After REANCHOR_ROWS flagged rows in a row on the same side the new level is adopted: those rows' real
-   values replace the stand-ins, so a deploy that doubled traffic is flagged once, then is the new normal.
-   Seasonal memory keeps real values (a daily pattern that changes is learnt the next day; the median of
-   three seasons keeps a one-off spike from echoing a day later), and every error enters the scale window,
-   where one rank per incident is all it can take.
+   gives ``expected``. Seasons are looked up by time (a row's slot is its distance from the first row in
+   nominal steps), so gaps, jitter and repeated or backward timestamps need nothing special.
+2. Surprise, and its tail probability. Two surprises a row: its absolute error, and the mean of the last
+   SHORT_ROWS errors each capped at the start of the error tail (how often the stream has been off lately,
+   not how far: denser spikes, a noisier stretch, an outage too small for one row to tell). Each is read
+   against the stream's own distribution of that surprise (``Surprises``): below the tail, the share of
+   the last WINDOW_ROWS that were at least as large (a conformal p-value); in the tail (the top
+   TAIL_SHARE), a generalised Pareto distribution fitted to the last TAIL_SAMPLES exceedances, so heavy
+   tails (Student-t, bursts) and light ones (Gaussian) are both extrapolated by their own shape. The row's
+   probability of being normal is twice the smaller of the two (Bonferroni: two looks at one row), and
+   ``score`` = 1 - that probability.
+3. Threshold. A budget of false alarms per week (default DEFAULT_FALSE_ALARMS_PER_WEEK) over the rows a
+   week holds at the stream's nominal step gives the probability a row may have by chance:
+   ``is_anomaly`` = score >= 1 - budget * step / week, ``threshold`` in the verdicts. The expected range
+   is where a row's own error would reach that threshold.
+4. Incidents. A row at or over the threshold opens an incident (``is_anomaly``). While it is open, a row's
+   score is the probability that it tells more than the incident already did: 1 - p / p_peak, p_peak the
+   least probability seen in it, so a worse row raises the alarm again and the rest do not. It closes
+   after CLOSE_ROWS rows in a row that are normal again (probability above NORMAL_P); after ADOPT_ROWS
+   rows that are not, what it shows is the new normal (adopted: a deploy that doubled traffic); or at a
+   row a user marked normal. Missing points are no rows: a gap neither closes nor ages an incident.
+5. Learning. Rows of an open incident that are not normal are not learnt: the short-term predictors see
+   ``expected`` instead, the surprise distributions skip them, the predictor chooser counts them as misses
+   of at most the range. The row that opens an incident is learnt once, capped at the threshold (an alarm
+   of its size happens; nothing beyond). One spike cannot widen the range of a young stream.
 
-``normal`` marks rows a user said are not anomalies (feedback): they are judged as usual but learnt as
-normal rows. ``floor`` is a least half-width (a monitor's minimum deviation).
+``normal`` marks rows a user said are not anomalies (feedback): judged as usual, learnt as normal, and
+closing the incident. ``floor`` is a least half-width (a monitor's minimum deviation): a smaller error is
+never an anomaly.
 """
 
 from __future__ import annotations
@@ -51,38 +48,67 @@ from array import array
 from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 
 from app.series.frequencies import MAX_PERIOD_ROWS, PERIOD_CANDIDATES
 
-# Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
-WARMUP = 11
-WINDOW_ROWS = 1200  # errors that set the scale: about four days of five-minute rows
-TOP_RANK = 12  # the scale rests on the 12th-largest error: 1% of a full window
-ROWS_PER_RANK = 32  # in a shorter history, one rank per 32 rows (never fewer than one)
-BAND_MARGIN = 1.5
+# ---------------------------------------------------------------------------------------------- constants
+# Each named once, with why. The benchmark (bench/anomaly.py, bench/synthetic.py) varies the ones the
+# constructor takes, by leave-one-category-out on NAB and on the synthetic streams.
+WARMUP = 11  # rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is judged
+WEEK_SECONDS = 7 * 86400.0
+DEFAULT_FALSE_ALARMS_PER_WEEK = 1.0  # one false page a week per metric: what an on-call person can live with
+WINDOW_ROWS = 1200  # the recent surprises the body of their distribution is read from: four days of 5-minute rows
+TAIL_SHARE = 0.02  # the top 2% of surprises are the tail: its shape is fitted near where alarms are, 24 in a window
+TAIL_SAMPLES = 256  # exceedances the tail's shape is fitted on: a long run (about 5,000 rows) of the stream
+# A young stream's tail before it has its own: moderately heavy (shape 0.25) with the unit scale, worth
+# TAIL_PRIOR_WEIGHT exceedances, so its first weeks alarm less, not more, than a calibrated stream.
+TAIL_PRIOR_SHAPE = 0.25
+TAIL_PRIOR_WEIGHT = 16.0
+SHAPE_LIMITS = (-0.4, 0.45)  # the fitted shape is kept where its moment estimator is defined (below 0.5)
+UNIT_SHARE = 0.25  # the unit of surprise is the 75th-percentile error: a quarter of the window must move to move it
 CHOOSER_ROWS = 288  # errors that choose the predictor: a day of five-minute rows
-CHOOSER_POWER = 0.25
-LOCAL_ROWS = 8
-REANCHOR_ROWS = 3
-QUIET_ROWS = 48  # one incident, one anomaly: how long a flagged deviation stays the news
-HABIT_SHARE = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
-SHORT_ROWS = 6  # the short window whose mean error is the second signal: half an hour of five-minute rows
-_Z99 = NormalDist().inv_cdf(0.995)
+CHOOSER_POWER = 0.25  # one huge miss must not disqualify a predictor that is close on every other row
+LOCAL_ROWS = 8  # the local mean: short enough to follow a level, long enough to smooth a noisy one
+SHORT_ROWS = 6  # the short window of the second surprise: half an hour of five-minute rows
+NORMAL_P = 0.01  # a row inside an incident is normal again when a normal stream shows it 1 time in 100 or more
+CLOSE_ROWS = 12  # normal rows in a row that close an incident: an hour of five-minute rows
+ADOPT_ROWS = 48  # abnormal rows after which an incident is the new normal: four hours of five-minute rows
+FLOOR_RELATIVE = 1e-6  # a perfectly flat stretch must not flag rounding noise
+LEAST_P = 1e-300  # a bounded tail says 0 beyond its end; an incident's peak is divided by, so never quite 0
+MEANS_UNIT_FLOOR = 1e-3  # short-window means are in error units: a thousandth of one is no change at all
+# Two surprises judge a row and the smaller probability counts: at most twice the chance of one, and measured on
+# the synthetic streams within the budget (halving each, Bonferroni, missed a third of NAB's windows for nothing).
+LOOKS = 1.0
 _PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
-_JUST_BELOW = math.nextafter(0.5, 0.0)  # the score of a deviation that is part of an incident already flagged
 _LAST = 3
 
 
-def stretch_for(confidence: float) -> float:
-    """How much wider than at confidence 0.99 the range is at ``confidence``."""
-    return NormalDist().inv_cdf(0.5 + confidence / 2) / _Z99
+def threshold_for(false_alarms_per_week: float, step_seconds: float) -> float:
+    """The score at which a row is an anomaly: 1 - the chance a row may have under the budget."""
+    rows_per_week = WEEK_SECONDS / step_seconds if step_seconds > 0 else WEEK_SECONDS
+    return 1.0 - min(0.5, false_alarms_per_week / rows_per_week)
+
+
+def budget_for_confidence(confidence: float) -> float:
+    """The older ``confidence`` knob as a budget: 0.99 (its default) is the default budget, and every factor ten
+    in the share of normal points outside the range is a factor ten in alarms (0.9999: 0.01 a week)."""
+    return DEFAULT_FALSE_ALARMS_PER_WEEK * (1.0 - confidence) / 0.01
+
+
+def confidence_for_budget(false_alarms_per_week: float) -> float:
+    return 1.0 - 0.01 * false_alarms_per_week / DEFAULT_FALSE_ALARMS_PER_WEEK
+
+
+def budget_for_sensitivity(sensitivity: int) -> float:
+    """Azure's 0-99 sensitivity as a budget: 99 is the default budget and every 49.5 points lower is ten times
+    fewer alarms (0: 0.01 a week, a hundred times fewer than 99)."""
+    return DEFAULT_FALSE_ALARMS_PER_WEEK * 10.0 ** (2.0 * (sensitivity - 99) / 99.0)
 
 
 def lookback_rows(period: int | None) -> int:
-    """Rows whose influence a judged row can feel: the scale window (and the short window of its oldest mean),
-    the chooser, and three seasons and the habit's reach."""
-    return WINDOW_ROWS + SHORT_ROWS + CHOOSER_ROWS + 3 * (period or 0) + round((period or 0) * HABIT_SHARE) + WARMUP
+    """Rows whose influence a judged row can feel, not counting the fitted tail (a summary of older rows that
+    a rebuild from this many rows learns again): the surprise windows, the chooser, three seasons."""
+    return WINDOW_ROWS + SHORT_ROWS + CHOOSER_ROWS + 3 * (period or 0) + WARMUP
 
 
 @dataclass
@@ -93,6 +119,10 @@ class Verdicts:
     score: list[float] = field(default_factory=list)
     is_anomaly: list[bool] = field(default_factory=list)
     direction: list[str | None] = field(default_factory=list)
+    # Per row: "open" (the row opened an incident), "closed", "adopted", "feedback" (the incident ended at
+    # this row, for that reason), or None. An incident's alarm is its first ``is_anomaly`` row.
+    incident: list[str | None] = field(default_factory=list)
+    threshold: float = 1.0  # is_anomaly == (score >= threshold) on every row
 
 
 def _floats() -> array:
@@ -100,9 +130,125 @@ def _floats() -> array:
 
 
 @dataclass
+class Surprises:
+    """One surprise's distribution in a stream: the last WINDOW_ROWS values (a ring and its sorted copy) and the
+    tail's exceedances beyond the window's top TAIL_SHARE, in units of the window's UNIT_SHARE quantile (a ring,
+    its sorted copy, and the generalised Pareto fitted to them)."""
+
+    ring: array = field(default_factory=_floats)
+    ranked: array = field(default_factory=_floats)
+    next: int = 0
+    excess_ring: array = field(default_factory=_floats)
+    excess_ranked: array = field(default_factory=_floats)
+    excess_next: int = 0
+    shape: float = TAIL_PRIOR_SHAPE
+    scale: float = 1.0
+
+    def unit(self) -> float:
+        """The 75th-percentile surprise; where more than a quarter are nil (sparse counts, a stream that is mostly
+        flat), a quarter of the tail's start, so the tail is measured in steps a person would notice."""
+        ranked = self.ranked
+        if not ranked:
+            return 0.0
+        quartile = ranked[min(len(ranked) - 1, int((1.0 - UNIT_SHARE) * len(ranked)))]
+        return quartile if quartile > 0.0 else 0.25 * self.start()[0]
+
+    def start(self) -> tuple[float, int]:
+        """Where the tail starts and how many window values reach it."""
+        ranked = self.ranked
+        k = max(1, math.ceil(TAIL_SHARE * len(ranked)))
+        return ranked[len(ranked) - k], k
+
+    def probability(self, value: float, unit: float) -> float:
+        """The chance that this stream shows a surprise at least ``value`` (``unit``: self.unit(), passed in
+        because the caller needs it too)."""
+        ranked = self.ranked
+        n = len(ranked)
+        if not n:
+            return 1.0
+        start, k = self.start()
+        count = n - bisect_left(ranked, value)
+        if value <= start or unit <= 0.0:
+            return (count + 1) / (n + 1)
+        # The tail extrapolates; it never calls a surprise rarer than the window has just shown it to be.
+        # Seen once before in the window, a surprise is still news (a young stream's one spike must not make the
+        # next one normal); seen twice, the window's own share is the least it can be.
+        return max((count - 1) / (n + 1),
+                   (k + 1) / (n + 1) * _pareto_tail((value - start) / unit, self.shape, self.scale))
+
+    def quantile(self, probability: float, unit: float) -> float:
+        """The least surprise whose probability is at most ``probability``."""
+        ranked = self.ranked
+        n = len(ranked)
+        if not n:
+            return math.inf
+        start, k = self.start()
+        at_start = (k + 1) / (n + 1)
+        if probability >= at_start:
+            allowed = int(probability * (n + 1)) - 1  # values that may lie at or above the answer
+            return ranked[max(0, min(n - 1, n - 1 - allowed))]
+        allowed = int(probability * (n + 1))  # the window's own largest values bound the answer from below
+        seen = ranked[n - 2 - allowed] if allowed + 1 < n else 0.0
+        ratio = probability / at_start
+        shape, scale = self.shape, self.scale
+        reach = -scale * math.log(ratio) if abs(shape) < 1e-6 else scale * (ratio ** -shape - 1.0) / shape
+        return max(seen, start + unit * reach)
+
+    def learn(self, value: float, unit: float) -> None:
+        if self.ranked and unit > 0.0:
+            start, _ = self.start()
+            if value > start:
+                self._exceed((value - start) / unit)
+        _push_ranked(self.ring, self.ranked, self.next, value)
+        if len(self.ring) == WINDOW_ROWS:
+            self.next = (self.next + 1) % WINDOW_ROWS
+
+    def _exceed(self, excess: float) -> None:
+        ring, ranked = self.excess_ring, self.excess_ranked
+        if len(ring) < TAIL_SAMPLES:
+            ring.append(excess)
+        else:
+            del ranked[bisect_left(ranked, ring[self.excess_next])]
+            ring[self.excess_next] = excess
+            self.excess_next = (self.excess_next + 1) % TAIL_SAMPLES
+        insort(ranked, excess)
+        self._fit()
+
+    def _fit(self) -> None:
+        """Probability-weighted moments (Hosking and Wallis 1987) of the sorted excesses, pulled toward the prior
+        by its weight: robust to the largest excess, closed form, O(TAIL_SAMPLES) per exceedance."""
+        ranked = self.excess_ranked
+        n = len(ranked)
+        if n < 2:
+            return
+        a0 = sum(ranked) / n
+        a1 = sum(value * (n - 1 - i) for i, value in enumerate(ranked)) / (n * (n - 1))
+        gap = a0 - 2.0 * a1
+        if a0 <= 0.0 or gap <= 0.0:
+            return
+        low, high = SHAPE_LIMITS
+        shape = min(high, max(low, 2.0 - a0 / gap))
+        scale = 2.0 * a0 * a1 / gap
+        weight = TAIL_PRIOR_WEIGHT
+        self.shape = (n * shape + weight * TAIL_PRIOR_SHAPE) / (n + weight)
+        self.scale = (n * scale + weight * 1.0) / (n + weight)
+
+    def size(self) -> int:
+        return 2 * len(self.ring) + 2 * len(self.excess_ring)
+
+
+def _pareto_tail(excess: float, shape: float, scale: float) -> float:
+    """The generalised Pareto survival function (0 beyond a bounded tail's end)."""
+    if abs(shape) < 1e-6:
+        return math.exp(-excess / scale)
+    base = 1.0 + shape * excess / scale
+    return 0.0 if base <= 0.0 else base ** (-1.0 / shape)
+
+
+@dataclass
 class DetectorState:
-    """Everything the detector remembers between rows; bounded by lookback_rows(period) numbers, held in
-    typed arrays (8 bytes a number) because a server keeps one state per monitor."""
+    """Everything the detector remembers between rows; bounded by lookback_rows(period) numbers plus the tails'
+    samples, held in typed arrays (8 bytes a number) because a server keeps one state per monitor."""
 
     rows: int = 0
     warm_times: list[float] = field(default_factory=list)
@@ -110,32 +256,28 @@ class DetectorState:
     origin: float = 0.0
     step: float = 0.0
     period: int = 0
-    slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2 + the habit's reach
+    slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2
     slot_values: array = field(default_factory=_floats)
-    slot_residuals: array = field(default_factory=_floats)  # value - expected, by slot (0 for warm-up rows)
     last_slot: int = 0
     last: float = 0.0  # last value as the short-term predictors see it
     local: list[float] = field(default_factory=list)
-    errors_sorted: array = field(default_factory=_floats)
-    errors_ring: array = field(default_factory=_floats)
-    errors_next: int = 0
+    errors: Surprises = field(default_factory=Surprises)
+    means: Surprises = field(default_factory=Surprises)
     chooser_ring: array = field(default_factory=_floats)  # _PREDICTORS errors a row, NaN where none
     chooser_rows: int = 0
     chooser_next: int = 0
     chooser_sum: list[float] = field(default_factory=lambda: [0.0] * _PREDICTORS)
     chooser_count: list[int] = field(default_factory=lambda: [0] * _PREDICTORS)
-    run_side: int = 0
-    run: list[tuple[float, float]] = field(default_factory=list)  # (time, value) of the current flagged run
-    # The last QUIET_ROWS rows' deviations beyond the range, signed (+ above, - below), 0 for a row inside it.
-    recent_flags: array = field(default_factory=_floats)
-    recent_next: int = 0
-    short_ring: array = field(default_factory=_floats)  # the last SHORT_ROWS errors, capped at the half-width
+    short_ring: array = field(default_factory=_floats)  # the last SHORT_ROWS errors in units, capped at the tail
     short_next: int = 0
-    means_sorted: array = field(default_factory=_floats)  # the last WINDOW_ROWS short-window means
-    means_ring: array = field(default_factory=_floats)
-    means_next: int = 0
-    since_flag: int = 1 << 30  # rows since the last row beyond the range
-    since_short_alarm: int = 1 << 30
+    # The open incident: its least probability (0 < p_peak; 1.0 when none is open), normal and abnormal rows
+    # in it so far, its start and peak times, and the real values of its last abnormal rows (for adoption).
+    peak_p: float = 1.0
+    normal_run: int = 0
+    abnormal_rows: int = 0
+    started_at: float = 0.0
+    peak_at: float = 0.0
+    run: list[float] = field(default_factory=list)
 
 
 class StreamingDetector:
@@ -145,28 +287,29 @@ class StreamingDetector:
         self,
         *,
         data_frequency: str,
-        confidence: float = 0.99,
+        false_alarms_per_week: float | None = None,
+        confidence: float | None = None,
         period: int | None = None,
         floor: tuple[float, float] = (0.0, 0.0),
-        margin: float = BAND_MARGIN,
-        top_rank: int = TOP_RANK,
-        quiet_rows: int = QUIET_ROWS,
         short_rows: int = SHORT_ROWS,
-        habit: float = HABIT_SHARE,
+        close_rows: int = CLOSE_ROWS,
+        adopt_rows: int = ADOPT_ROWS,
     ) -> None:
-        """``period`` in rows overrides the season data_frequency suggests (0: none); ``floor`` is
-        (absolute, relative to |expected|): the range is never narrower than either. ``margin``, ``top_rank``,
-        ``quiet_rows``, ``short_rows`` (0: no second signal) and ``habit`` (the share of a season a habit is
-        looked for either side of a row's time; 0: none) are the constants chosen by leave-one-category-out (the
-        benchmark varies them)."""
+        """``false_alarms_per_week`` is the budget (``confidence``, the older knob, maps onto it:
+        budget_for_confidence); ``period`` in rows overrides the season data_frequency suggests (0: none);
+        ``floor`` is (absolute, relative to |expected|): the range is never narrower than either.
+        ``short_rows`` (0: no second surprise), ``close_rows`` and ``adopt_rows`` are the constants the
+        benchmark varies."""
+        if false_alarms_per_week is None:
+            false_alarms_per_week = (DEFAULT_FALSE_ALARMS_PER_WEEK if confidence is None
+                                     else budget_for_confidence(confidence))
         self.data_frequency = data_frequency
-        self.stretch = margin * stretch_for(confidence)
-        self.top_rank = top_rank
-        self.quiet_rows = quiet_rows
-        self.short_rows = short_rows
-        self.habit = habit
+        self.budget = false_alarms_per_week
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
+        self.short_rows = short_rows
+        self.close_rows = close_rows
+        self.adopt_rows = adopt_rows
 
     def initial_state(self) -> DetectorState:
         return DetectorState()
@@ -174,8 +317,11 @@ class StreamingDetector:
     @staticmethod
     def size(state: DetectorState) -> int:
         """Numbers the state holds (what a cache of states is bounded by)."""
-        return (len(state.errors_ring) * 2 + len(state.means_ring) * 2 + len(state.short_ring)
-                + len(state.chooser_ring) + len(state.slot_ids) * 3 + LOCAL_ROWS + QUIET_ROWS)
+        return (state.errors.size() + state.means.size() + len(state.short_ring) + len(state.chooser_ring)
+                + len(state.slot_ids) * 2 + LOCAL_ROWS * 2)
+
+    def threshold(self, state: DetectorState) -> float:
+        return threshold_for(self.budget, state.step) if state.rows >= WARMUP else 1.0
 
     def update(
         self,
@@ -188,6 +334,7 @@ class StreamingDetector:
         out = Verdicts()
         for index, (moment, value) in enumerate(zip(times, values, strict=True)):
             self._row(state, float(moment), float(value), bool(normal[index]) if normal else False, out)
+        out.threshold = self.threshold(state)
         return out
 
     # ------------------------------------------------------------------------------------------ one row
@@ -195,113 +342,135 @@ class StreamingDetector:
     def _row(self, st: DetectorState, moment: float, value: float, normal: bool, out: Verdicts) -> None:
         if st.rows < WARMUP:
             self._warm_up(st, moment, value)
-            _emit(out, value, value, value, 0.0, False, None)
+            _emit(out, value, value, value, 0.0, False, None, None)
             return
         st.rows += 1
         predictions = self._predictions(st, moment)
         choice = self._choose(st, predictions)
         expected = predictions[choice]
         assert expected is not None
-        least = max(
-            self.floor_absolute,
-            self.floor_relative * abs(expected),
-            1e-9 + 1e-6 * abs(value),  # a perfectly flat stretch must not flag rounding noise
-        )
-        halfwidth = max(self.stretch * self._scale(st), least)
+        chance = 1.0 - threshold_for(self.budget, st.step)
+        least = max(self.floor_absolute, self.floor_relative * abs(expected), FLOOR_RELATIVE * abs(value), 1e-9)
         residual = value - expected
-        ratio = abs(residual) / halfwidth
-        lifted = ratio * ratio
-        score = 1.0 if math.isinf(lifted) else lifted / (1.0 + lifted)
-        flagged = score >= 0.5
-        news = flagged and not self._seen_lately(st, residual) and not self._habit(st, moment, residual)
-        if flagged and not news:
-            score = _JUST_BELOW
-        short_score = self._short_score(st, abs(residual), least)
-        st.since_flag = 0 if flagged else st.since_flag + 1
-        st.since_short_alarm += 1
-        if short_score > score:
-            # The short window holds a deviation already judged on its own, or the same change already told.
-            if short_score >= 0.5 and (st.since_flag < self.short_rows or st.since_short_alarm <= self.quiet_rows):
-                short_score = _JUST_BELOW
-            score = short_score
-            if score >= 0.5:
-                news = True
-                st.since_short_alarm = 0
-        _emit(out, expected, expected - halfwidth, expected + halfwidth, score, news,
-              ("up" if residual > 0 else "down") if news else None)
-        self._remember_flag(st, residual if flagged else 0.0)
-        self._learn(st, moment, value, expected, halfwidth, predictions, flagged and not normal)
+        error = abs(residual)
+        errors = st.errors
+        own_unit = errors.unit()
+        unit = max(own_unit, least)
+        # The range: where the row's own error alone would reach the threshold (half the chance: two surprises).
+        reach = errors.quantile(chance / LOOKS if self.short_rows else chance, unit)
+        halfwidth = max(reach, least)
+        # Below the floor nothing is news: the surprise is read on a scale stretched so the floor is the range.
+        judged = error * reach / least if least > reach else error
+        p = errors.probability(judged, unit)
+        if self.short_rows:
+            p = min(1.0, LOOKS * min(p, self._short_probability(st, judged, unit)))
+        p = max(p, LEAST_P)
+        raw = 1.0 - p
+        threshold = 1.0 - chance
+        was_open = st.peak_p < 1.0
+        event: str | None = None
+        if not was_open:
+            score = raw
+            if score >= threshold:
+                event = "open"
+                st.peak_p, st.started_at, st.peak_at = p, moment, moment
+                st.normal_run, st.abnormal_rows, st.run = 0, 0, []
+        else:
+            score = 1.0 - min(1.0, p / st.peak_p)
+            if score >= threshold:
+                st.peak_p, st.peak_at = p, moment
+        flagged = score >= threshold
+        _emit(out, expected, expected - halfwidth, expected + halfwidth, score, flagged,
+              ("up" if residual > 0 else "down") if flagged else None, event)
+        # Learning: what the row teaches, given the incident it belongs to.
+        abnormal = p <= NORMAL_P
+        if normal:
+            learn = "normal"
+            if st.peak_p < 1.0 and event is None:
+                _close(out, st, "feedback")
+        elif event == "open":
+            learn = "capped"
+        elif was_open:
+            if abnormal:
+                st.normal_run = 0
+                st.abnormal_rows += 1
+                st.run.append(value)
+                if len(st.run) > LOCAL_ROWS:
+                    del st.run[0]
+                learn = "capped"
+                if st.abnormal_rows >= self.adopt_rows:
+                    learn = "adopt"
+                    _close(out, st, "adopted")
+            else:
+                st.normal_run += 1
+                learn = "normal"
+                if st.normal_run >= self.close_rows:
+                    _close(out, st, "closed")
+        else:
+            learn = "normal"
+        self._learn(st, moment, value, expected, halfwidth, predictions, learn, error, own_unit, reach)
 
-    def _short_score(self, st: DetectorState, capped: float, least: float) -> float:
-        """The mean capped error of the last short_rows rows (this one included) against the WINDOW_ROWS
-        means before it, read as the point score reads one error against the errors before it."""
+    def _short_probability(self, st: DetectorState, error: float, unit: float) -> float:
+        """The mean of the last short_rows errors (this one included), each in units and capped at the start of
+        the errors' tail, read against the stream's own such means."""
         k = self.short_rows
-        if not k:
-            return 0.0
+        start, _ = st.errors.start()
+        capped = min(error, start) / unit if unit > 0.0 else 0.0
         ring = st.short_ring
         if len(ring) < k:
             ring.append(capped)
         else:
             ring[st.short_next] = capped
             st.short_next = (st.short_next + 1) % k
-        mean = sum(ring) / len(ring)
-        means = st.means_sorted
-        score = 0.0
-        if len(ring) == k and means:
-            rank = min(self.top_rank, max(1, len(means) // ROWS_PER_RANK))
-            width = max(self.stretch * means[len(means) - rank], least)
-            lifted = (mean / width) ** 2
-            score = 1.0 if math.isinf(lifted) else lifted / (1.0 + lifted)
-        if len(ring) == k:
-            full = len(st.means_ring) == WINDOW_ROWS
-            _push_ranked(st.means_ring, means, st.means_next, mean)
-            if full:
-                st.means_next = (st.means_next + 1) % WINDOW_ROWS
-        return score
+        if len(ring) < k or not st.means.ranked:
+            return 1.0
+        return st.means.probability(sum(ring) / k, self._means_unit(st, start, unit))
 
-    def _habit_reach(self, period: int) -> int:
-        return round(period * self.habit)
+    def _means_unit(self, st: DetectorState, start: float, unit: float) -> float:
+        """The short means' unit: their own 75th percentile, and at least what one row at the start of the
+        errors' tail adds to a short window (a stream that is mostly flat has means of nil)."""
+        one_row = start / unit / self.short_rows if unit > 0.0 else 0.0
+        return max(st.means.unit(), one_row, MEANS_UNIT_FLOOR)
 
-    def _habit(self, st: DetectorState, moment: float, residual: float) -> bool:
-        """Whether a deviation on the same side at least as large was seen within the habit's reach of this
-        time of the season in two of the last three seasons: a daily job's spike is then a habit, not news."""
-        reach = self._habit_reach(st.period)
-        if not reach:
-            return False
-        slot = self._slot(st, moment)
-        ids, residuals, size = st.slot_ids, st.slot_residuals, len(st.slot_ids)
-        seasons = 0
-        for back in (1, 2, 3):
-            centre = slot - back * st.period
-            for near in range(centre - reach, centre + reach + 1):
-                position = near % size
-                if ids[position] == near and (residuals[position] >= residual if residual > 0
-                                              else residuals[position] <= residual):
-                    seasons += 1
-                    break
-            if seasons == 2 or seasons + 3 - back < 2:
-                break
-        return seasons >= 2
+    # -------------------------------------------------------------------------------------- learning
 
-    def _seen_lately(self, st: DetectorState, residual: float) -> bool:
-        """Whether a deviation on the same side at least as large was flagged in the last QUIET_ROWS rows:
-        then this one is part of the same incident, not news (it still counts as deviant when learning)."""
-        if residual > 0:
-            return any(earlier >= residual for earlier in st.recent_flags)
-        return any(earlier <= residual for earlier in st.recent_flags)
-
-    def _remember_flag(self, st: DetectorState, deviation: float) -> None:
-        if not self.quiet_rows:
-            return
-        if len(st.recent_flags) < self.quiet_rows:
-            st.recent_flags.append(deviation)
+    def _learn(
+        self, st: DetectorState, moment: float, value: float, expected: float, halfwidth: float,
+        predictions: list[float | None], learn: str, error: float, unit: float, reach: float,
+    ) -> None:
+        self._remember_season(st, moment, value)
+        # A row not learnt as normal counts against each predictor at most as a miss by the range's half-width,
+        # so an incident does not decide which predictor judges the rows after it.
+        if learn == "normal":
+            errors = [None if p is None else abs(p - value) ** CHOOSER_POWER for p in predictions]
         else:
-            st.recent_flags[st.recent_next] = deviation
-            st.recent_next = (st.recent_next + 1) % self.quiet_rows
+            errors = [None if p is None else min(abs(p - value), halfwidth) ** CHOOSER_POWER for p in predictions]
+        self._push_choice(st, errors)
+        if learn == "adopt":
+            for offset, real in enumerate(reversed(st.run[-len(st.local):])):
+                st.local[-1 - offset] = real
+            st.last = value
+            st.run = []
+            # A new normal: the predictors are judged again from here, or the one that knew the old level best
+            # would keep opening incidents for a day.
+            st.chooser_ring, st.chooser_rows, st.chooser_next = array("d"), 0, 0
+            st.chooser_sum, st.chooser_count = [0.0] * _PREDICTORS, [0] * _PREDICTORS
+            return
+        if learn == "capped":
+            self._remember_short(st, expected)
+        else:
+            self._remember_short(st, value)
+        # Capped at the range: an incident teaches that surprises of the threshold's size happen (a stream whose
+        # bursts are normal learns so), and no more, so one incident cannot widen the range.
+        capped = learn == "capped"
+        st.errors.learn(min(error, reach) if capped else error, unit)
+        if self.short_rows and len(st.short_ring) == self.short_rows:
+            st.means.learn(sum(st.short_ring) / self.short_rows,
+                           self._means_unit(st, st.errors.start()[0], max(unit, 1e-300)))
 
     def _warm_up(self, st: DetectorState, moment: float, value: float) -> None:
         if st.rows:
-            self._push_error(st, abs(value - st.last))
+            st.errors.learn(abs(value - st.last), 0.0)
         st.rows += 1
         st.warm_times.append(moment)
         st.warm_values.append(value)
@@ -327,10 +496,9 @@ class StreamingDetector:
                         break
         st.period = period
         if period:
-            size = 3 * period + 2 + self._habit_reach(period)
+            size = 3 * period + 2
             st.slot_ids = array("q", [-(1 << 62)]) * size
             st.slot_values = array("d", [0.0]) * size
-            st.slot_residuals = array("d", [0.0]) * size
             for moment, value in zip(times, st.warm_values, strict=True):
                 self._remember_season(st, moment, value)
         st.warm_times, st.warm_values = [], []
@@ -371,66 +539,18 @@ class StreamingDetector:
                 best, best_error = j, error
         return best
 
-    def _scale(self, st: DetectorState) -> float:
-        errors = st.errors_sorted
-        if not errors:
-            return 0.0
-        rank = min(self.top_rank, max(1, len(errors) // ROWS_PER_RANK))
-        return errors[len(errors) - rank]
-
-    # -------------------------------------------------------------------------------------- learning
-
-    def _learn(
-        self, st: DetectorState, moment: float, value: float, expected: float, halfwidth: float,
-        predictions: list[float | None], flagged: bool,
-    ) -> None:
-        self._push_error(st, abs(value - expected))
-        # A flagged row counts against each predictor at most as a miss by the range's half-width, so an
-        # incident does not decide which predictor judges the rows after it.
-        if flagged:
-            errors = [None if p is None else min(abs(p - value), halfwidth) ** CHOOSER_POWER for p in predictions]
-        else:
-            errors = [None if p is None else abs(p - value) ** CHOOSER_POWER for p in predictions]
-        self._push_choice(st, errors)
-        self._remember_season(st, moment, value, value - expected)
-        if not flagged:
-            st.run, st.run_side = [], 0
-            self._remember_short(st, value)
-            return
-        side = 1 if value > expected else -1
-        if side != st.run_side:
-            st.run, st.run_side = [], side
-        st.run.append((moment, value))
-        self._remember_short(st, expected)
-        if len(st.run) >= REANCHOR_ROWS:  # a new level, not an incident: adopt it
-            for offset, (_, real) in enumerate(reversed(st.run[-len(st.local):])):
-                st.local[-1 - offset] = real
-            st.last = value
-            st.run, st.run_side = [], 0
-
     def _remember_short(self, st: DetectorState, value: float) -> None:
         st.last = value
         st.local.append(value)
         if len(st.local) > LOCAL_ROWS:
             del st.local[0]
 
-    def _remember_season(self, st: DetectorState, moment: float, value: float, residual: float = 0.0) -> None:
+    def _remember_season(self, st: DetectorState, moment: float, value: float) -> None:
         if st.period:
             slot = self._slot(st, moment)
             position = slot % len(st.slot_ids)
             st.slot_ids[position], st.slot_values[position] = slot, value
-            st.slot_residuals[position] = residual
             st.last_slot = slot
-
-    def _push_error(self, st: DetectorState, error: float) -> None:
-        if len(st.errors_ring) < WINDOW_ROWS:
-            st.errors_ring.append(error)
-        else:
-            oldest = st.errors_ring[st.errors_next]
-            st.errors_ring[st.errors_next] = error
-            st.errors_next = (st.errors_next + 1) % WINDOW_ROWS
-            del st.errors_sorted[bisect_left(st.errors_sorted, oldest)]
-        insort(st.errors_sorted, error)
 
     def _push_choice(self, st: DetectorState, errors: list[float | None]) -> None:
         # Written in place, field by field: this runs on every row, and building a row array cost a sixth of it.
@@ -460,6 +580,11 @@ class StreamingDetector:
                 counts[j] += 1
 
 
+def _close(out: Verdicts, st: DetectorState, why: str) -> None:
+    out.incident[-1] = why
+    st.peak_p, st.normal_run, st.abnormal_rows, st.run = 1.0, 0, 0, []
+
+
 def _push_ranked(ring: array, ranked: array, position: int, value: float) -> None:
     """Appends ``value`` to a ring of WINDOW_ROWS (overwriting ``position`` once full) and its sorted copy."""
     if len(ring) < WINDOW_ROWS:
@@ -471,10 +596,11 @@ def _push_ranked(ring: array, ranked: array, position: int, value: float) -> Non
 
 
 def _emit(out: Verdicts, expected: float, lower: float, upper: float, score: float, flagged: bool,
-          direction: str | None) -> None:
+          direction: str | None, incident: str | None) -> None:
     out.expected.append(expected)
     out.lower.append(lower)
     out.upper.append(upper)
     out.score.append(score)
     out.is_anomaly.append(flagged)
     out.direction.append(direction)
+    out.incident.append(incident)
