@@ -30,7 +30,7 @@ def check_sane(result: DetectionResult, judged: int) -> None:
         assert all(math.isfinite(v) for v in (low, mid, high, score))
         assert low <= mid <= high
         assert 0.0 <= score <= 1.0
-        assert flag == (score >= 0.5)
+        assert flag == (score >= result.threshold)
         assert (direction is not None) == flag and direction in (None, "up", "down")
 
 
@@ -102,7 +102,7 @@ def test_a_failing_default_detector_falls_back_and_says_so(monkeypatch: pytest.M
     def broken(*args: object) -> DetectionResult:
         raise np.linalg.LinAlgError("singular")
 
-    monkeypatch.setattr(detectors, "streaming_detector", broken)
+    monkeypatch.setattr(detectors.StreamingModel, "detect", broken)
     times, values = five_minute_series(300)
     result = DetectJob(times, values, "Minutes", 0.99).run()
     assert result.fallback is not None and FALLBACK_DETECTOR in result.fallback and DEFAULT_DETECTOR in result.fallback

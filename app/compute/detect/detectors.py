@@ -1,13 +1,21 @@
-"""The detectors behind DetectJob; they run in worker processes.
+"""The detectors behind DetectJob, by id; they run in worker processes.
 
-anomaly-model-1 (default): app.compute.detect.streaming, every row judged from the rows before it.
-anomaly-model-2 (fallback): rolling median of the recent values, range from their median absolute
-deviation. Fewer moving parts (numpy, vectorised); it answers when the default detector fails.
+Contract (``Detector``): a class configured only in its constructor, with one method, ``detect(job)``, that
+judges rows ``job.start`` .. n-1 of the job's series, each from the rows before it, and returns a
+``DetectionResult`` whose ``is_anomaly`` is exactly ``score >= threshold`` on every row, the threshold coming
+from the job's false-alarm budget (app.compute.detect.streaming.threshold_for).
+
+anomaly-model-1 (default): app.compute.detect.streaming, calibrated score, incidents.
+anomaly-model-2 (fallback): rolling median of the recent values; the score is a normal distribution's tail
+probability of the distance in robust standard deviations (their median absolute deviation). Fewer moving
+parts (numpy, vectorised); it answers when the default detector fails.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from abc import ABC, abstractmethod
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
@@ -15,7 +23,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from app.compute.detect.results import DEFAULT_DETECTOR, FALLBACK_DETECTOR, DetectionResult
-from app.compute.detect.streaming import WARMUP, StreamingDetector
+from app.compute.detect.streaming import WARMUP, StreamingDetector, budget_for_confidence, threshold_for
 from app.series.frequencies import nominal_step
 
 if TYPE_CHECKING:
@@ -23,125 +31,115 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("app.compute.detect")
 
-FALLBACK_MEDIAN_ROWS = 48
-FALLBACK_MARGIN = 1.5
+MEDIAN_ROWS = 48  # the fallback's history: long enough for a stable median, short enough to follow a level
+MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation over its median absolute deviation
+
+
+class Detector(ABC):
+    """Configured in the constructor; ``detect`` judges a job's rows."""
+
+    @abstractmethod
+    def detect(self, job: DetectJob) -> DetectionResult: ...
+
+
+class StreamingModel(Detector):
+    """anomaly-model-1: every row from row 0 (the state needs them), answered from ``job.start`` on."""
+
+    def detect(self, job: DetectJob) -> DetectionResult:
+        detector = StreamingDetector(data_frequency=job.data_frequency, confidence=job.confidence, period=job.period)
+        state = detector.initial_state()
+        times = np.asarray(job.epoch_seconds, dtype=np.float64).tolist()
+        values = np.asarray(job.values, dtype=np.float64).tolist()
+        verdicts = detector.update(state, times, values)
+        start = max(0, min(job.start, len(values)))
+        for name in ("expected", "lower", "upper", "score"):
+            if not all(np.isfinite(getattr(verdicts, name)[start:])):
+                raise FloatingPointError(f"non-finite {name}")
+        return DetectionResult(
+            expected=verdicts.expected[start:],
+            lower=verdicts.lower[start:],
+            upper=verdicts.upper[start:],
+            score=verdicts.score[start:],
+            is_anomaly=verdicts.is_anomaly[start:],
+            direction=verdicts.direction[start:],
+            warmup_points=min(WARMUP, len(values)),
+            period=state.period or None,
+            threshold=verdicts.threshold,
+            incident=verdicts.incident[start:],
+        )
+
+
+class RollingMedian(Detector):
+    """anomaly-model-2: the median of the last MEDIAN_ROWS values, and their median absolute deviation."""
+
+    def detect(self, job: DetectJob) -> DetectionResult:
+        times = np.asarray(job.epoch_seconds, dtype=np.float64)
+        values = np.asarray(job.values, dtype=np.float64)
+        n = len(values)
+        start = max(0, min(job.start, n))
+        lo = max(0, start - MEDIAN_ROWS)
+        y = values[lo:n]
+        m = len(y)
+        expected = y.copy()
+        spread = np.zeros(m)
+        first_full = max(lo, MEDIAN_ROWS)
+        if first_full < n:
+            base = first_full - MEDIAN_ROWS
+            history = sliding_window_view(values[base : n - 1], MEDIAN_ROWS)  # window k: rows before first_full+k
+            medians = np.median(history, axis=1)
+            expected[first_full - lo :] = medians
+            spread[first_full - lo :] = MAD_TO_SIGMA * np.median(np.abs(history - medians[:, None]), axis=1)
+        for i in range(max(lo, WARMUP), min(first_full, n)):
+            history = values[:i]
+            median = float(np.median(history))
+            expected[i - lo] = median
+            spread[i - lo] = MAD_TO_SIGMA * float(np.median(np.abs(history - median)))
+        # A least spread, so a perfectly flat stretch does not flag rounding noise.
+        spread = np.maximum(spread, 1e-9 + 1e-6 * np.abs(y))
+        threshold = threshold_for(budget_for_confidence(job.confidence), nominal_step(times))
+        z = NormalDist().inv_cdf(1.0 - (1.0 - threshold) / 2.0)
+        residual = y - expected
+        distance = np.abs(residual) / spread
+        score = np.array([1.0 - math.erfc(d / math.sqrt(2.0)) for d in distance.tolist()])
+        warm = np.arange(lo, lo + m) < WARMUP
+        score = np.where(warm, 0.0, score)
+        expected = np.where(warm, y, expected)
+        halfwidth = np.where(warm, 0.0, z * spread)
+        judged = slice(start - lo, m)
+        lower, upper = expected - halfwidth, expected + halfwidth
+        for name, numbers in (("expected", expected), ("lower", lower), ("upper", upper), ("score", score)):
+            if not np.isfinite(numbers[judged]).all():
+                raise FloatingPointError(f"non-finite {name}")
+        anomaly = score >= threshold
+        direction = [("up" if r > 0 else "down") if a else None
+                     for r, a in zip(residual[judged].tolist(), anomaly[judged].tolist(), strict=True)]
+        return DetectionResult(
+            expected=expected[judged].tolist(),
+            lower=lower[judged].tolist(),
+            upper=upper[judged].tolist(),
+            score=score[judged].tolist(),
+            is_anomaly=anomaly[judged].tolist(),
+            direction=direction,
+            warmup_points=min(WARMUP, n),
+            period=None,
+            threshold=threshold,
+        )
+
+
+REGISTRY: dict[str, Detector] = {DEFAULT_DETECTOR: StreamingModel(), FALLBACK_DETECTOR: RollingMedian()}
 
 
 def detect(job: DetectJob) -> DetectionResult:
-    times = np.asarray(job.epoch_seconds, dtype=np.float64)
-    values = np.asarray(job.values, dtype=np.float64)
-    detector = job.detector or DEFAULT_DETECTOR
-    if detector not in (DEFAULT_DETECTOR, FALLBACK_DETECTOR):
-        raise ValueError(f"unknown detector {detector!r}")
-    if detector == DEFAULT_DETECTOR:
-        try:
-            return streaming_detector(job)
-        except Exception as exc:  # noqa: BLE001 - any failure of the default detector falls back
-            log.warning("anomaly-model-1 failed (%s: %s); answering with anomaly-model-2", type(exc).__name__, exc)
-            fallback = f"{DEFAULT_DETECTOR} failed ({type(exc).__name__}); answered by {FALLBACK_DETECTOR}"
-            result = median_detector(times, values, job.confidence, job.start)
-            return DetectionResult(**{**result.__dict__, "fallback": fallback})
-    return median_detector(times, values, job.confidence, job.start)
-
-
-def streaming_detector(job: DetectJob) -> DetectionResult:
-    """Every row from row 0 (the state needs them), answered from ``job.start`` on."""
-    detector = StreamingDetector(data_frequency=job.data_frequency, confidence=job.confidence, period=job.period)
-    state = detector.initial_state()
-    times = np.asarray(job.epoch_seconds, dtype=np.float64).tolist()
-    values = np.asarray(job.values, dtype=np.float64).tolist()
-    verdicts = detector.update(state, times, values)
-    start = max(0, min(job.start, len(values)))
-    for name in ("expected", "lower", "upper", "score"):
-        if not all(np.isfinite(getattr(verdicts, name)[start:])):
-            raise FloatingPointError(f"non-finite {name}")
-    return DetectionResult(
-        expected=verdicts.expected[start:],
-        lower=verdicts.lower[start:],
-        upper=verdicts.upper[start:],
-        score=verdicts.score[start:],
-        is_anomaly=verdicts.is_anomaly[start:],
-        direction=verdicts.direction[start:],
-        warmup_points=min(WARMUP, len(values)),
-        period=state.period or None,
-    )
-
-
-def _two_sided_z(probability: float) -> float:
-    return NormalDist().inv_cdf(0.5 + probability / 2)
-
-
-def _floor(values: np.ndarray, lo: int, n: int) -> np.ndarray:
-    """A least half-width, so a perfectly flat stretch does not flag rounding noise."""
-    scale = np.abs(values[lo:n])
-    return 1e-9 + 1e-6 * scale
-
-
-def _result(
-    y: np.ndarray,
-    expected: np.ndarray,
-    halfwidth: np.ndarray,
-    offset: int,
-    lo: int,
-    period: float | None,
-    step: float,
-) -> DetectionResult:
-    m = len(y)
-    judged = slice(offset, m)
-    row_index = np.arange(lo, lo + m)
-    warm = row_index < WARMUP
-    residual = y - expected
-    ratio = np.abs(residual) / halfwidth
-    # r^p / (1 + r^p): 0.5 on the edge of the range, and still rising (not saturated at 1.0) for large
-    # surprises, so scores keep ranking them.
-    with np.errstate(over="ignore", invalid="ignore"):
-        lifted = np.power(ratio, 2.0)
-        score = np.where(np.isinf(lifted), 1.0, lifted / (1.0 + lifted))
-    score = np.where(warm, 0.0, np.clip(score, 0.0, 1.0))
-    expected = np.where(warm, y, expected)
-    halfwidth = np.where(warm, 0.0, halfwidth)
-    lower, upper = expected - halfwidth, expected + halfwidth
-    for name, numbers in (("expected", expected), ("lower", lower), ("upper", upper), ("score", score)):
-        if not np.isfinite(numbers[judged]).all():
-            raise FloatingPointError(f"non-finite {name}")
-    anomaly = score >= 0.5
-    direction = [
-        ("up" if r > 0 else "down") if a else None
-        for r, a in zip(residual[judged].tolist(), anomaly[judged].tolist(), strict=True)
-    ]
-    return DetectionResult(
-        expected=expected[judged].tolist(),
-        lower=lower[judged].tolist(),
-        upper=upper[judged].tolist(),
-        score=score[judged].tolist(),
-        is_anomaly=anomaly[judged].tolist(),
-        direction=direction,
-        warmup_points=min(WARMUP, lo + m),
-        period=None if period is None or step <= 0 else int(round(period / step)),
-    )
-
-
-def median_detector(times: np.ndarray, values: np.ndarray, confidence: float, start: int) -> DetectionResult:
-    n = len(values)
-    start = max(0, min(start, n))
-    lo = max(0, start - FALLBACK_MEDIAN_ROWS)
-    y = values[lo:n]
-    m = len(y)
-    expected = y.copy()
-    halfwidth = np.zeros(m)
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    first_full = max(lo, FALLBACK_MEDIAN_ROWS)
-    if first_full < n:
-        base = first_full - FALLBACK_MEDIAN_ROWS
-        history = sliding_window_view(values[base : n - 1], FALLBACK_MEDIAN_ROWS)  # window k: rows before first_full+k
-        medians = np.median(history, axis=1)
-        spread = np.median(np.abs(history - medians[:, None]), axis=1)
-        expected[first_full - lo :] = medians
-        halfwidth[first_full - lo :] = FALLBACK_MARGIN * z * 1.4826 * spread
-    for i in range(max(lo, WARMUP), min(first_full, n)):
-        history = values[:i]
-        median = float(np.median(history))
-        expected[i - lo] = median
-        halfwidth[i - lo] = FALLBACK_MARGIN * z * 1.4826 * float(np.median(np.abs(history - median)))
-    halfwidth = np.maximum(halfwidth, _floor(values, lo, n))
-    return _result(y, expected, halfwidth, start - lo, lo, None, nominal_step(times))
+    name = job.detector or DEFAULT_DETECTOR
+    detector = REGISTRY.get(name)
+    if detector is None:
+        raise ValueError(f"unknown detector {name!r}")
+    if name == FALLBACK_DETECTOR:
+        return detector.detect(job)
+    try:
+        return detector.detect(job)
+    except Exception as exc:  # noqa: BLE001 - any failure of the default detector falls back
+        log.warning("%s failed (%s: %s); answering with %s", name, type(exc).__name__, exc, FALLBACK_DETECTOR)
+        result = REGISTRY[FALLBACK_DETECTOR].detect(job)
+        return DetectionResult(**{**result.__dict__,
+                                  "fallback": f"{name} failed ({type(exc).__name__}); answered by {FALLBACK_DETECTOR}"})

@@ -12,8 +12,9 @@ SENSITIVITY_RANGE = (0, 99)
 
 
 def confidence_for_sensitivity(sensitivity: int) -> float:
-    """Azure's 0-99 sensitivity as the range's confidence: 99 is 0.99 (the default range); every 49.5
-    points lower makes the range hold ten times fewer outliers (0 is 0.9999). Higher means more anomalies."""
+    """Azure's 0-99 sensitivity as the ``confidence`` a job carries: 99 is 0.99, the default budget of one false
+    alarm a week per stream; every 49.5 points lower is ten times fewer alarms (0: 0.01 a week). Higher means
+    more anomalies. (The budget a confidence stands for: app.compute.detect.streaming.budget_for_confidence.)"""
     return 1.0 - 10.0 ** (-4.0 + 2.0 * sensitivity / 99.0)
 
 
@@ -24,12 +25,15 @@ class DetectionResult:
     expected: list[float]
     lower: list[float]
     upper: list[float]
-    score: list[float]  # in [0, 1]; is_anomaly == (score >= 0.5)
+    score: list[float]  # in [0, 1]: 1 - the chance a normal row is as surprising; is_anomaly == (score >= threshold)
     is_anomaly: list[bool]
     direction: list[str | None]  # "up" | "down" | None (None for a row that is not an anomaly)
     warmup_points: int  # how many of ALL n rows (from row 0) are warm-up
     period: int | None  # seasonality used, in rows, or None
     fallback: str | None = None  # why the fallback detector answered instead of the requested one
+    threshold: float = 0.5  # the score at which a row is an anomaly: 1 - budget per week / rows per week
+    # Per judged row: "open" when it opened an incident, "closed"/"adopted"/"feedback" when one ended at it.
+    incident: list[str | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -64,14 +64,15 @@ TAIL_SAMPLES = 256  # exceedances the tail's shape is fitted on: a long run (abo
 # TAIL_PRIOR_WEIGHT exceedances, so its first weeks alarm less, not more, than a calibrated stream.
 TAIL_PRIOR_SHAPE = 0.25
 TAIL_PRIOR_WEIGHT = 16.0
+FIT_EVERY = 8  # a full sample is refitted every 8th exceedance: the fit moves by 1/32 of its sample meanwhile
 SHAPE_LIMITS = (-0.4, 0.45)  # the fitted shape is kept where its moment estimator is defined (below 0.5)
-UNIT_SHARE = 0.25  # the unit of surprise is the 75th-percentile error: a quarter of the window must move to move it
+UNIT_SHARE = 0.5  # the unit of surprise is the median error: half of the window must move to move it
 CHOOSER_ROWS = 288  # errors that choose the predictor: a day of five-minute rows
 CHOOSER_POWER = 0.25  # one huge miss must not disqualify a predictor that is close on every other row
 LOCAL_ROWS = 8  # the local mean: short enough to follow a level, long enough to smooth a noisy one
 SHORT_ROWS = 6  # the short window of the second surprise: half an hour of five-minute rows
 NORMAL_P = 0.01  # a row inside an incident is normal again when a normal stream shows it 1 time in 100 or more
-CLOSE_ROWS = 12  # normal rows in a row that close an incident: an hour of five-minute rows
+CLOSE_ROWS = 48  # normal rows in a row that close an incident: four hours of five-minute rows
 ADOPT_ROWS = 48  # abnormal rows after which an incident is the new normal: four hours of five-minute rows
 FLOOR_RELATIVE = 1e-6  # a perfectly flat stretch must not flag rounding noise
 LEAST_P = 1e-300  # a bounded tail says 0 beyond its end; an incident's peak is divided by, so never quite 0
@@ -132,7 +133,7 @@ def _floats() -> array:
 @dataclass
 class Surprises:
     """One surprise's distribution in a stream: the last WINDOW_ROWS values (a ring and its sorted copy) and the
-    tail's exceedances beyond the window's top TAIL_SHARE, in units of the window's UNIT_SHARE quantile (a ring,
+    tail's exceedances beyond the window's top TAIL_SHARE, in units of the window's median (a ring,
     its sorted copy, and the generalised Pareto fitted to them)."""
 
     ring: array = field(default_factory=_floats)
@@ -143,21 +144,28 @@ class Surprises:
     excess_next: int = 0
     shape: float = TAIL_PRIOR_SHAPE
     scale: float = 1.0
+    cut: float = 0.0  # where the tail starts: the window's TAIL_SHARE-th largest value
+    cut_count: int = 0  # window values at or above it
+    unit_value: float = 0.0
+    exceedances: int = 0
 
     def unit(self) -> float:
-        """The 75th-percentile surprise; where more than a quarter are nil (sparse counts, a stream that is mostly
-        flat), a quarter of the tail's start, so the tail is measured in steps a person would notice."""
-        ranked = self.ranked
-        if not ranked:
-            return 0.0
-        quartile = ranked[min(len(ranked) - 1, int((1.0 - UNIT_SHARE) * len(ranked)))]
-        return quartile if quartile > 0.0 else 0.25 * self.start()[0]
+        """The median surprise; where more than half are nil (sparse counts, a stream that is mostly flat), a
+        quarter of the tail's start, so the tail is measured in steps a person would notice."""
+        return self.unit_value
 
     def start(self) -> tuple[float, int]:
         """Where the tail starts and how many window values reach it."""
+        return self.cut, self.cut_count
+
+    def _refresh(self) -> None:
+        # Read on every row, changed only by learn: kept rather than looked up (a sixth of a row's cost).
         ranked = self.ranked
-        k = max(1, math.ceil(TAIL_SHARE * len(ranked)))
-        return ranked[len(ranked) - k], k
+        n = len(ranked)
+        k = max(1, math.ceil(TAIL_SHARE * n))
+        self.cut, self.cut_count = ranked[n - k], k
+        quartile = ranked[min(n - 1, int((1.0 - UNIT_SHARE) * n))]
+        self.unit_value = quartile if quartile > 0.0 else 0.25 * self.cut
 
     def probability(self, value: float, unit: float) -> float:
         """The chance that this stream shows a surprise at least ``value`` (``unit``: self.unit(), passed in
@@ -195,13 +203,14 @@ class Surprises:
         return max(seen, start + unit * reach)
 
     def learn(self, value: float, unit: float) -> None:
-        if self.ranked and unit > 0.0:
-            start, _ = self.start()
-            if value > start:
-                self._exceed((value - start) / unit)
-        _push_ranked(self.ring, self.ranked, self.next, value)
+        if self.ranked and unit > 0.0 and value > self.cut:
+            self._exceed((value - self.cut) / unit)
         if len(self.ring) == WINDOW_ROWS:
+            _push_ranked(self.ring, self.ranked, self.next, value)
             self.next = (self.next + 1) % WINDOW_ROWS
+        else:
+            _push_ranked(self.ring, self.ranked, self.next, value)
+        self._refresh()
 
     def _exceed(self, excess: float) -> None:
         ring, ranked = self.excess_ring, self.excess_ranked
@@ -212,7 +221,9 @@ class Surprises:
             ring[self.excess_next] = excess
             self.excess_next = (self.excess_next + 1) % TAIL_SAMPLES
         insort(ranked, excess)
-        self._fit()
+        self.exceedances += 1
+        if self.exceedances % FIT_EVERY == 0 or len(ranked) < TAIL_SAMPLES:
+            self._fit()
 
     def _fit(self) -> None:
         """Probability-weighted moments (Hosking and Wallis 1987) of the sorted excesses, pulled toward the prior
@@ -273,6 +284,8 @@ class DetectorState:
     # The open incident: its least probability (0 < p_peak; 1.0 when none is open), normal and abnormal rows
     # in it so far, its start and peak times, and the real values of its last abnormal rows (for adoption).
     peak_p: float = 1.0
+    peak_error: float = 0.0  # the worst row's error and short mean (-1: none), read again on every row of it
+    peak_mean: float = -1.0
     normal_run: int = 0
     abnormal_rows: int = 0
     started_at: float = 0.0
@@ -362,9 +375,10 @@ class StreamingDetector:
         # Below the floor nothing is news: the surprise is read on a scale stretched so the floor is the range.
         judged = error * reach / least if least > reach else error
         p = errors.probability(judged, unit)
-        if self.short_rows:
-            p = min(1.0, LOOKS * min(p, self._short_probability(st, judged, unit)))
-        p = max(p, LEAST_P)
+        mean = self._short_mean(st, judged, unit) if self.short_rows else -1.0
+        if mean >= 0.0:
+            p = min(p, self._mean_probability(st, mean, unit))
+        p = max(LEAST_P, min(1.0, LOOKS * p))
         raw = 1.0 - p
         threshold = 1.0 - chance
         was_open = st.peak_p < 1.0
@@ -373,12 +387,16 @@ class StreamingDetector:
             score = raw
             if score >= threshold:
                 event = "open"
-                st.peak_p, st.started_at, st.peak_at = p, moment, moment
+                st.started_at = moment
                 st.normal_run, st.abnormal_rows, st.run = 0, 0, []
         else:
-            score = 1.0 - min(1.0, p / st.peak_p)
-            if score >= threshold:
-                st.peak_p, st.peak_at = p, moment
+            # The incident's worst row read under today's distributions: a row is news by what it adds to it.
+            worst = errors.probability(st.peak_error, unit)
+            if st.peak_mean >= 0.0:
+                worst = min(worst, self._mean_probability(st, st.peak_mean, unit))
+            score = 1.0 - min(1.0, p / max(LEAST_P, min(1.0, LOOKS * worst)))
+        if score >= threshold:
+            st.peak_p, st.peak_at, st.peak_error, st.peak_mean = p, moment, judged, mean
         flagged = score >= threshold
         _emit(out, expected, expected - halfwidth, expected + halfwidth, score, flagged,
               ("up" if residual > 0 else "down") if flagged else None, event)
@@ -386,7 +404,7 @@ class StreamingDetector:
         abnormal = p <= NORMAL_P
         if normal:
             learn = "normal"
-            if st.peak_p < 1.0 and event is None:
+            if st.peak_p < 1.0:  # the user's word closes the incident, one this row opened included
                 _close(out, st, "feedback")
         elif event == "open":
             learn = "capped"
@@ -410,24 +428,27 @@ class StreamingDetector:
             learn = "normal"
         self._learn(st, moment, value, expected, halfwidth, predictions, learn, error, own_unit, reach)
 
-    def _short_probability(self, st: DetectorState, error: float, unit: float) -> float:
+    def _short_mean(self, st: DetectorState, error: float, unit: float) -> float:
         """The mean of the last short_rows errors (this one included), each in units and capped at the start of
-        the errors' tail, read against the stream's own such means."""
+        the errors' tail; -1 until the window is full."""
         k = self.short_rows
-        start, _ = st.errors.start()
-        capped = min(error, start) / unit if unit > 0.0 else 0.0
+        capped = min(error, st.errors.cut) / unit if unit > 0.0 else 0.0
         ring = st.short_ring
         if len(ring) < k:
             ring.append(capped)
         else:
             ring[st.short_next] = capped
             st.short_next = (st.short_next + 1) % k
-        if len(ring) < k or not st.means.ranked:
+        return sum(ring) / k if len(ring) == k else -1.0
+
+    def _mean_probability(self, st: DetectorState, mean: float, unit: float) -> float:
+        """A short mean read against the stream's own such means."""
+        if not st.means.ranked:
             return 1.0
-        return st.means.probability(sum(ring) / k, self._means_unit(st, start, unit))
+        return st.means.probability(mean, self._means_unit(st, st.errors.cut, unit))
 
     def _means_unit(self, st: DetectorState, start: float, unit: float) -> float:
-        """The short means' unit: their own 75th percentile, and at least what one row at the start of the
+        """The short means' unit: their own median, and at least what one row at the start of the
         errors' tail adds to a short window (a stream that is mostly flat has means of nil)."""
         one_row = start / unit / self.short_rows if unit > 0.0 else 0.0
         return max(st.means.unit(), one_row, MEANS_UNIT_FLOOR)
@@ -456,14 +477,13 @@ class StreamingDetector:
             st.chooser_ring, st.chooser_rows, st.chooser_next = array("d"), 0, 0
             st.chooser_sum, st.chooser_count = [0.0] * _PREDICTORS, [0] * _PREDICTORS
             return
-        if learn == "capped":
-            self._remember_short(st, expected)
-        else:
+        if learn == "normal":
             self._remember_short(st, value)
-        # Capped at the range: an incident teaches that surprises of the threshold's size happen (a stream whose
-        # bursts are normal learns so), and no more, so one incident cannot widen the range.
-        capped = learn == "capped"
-        st.errors.learn(min(error, reach) if capped else error, unit)
+        else:
+            self._remember_short(st, expected)
+        # Rows of an incident are learnt capped at the range: surprises of the threshold's size happen (a stream
+        # whose bursts are normal learns so), and no more, so one huge row cannot reshape the distribution.
+        st.errors.learn(min(error, reach) if learn == "capped" else error, unit)
         if self.short_rows and len(st.short_ring) == self.short_rows:
             st.means.learn(sum(st.short_ring) / self.short_rows,
                            self._means_unit(st, st.errors.start()[0], max(unit, 1e-300)))
