@@ -6,11 +6,14 @@ nab        every file of the NAB development set (sibling ../shared/data/nab-dev
            categories) is sent whole, timestamps as they are (repeated and backward ones included), to
            POST /anomalies through a real gunicorn; its verdicts are causal (row i judged from rows 0..i only,
            exactly as a streaming NAB detector). anomaly_score becomes the NAB result file, scored by
-           ../shared/tools/nab_score.py at the service's fixed threshold (anomaly_score >= 0.5 at the default
-           confidence 0.99) and at the best one, in NAB's three profiles.
-loco       leave-one-category-out, in-process (app.compute.detect.streaming, no server): margin x top_rank x
-           quiet rows x short rows x habit over a 3 x 3 x 2 x 4 x 3 grid; for each category the point is chosen on
-           the other four and scored on it.
+           ../shared/tools/nab_score.py at the service's own verdict (is_anomaly: anomaly_score at or over the
+           threshold the default budget of false alarms per week sets) and at the best one, in NAB's three
+           profiles. The threshold differs by file (it depends on the step), so each row's score is written as
+           NAB's result column monotonically rescaled to put that threshold at 0.5 (nab_column).
+loco       leave-one-category-out, in-process (app.compute.detect.streaming, no server): close rows x adopt
+           rows x short rows over a 2 x 2 x 3 grid; for each category the point is chosen on the other four and
+           scored on it. The detector of --today (default: the merge-base with main) runs on the same files
+           in-process in the same run, at its own defaults.
 reference  the detector before the streaming one (commit REFERENCE, anomaly-model-1 as adaptive_detector),
            run in-process on the same 41 files in this run, from a git worktree of that commit.
 speed      p50/p90 end to end of POST /anomalies and /anomalies/last on 4,000 five-minute points, and of the
@@ -80,14 +83,12 @@ REFERENCE = "222ff81"
 PROFILES = ("standard", "reward_low_FP_rate", "reward_low_FN_rate")
 THRESHOLD = 0.5
 # The constants StreamingDetector takes for leave-one-category-out, and the values it ships with. Short rows 0
-# is the detector without its second signal, so the grid also says whether that signal helps held-out data.
-GRID_MARGIN = (1.25, 1.5, 2.0)
-GRID_TOP_RANK = (6, 12, 24)
-GRID_QUIET = (12, 48)
-GRID_SHORT = (0, 3, 6, 12)
-GRID_HABIT = (0.0, 1 / 12, 1 / 6)  # habit 0 is the detector without that rule
-SHIPPED = (1.5, 12, 48, 6, 1 / 12)
-GridPoint = tuple[float, int, int, int, float]
+# is the detector without its second surprise, so the grid also says whether that signal helps held-out data.
+GRID_CLOSE = (12, 48)
+GRID_ADOPT = (48, 144)
+GRID_SHORT = (0, 6, 12)
+SHIPPED = (48, 48, 6)
+GridPoint = tuple[int, int, int]
 SPEED_POINTS = 4000
 TARGETS_MS = {"/anomalies": 100.0, "/anomalies/last": 50.0}
 
@@ -123,6 +124,12 @@ def load_scorer() -> ModuleType:
 
 def probation_rows(rows: int) -> int:
     return min(math.floor(0.15 * rows), 750)
+
+
+def nab_column(scores: list[float], flags: list[bool]) -> list[float]:
+    """NAB's result column: a row's score rescaled so that its file's threshold falls on 0.5 (is_anomaly rows at
+    or above, the others below), keeping the order of the scores within the file."""
+    return [0.5 + 0.5 * s if flag else 0.5 * s for s, flag in zip(scores, flags, strict=True)]
 
 
 def write_results(out_dir: Path, rel: str, stamps: list[str], scores: list[float]) -> None:
@@ -214,7 +221,7 @@ def run_nab(url: str, key: str, results: Path, loco_defaults: dict[str, Parts] |
             response.raise_for_status()
             answered += 1
             answer = response.json()
-            scores = answer["anomaly_score"]
+            scores = nab_column(answer["anomaly_score"], answer["is_anomaly"])
             if answer.get("out_of_order"):
                 out_of_order[f"{folder}/{path.name}"] = len(answer["out_of_order"])
             write_results(results, f"{folder}/{path.name}", [r[0] for r in rows], scores)
@@ -268,23 +275,27 @@ def _init_worker(app_root: str) -> None:
     _FILES = load_nab()
 
 
-def _grid_task(task: tuple[int, float, int, int, int, float]) -> tuple[int, GridPoint, Parts, float]:
-    index, margin, top_rank, quiet, short, habit = task
+def _grid_task(task: tuple[int, int, int, int]) -> tuple[int, GridPoint, Parts, float]:
+    index, close, adopt, short = task
     assert _STREAMING is not None
     rel, stamps, times, values = _FILES[index]
-    detector = _STREAMING.StreamingDetector(data_frequency=NAB_FREQUENCY[rel.split("/")[0]], margin=margin,
-                                            top_rank=top_rank, quiet_rows=quiet, short_rows=short, habit=habit)
+    detector = _STREAMING.StreamingDetector(data_frequency=NAB_FREQUENCY[rel.split("/")[0]], close_rows=close,
+                                            adopt_rows=adopt, short_rows=short)
     started = time.perf_counter()
-    scores = detector.update(detector.initial_state(), times, values).score
+    verdicts = detector.update(detector.initial_state(), times, values)
     elapsed = time.perf_counter() - started
-    return index, (margin, top_rank, quiet, short, habit), file_parts(rel, stamps, scores), elapsed
+    if any(flag != (score >= verdicts.threshold) for score, flag in zip(verdicts.score, verdicts.is_anomaly,
+                                                                         strict=True)):
+        raise AssertionError(f"{rel}: is_anomaly is not score >= threshold")
+    scores = nab_column(verdicts.score, verdicts.is_anomaly)
+    return index, (close, adopt, short), file_parts(rel, stamps, scores), elapsed
 
 
 def run_grid(app_root: Path) -> tuple[dict[GridPoint, dict[str, Parts]], float, float]:
-    """Every file under every grid point: {(margin, top_rank, quiet rows, short rows, habit): {file: parts}}, wall
-    time, detector seconds."""
+    """Every file under every grid point: {(close rows, adopt rows, short rows): {file: parts}}, wall time,
+    detector seconds."""
     files = load_nab()
-    points = list(itertools.product(GRID_MARGIN, GRID_TOP_RANK, GRID_QUIET, GRID_SHORT, GRID_HABIT))
+    points = list(itertools.product(GRID_CLOSE, GRID_ADOPT, GRID_SHORT))
     tasks = [(i, *point) for point in points for i in range(len(files))]
     results: dict[GridPoint, dict[str, Parts]] = {point: {} for point in points}
     started = time.perf_counter()
@@ -344,40 +355,37 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
     alarms_elsewhere = sum(false_alarms(shipped, cat) for cat in CATEGORIES if cat != NO_WINDOWS)
     files = len(shipped)
     notes = [
-        f"grid: margin {{{', '.join(map(str, GRID_MARGIN))}}} x top_rank {{{', '.join(map(str, GRID_TOP_RANK))}}} "
-        f"x quiet rows {{{', '.join(map(str, GRID_QUIET))}}} x short rows {{{', '.join(map(str, GRID_SHORT))}}} "
-        f"x habit {{{', '.join(_share(h) for h in GRID_HABIT)}}} of a season "
-        f"= {len(grid)} points x {files} files, in-process (app.compute.detect.streaming of the benchmarked code, "
+        f"grid: close rows {{{', '.join(map(str, GRID_CLOSE))}}} x adopt rows {{{', '.join(map(str, GRID_ADOPT))}}} "
+        f"x short rows {{{', '.join(map(str, GRID_SHORT))}}} = {len(grid)} points x {files} files, in-process "
+        "(app.compute.detect.streaming of the benchmarked code, "
         f"no server), 2 processes: {wall:.1f} s wall, {detector_seconds / (len(grid) * files) * 1000:.0f} ms "
         "of detector time per file and point on average",
-        "for each held-out category the grid point with the best standard score at threshold 0.5 on the other "
+        "for each held-out category the grid point with the best standard score at the detector's verdict on the other "
         f"four is chosen (only points with zero false alarms on {NO_WINDOWS} compete while it is among the "
         "four; ties go to the shipped settings); the held-out category is then scored at 0.5 with it. "
         f"{NO_WINDOWS} has no windows (NAB's normalisation is undefined there): its false alarms (rows after "
         "the probationary period with score >= 0.5) are reported instead of a score",
         *chosen_notes,
     ]
-    table = [f"## NAB leave-one-category-out (standard profile, threshold {THRESHOLD})", ""]
+    table = ["## NAB leave-one-category-out (standard profile, at the detector's verdict)", ""]
     table += [f"- {n}" for n in notes] + [""]
-    table += _table(["held-out category", "chosen (margin, top_rank, quiet rows, short rows, habit)",
+    table += _table(["held-out category", "chosen (close rows, adopt rows, short rows)",
                      "score on the other four at 0.5",
                      "held-out score at 0.5"], rows)
-    table += ["", f"Shipped settings (margin {SHIPPED[0]}, top_rank {SHIPPED[1]}, quiet rows {SHIPPED[2]}, "
-              f"short rows {SHIPPED[3]}, habit {_share(SHIPPED[4])}), "
-              f"at {THRESHOLD}:", ""]
+    table += ["", f"Shipped settings (close rows {SHIPPED[0]}, adopt rows {SHIPPED[1]}, short rows {SHIPPED[2]}), "
+              "at the detector's verdict:", ""]
     table += _table(
         ["", *PROFILES],
         [[f"all {files} files", *all_files],
          *[[f"{cat} (standard)", per_category[cat], "", ""] for cat in per_category],
          [f"false alarms: {NO_WINDOWS} / outside windows elsewhere", f"{alarms_shipped} / {alarms_elsewhere}", "", ""]],
     )
-    table += ["", "Every grid point, all files (standard at 0.5; false alarms on artificialNoAnomaly):", ""]
+    table += ["", "Every grid point, all files (standard at the verdict; false alarms on artificialNoAnomaly):", ""]
     table += _table(
-        ["margin, quiet rows, short rows, habit \\ top_rank", *map(str, GRID_TOP_RANK)],
-        [[f"{m}, {q}, {r}, {_share(h)}", *(f"{normalised(grid[(m, k, q, r, h)], list(CATEGORIES)):.1f} "
-                                           f"({false_alarms(grid[(m, k, q, r, h)], NO_WINDOWS)})"
-                                           for k in GRID_TOP_RANK)]
-         for m in GRID_MARGIN for q in GRID_QUIET for r in GRID_SHORT for h in GRID_HABIT],
+        ["close rows, adopt rows \\ short rows", *map(str, GRID_SHORT)],
+        [[f"{close}, {adopt}", *(f"{normalised(grid[(close, adopt, r)], list(CATEGORIES)):.1f} "
+                                 f"({false_alarms(grid[(close, adopt, r)], NO_WINDOWS)})" for r in GRID_SHORT)]
+         for close in GRID_CLOSE for adopt in GRID_ADOPT],
     )
     held_alarms = next(row[3] for row in rows if row[0] == NO_WINDOWS)
     summary = [f"leave-one-category-out, mean held-out score over the {len(held)} categories with windows: "
@@ -408,6 +416,40 @@ def reference_scores(app_root: Path, out_dir: Path) -> None:
             continue
         write_results(out_dir, rel, stamps, [float(s) for s in result.score])
     print(json.dumps({"failures": failures, "seconds": time.perf_counter() - started}))
+
+
+def today_scores(app_root: Path, out_dir: Path) -> None:
+    """Run in a child process with today's checkout first on sys.path: its StreamingDetector at its defaults on
+    every file, every row from row 0, written as NAB's column of its own verdicts."""
+    sys.path.insert(0, str(app_root))
+    from app.compute.detect.streaming import StreamingDetector
+
+    started = time.perf_counter()
+    for rel, stamps, times, values in load_nab():
+        detector = StreamingDetector(data_frequency=NAB_FREQUENCY[rel.split("/")[0]])
+        verdicts = detector.update(detector.initial_state(), times, values)
+        write_results(out_dir, rel, stamps, nab_column(verdicts.score, verdicts.is_anomaly))
+    print(json.dumps({"failures": [], "seconds": time.perf_counter() - started}))
+
+
+def run_today(commit: str) -> tuple[list[list[object]], str]:
+    """Today's detector (the commit this branch started from) on the same files, in this run."""
+    with c.git_worktree(commit, prefix="bench-anomaly-today-") as tree, c.temp_dir("bench-anomaly-today-out-") as out:
+        c.run_json([str(Path(__file__).resolve()), "--today-scores", str(tree), str(out)], timeout=900,
+                   env=c.base_env(tree))
+        files = load_nab()
+        parts = {}
+        for rel, stamps, _, _ in files:
+            with (out / rel).open() as handle:
+                parts[rel] = file_parts(rel, stamps, [float(r[1]) for r in list(csv.reader(handle))[1:]])
+    row = [f"today's detector ({commit[:10]}, its defaults)",
+           *(normalised(parts, [cat]) for cat in CATEGORIES if cat != NO_WINDOWS),
+           normalised(parts, list(CATEGORIES)),
+           f"{false_alarms(parts, NO_WINDOWS)} / "
+           f"{sum(false_alarms(parts, cat) for cat in CATEGORIES if cat != NO_WINDOWS)}"]
+    return [row], (f"today's detector ({commit[:10]}) in the same run, its defaults, in-process: all 41 files "
+                   f"{row[-2]}; " + ", ".join(f"{cat} {v}" for cat, v in zip(
+                       [k for k in CATEGORIES if k != NO_WINDOWS], row[1:5], strict=True)))
 
 
 def run_reference(commit: str) -> tuple[list[str], list[str]]:
@@ -585,7 +627,12 @@ def main() -> int:
     parser.add_argument("--only", default="nab,loco,reference,speed")
     parser.add_argument("--reference", default=REFERENCE, help="commit of the previous detector")
     parser.add_argument("--reference-scores", nargs=2, metavar=("APP_ROOT", "OUT_DIR"), help=argparse.SUPPRESS)
+    parser.add_argument("--today-scores", nargs=2, metavar=("APP_ROOT", "OUT_DIR"), help=argparse.SUPPRESS)
+    parser.add_argument("--today", default=None, help="commit of today's detector (default: merge-base with main)")
     args = parser.parse_args()
+    if args.today_scores:
+        today_scores(Path(args.today_scores[0]), Path(args.today_scores[1]))
+        return 0
     if args.reference_scores:
         reference_scores(Path(args.reference_scores[0]), Path(args.reference_scores[1]))
         return 0
@@ -604,6 +651,19 @@ def main() -> int:
         if "loco" in suites:
             loco_lines, shipped, loco_summary = run_loco(c.APP_ROOT)
             summary += loco_summary
+            today = args.today or subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=c.ROOT, capture_output=True,
+                                                 text=True, check=True, timeout=30).stdout.strip()
+            today_rows, today_summary = run_today(today)
+            summary.append(today_summary)
+            new_row = ["this detector (shipped settings, in-process)",
+                       *(normalised(shipped, [cat]) for cat in CATEGORIES if cat != NO_WINDOWS),
+                       normalised(shipped, list(CATEGORIES)),
+                       f"{false_alarms(shipped, NO_WINDOWS)} / "
+                       f"{sum(false_alarms(shipped, cat) for cat in CATEGORIES if cat != NO_WINDOWS)}"]
+            loco_lines += ["", "Today's detector beside this one, same files, same run (standard profile, each at "
+                           "its own verdict):", ""]
+            loco_lines += _table(["detector", *(cat for cat in CATEGORIES if cat != NO_WINDOWS), "all 41 files",
+                                  f"false alarms: {NO_WINDOWS} / outside windows elsewhere"], [*today_rows, new_row])
         reference_lines: list[str] = []
         if "reference" in suites:
             reference_lines, reference_summary = run_reference(args.reference)
@@ -651,12 +711,8 @@ def main() -> int:
     return 0
 
 
-def _share(share: float) -> str:
-    return "0" if not share else f"1/{round(1 / share)}"
-
-
 def _point(point: GridPoint) -> str:
-    return ", ".join([*map(str, point[:4]), _share(point[4])])
+    return ", ".join(map(str, point))
 
 
 def _table(header: list[str], rows: list[list[object]]) -> list[str]:

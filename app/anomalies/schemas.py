@@ -13,7 +13,14 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, SENSITIVITY_RANGE, confidence_for_sensitivity
+from app.compute.detect.results import (
+    BUDGET_RANGE,
+    DEFAULT_DETECTOR,
+    DETECTOR_IDS,
+    SENSITIVITY_RANGE,
+    confidence_for_budget,
+    confidence_for_sensitivity,
+)
 from app.errors import DataValidationError, sentence
 from app.forecast.schemas import FREQUENCY_ISSUE
 from app.series.instants import epoch_seconds
@@ -49,6 +56,20 @@ class AnomalySeriesSchema(Schema):
     )
 
 
+def budget_field() -> fields.Field:
+    """The alarm budget as a request field (anomalies, batches and monitors take the same one)."""
+    return StrictFloat(
+        load_default=None,
+        allow_nan=False,
+        validate=validate.Range(*BUDGET_RANGE, error=f"Must be between {BUDGET_RANGE[0]} and {BUDGET_RANGE[1]}"),
+        metadata={
+            "description": "How many false alarms a normal stream may raise per week (default 1, whatever the "
+            "data frequency): the threshold on anomaly_score is 1 - this budget / the rows a week holds. Give "
+            "it, confidence or sensitivity, not two of them.",
+        },
+    )
+
+
 class AnomalyRequestSchema(Schema):
     class Meta:
         unknown = "exclude"
@@ -69,8 +90,8 @@ class AnomalyRequestSchema(Schema):
         allow_nan=False,
         validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999"),
         metadata={
-            "description": "Share of normal points the expected range should hold; higher means a wider range "
-            "and fewer anomalies. Default 0.99.",
+            "description": "The older knob for the alarm budget: confidence c allows 100 * (1 - c) false alarms "
+            "per week (0.99, the default, is one a week); higher means a wider range and fewer anomalies.",
         },
     )
     sensitivity = fields.Integer(
@@ -79,9 +100,12 @@ class AnomalyRequestSchema(Schema):
         validate=validate.Range(*SENSITIVITY_RANGE, error="Must be between 0 and 99"),
         metadata={
             "description": "Azure's 0-99 scale instead of confidence: higher means a narrower range and more "
-            "anomalies; 99 is confidence 0.99, every 49.5 points lower makes outliers ten times rarer.",
+            "anomalies; 99 is the default budget of one false alarm a week, every 49.5 points lower ten times "
+            "fewer (0: one in a hundred weeks).",
         },
     )
+    false_alarms_per_week = budget_field()
+
 
 
 class AnomalyResponseSchema(Schema):
@@ -94,9 +118,12 @@ class AnomalyResponseSchema(Schema):
     anomaly_score = fields.List(
         fields.Float(),
         required=True,
-        metadata={"description": "0 to 1, growing with the distance outside the range; 0.5 on its edge."},
+        metadata={"description": "0 to 1: one minus the chance that a normal row of this stream is at least as "
+                  "surprising (within an open incident: at least as surprising as its worst row)."},
     )
-    is_anomaly = fields.List(fields.Boolean(), required=True, metadata={"description": "anomaly_score >= 0.5."})
+    is_anomaly = fields.List(fields.Boolean(), required=True, metadata={
+        "description": "anomaly_score >= 1 - false_alarms_per_week / the rows a week holds at the series' step: "
+                       "the row opens an incident (or is worse than everything in the open one)."})
     direction = fields.List(
         fields.String(allow_none=True),
         required=True,
@@ -166,11 +193,17 @@ def load_request(body: Any, headers: Mapping[str, str]) -> AnomalyRequest:
             problems.append(problem("X-Model-Id", "Must be one of: " + ", ".join(DETECTOR_IDS), detector))
     if isinstance(body, dict) and body.get("confidence") is not None and body.get("sensitivity") is not None:
         problems.append(problem("sensitivity", "Give confidence or sensitivity, not both", body["sensitivity"]))
+    if isinstance(body, dict) and body.get("false_alarms_per_week") is not None and (
+            body.get("confidence") is not None or body.get("sensitivity") is not None):
+        problems.append(problem("false_alarms_per_week", "Give false_alarms_per_week, confidence or sensitivity, "
+                                "not two of them", body["false_alarms_per_week"]))
     data = load_object(_request_schema, body, problems)
     series = data["series"][0]
     confidence = DEFAULT_CONFIDENCE if data["confidence"] is None else data["confidence"]
     if data["sensitivity"] is not None:
         confidence = confidence_for_sensitivity(data["sensitivity"])
+    if data["false_alarms_per_week"] is not None:
+        confidence = confidence_for_budget(data["false_alarms_per_week"])
     return AnomalyRequest(
         timestamps=series["timestamps"],
         values=series["values"],

@@ -118,8 +118,8 @@ class DetectRequestSchema(Schema):
         validate=validate.Range(0, 99),
         metadata={
             "description": "0 to 99 (default 99); lower means wider margins and fewer anomalies. 99 is the "
-            "service's confidence 0.99; each 49.5 points lower divides the expected share of normal points "
-            "outside the margins by ten."
+            "service's default budget of one false alarm a week per series; each 49.5 points lower divides it by "
+            "ten (0: one in a hundred weeks)."
         },
     )
     imputeMode = fields.String(  # noqa: N815

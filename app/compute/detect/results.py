@@ -11,11 +11,31 @@ DETECTOR_IDS: tuple[str, ...] = (DEFAULT_DETECTOR, FALLBACK_DETECTOR)
 SENSITIVITY_RANGE = (0, 99)
 
 
+DEFAULT_FALSE_ALARMS_PER_WEEK = 1.0  # one false page a week per metric: what an on-call person can live with
+# What the schemas accept: the range the older confidence knob spans (0.9999 .. 0.5).
+BUDGET_RANGE = (0.01, 50.0)
+
+
+def budget_for_confidence(confidence: float) -> float:
+    """The older ``confidence`` knob as a budget: 0.99 (its default) is the default budget, and every factor ten
+    in the share of normal points outside the range is a factor ten in alarms (0.9999: 0.01 a week)."""
+    return DEFAULT_FALSE_ALARMS_PER_WEEK * (1.0 - confidence) / 0.01
+
+
+def confidence_for_budget(false_alarms_per_week: float) -> float:
+    """The ``confidence`` a job carries for a budget (the inverse of budget_for_confidence)."""
+    return 1.0 - 0.01 * false_alarms_per_week / DEFAULT_FALSE_ALARMS_PER_WEEK
+
+
+def budget_for_sensitivity(sensitivity: int) -> float:
+    """Azure's 0-99 sensitivity as a budget: 99 is the default budget and every 49.5 points lower is ten times
+    fewer alarms (0: 0.01 a week, a hundred times fewer than 99). Higher means more anomalies."""
+    return DEFAULT_FALSE_ALARMS_PER_WEEK * 10.0 ** (2.0 * (sensitivity - 99) / 99.0)
+
+
 def confidence_for_sensitivity(sensitivity: int) -> float:
-    """Azure's 0-99 sensitivity as the ``confidence`` a job carries: 99 is 0.99, the default budget of one false
-    alarm a week per stream; every 49.5 points lower is ten times fewer alarms (0: 0.01 a week). Higher means
-    more anomalies. (The budget a confidence stands for: app.compute.detect.streaming.budget_for_confidence.)"""
-    return 1.0 - 10.0 ** (-4.0 + 2.0 * sensitivity / 99.0)
+    """Azure's sensitivity as the ``confidence`` a job carries (its budget: budget_for_sensitivity)."""
+    return confidence_for_budget(budget_for_sensitivity(sensitivity))
 
 
 @dataclass(frozen=True)

@@ -49,14 +49,32 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from app.compute.detect.results import (
+    DEFAULT_FALSE_ALARMS_PER_WEEK,
+    budget_for_confidence,
+    budget_for_sensitivity,
+    confidence_for_budget,
+)
 from app.series.frequencies import MAX_PERIOD_ROWS, PERIOD_CANDIDATES
+
+__all__ = [
+    "DEFAULT_FALSE_ALARMS_PER_WEEK",
+    "WARMUP",
+    "DetectorState",
+    "StreamingDetector",
+    "Verdicts",
+    "budget_for_confidence",
+    "budget_for_sensitivity",
+    "confidence_for_budget",
+    "lookback_rows",
+    "threshold_for",
+]
 
 # ---------------------------------------------------------------------------------------------- constants
 # Each named once, with why. The benchmark (bench/anomaly.py, bench/synthetic.py) varies the ones the
 # constructor takes, by leave-one-category-out on NAB and on the synthetic streams.
 WARMUP = 11  # rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is judged
 WEEK_SECONDS = 7 * 86400.0
-DEFAULT_FALSE_ALARMS_PER_WEEK = 1.0  # one false page a week per metric: what an on-call person can live with
 WINDOW_ROWS = 1200  # the recent surprises the body of their distribution is read from: four days of 5-minute rows
 TAIL_SHARE = 0.02  # the top 2% of surprises are the tail: its shape is fitted near where alarms are, 24 in a window
 TAIL_SAMPLES = 256  # exceedances the tail's shape is fitted on: a long run (about 5,000 rows) of the stream
@@ -88,22 +106,6 @@ def threshold_for(false_alarms_per_week: float, step_seconds: float) -> float:
     """The score at which a row is an anomaly: 1 - the chance a row may have under the budget."""
     rows_per_week = WEEK_SECONDS / step_seconds if step_seconds > 0 else WEEK_SECONDS
     return 1.0 - min(0.5, false_alarms_per_week / rows_per_week)
-
-
-def budget_for_confidence(confidence: float) -> float:
-    """The older ``confidence`` knob as a budget: 0.99 (its default) is the default budget, and every factor ten
-    in the share of normal points outside the range is a factor ten in alarms (0.9999: 0.01 a week)."""
-    return DEFAULT_FALSE_ALARMS_PER_WEEK * (1.0 - confidence) / 0.01
-
-
-def confidence_for_budget(false_alarms_per_week: float) -> float:
-    return 1.0 - 0.01 * false_alarms_per_week / DEFAULT_FALSE_ALARMS_PER_WEEK
-
-
-def budget_for_sensitivity(sensitivity: int) -> float:
-    """Azure's 0-99 sensitivity as a budget: 99 is the default budget and every 49.5 points lower is ten times
-    fewer alarms (0: 0.01 a week, a hundred times fewer than 99)."""
-    return DEFAULT_FALSE_ALARMS_PER_WEEK * 10.0 ** (2.0 * (sensitivity - 99) / 99.0)
 
 
 def lookback_rows(period: int | None) -> int:
