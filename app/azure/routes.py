@@ -136,7 +136,10 @@ def entire_detect() -> Response:
     # Azure reports at most maxAnomalyRatio of the points; the least surprising ones are dropped first.
     allowed = int(data["maxAnomalyRatio"] * len(flags))
     if sum(flags) > allowed:
-        ranked = sorted((i for i, flag in enumerate(flags) if flag), key=lambda i: result.score[i], reverse=True)
+        # By distance in units of the range: the scores of very rare rows all round to 1.0.
+        points = series.values.tolist()
+        ranked = sorted((i for i, flag in enumerate(flags) if flag), reverse=True, key=lambda i: abs(
+            points[i] - result.expected[i]) / max(result.upper[i] - result.expected[i], 1e-300))
         keep = set(ranked[:allowed])
         flags = [i in keep for i in range(len(flags))]
     values = series.values.tolist()

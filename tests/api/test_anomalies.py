@@ -11,9 +11,12 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from app.compute.detect.streaming import DEFAULT_FALSE_ALARMS_PER_WEEK, threshold_for
 from tests.support import bearer, build_app, new_key, services_of, settings_for
 
 FIELDS = ("expected", "lower_bound", "upper_bound", "anomaly_score", "is_anomaly", "direction")
+# The default budget (one false alarm a week) over the rows a week of five-minute points holds.
+FIVE_MINUTE_THRESHOLD = threshold_for(DEFAULT_FALSE_ALARMS_PER_WEEK, 300.0)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +68,7 @@ def test_every_row_gets_a_verdict_and_the_spike_is_found(client: FlaskClient, ke
         body["direction"],
         strict=True,
     ):
-        assert low <= mid <= high and 0 <= score <= 1 and flag == (score >= 0.5)
+        assert low <= mid <= high and 0 <= score <= 1 and flag == (score >= FIVE_MINUTE_THRESHOLD)
         assert direction in ((None,) if not flag else ("up", "down"))
     assert body["is_anomaly"][800] and body["direction"][800] == "up"
     assert body["warmup_points"] == 11 and body["anomaly_score"][:11] == [0] * 11
@@ -257,3 +260,23 @@ def test_sensitivity_narrows_the_range_and_excludes_confidence(client: FlaskClie
     assert both.status_code == 400 and both.get_json()["error"]["details"]["field"] == "sensitivity"
     out_of_range = _post(client, key, {**body, "sensitivity": 100})
     assert out_of_range.status_code == 400
+
+
+def test_false_alarms_per_week_sets_the_threshold_and_excludes_the_other_knobs(client: FlaskClient, key: str) -> None:
+    body = five_minute(600)
+    default = _post(client, key, body).get_json()
+    one = _post(client, key, {**body, "false_alarms_per_week": 1.0}).get_json()
+    assert one == default  # one a week is the default
+    strict = _post(client, key, {**body, "false_alarms_per_week": 0.01}).get_json()
+    loose = _post(client, key, {**body, "false_alarms_per_week": 50.0}).get_json()
+    def median_halfwidth(answer: dict[str, Any]) -> float:
+        # Rows differ in what each budget learnt (its incidents), so the ranges are compared as a whole.
+        widths = sorted(u - e for u, e in zip(answer["upper_bound"][20:], answer["expected"][20:], strict=True))
+        return widths[len(widths) // 2]
+
+    assert median_halfwidth(strict) > median_halfwidth(default) > median_halfwidth(loose)
+    assert sum(strict["is_anomaly"]) <= sum(default["is_anomaly"]) <= sum(loose["is_anomaly"])
+    both = _post(client, key, {**body, "false_alarms_per_week": 2.0, "sensitivity": 50})
+    assert both.status_code == 400 and both.get_json()["error"]["details"]["field"] == "false_alarms_per_week"
+    for bad in (0.0, 51.0, "1"):
+        assert _post(client, key, {**body, "false_alarms_per_week": bad}).status_code == 400

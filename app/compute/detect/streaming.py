@@ -19,22 +19,23 @@ How a row is judged (docs/anomalies.md says why each part is there):
    the last WINDOW_ROWS that were at least as large (a conformal p-value); in the tail (the top
    TAIL_SHARE), a generalised Pareto distribution fitted to the last TAIL_SAMPLES exceedances, so heavy
    tails (Student-t, bursts) and light ones (Gaussian) are both extrapolated by their own shape. The row's
-   probability of being normal is twice the smaller of the two (Bonferroni: two looks at one row), and
-   ``score`` = 1 - that probability.
+   probability of being normal is the smaller of the two, and ``score`` = 1 - that probability.
 3. Threshold. A budget of false alarms per week (default DEFAULT_FALSE_ALARMS_PER_WEEK) over the rows a
    week holds at the stream's nominal step gives the probability a row may have by chance:
    ``is_anomaly`` = score >= 1 - budget * step / week, ``threshold`` in the verdicts. The expected range
    is where a row's own error would reach that threshold.
-4. Incidents. A row at or over the threshold opens an incident (``is_anomaly``). While it is open, a row's
-   score is the probability that it tells more than the incident already did: 1 - p / p_peak, p_peak the
-   least probability seen in it, so a worse row raises the alarm again and the rest do not. It closes
-   after CLOSE_ROWS rows in a row that are normal again (probability above NORMAL_P); after ADOPT_ROWS
-   rows that are not, what it shows is the new normal (adopted: a deploy that doubled traffic); or at a
-   row a user marked normal. Missing points are no rows: a gap neither closes nor ages an incident.
-5. Learning. Rows of an open incident that are not normal are not learnt: the short-term predictors see
-   ``expected`` instead, the surprise distributions skip them, the predictor chooser counts them as misses
-   of at most the range. The row that opens an incident is learnt once, capped at the threshold (an alarm
-   of its size happens; nothing beyond). One spike cannot widen the range of a young stream.
+4. Incidents. A row at or over the threshold opens an incident (``is_anomaly``, ``incident`` "open"). While
+   it is open, a row's score is the probability that it is further off than every row of the incident so far,
+   1 - p(its error) / p(the incident's largest error), both read under today's distribution: a worse row
+   raises the alarm again, the rest of the incident does not. It closes after CLOSE_ROWS rows in a row that
+   are normal again (probability above NORMAL_P); after ADOPT_ROWS rows that are not, what it shows is the
+   new normal ("adopted": a deploy that doubled traffic); or at a row a user marked normal ("feedback").
+   Missing points are no rows: a gap neither closes nor ages an incident.
+5. Learning. Rows of an incident that are not normal teach the surprise distributions their error capped at
+   the range (surprises of the threshold's size happen, as a stream whose bursts are normal must learn, and
+   nothing beyond); the short-term predictors see ``expected`` instead of their values and the predictor
+   chooser counts them as misses of at most the range. On adoption the short-term predictors take the real
+   values of the incident's last rows and the chooser starts again.
 
 ``normal`` marks rows a user said are not anomalies (feedback): judged as usual, learnt as normal, and
 closing the incident. ``floor`` is a least half-width (a monitor's minimum deviation): a smaller error is
@@ -286,8 +287,7 @@ class DetectorState:
     # The open incident: its least probability (0 < p_peak; 1.0 when none is open), normal and abnormal rows
     # in it so far, its start and peak times, and the real values of its last abnormal rows (for adoption).
     peak_p: float = 1.0
-    peak_error: float = 0.0  # the worst row's error and short mean (-1: none), read again on every row of it
-    peak_mean: float = -1.0
+    peak_error: float = 0.0  # the incident's largest error so far, read again on every row of it
     normal_run: int = 0
     abnormal_rows: int = 0
     started_at: float = 0.0
@@ -376,10 +376,9 @@ class StreamingDetector:
         halfwidth = max(reach, least)
         # Below the floor nothing is news: the surprise is read on a scale stretched so the floor is the range.
         judged = error * reach / least if least > reach else error
-        p = errors.probability(judged, unit)
+        p_error = errors.probability(judged, unit)
         mean = self._short_mean(st, judged, unit) if self.short_rows else -1.0
-        if mean >= 0.0:
-            p = min(p, self._mean_probability(st, mean, unit))
+        p = min(p_error, self._mean_probability(st, mean, unit)) if mean >= 0.0 else p_error
         p = max(LEAST_P, min(1.0, LOOKS * p))
         raw = 1.0 - p
         threshold = 1.0 - chance
@@ -392,13 +391,14 @@ class StreamingDetector:
                 st.started_at = moment
                 st.normal_run, st.abnormal_rows, st.run = 0, 0, []
         else:
-            # The incident's worst row read under today's distributions: a row is news by what it adds to it.
-            worst = errors.probability(st.peak_error, unit)
-            if st.peak_mean >= 0.0:
-                worst = min(worst, self._mean_probability(st, st.peak_mean, unit))
-            score = 1.0 - min(1.0, p / max(LEAST_P, min(1.0, LOOKS * worst)))
+            # Only a row further off than every row of the open incident is news (its short window holds the
+            # incident itself): its error's probability beyond the incident's largest, both read today.
+            worst = max(LEAST_P, min(1.0, LOOKS * errors.probability(st.peak_error, unit)))
+            score = 1.0 - min(1.0, max(LEAST_P, min(1.0, LOOKS * p_error)) / worst)
         if score >= threshold:
-            st.peak_p, st.peak_at, st.peak_error, st.peak_mean = p, moment, judged, mean
+            st.peak_p, st.peak_at = p, moment
+        if event or was_open:
+            st.peak_error = max(st.peak_error, judged) if was_open else judged
         flagged = score >= threshold
         _emit(out, expected, expected - halfwidth, expected + halfwidth, score, flagged,
               ("up" if residual > 0 else "down") if flagged else None, event)
