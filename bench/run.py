@@ -10,7 +10,8 @@ Suites (each writes bench/results/<suite>.md and prints it):
   load      bench/load.py: 50 clients for 60 s through nginx and gunicorn, /verify and /forecast mixed
   footprint `keys list` wall time and the web process's peak memory, beside the reference commit
   web       the web process's CPU per request, beside the reference commit (bench/web_cpu.py)
-  anomaly   NAB files through POST /anomalies, leave-one-category-out, detection latency (bench/anomaly.py)
+  anomaly   NAB files through POST /anomalies, leave-one-category-out, detection latency (bench/anomaly.py);
+            30-day synthetic streams: false alarms per week, point-adjusted F1, NAB (bench/synthetic.py)
   monitors  appends to monitors, 1,000 monitors a point a second each, a webhook outage (bench/monitors.py)
   prometheus 1,000 Prometheus-backed monitors at 1-minute steps: lag point -> verdict, beside pushed appends
             (bench/prometheus_monitors.py; needs /usr/bin/prometheus)
@@ -76,8 +77,10 @@ def suite_web(quick: bool) -> str:
 
 
 def suite_anomaly(quick: bool) -> str:
-    """NAB development files through POST /anomalies, scored as NAB does, and the detection latencies."""
-    return _script("anomaly.py", *(["--quick"] if quick else []))
+    """NAB development files through POST /anomalies, scored as NAB does, the detection latencies, and the long
+    synthetic streams (false alarms per week, point-adjusted F1), each beside today's detector."""
+    return (_script("anomaly.py", *(["--quick"] if quick else []))
+            + _script("synthetic.py", *(["--quick"] if quick else [])))
 
 
 def suite_monitors(quick: bool) -> str:

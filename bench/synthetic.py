@@ -41,6 +41,9 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as c  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = next((parent / "shared" for parent in ROOT.parents if (parent / "shared" / "tools").is_dir()),
               ROOT.parent / "shared")
@@ -337,14 +340,6 @@ def _table(header: list[str], rows: list[list[object]]) -> list[str]:
         "| " + " | ".join(str(v) for v in row) + " |" for row in rows]
 
 
-def base_tree(commit: str) -> Path:
-    tree = Path(f"/tmp/bench-synthetic-base-{commit[:12]}")
-    if not tree.exists():
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
-                       capture_output=True, timeout=120)
-    return tree
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -366,18 +361,18 @@ def main() -> int:
     per_kind: list[list[object]] = []
     summaries = {}
     sens_rows: list[list[object]] = []
-    trees = [("new", ROOT)] if args.new_only else [("base", base_tree(base)), ("new", ROOT)]
-    for label, tree in trees:
-        tasks: list[tuple[Stream, int | None]] = [(s, None) for s in all_streams]
-        if not args.no_sensitivity:
-            tasks += [(s, level) for s in normal for level in SENSITIVITIES]
-        judged = judge_all(tree, tasks)
-        rows, summary = evaluate(label, all_streams, judged)
-        per_kind += rows
-        summaries[label] = summary
-        if not args.no_sensitivity:
-            budgets = _budgets(tree)
-            sens_rows += sensitivity_rows(label, normal, judged, budgets)
+    with c.git_worktree(base, prefix="bench-synthetic-base-") as base_root:
+        trees = [("new", ROOT)] if args.new_only else [("base", base_root), ("new", ROOT)]
+        for label, tree in trees:
+            tasks: list[tuple[Stream, int | None]] = [(s, None) for s in all_streams]
+            if not args.no_sensitivity:
+                tasks += [(s, level) for s in normal for level in SENSITIVITIES]
+            judged = judge_all(tree, tasks)
+            rows, summary = evaluate(label, all_streams, judged)
+            per_kind += rows
+            summaries[label] = summary
+            if not args.no_sensitivity:
+                sens_rows += sensitivity_rows(label, normal, judged, _budgets(tree))
     lines += _table(["detector", "false alarms / stream / week", "PA-F1 (delay 7)", "precision", "recall",
                      "NAB standard", "detector us / row (median)"],
                     [[label, f"{s['fa_per_week']:.2f}", f"{s['pa_f1']:.3f}", f"{s['pa_precision']:.3f}",

@@ -165,9 +165,13 @@ class Surprises:
         # Read on every row, changed only by learn: kept rather than looked up (a sixth of a row's cost).
         ranked = self.ranked
         n = len(ranked)
-        k = max(1, math.ceil(TAIL_SHARE * n))
+        if n == WINDOW_ROWS:
+            k, middle = _FULL_CUT_COUNT, _FULL_UNIT_INDEX
+        else:
+            k = max(1, math.ceil(TAIL_SHARE * n))
+            middle = min(n - 1, int((1.0 - UNIT_SHARE) * n))
         self.cut, self.cut_count = ranked[n - k], k
-        quartile = ranked[min(n - 1, int((1.0 - UNIT_SHARE) * n))]
+        quartile = ranked[middle]
         self.unit_value = quartile if quartile > 0.0 else 0.25 * self.cut
 
     def probability(self, value: float, unit: float) -> float:
@@ -177,7 +181,7 @@ class Surprises:
         n = len(ranked)
         if not n:
             return 1.0
-        start, k = self.start()
+        start, k = self.cut, self.cut_count
         count = n - bisect_left(ranked, value)
         if value <= start or unit <= 0.0:
             return (count + 1) / (n + 1)
@@ -193,26 +197,32 @@ class Surprises:
         n = len(ranked)
         if not n:
             return math.inf
-        start, k = self.start()
+        start, k = self.cut, self.cut_count
         at_start = (k + 1) / (n + 1)
         if probability >= at_start:
             allowed = int(probability * (n + 1)) - 1  # values that may lie at or above the answer
-            return ranked[max(0, min(n - 1, n - 1 - allowed))]
+            index = n - 1 - allowed
+            return ranked[0 if index < 0 else (n - 1 if index > n - 1 else index)]
         allowed = int(probability * (n + 1))  # the window's own largest values bound the answer from below
         seen = ranked[n - 2 - allowed] if allowed + 1 < n else 0.0
         ratio = probability / at_start
         shape, scale = self.shape, self.scale
         reach = -scale * math.log(ratio) if abs(shape) < 1e-6 else scale * (ratio ** -shape - 1.0) / shape
-        return max(seen, start + unit * reach)
+        reach = start + unit * reach
+        return seen if seen > reach else reach
 
     def learn(self, value: float, unit: float) -> None:
-        if self.ranked and unit > 0.0 and value > self.cut:
+        ring, ranked = self.ring, self.ranked
+        if value > self.cut and unit > 0.0 and ranked:
             self._exceed((value - self.cut) / unit)
-        if len(self.ring) == WINDOW_ROWS:
-            _push_ranked(self.ring, self.ranked, self.next, value)
-            self.next = (self.next + 1) % WINDOW_ROWS
+        if len(ring) == WINDOW_ROWS:
+            position = self.next
+            del ranked[bisect_left(ranked, ring[position])]
+            ring[position] = value
+            self.next = (position + 1) % WINDOW_ROWS
         else:
-            _push_ranked(self.ring, self.ranked, self.next, value)
+            ring.append(value)
+        insort(ranked, value)
         self._refresh()
 
     def _exceed(self, excess: float) -> None:
@@ -249,6 +259,10 @@ class Surprises:
 
     def size(self) -> int:
         return 2 * len(self.ring) + 2 * len(self.excess_ring)
+
+
+_FULL_CUT_COUNT = max(1, math.ceil(TAIL_SHARE * WINDOW_ROWS))
+_FULL_UNIT_INDEX = min(WINDOW_ROWS - 1, int((1.0 - UNIT_SHARE) * WINDOW_ROWS))
 
 
 def _pareto_tail(excess: float, shape: float, scale: float) -> float:
@@ -322,6 +336,8 @@ class StreamingDetector:
         self.budget = false_alarms_per_week
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
+        self.floor_least = max(self.floor_absolute, 1e-9)
+        self._chances: dict[float, float] = {}
         self.short_rows = short_rows
         self.close_rows = close_rows
         self.adopt_rows = adopt_rows
@@ -364,22 +380,44 @@ class StreamingDetector:
         choice = self._choose(st, predictions)
         expected = predictions[choice]
         assert expected is not None
-        chance = 1.0 - threshold_for(self.budget, st.step)
-        least = max(self.floor_absolute, self.floor_relative * abs(expected), FLOOR_RELATIVE * abs(value), 1e-9)
+        chance = self._chances.get(st.step)
+        if chance is None:
+            chance = self._chances[st.step] = 1.0 - threshold_for(self.budget, st.step)
+        # Written with conditionals, not max(): this runs on every row, and the calls cost a tenth of it.
+        least = self.floor_relative * abs(expected)
+        least = least if least > self.floor_least else self.floor_least
+        other = FLOOR_RELATIVE * abs(value)
+        least = other if other > least else least
         residual = value - expected
-        error = abs(residual)
+        error = residual if residual >= 0.0 else -residual
         errors = st.errors
-        own_unit = errors.unit()
-        unit = max(own_unit, least)
-        # The range: where the row's own error alone would reach the threshold (half the chance: two surprises).
+        own_unit = errors.unit_value
+        unit = own_unit if own_unit > least else least
+        # The range: where the row's own error alone would reach the threshold.
         reach = errors.quantile(chance / LOOKS if self.short_rows else chance, unit)
-        halfwidth = max(reach, least)
+        halfwidth = reach if reach > least else least
         # Below the floor nothing is news: the surprise is read on a scale stretched so the floor is the range.
         judged = error * reach / least if least > reach else error
         p_error = errors.probability(judged, unit)
-        mean = self._short_mean(st, judged, unit) if self.short_rows else -1.0
-        p = min(p_error, self._mean_probability(st, mean, unit)) if mean >= 0.0 else p_error
-        p = max(LEAST_P, min(1.0, LOOKS * p))
+        means_unit = 0.0
+        k = self.short_rows
+        if k:
+            mean = self._short_mean(st, judged, unit)
+            means = st.means
+            if mean >= 0.0 and means.ranked:
+                # The short means' unit: their own median, and at least what one row at the start of the errors'
+                # tail adds to a short window (a stream that is mostly flat has means of nil).
+                means_unit = errors.cut / unit / k
+                means_unit = means.unit_value if means.unit_value > means_unit else means_unit
+                means_unit = means_unit if means_unit > MEANS_UNIT_FLOOR else MEANS_UNIT_FLOOR
+                p_mean = means.probability(mean, means_unit)
+                p_error_or_mean = p_mean if p_mean < p_error else p_error
+            else:
+                p_error_or_mean = p_error
+        else:
+            p_error_or_mean = p_error
+        p = LOOKS * p_error_or_mean
+        p = LEAST_P if p < LEAST_P else (1.0 if p > 1.0 else p)
         raw = 1.0 - p
         threshold = 1.0 - chance
         was_open = st.peak_p < 1.0
@@ -428,13 +466,14 @@ class StreamingDetector:
                     _close(out, st, "closed")
         else:
             learn = "normal"
-        self._learn(st, moment, value, expected, halfwidth, predictions, learn, error, own_unit, reach)
+        self._learn(st, moment, value, expected, halfwidth, predictions, learn, error, own_unit, reach, means_unit)
 
     def _short_mean(self, st: DetectorState, error: float, unit: float) -> float:
         """The mean of the last short_rows errors (this one included), each in units and capped at the start of
         the errors' tail; -1 until the window is full."""
         k = self.short_rows
-        capped = min(error, st.errors.cut) / unit if unit > 0.0 else 0.0
+        cut = st.errors.cut
+        capped = (cut if error > cut else error) / unit if unit > 0.0 else 0.0
         ring = st.short_ring
         if len(ring) < k:
             ring.append(capped)
@@ -443,23 +482,11 @@ class StreamingDetector:
             st.short_next = (st.short_next + 1) % k
         return sum(ring) / k if len(ring) == k else -1.0
 
-    def _mean_probability(self, st: DetectorState, mean: float, unit: float) -> float:
-        """A short mean read against the stream's own such means."""
-        if not st.means.ranked:
-            return 1.0
-        return st.means.probability(mean, self._means_unit(st, st.errors.cut, unit))
-
-    def _means_unit(self, st: DetectorState, start: float, unit: float) -> float:
-        """The short means' unit: their own median, and at least what one row at the start of the
-        errors' tail adds to a short window (a stream that is mostly flat has means of nil)."""
-        one_row = start / unit / self.short_rows if unit > 0.0 else 0.0
-        return max(st.means.unit(), one_row, MEANS_UNIT_FLOOR)
-
     # -------------------------------------------------------------------------------------- learning
 
     def _learn(
         self, st: DetectorState, moment: float, value: float, expected: float, halfwidth: float,
-        predictions: list[float | None], learn: str, error: float, unit: float, reach: float,
+        predictions: list[float | None], learn: str, error: float, unit: float, reach: float, means_unit: float,
     ) -> None:
         self._remember_season(st, moment, value)
         # A row not learnt as normal counts against each predictor at most as a miss by the range's half-width,
@@ -485,10 +512,9 @@ class StreamingDetector:
             self._remember_short(st, expected)
         # Rows of an incident are learnt capped at the range: surprises of the threshold's size happen (a stream
         # whose bursts are normal learns so), and no more, so one huge row cannot reshape the distribution.
-        st.errors.learn(min(error, reach) if learn == "capped" else error, unit)
+        st.errors.learn(reach if learn == "capped" and error > reach else error, unit)
         if self.short_rows and len(st.short_ring) == self.short_rows:
-            st.means.learn(sum(st.short_ring) / self.short_rows,
-                           self._means_unit(st, st.errors.start()[0], max(unit, 1e-300)))
+            st.means.learn(sum(st.short_ring) / self.short_rows, means_unit or MEANS_UNIT_FLOOR)
 
     def _warm_up(self, st: DetectorState, moment: float, value: float) -> None:
         if st.rows:
