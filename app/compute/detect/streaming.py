@@ -83,6 +83,7 @@ TAIL_SAMPLES = 256  # exceedances the tail's shape is fitted on: a long run (abo
 # TAIL_PRIOR_WEIGHT exceedances, so its first weeks alarm less, not more, than a calibrated stream.
 TAIL_PRIOR_SHAPE = 0.25
 TAIL_PRIOR_WEIGHT = 16.0
+MIN_FIT = 8  # fewer exceedances than this tell no shape: the prior stands until then
 FIT_EVERY = 8  # a full sample is refitted every 8th exceedance: the fit moves by 1/32 of its sample meanwhile
 SHAPE_LIMITS = (-0.4, 0.45)  # the fitted shape is kept where its moment estimator is defined (below 0.5)
 UNIT_SHARE = 0.5  # the unit of surprise is the median error: half of the window must move to move it
@@ -243,12 +244,12 @@ class Surprises:
         by its weight: robust to the largest excess, closed form, O(TAIL_SAMPLES) per exceedance."""
         ranked = self.excess_ranked
         n = len(ranked)
-        if n < 2:
+        if n < MIN_FIT:
             return
         a0 = sum(ranked) / n
         a1 = sum(value * (n - 1 - i) for i, value in enumerate(ranked)) / (n * (n - 1))
         gap = a0 - 2.0 * a1
-        if a0 <= 0.0 or gap <= 0.0:
+        if a0 <= 0.0 or gap <= 0.01 * a0:  # ties (capped rows) leave no shape to read: keep the last fit
             return
         low, high = SHAPE_LIMITS
         shape = min(high, max(low, 2.0 - a0 / gap))
