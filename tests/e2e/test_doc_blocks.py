@@ -6,7 +6,8 @@ test_every_block_is_run_or_excused fails on it.
 The blocks run in a temporary directory (whatever they write stays out of the checkout), with the
 addresses they name pointed at the test server, `.venv/bin/` at this checkout's, and the variables the docs
 assume set: KEY, API_KEY, ADMIN_KEY (a full-access key), BASE, BATCH_ID, KEY_ID; Python blocks get KEY,
-``series`` (a pandas Series) and ``long_frame`` (a long DataFrame)."""
+``series`` (a pandas Series), ``long_frame`` (a long DataFrame), ``df`` (monthly series in Nixtla's
+unique_id, ds, y columns) and ``client`` (this service's Python client, open)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/operating.md", "# every machine"): "a deployment across machines (tests/e2e/test_scale_out.py runs one)",
     ("docs/monitors.md", "curl -X POST https://forecast.example.com/monitors -H \"Authorization: Bearer $KEY\" \\"):
         "needs the reader's own Prometheus and Alertmanager (tests/e2e/test_prometheus.py runs a real pair)",
+    ("docs/batches.md", 'curl -sS -X POST "$BASE/batches" -H "Authorization: Bearer $API_KEY" -H '
+                        '"Content-Type: application/json" \\'): "its series is abbreviated with \"...\"",
+    ("docs/monitors.md", "printf '%s\\n' '{\"monitor_id\":\"mon_a...\",\"timestamp\":\"2026-01-01T00:00:00Z\","
+                         "\"value\":5}' \\"): "its monitor ids are abbreviated (tests/api/test_monitors_bulk.py "
+    "sends such bodies)",
 }
 
 
@@ -171,7 +177,12 @@ def reader_inputs() -> dict[str, Any]:
     long_frame = pd.DataFrame({"unique_id": [f"store-{s}" for s in range(2) for _ in days],
                                "timestamp": [day for _ in range(2) for day in days],
                                "value": [10.0 + s + i % 7 for s in range(2) for i in range(len(days))]})
-    return {"series": series, "long_frame": long_frame}
+    months = pd.date_range("2020-01-01", periods=48, freq="MS")
+    df = pd.DataFrame({"unique_id": [f"sku-{s}" for s in range(2) for _ in months],
+                       "ds": [month for _ in range(2) for month in months],
+                       "y": [100.0 + 10 * s + 8 * math.sin(2 * math.pi * i / 12) + i
+                             for s in range(2) for i in range(len(months))]})
+    return {"series": series, "long_frame": long_frame, "df": df}
 
 
 @pytest.mark.parametrize("block", RUN, ids=lambda block: block.id)
@@ -180,13 +191,17 @@ def test_the_block_runs_as_pasted(block: Block, service: Service, tmp_path: Path
         (tmp_path / "series.csv").write_text(_series_csv_of_batches_md())
     if block.language == "python":
         code = pointed_at(block.code, service.server.url).replace('"{KEY}"', "KEY")
-        namespace: dict[str, Any] = {"KEY": service.key, **reader_inputs()}
+        from forecast_client import Client
+
+        client = Client(service.server.url, api_key=service.key)
+        namespace: dict[str, Any] = {"KEY": service.key, "client": client, **reader_inputs()}
         cwd = os.getcwd()
         os.chdir(tmp_path)
         try:
             exec(compile(code, block.id, "exec"), namespace)  # noqa: S102 - the docs' own code
         finally:
             os.chdir(cwd)
+            client.close()
         return
     done = run_shell(block, service, tmp_path)
     assert done.returncode == 0, f"{block.code}\n--- stdout\n{done.stdout[-2000:]}\n--- stderr\n{done.stderr[-2000:]}"
