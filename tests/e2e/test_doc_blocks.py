@@ -39,8 +39,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "make run    # venv + pinned runtime deps, migrations, a first key printed with curl examples, "
                   "serve on :8000"): "starts the service this suite is testing, and "
     "`make test` is this suite",
-    ("README.md", "PROM=https://prometheus.example.com AM=https://alertmanager.example.com   # yours"):
-        "needs the reader's own Prometheus and Alertmanager (tests/e2e/test_prometheus.py runs a real pair)",
     ("README.md", ".venv/bin/pip install './clients/python[pandas]'"): "installs a package (make install-dev has)",
     ("docs/python-client.md", "pip install './clients/python[pandas]'     # pandas for Series in / to_pandas() "
                               "out; [plot] adds matplotlib"): "installs a package (make install-dev has)",
