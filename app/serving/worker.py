@@ -44,20 +44,16 @@ from functools import partial
 from typing import Any
 
 from gunicorn import http
-from gunicorn.workers.gthread import TConn, ThreadWorker
+from gunicorn.workers.gthread import ThreadWorker
 
 from app.serving import answers
 from app.serving.config import ClientLimits
+from app.serving.connection import ServingConn
 from app.serving.framing import (
-    NO_BODY,
-    BodyFraming,
     HeadLimits,
-    body_framing,
-    chunked_body_end,
-    find_head_end,
     oversized_head,
 )
-from app.serving.reading import LINGER_BYTES, DeadlineUnreader, RequestTimedOut
+from app.serving.reading import LINGER_BYTES, RequestTimedOut
 from app.serving.writing import PacedSocket, SlowReaderSlots
 
 # One non-blocking read in the event loop.
@@ -69,67 +65,6 @@ HOLD_BYTES = 256 * 1024
 EXPIRY_SCAN_SECONDS = 0.25
 # How often it drops finished requests from its list of those in flight.
 FUTURES_SWEEP_SECONDS = 0.25
-
-
-class ServingConn(TConn):
-    """A connection, with what the event loop has read of its next request."""
-
-    def __init__(self, cfg: Any, sock: socket.socket, client: Any, server: Any, limits: ClientLimits) -> None:
-        super().__init__(cfg, sock, client, server)
-        self.limits = limits
-        self.pending = bytearray()
-        self.deadline = 0.0  # monotonic; of the head until it is complete, then of the body
-        self.head_end: int | None = None
-        self.framing: BodyFraming = NO_BODY
-        self._searched = 0  # how far `pending` was searched for the head's end
-        self._chunk_position = 0
-        self.idle = False  # kept alive between requests (in gthread's _keep), the poller watching for a next one
-        self.watched = False  # registered with the poller while the event loop reads it
-        self.uploading = False  # holds an upload slot
-        self.missing: int | None = None  # body bytes its thread has yet to receive, when the length is known
-        self.body_deadline: float | None = None  # as the event loop counted it, for the thread to go on with
-
-    def init(self) -> None:
-        super().init()
-        if not isinstance(self.parser.unreader, DeadlineUnreader):
-            self.parser.unreader = DeadlineUnreader(self.sock, self.limits)
-
-    @property
-    def unreader(self) -> DeadlineUnreader:
-        return self.parser.unreader  # type: ignore[no-any-return]
-
-    def begin(self, deadline: float, pending: bytes = b"") -> None:
-        """Start reading a next request: its head is due by ``deadline``."""
-        self.pending = bytearray(pending)
-        self.deadline = deadline
-        self.head_end, self.framing, self._searched, self._chunk_position = None, NO_BODY, 0, 0
-
-    def head_complete(self, now: float) -> bool:
-        if self.head_end is not None:
-            return True
-        end = find_head_end(self.pending, self._searched)
-        if end is None:
-            self._searched = max(0, len(self.pending) - 3)
-            return False
-        self.head_end, self.framing = end, body_framing(self.pending[:end])
-        self._chunk_position = end
-        self.deadline = self.limits.body_deadline(now, len(self.pending) - end)
-        return True
-
-    def body_buffered(self) -> int:
-        return len(self.pending) - (self.head_end or 0)
-
-    def body_complete(self) -> bool:
-        assert self.head_end is not None
-        if not self.framing.chunked:
-            return self.body_buffered() >= self.framing.length
-        end, self._chunk_position = chunked_body_end(self.pending, self._chunk_position)
-        return end is not None
-
-    def body_missing(self) -> int | None:
-        if self.head_end is None or self.framing.chunked:
-            return None
-        return max(0, self.framing.length - self.body_buffered())
 
 
 class ServingWorker(ThreadWorker):
@@ -188,11 +123,40 @@ class ServingWorker(ThreadWorker):
             if not self.is_parent_alive():
                 break
             self.murder_keepalived()
+        self._drain()
         self.tpool.shutdown(False)
         self.poller.close()
         for sock in self.sockets:
             sock.close()
         futures.wait(self.futures, timeout=self.cfg.graceful_timeout)
+
+    def _drain(self) -> None:
+        """A graceful stop serves the requests already sent to this process rather than resetting them: the
+        connections waiting in the listeners' queues are accepted once, idle kept-alive ones are closed (nothing
+        of theirs is in flight), and the loop goes on reading until every accepted request has gone to a thread
+        or past its deadline. Stock gthread stopped at once, and clients whose request arrived a moment before
+        SIGTERM (a deploy, a scale-down) saw their connection reset."""
+        with self._lock:
+            idle, self._keep = list(self._keep), deque()
+        for conn in idle:
+            with self._lock:
+                self.poller.unregister(conn.sock)
+            self.nr_conns -= 1
+            conn.close()
+        for sock in self.sockets:
+            try:
+                self.poller.unregister(sock)
+                name = sock.getsockname()
+            except (KeyError, ValueError, OSError):
+                continue
+            while self.nr_conns < self.worker_connections and self.accept(name, sock):
+                pass
+        deadline = time.monotonic() + self.cfg.graceful_timeout
+        while (self._unserved or self._returned) and time.monotonic() < deadline:
+            self.notify()
+            for key, _ in self.poller.select(EXPIRY_SCAN_SECONDS):
+                key.data(key.fileobj)
+            self.murder_keepalived()
 
     def _wake(self) -> None:
         try:
@@ -208,18 +172,19 @@ class ServingWorker(ThreadWorker):
         except OSError:
             pass
 
-    def accept(self, server: Any, listener: socket.socket) -> None:
+    def accept(self, server: Any, listener: socket.socket) -> bool:
         try:
             sock, client = listener.accept()
         except OSError as e:
             if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
                 raise
-            return
+            return e.errno == errno.ECONNABORTED  # one gone from the queue; others may follow it
         conn = ServingConn(self.cfg, sock, client, server, self.limits)
         self.nr_conns += 1
         conn.begin(time.monotonic() + self.limits.header_seconds)
         self._unserved[conn] = None
         self._watch(conn)
+        return True
 
     def _watch(self, conn: ServingConn) -> None:
         conn.watched = True

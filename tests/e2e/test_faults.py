@@ -248,6 +248,20 @@ def _busy(pids: list[int], seconds: float = 0.3) -> list[int]:
     return [pid for pid in pids if cpu(pid) > before[pid] >= 0]
 
 
+def _connections_to(port: int) -> int:
+    """Established TCP connections whose server end is on `port` (the kernel's view: accepted or queued)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            count += state == "01" and int(local.rsplit(":", 1)[1], 16) == port
+    return count
+
+
 def forecast_workers(server: Server) -> list[int]:
     workers = [pid for pid in child_pids(server.process.pid) if "gunicorn" in cmdline(pid)]
     assert len(workers) == 1, workers
@@ -282,12 +296,11 @@ def test_sigterm_lets_running_forecasts_finish_and_flushes_usage(tmp_path: Path)
 
         with ThreadPoolExecutor(16) as pool:  # all sent at once; gunicorn accepts them all and queues them
             futures: list[Future[requests.Response]] = [pool.submit(forecast, i) for i in range(16)]
-            # Shortly after they start: the forecast workers are computing, and gunicorn has had a moment to
-            # accept every connection (a connection still in the listen backlog at SIGTERM is not in flight).
+            # Once every client has connected (accepted or still in the listen queue: both are in flight and
+            # are served) and the forecast workers are computing.
             deadline = time.monotonic() + 30
-            while not _busy(forecast_workers(server), 0.1):
-                assert time.monotonic() < deadline, "no forecast started"
-            time.sleep(0.5)
+            while _connections_to(server.port) < 16 or not _busy(forecast_workers(server), 0.1):
+                assert time.monotonic() < deadline, f"{_connections_to(server.port)} of 16 connected, or none computing"
             running = sum(not f.done() for f in futures)
             assert running >= 4, "the forecasts finished before SIGTERM; use longer ones"
             server.process.send_signal(signal.SIGTERM)
@@ -299,6 +312,67 @@ def test_sigterm_lets_running_forecasts_finish_and_flushes_usage(tmp_path: Path)
     assert all(len(r.json()["median"]) == 24 for r in responses)
     assert exit_code == 0, server.log_path.read_text()[-3000:]
     assert usage_of(env, key["id"]) == 16  # flushed on the way out, not 5 s later
+
+
+def _listen_queue(port: int) -> int:
+    """Connections waiting in the kernel's accept queue of the listener on `port`."""
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = row.split()
+        if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            return int(fields[4].split(":")[1], 16)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def _signal_pending(pid: int, sig: int) -> bool:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+    return any(int(status[field], 16) >> (sig - 1) & 1 for field in ("SigPnd", "ShdPnd"))
+
+
+def _answer(sock: socket.socket) -> bytes:
+    answer = b""
+    while chunk := sock.recv(65536):
+        answer += chunk
+    return answer
+
+
+def test_sigterm_answers_requests_sent_but_not_yet_read(tmp_path: Path) -> None:
+    """At SIGTERM one client's request waits in the listen queue and another's head is half sent: a deploy must
+    answer both (stock gthread reset them)."""
+    server = Server(sqlite_env(tmp_path), log_path=tmp_path / "gunicorn.log")
+    sockets: list[socket.socket] = []
+    try:
+        server.wait_ready()
+        half = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        sockets.append(half)
+        half.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n")
+        wait_until = time.monotonic() + 10
+        while _listen_queue(server.port):  # accepted, its head half read
+            assert time.monotonic() < wait_until
+            time.sleep(0.05)
+        time.sleep(0.2)
+        (worker,) = [pid for pid in child_pids(server.process.pid) if "gunicorn" in cmdline(pid)]
+        os.kill(worker, signal.SIGSTOP)  # the worker accepts nothing more: the next client stays queued
+        try:
+            queued = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            sockets.append(queued)
+            queued.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            assert _listen_queue(server.port) == 1
+            server.process.send_signal(signal.SIGTERM)
+            while not _signal_pending(worker, signal.SIGTERM):  # the master has passed the stop on
+                assert time.monotonic() < wait_until + 20
+                time.sleep(0.05)
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        half.sendall(b"Connection: close\r\n\r\n")
+        answers = [_answer(half), _answer(queued)]
+        exit_code = server.process.wait(timeout=60)
+    finally:
+        server.stop()
+        for sock in sockets:
+            sock.close()
+    assert [answer[:12] for answer in answers] == [b"HTTP/1.1 200"] * 2, answers
+    assert exit_code == 0, server.log_path.read_text()[-3000:]
 
 
 def _refused_keep_alive_connection(server: Server, key: str) -> socket.socket:
