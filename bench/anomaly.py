@@ -5,14 +5,16 @@
 nab        every file of the NAB development set (sibling ../shared/data/nab-dev: 41 labelled files in five
            categories) is sent whole, timestamps as they are (repeated and backward ones included), to
            POST /anomalies through a real gunicorn; its verdicts are causal (row i judged from rows 0..i only,
-           exactly as a streaming NAB detector). anomaly_score becomes the NAB result file, scored by
-           ../shared/tools/nab_score.py at the service's fixed threshold (anomaly_score >= 0.5 at the default
-           confidence 0.99) and at the best one, in NAB's three profiles.
-loco       leave-one-category-out, in-process (app.compute.detect.streaming, no server): margin x top_rank x
-           quiet rows x short rows x habit over a 3 x 3 x 2 x 4 x 3 grid; for each category the point is chosen on
-           the other four and scored on it.
-reference  the detector before the streaming one (commit REFERENCE, anomaly-model-1 as adaptive_detector),
-           run in-process on the same 41 files in this run, from a git worktree of that commit.
+           exactly as a streaming NAB detector). Two NAB result files per file, scored by
+           ../shared/tools/nab_score.py in NAB's three profiles: is_anomaly as 1/0, at the service's own
+           threshold (the default settings: one false alarm a week, no confidence sent), and the calibrated
+           anomaly_score itself, at the best threshold.
+loco       leave-one-category-out, in-process (app.compute.detect.streaming, no server): top_rank x quiet rows x
+           short rows x habit over a 3 x 2 x 4 x 3 grid, each file scored at the service's own threshold
+           (is_anomaly); for each category the point is chosen on the other four and scored on it.
+reference  today's detector before the calibrated score (commit REFERENCE, StreamingDetector, whose
+           is_anomaly was score >= 0.5), run in-process on the same 41 files in this run, from a git worktree
+           of that commit, scored at its own threshold (is_anomaly).
 speed      p50/p90 end to end of POST /anomalies and /anomalies/last on 4,000 five-minute points, and of the
            Azure-compatible entire/detect and last/detect on the same series.
 
@@ -72,22 +74,21 @@ PUBLISHED = [  # the NAB dev set README: published detectors' result files score
     ("Twitter ADVec", 46.6, 36.1, 52.4),
     ("windowed Gaussian", 41.4, 26.5, 48.4),
 ]
-# The issue's "before" figure: the previous anomaly-model-1 (REFERENCE's adaptive_detector), all 41 files,
-# standard profile at 0.5, as the issue quotes it. The reference section measures it again in the same run.
-BEFORE_ISSUE = {"standard at 0.5, all 41 files": 49.4}
-# The commit before the streaming detector: its anomaly-model-1 is the reference measured in the same run.
-REFERENCE = "222ff81"
+# Today's detector before the calibrated score (its is_anomaly was score >= 0.5): the reference measured in the
+# same run.
+REFERENCE = "19f2049"
 PROFILES = ("standard", "reward_low_FP_rate", "reward_low_FN_rate")
+# Result files hold is_anomaly as 1.0/0.0, so NAB's threshold 0.5 reads "is_anomaly": the detector's own
+# threshold, whatever it is for the stream's step.
 THRESHOLD = 0.5
 # The constants StreamingDetector takes for leave-one-category-out, and the values it ships with. Short rows 0
 # is the detector without its second signal, so the grid also says whether that signal helps held-out data.
-GRID_MARGIN = (1.25, 1.5, 2.0)
 GRID_TOP_RANK = (6, 12, 24)
 GRID_QUIET = (12, 48)
 GRID_SHORT = (0, 3, 6, 12)
 GRID_HABIT = (0.0, 1 / 12, 1 / 6)  # habit 0 is the detector without that rule
-SHIPPED = (1.5, 12, 48, 6, 1 / 12)
-GridPoint = tuple[float, int, int, int, float]
+SHIPPED = (12, 48, 6, 1 / 12)
+GridPoint = tuple[int, int, int, float]
 SPEED_POINTS = 4000
 TARGETS_MS = {"/anomalies": 100.0, "/anomalies/last": 50.0}
 
@@ -197,8 +198,13 @@ def false_alarms(parts: dict[str, Parts], category: str) -> int:
 
 def run_nab(url: str, key: str, results: Path, loco_defaults: dict[str, Parts] | None) -> tuple[
         list[list[object]], list[str], dict]:
+    """Every file through the server at the default settings. Two result directories: ``flags`` holds
+    is_anomaly as 1.0/0.0 (NAB's 0.5 reads "is_anomaly": the service's own threshold), ``scores`` the
+    calibrated anomaly_score (scored at NAB's best threshold only)."""
     headers = {"Authorization": f"Bearer {key}"}
+    flags_dir, scores_dir = results / "flags", results / "scores"
     answered, refused, out_of_order = 0, [], {}
+    thresholds: dict[str, set[float]] = {}
     no_anomaly_alarms: dict[str, int] = {}
     with requests.Session() as session:
         for path in nab_files():
@@ -214,32 +220,47 @@ def run_nab(url: str, key: str, results: Path, loco_defaults: dict[str, Parts] |
             response.raise_for_status()
             answered += 1
             answer = response.json()
-            scores = answer["anomaly_score"]
+            flags = [1.0 if a else 0.0 for a in answer["is_anomaly"]]
+            if answer.get("threshold") is not None:
+                thresholds.setdefault(NAB_FREQUENCY[folder], set()).add(float(answer["threshold"]))
             if answer.get("out_of_order"):
                 out_of_order[f"{folder}/{path.name}"] = len(answer["out_of_order"])
-            write_results(results, f"{folder}/{path.name}", [r[0] for r in rows], scores)
+            stamps = [r[0] for r in rows]
+            write_results(flags_dir, f"{folder}/{path.name}", stamps, flags)
+            write_results(scores_dir, f"{folder}/{path.name}", stamps, answer["anomaly_score"])
             if folder == NO_WINDOWS:
-                no_anomaly_alarms[path.name] = sum(s >= THRESHOLD for s in scores[probation_rows(len(rows)):])
-    report = score_dir(results)
+                no_anomaly_alarms[path.name] = int(sum(flags[probation_rows(len(rows)):]))
+    report = score_dir(flags_dir)
+    best = score_dir(scores_dir)
     report["answered"] = f"{answered} of {len(nab_files())}"
+    for profile in PROFILES:
+        report[profile]["best"] = best[profile]["best"]
+        report[profile]["best_threshold"] = best[profile]["best_threshold"]
     table = [
-        ["this service, fixed threshold (score >= 0.5)", *(report[p]["at_threshold"] for p in PROFILES)],
+        ["this service, its own threshold (is_anomaly)", *(report[p]["at_threshold"] for p in PROFILES)],
         [
-            "this service, best threshold (" + ", ".join(f"{report[p]['best_threshold']:.3f}" for p in PROFILES) + ")",
-            *(report[p]["best"] for p in PROFILES),
+            "this service, best threshold (" + ", ".join(f"{best[p]['best_threshold']:.6g}" for p in PROFILES)
+            + ")",
+            *(best[p]["best"] for p in PROFILES),
         ],
     ]
     notes = [
         f"files answered: {answered} of {len(nab_files())}"
         + (f"; refused (422): {'; '.join(refused)}" if refused else "")
         + f". Scored: {report['files']} files, {report['windows']} labelled windows; every file sent whole to "
-        "POST /anomalies through gunicorn, default detector and confidence 0.99",
+        "POST /anomalies through gunicorn at the default settings: one false alarm a week (no confidence or "
+        "false_alarms_per_week sent)",
+        "its own threshold: is_anomaly written as 1/0 (NAB's 0.5 then reads \"is_anomaly\"); the threshold the "
+        "service answered: "
+        + ("; ".join(f"{frequency} {', '.join(f'{t:.6g}' for t in sorted(values))}"
+                     for frequency, values in sorted(thresholds.items())) or "none")
+        + ". Best threshold: the calibrated anomaly_score written as it is, NAB's best threshold per profile",
         "timestamps sent as they are in the files: "
         + (", ".join(f"{name} {rows} row{'s' if rows != 1 else ''}" for name, rows in sorted(out_of_order.items()))
            or "no file")
         + " listed in out_of_order (a timestamp not after the row before: repeated or stepping back), judged in "
-        "file order; the code before the streaming detector refused such files with 422 (see the reference)",
-        f"false alarms in {NO_WINDOWS} (rows after the probationary period, score >= 0.5): "
+        "file order",
+        f"false alarms in {NO_WINDOWS} (rows after the probationary period with is_anomaly): "
         + ", ".join(f"{name} {count}" for name, count in sorted(no_anomaly_alarms.items()))
         + f"; total {sum(no_anomaly_alarms.values())}",
     ]
@@ -249,8 +270,9 @@ def run_nab(url: str, key: str, results: Path, loco_defaults: dict[str, Parts] |
         notes.append(
             "cross-check: the shipped settings run in-process (LOCO section) give "
             + "/".join(f"{v:.1f}" for v in in_process)
-            + (" at 0.5, the same as through the server" if in_process == served else
-               f" at 0.5, NOT the same as through the server ({'/'.join(f'{v:.1f}' for v in served)})")
+            + (" at the service's own threshold, the same as through the server" if in_process == served else
+               " at the service's own threshold, NOT the same as through the server "
+               f"({'/'.join(f'{v:.1f}' for v in served)})")
         )
     return table, notes, report
 
@@ -268,23 +290,25 @@ def _init_worker(app_root: str) -> None:
     _FILES = load_nab()
 
 
-def _grid_task(task: tuple[int, float, int, int, int, float]) -> tuple[int, GridPoint, Parts, float]:
-    index, margin, top_rank, quiet, short, habit = task
+def _grid_task(task: tuple[int, int, int, int, float]) -> tuple[int, GridPoint, Parts, float]:
+    index, top_rank, quiet, short, habit = task
     assert _STREAMING is not None
     rel, stamps, times, values = _FILES[index]
-    detector = _STREAMING.StreamingDetector(data_frequency=NAB_FREQUENCY[rel.split("/")[0]], margin=margin,
-                                            top_rank=top_rank, quiet_rows=quiet, short_rows=short, habit=habit)
+    detector = _STREAMING.StreamingDetector(data_frequency=NAB_FREQUENCY[rel.split("/")[0]], top_rank=top_rank,
+                                            quiet_rows=quiet, short_rows=short, habit=habit)
     started = time.perf_counter()
-    scores = detector.update(detector.initial_state(), times, values).score
+    verdicts = detector.update(detector.initial_state(), times, values)
     elapsed = time.perf_counter() - started
-    return index, (margin, top_rank, quiet, short, habit), file_parts(rel, stamps, scores), elapsed
+    # is_anomaly as 1/0: NAB's THRESHOLD 0.5 then reads "is_anomaly", the service's own threshold.
+    flags = [1.0 if a else 0.0 for a in verdicts.is_anomaly]
+    return index, (top_rank, quiet, short, habit), file_parts(rel, stamps, flags), elapsed
 
 
 def run_grid(app_root: Path) -> tuple[dict[GridPoint, dict[str, Parts]], float, float]:
-    """Every file under every grid point: {(margin, top_rank, quiet rows, short rows, habit): {file: parts}}, wall
-    time, detector seconds."""
+    """Every file under every grid point: {(top_rank, quiet rows, short rows, habit): {file: parts}}, wall time,
+    detector seconds."""
     files = load_nab()
-    points = list(itertools.product(GRID_MARGIN, GRID_TOP_RANK, GRID_QUIET, GRID_SHORT, GRID_HABIT))
+    points = list(itertools.product(GRID_TOP_RANK, GRID_QUIET, GRID_SHORT, GRID_HABIT))
     tasks = [(i, *point) for point in points for i in range(len(files))]
     results: dict[GridPoint, dict[str, Parts]] = {point: {} for point in points}
     started = time.perf_counter()
@@ -299,8 +323,9 @@ def run_grid(app_root: Path) -> tuple[dict[GridPoint, dict[str, Parts]], float, 
 
 
 def choose(grid: dict[GridPoint, dict[str, Parts]], train: list[str]) -> tuple[GridPoint, str]:
-    """The grid point with the best standard score at 0.5 on ``train``; while artificialNoAnomaly is among them,
-    only points with no false alarm there compete. Ties go to the shipped settings, then to grid order."""
+    """The grid point with the best standard score at the service's own threshold (is_anomaly) on ``train``;
+    while artificialNoAnomaly is among them, only points with no false alarm there compete. Ties go to the
+    shipped settings, then to grid order."""
     candidates = list(grid)
     how = ""
     if NO_WINDOWS in train:
@@ -344,69 +369,69 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
     alarms_elsewhere = sum(false_alarms(shipped, cat) for cat in CATEGORIES if cat != NO_WINDOWS)
     files = len(shipped)
     notes = [
-        f"grid: margin {{{', '.join(map(str, GRID_MARGIN))}}} x top_rank {{{', '.join(map(str, GRID_TOP_RANK))}}} "
-        f"x quiet rows {{{', '.join(map(str, GRID_QUIET))}}} x short rows {{{', '.join(map(str, GRID_SHORT))}}} "
+        f"grid: top_rank {{{', '.join(map(str, GRID_TOP_RANK))}}} x quiet rows {{{', '.join(map(str, GRID_QUIET))}}} "
+        f"x short rows {{{', '.join(map(str, GRID_SHORT))}}} "
         f"x habit {{{', '.join(_share(h) for h in GRID_HABIT)}}} of a season "
         f"= {len(grid)} points x {files} files, in-process (app.compute.detect.streaming of the benchmarked code, "
         f"no server), 2 processes: {wall:.1f} s wall, {detector_seconds / (len(grid) * files) * 1000:.0f} ms "
         "of detector time per file and point on average",
-        "for each held-out category the grid point with the best standard score at threshold 0.5 on the other "
-        f"four is chosen (only points with zero false alarms on {NO_WINDOWS} compete while it is among the "
-        "four; ties go to the shipped settings); the held-out category is then scored at 0.5 with it. "
+        "each file is scored at the service's own threshold (is_anomaly, written as 1/0; the default settings: "
+        "one false alarm a week). For each held-out category the grid point with the best standard score on "
+        f"the other four is chosen (only points with zero false alarms on {NO_WINDOWS} compete while it is "
+        "among the four; ties go to the shipped settings); the held-out category is then scored with it. "
         f"{NO_WINDOWS} has no windows (NAB's normalisation is undefined there): its false alarms (rows after "
-        "the probationary period with score >= 0.5) are reported instead of a score",
+        "the probationary period with is_anomaly) are reported instead of a score",
         *chosen_notes,
     ]
-    table = [f"## NAB leave-one-category-out (standard profile, threshold {THRESHOLD})", ""]
+    table = ["## NAB leave-one-category-out (standard profile, at the service's own threshold: is_anomaly)", ""]
     table += [f"- {n}" for n in notes] + [""]
-    table += _table(["held-out category", "chosen (margin, top_rank, quiet rows, short rows, habit)",
-                     "score on the other four at 0.5",
-                     "held-out score at 0.5"], rows)
-    table += ["", f"Shipped settings (margin {SHIPPED[0]}, top_rank {SHIPPED[1]}, quiet rows {SHIPPED[2]}, "
-              f"short rows {SHIPPED[3]}, habit {_share(SHIPPED[4])}), "
-              f"at {THRESHOLD}:", ""]
+    table += _table(["held-out category", "chosen (top_rank, quiet rows, short rows, habit)",
+                     "score on the other four at its own threshold",
+                     "held-out score at its own threshold"], rows)
+    table += ["", f"Shipped settings (top_rank {SHIPPED[0]}, quiet rows {SHIPPED[1]}, short rows {SHIPPED[2]}, "
+              f"habit {_share(SHIPPED[3])}), at the service's own threshold (is_anomaly):", ""]
     table += _table(
         ["", *PROFILES],
         [[f"all {files} files", *all_files],
          *[[f"{cat} (standard)", per_category[cat], "", ""] for cat in per_category],
          [f"false alarms: {NO_WINDOWS} / outside windows elsewhere", f"{alarms_shipped} / {alarms_elsewhere}", "", ""]],
     )
-    table += ["", "Every grid point, all files (standard at 0.5; false alarms on artificialNoAnomaly):", ""]
+    table += ["", "Every grid point, all files (standard at the service's own threshold, is_anomaly; false alarms "
+              f"on {NO_WINDOWS}):", ""]
     table += _table(
-        ["margin, quiet rows, short rows, habit \\ top_rank", *map(str, GRID_TOP_RANK)],
-        [[f"{m}, {q}, {r}, {_share(h)}", *(f"{normalised(grid[(m, k, q, r, h)], list(CATEGORIES)):.1f} "
-                                           f"({false_alarms(grid[(m, k, q, r, h)], NO_WINDOWS)})"
-                                           for k in GRID_TOP_RANK)]
-         for m in GRID_MARGIN for q in GRID_QUIET for r in GRID_SHORT for h in GRID_HABIT],
+        ["quiet rows, short rows, habit \\ top_rank", *map(str, GRID_TOP_RANK)],
+        [[f"{q}, {r}, {_share(h)}", *(f"{normalised(grid[(k, q, r, h)], list(CATEGORIES)):.1f} "
+                                      f"({false_alarms(grid[(k, q, r, h)], NO_WINDOWS)})"
+                                      for k in GRID_TOP_RANK)]
+         for q in GRID_QUIET for r in GRID_SHORT for h in GRID_HABIT],
     )
     held_alarms = next(row[3] for row in rows if row[0] == NO_WINDOWS)
     summary = [f"leave-one-category-out, mean held-out score over the {len(held)} categories with windows: "
                f"**{mean:.1f}** (" + ", ".join(f"{cat} {score:.1f}" for cat, score in held.items())
                + f"); held-out {NO_WINDOWS}: {held_alarms.removeprefix('no windows: ')}; shipped settings on all "
-               f"{files} files at 0.5: {all_files[0]:.1f} standard"]
+               f"{files} files at the service's own threshold (is_anomaly): {all_files[0]:.1f} standard"]
     return table, shipped, summary
 
 
 # ---------------------------------------------------------------------------------------------- reference detector
 
 def reference_scores(app_root: Path, out_dir: Path) -> None:
-    """Run in a child process with the reference checkout first on sys.path (its `app` package, not ours): the
-    previous anomaly-model-1 on every file, raw timestamps, confidence 0.99, every row answered from row 0."""
+    """Run in a child process with the reference checkout first on sys.path (its `app` package, not ours): its
+    StreamingDetector at its defaults on every file, raw timestamps, every row from row 0; the result files hold
+    is_anomaly as 1.0/0.0 (there it was score >= 0.5)."""
     sys.path.insert(0, str(app_root))
-    import numpy as np
-
-    from app.compute.detect.detectors import adaptive_detector
+    from app.compute.detect.streaming import StreamingDetector
 
     failures = []
     started = time.perf_counter()
     for rel, stamps, times, values in load_nab():
         try:
-            result = adaptive_detector(np.asarray(times), np.asarray(values), NAB_FREQUENCY[rel.split("/")[0]],
-                                       0.99, 0)
+            detector = StreamingDetector(data_frequency=NAB_FREQUENCY[rel.split("/")[0]])
+            verdicts = detector.update(detector.initial_state(), times, values)
         except Exception as exc:  # noqa: BLE001 - a file it cannot judge is reported, the others still count
             failures.append(f"{rel}: {type(exc).__name__}")
             continue
-        write_results(out_dir, rel, stamps, [float(s) for s in result.score])
+        write_results(out_dir, rel, stamps, [1.0 if a else 0.0 for a in verdicts.is_anomaly])
     print(json.dumps({"failures": failures, "seconds": time.perf_counter() - started}))
 
 
@@ -417,50 +442,38 @@ def run_reference(commit: str) -> tuple[list[str], list[str]]:
         child = c.run_json([str(Path(__file__).resolve()), "--reference-scores", str(tree), str(out)], timeout=900,
                            env=c.base_env(tree))
         report = score_dir(out)
-        files = load_nab()
         parts: dict[str, Parts] = {}
-        # As its API answered: a file with a timestamp not after the one before was refused (422), which
-        # scores as a detector that never fires on that file.
-        as_served: dict[str, Parts] = {}
-        refused = []
-        for rel, stamps, times, _ in files:
+        for rel, stamps, _, _ in load_nab():
             path = out / rel
             if path.is_file():
                 with path.open() as handle:
-                    scores = [float(r[1]) for r in list(csv.reader(handle))[1:]]
-                parts[rel] = file_parts(rel, stamps, scores)
-                as_served[rel] = parts[rel]
-            if any(b <= a for a, b in itertools.pairwise(times)):
-                refused.append(rel)
-                as_served[rel] = file_parts(rel, stamps, [0.0] * len(stamps))
+                    flags = [float(r[1]) for r in list(csv.reader(handle))[1:]]
+                parts[rel] = file_parts(rel, stamps, flags)
     per_category = {cat: normalised(parts, [cat]) for cat in CATEGORIES if cat != NO_WINDOWS}
+    alarms_none = false_alarms(parts, NO_WINDOWS)
+    alarms_elsewhere = sum(false_alarms(parts, cat) for cat in per_category)
     notes = [
-        f"commit {described[:100]}: its anomaly-model-1 (app.compute.detect.detectors.adaptive_detector) run "
+        f"commit {described[:100]}: today's detector before the calibrated score "
+        "(app.compute.detect.streaming.StreamingDetector at its defaults, its is_anomaly score >= 0.5) run "
         f"in-process from a git worktree in this run, on the same {report['files']} files ({report['windows']} "
-        f"windows), timestamps as in the files, confidence 0.99, every row from row 0; {child['seconds']:.1f} s"
+        f"windows), timestamps as in the files, every row from row 0; {child['seconds']:.1f} s"
         + (f"; failed on {', '.join(child['failures'])}" if child["failures"] else ""),
-        f"through its own API it answered only strictly increasing timestamps ({len(refused)} of these files "
-        "were refused with 422); in-process it takes every row as it is",
-        f"the issue's figure for it, {BEFORE_ISSUE['standard at 0.5, all 41 files']} (standard at 0.5, all 41 "
-        "files), is the figure as its API answered: the files it refused count as a detector that never fires "
-        f"({', '.join(refused)}); the detector itself, on every row, is the first line of the table",
+        "scored at its own threshold: is_anomaly written as 1/0 (NAB's 0.5 then reads \"is_anomaly\"); false "
+        f"alarms: rows after the probationary period with is_anomaly, in {NO_WINDOWS} and outside the windows "
+        "of the other categories",
     ]
     rows = [
-        [f"previous detector ({commit}), fixed threshold 0.5", *(report[p]["at_threshold"] for p in PROFILES)],
-        [f"previous detector ({commit}), best threshold ("
-         + ", ".join(f"{report[p]['best_threshold']:.3f}" for p in PROFILES) + ")",
-         *(report[p]["best"] for p in PROFILES)],
-        [f"previous detector as its API answered ({len(refused)} files refused with 422, scored as silent), 0.5",
-         *(normalised(as_served, list(CATEGORIES), p) for p in PROFILES)],
-        *[[f"previous detector, {cat} (standard at 0.5)", per_category[cat], "", ""] for cat in per_category],
+        [f"previous detector ({commit}), its own threshold (is_anomaly)",
+         *(report[p]["at_threshold"] for p in PROFILES)],
+        *[[f"previous detector, {cat} (standard, its own threshold)", per_category[cat], "", ""]
+          for cat in per_category],
         [f"previous detector, false alarms: {NO_WINDOWS} / outside windows elsewhere",
-         f"{false_alarms(parts, NO_WINDOWS)} / {sum(false_alarms(parts, cat) for cat in per_category)}", "", ""],
+         f"{alarms_none} / {alarms_elsewhere}", "", ""],
     ]
     lines = ["## Reference: the previous detector, measured in the same run", ""] + [f"- {n}" for n in notes] + [""]
-    summary = [f"previous detector ({commit}) in the same run, standard at 0.5: {report['standard']['at_threshold']}"
-               f" on every row of the {report['files']} files; "
-               f"{normalised(as_served, list(CATEGORIES))} as its API answered ({len(refused)} files refused; "
-               f"the issue's figure: {BEFORE_ISSUE['standard at 0.5, all 41 files']})"]
+    summary = [f"previous detector ({commit}) in the same run, at its own threshold: "
+               f"{report['standard']['at_threshold']} standard on the {report['files']} files; "
+               f"false alarms outside windows {alarms_none + alarms_elsewhere}"]
     return lines + _table(["detector", *PROFILES], rows), summary
 
 
@@ -615,14 +628,12 @@ def main() -> int:
                     table, notes, report = run_nab(server.url, key, tmp / "nab-results", shipped)
                     at = {p: report[p]["at_threshold"] for p in PROFILES}
                     summary.insert(0, f"end to end through gunicorn, files answered: {report['answered']}; all "
-                                   f"{report['files']} files at 0.5: **{at['standard']}** standard, "
+                                   f"{report['files']} files at the service's own threshold (is_anomaly): "
+                                   f"**{at['standard']}** standard, "
                                    f"{at['reward_low_FP_rate']} low-FP, {at['reward_low_FN_rate']} low-FN (best "
                                    f"threshold {report['standard']['best']} standard); published detectors, each at "
                                    "its best threshold: " + ", ".join(f"{n} {v[0]}" for n, *v in PUBLISHED))
                     table += [[f"{name} (published, best threshold)", *scores] for name, *scores in PUBLISHED]
-                    table.append([f"previous detector ({args.reference}), the issue's \"before\" figure at 0.5 "
-                                  "(files it refused scored as silent; measured again below)",
-                                  BEFORE_ISSUE["standard at 0.5, all 41 files"], "", ""])
                     sections.append(_section(f"NAB development set ({report['files']} files), normalised score, "
                                              "end to end", notes, ["detector", *PROFILES], table))
                 if loco_lines:
@@ -656,7 +667,7 @@ def _share(share: float) -> str:
 
 
 def _point(point: GridPoint) -> str:
-    return ", ".join([*map(str, point[:4]), _share(point[4])])
+    return ", ".join([*map(str, point[:3]), _share(point[3])])
 
 
 def _table(header: list[str], rows: list[list[object]]) -> list[str]:

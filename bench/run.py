@@ -1,6 +1,6 @@
 """Performance benchmarks of the service (`make bench`, `make bench-quick`).
 
-    python bench/run.py [--quick] [--only footprint,web,verify,limiter,forecast,anomaly,monitors,prometheus,
+    python bench/run.py [--quick] [--only footprint,web,verify,limiter,forecast,anomaly,synthetic,monitors,prometheus,
                                           remote-write,load,accuracy,batches,batch-results,backtest]
 
 Suites (each writes bench/results/<suite>.md and prints it):
@@ -11,6 +11,8 @@ Suites (each writes bench/results/<suite>.md and prints it):
   footprint `keys list` wall time and the web process's peak memory, beside the reference commit
   web       the web process's CPU per request, beside the reference commit (bench/web_cpu.py)
   anomaly   NAB files through POST /anomalies, leave-one-category-out, detection latency (bench/anomaly.py)
+  synthetic 30-day synthetic streams: false alarms per stream per week, point-adjusted F1 and NAB's score,
+            beside the detector before the alarm budget (bench/synthetic.py)
   monitors  appends to monitors, 1,000 monitors a point a second each, a webhook outage (bench/monitors.py)
   prometheus 1,000 Prometheus-backed monitors at 1-minute steps: lag point -> verdict, beside pushed appends
             (bench/prometheus_monitors.py; needs /usr/bin/prometheus)
@@ -46,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 import latency  # noqa: E402
 
-SUITES = ["footprint", "web", "verify", "limiter", "forecast", "anomaly", "monitors", "prometheus", "remote-write",
+SUITES = ["footprint", "web", "verify", "limiter", "forecast", "anomaly", "synthetic", "monitors", "prometheus",
+          "remote-write",
           "load", "accuracy", "batches", "batch-results", "backtest"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
@@ -84,6 +87,11 @@ def suite_web(quick: bool) -> str:
 def suite_anomaly(quick: bool) -> str:
     """NAB development files through POST /anomalies, scored as NAB does, and the detection latencies."""
     return _script("anomaly.py", *(["--quick"] if quick else []))
+
+
+def suite_synthetic(quick: bool) -> str:
+    """Long synthetic streams: false alarms per week, point-adjusted F1, NAB, the sensitivity table."""
+    return _script("synthetic.py", *(["--quick"] if quick else []))
 
 
 def suite_monitors(quick: bool) -> str:
@@ -168,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in chosen if s not in SUITES]
     if unknown:
         ap.error(f"unknown suite(s): {', '.join(unknown)}")
-    runners = {"footprint": suite_footprint, "web": suite_web, "anomaly": suite_anomaly,
+    runners = {"footprint": suite_footprint, "web": suite_web, "anomaly": suite_anomaly, "synthetic": suite_synthetic,
                "monitors": suite_monitors, "prometheus": suite_prometheus, "verify": latency.suite_verify,
                "limiter": latency.suite_limiter,
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy,

@@ -11,7 +11,8 @@ from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS
 
 DESCRIPTION = (
     "Judges every row causally, from the rows before it only, as a live monitor would have: expected value, "
-    "expected range at `confidence`, a score in [0, 1] (0.5 on the edge of the range) and a direction. Gaps and "
+    "expected range, a score in [0, 1] (the probability that the row is not normal), the threshold from the "
+    "alarm budget and a direction. Gaps and "
     "jitter in the timestamps are accepted. The first `warmup_points` rows only teach the detector (score 0). "
     "Needs the read permission; counted against the key's rate limits like /forecast."
 )
@@ -23,7 +24,7 @@ EXAMPLE_REQUEST = {
         }
     ],
     "data_frequency": "Hours",
-    "confidence": 0.99,
+    "false_alarms_per_week": 1,
 }
 EXAMPLE_LAST = {
     "timestamp": "2026-01-01T13:00:00Z",

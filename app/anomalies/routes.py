@@ -31,6 +31,7 @@ def _run_on_pool(job: Any) -> Any:
 def _detect(anomaly_request: AnomalyRequest, series: CheckedSeries, start: int = 0) -> DetectionResult:
     return service.detect(series.epoch_seconds, series.values, data_frequency=anomaly_request.data_frequency,
                           confidence=anomaly_request.confidence, detector=anomaly_request.detector,
+                          false_alarms_per_week=anomaly_request.false_alarms_per_week,
                           start=start, run=_run_on_pool)
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, SENSITIVITY_RANGE, confidence_for_sensitivity
+from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, FALSE_ALARMS_RANGE, SENSITIVITY_RANGE
+from app.compute.detect.streaming import budget_for_sensitivity
 from app.forecast.schemas import FREQUENCY_ISSUE
 from app.series.instants import epoch_seconds
 from app.series.timestamps import FREQUENCIES, TimestampError
@@ -22,7 +23,6 @@ from app.web.fields import JsonArray, StrictFloat, values_array
 from app.web.validation import envelope, load_object, problem
 
 MIN_POINTS = 12
-DEFAULT_CONFIDENCE = 0.99
 
 
 class AnomalySeriesSchema(Schema):
@@ -64,13 +64,22 @@ class AnomalyRequestSchema(Schema):
         validate=validate.OneOf(FREQUENCIES, error=FREQUENCY_ISSUE),
         metadata={"description": "The nominal spacing of the series; it sets which seasonality is tried."},
     )
+    false_alarms_per_week = StrictFloat(
+        load_default=None,
+        allow_nan=False,
+        validate=validate.Range(*FALSE_ALARMS_RANGE, error="Must be between 0.001 and 1000"),
+        metadata={
+            "description": "How many false alarms a normal stream may raise per week; it sets the threshold. "
+            "Default 1.",
+        },
+    )
     confidence = StrictFloat(
         load_default=None,
         allow_nan=False,
         validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999"),
         metadata={
-            "description": "Share of normal points the expected range should hold; higher means a wider range "
-            "and fewer anomalies. Default 0.99.",
+            "description": "Instead of false_alarms_per_week: the share of normal points to keep below the "
+            "threshold (the threshold is this number).",
         },
     )
     sensitivity = fields.Integer(
@@ -78,8 +87,8 @@ class AnomalyRequestSchema(Schema):
         strict=True,
         validate=validate.Range(*SENSITIVITY_RANGE, error="Must be between 0 and 99"),
         metadata={
-            "description": "Azure's 0-99 scale instead of confidence: higher means a narrower range and more "
-            "anomalies; 99 is confidence 0.99, every 49.5 points lower makes outliers ten times rarer.",
+            "description": "Azure's 0-99 scale instead of false_alarms_per_week: 10^(4·sensitivity/99 - 2) "
+            "false alarms a week (about 50 is the default of one; 0 and 99 differ 10,000 times).",
         },
     )
 
@@ -94,9 +103,14 @@ class AnomalyResponseSchema(Schema):
     anomaly_score = fields.List(
         fields.Float(),
         required=True,
-        metadata={"description": "0 to 1, growing with the distance outside the range; 0.5 on its edge."},
+        metadata={"description": "0 to 1: the probability that the row is not normal (news, not part of an "
+                  "incident already told)."},
     )
-    is_anomaly = fields.List(fields.Boolean(), required=True, metadata={"description": "anomaly_score >= 0.5."})
+    is_anomaly = fields.List(fields.Boolean(), required=True,
+                             metadata={"description": "anomaly_score >= threshold."})
+    threshold = fields.Float(
+        required=True, metadata={"description": "The least anomaly_score of an anomaly, from the alarm budget."}
+    )
     direction = fields.List(
         fields.String(allow_none=True),
         required=True,
@@ -123,6 +137,7 @@ class LastPointResponseSchema(Schema):
     upper_bound = fields.Float(required=True)
     anomaly_score = fields.Float(required=True)
     is_anomaly = fields.Boolean(required=True)
+    threshold = fields.Float(required=True)
     direction = fields.String(allow_none=True, required=True)
     warmup_points = fields.Integer(required=True)
     period = fields.Integer(allow_none=True, required=True)
@@ -137,7 +152,8 @@ class AnomalyRequest:
     timestamps: list[Any]
     values: list[Any]
     data_frequency: str
-    confidence: float
+    confidence: float | None
+    false_alarms_per_week: float | None
     detector: str
 
 
@@ -164,20 +180,34 @@ def load_request(body: Any, headers: Mapping[str, str]) -> AnomalyRequest:
         detector = detector.strip()
         if detector not in DETECTOR_IDS:
             problems.append(problem("X-Model-Id", "Must be one of: " + ", ".join(DETECTOR_IDS), detector))
-    if isinstance(body, dict) and body.get("confidence") is not None and body.get("sensitivity") is not None:
-        problems.append(problem("sensitivity", "Give confidence or sensitivity, not both", body["sensitivity"]))
+    problems += threshold_conflicts(body)
     data = load_object(_request_schema, body, problems)
     series = data["series"][0]
-    confidence = DEFAULT_CONFIDENCE if data["confidence"] is None else data["confidence"]
+    budget = data["false_alarms_per_week"]
     if data["sensitivity"] is not None:
-        confidence = confidence_for_sensitivity(data["sensitivity"])
+        budget = budget_for_sensitivity(data["sensitivity"])
     return AnomalyRequest(
         timestamps=series["timestamps"],
         values=series["values"],
         data_frequency=data["data_frequency"],
-        confidence=confidence,
+        confidence=data["confidence"],
+        false_alarms_per_week=budget,
         detector=detector or DEFAULT_DETECTOR,
     )
+
+
+THRESHOLD_FIELDS = ("false_alarms_per_week", "confidence", "sensitivity")
+
+
+def threshold_conflicts(body: Any) -> list[dict[str, Any]]:
+    """At most one of the fields that set the threshold may be given (null counts as absent)."""
+    if not isinstance(body, dict):
+        return []
+    given = [name for name in THRESHOLD_FIELDS if body.get(name) is not None]
+    if len(given) < 2:
+        return []
+    return [problem(given[1], f"Give one of {', '.join(THRESHOLD_FIELDS)}, not several",
+                    body[given[1]], given=given)]
 
 
 def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:

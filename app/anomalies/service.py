@@ -24,14 +24,16 @@ def detect(
     values: Any,
     *,
     data_frequency: str,
-    confidence: float,
     run: Runner,
+    confidence: float | None = None,
+    false_alarms_per_week: float | None = None,
     detector: str = DEFAULT_DETECTOR,
     start: int = 0,
     period: int | None = None,
 ) -> DetectionResult:
     """Verdicts for rows ``start`` onwards of a checked series (UTC seconds and values, float64 or lists), each
-    row judged from every row before it; ``period`` (rows) overrides the season the data frequency suggests."""
+    row judged from every row before it; ``period`` (rows) overrides the season the data frequency suggests.
+    The threshold comes from ``false_alarms_per_week`` (default one) or, instead, ``confidence``."""
     import numpy as np
 
     job = DetectJob(
@@ -39,6 +41,7 @@ def detect(
         values=np.asarray(values, dtype=np.float64),
         data_frequency=data_frequency,
         confidence=confidence,
+        false_alarms_per_week=false_alarms_per_week,
         detector=detector,
         start=start,
         period=period,
@@ -61,6 +64,7 @@ def verdicts(timestamps: list[Any], series: CheckedSeries, result: DetectionResu
         "upper_bound": result.upper,
         "anomaly_score": result.score,
         "is_anomaly": result.is_anomaly,
+        "threshold": result.threshold,
         "direction": result.direction,
         "warmup_points": result.warmup_points,
         "period": result.period,
@@ -77,6 +81,7 @@ def last_verdict(timestamp: Any, series: CheckedSeries, result: DetectionResult)
         "upper_bound": result.upper[0],
         "anomaly_score": result.score[0],
         "is_anomaly": result.is_anomaly[0],
+        "threshold": result.threshold,
         "direction": result.direction[0],
         "warmup_points": result.warmup_points,
         "period": result.period,

@@ -91,7 +91,8 @@ class SeriesRunner:
         one = dataclasses.replace(anomaly_request, timestamps=submitted["timestamps"], values=submitted["values"])
         series = check_anomaly_series(one, max_points=self.max_points)
         result = detection.detect(series.epoch_seconds, series.values, data_frequency=one.data_frequency,
-                                  confidence=one.confidence, detector=one.detector, run=run_here)
+                                  confidence=one.confidence, false_alarms_per_week=one.false_alarms_per_week,
+                                  detector=one.detector, run=run_here)
         answer = detection.verdicts(one.timestamps, series, result)
         answer["model_id"] = one.detector
         if result.fallback:

@@ -86,6 +86,8 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             query("data_frequency", {"type": "string"}, "CSV uploads only. " + FREQUENCY_ISSUE + "."),
             query("forecast_frequency", {"type": "string"}, "CSV uploads only; equal to data_frequency."),
             query("confidence", {"type": "number"}, "CSV uploads only."),
+            query("false_alarms_per_week", {"type": "number", "minimum": 0.001, "maximum": 1000},
+                  "CSV anomaly uploads only."),
             query("sensitivity", {"type": "integer", "minimum": 0, "maximum": 99}, "CSV anomaly uploads only."),
         ],
     )

@@ -42,7 +42,7 @@ _backtest_schema = backtest.BacktestBatchRequestSchema()
 _SCHEMAS = {FORECAST: _forecast_schema, ANOMALIES: _anomaly_schema, BACKTEST: _backtest_schema}
 _FIELDS = {
     FORECAST: ("forecast_horizon", "data_frequency", "forecast_frequency", "confidence"),
-    ANOMALIES: ("data_frequency", "confidence", "sensitivity"),
+    ANOMALIES: ("data_frequency", "false_alarms_per_week", "confidence", "sensitivity"),
     BACKTEST: backtest.FIELDS,
 }
 
@@ -132,7 +132,7 @@ def fields_from_query(args: MultiDict[str, str], headers: Mapping[str, str]) -> 
             body[name] = [model for given in args.getlist(name) for model in given.split(",")]
         elif name in ("forecast_horizon", "sensitivity", "n_windows", "step_size") and _INTEGER.fullmatch(value):
             body[name] = int(value)
-        elif name == "confidence":
+        elif name in ("confidence", "false_alarms_per_week"):
             try:
                 body[name] = float(value)
             except ValueError:

@@ -46,6 +46,7 @@ def monitors(notice: str | None = None) -> Response:
             "point_count": view["point_count"],
             "sensitivity": view["sensitivity"],
             "confidence": view["confidence"],
+            "false_alarms_per_week": view["false_alarms_per_week"],
             "min_deviation": view["min_deviation"],
             "min_relative_deviation": view["min_relative_deviation"],
             "anomalies": len(flagged),

@@ -40,6 +40,7 @@ def monitor_view(monitor: MonitorRecord, *, last_timestamp: str | None) -> dict[
         "id": monitor.id,
         "name": monitor.name,
         "data_frequency": monitor.data_frequency,
+        "false_alarms_per_week": monitor.false_alarms_per_week,
         "confidence": monitor.confidence,
         "sensitivity": monitor.sensitivity,
         "min_deviation": monitor.min_deviation,

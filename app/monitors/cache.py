@@ -97,10 +97,10 @@ class HistoryCache:
     """LRU of History or JudgeState by monitor id, bounded by the numbers they hold. Callers read and change
     an entry only while holding the monitor's lock (MonitorLocks), so entries need no lock of their own."""
 
-    # 8 bytes a number (typed arrays): 64 MB per process. A full state holds about 4,300 numbers with a 60-row
-    # season (one-second data: 1,800 such monitors fit), 12,500 with a 1,440-row one (minute data, daily season)
-    # and 16,000 with the longest (2,016 rows).
-    def __init__(self, *, max_points: int = 8_000_000) -> None:
+    # 8 bytes a number (typed arrays; a record's one-byte codes count as an eighth): 160 MB per process. A full
+    # state holds about 17,000 numbers with a 60-row season (one-second data: 1,170 such monitors fit), 19,000
+    # with a 288-row one (five-minute data) and 30,000 with a 1,440-row one (minute data, daily season).
+    def __init__(self, *, max_points: int = 20_000_000) -> None:
         self._entries: OrderedDict[str, History | JudgeState] = OrderedDict()
         # Each entry's size when last put, and their sum: entries grow in place between get and put.
         self._sizes: dict[str, int] = {}

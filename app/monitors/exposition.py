@@ -26,7 +26,7 @@ GAUGES: tuple[tuple[str, str, str], ...] = (
     ("forecast_monitor_expected", "The value the detector expected for the latest point.", "expected"),
     ("forecast_monitor_lower_bound", "The lower end of the latest point's expected range.", "lower"),
     ("forecast_monitor_upper_bound", "The upper end of the latest point's expected range.", "upper"),
-    ("forecast_monitor_anomaly_score", "The latest point's anomaly score (0..1; above 0.5 is anomalous).", "score"),
+    ("forecast_monitor_anomaly_score", "The probability the latest point is not normal (0..1).", "score"),
     ("forecast_monitor_anomalous", "1 when the latest point is an anomaly, else 0.", "is_anomaly"),
     ("forecast_monitor_last_point_timestamp_seconds", "The latest point's time (Unix seconds).", "epoch"),
 )

@@ -19,6 +19,7 @@ from app.web.jobs import run_job
 FORECAST_HISTORY_POINTS = 4000
 MIN_FORECAST_POINTS = 10
 MAX_FORECAST_CONFIDENCE = 0.99  # /forecast's own upper bound
+DEFAULT_FORECAST_CONFIDENCE = 0.99
 
 _FIXED_SECONDS = {"Seconds": 1, "Minutes": 60, "Hours": 3600, "Daily": 86_400, "Weekly": 604_800}
 _CALENDAR_MONTHS = {"Monthly": 1, "Quarterly": 3, "Yearly": 12}
@@ -63,7 +64,7 @@ def forecast(
     pool: WorkerPool,
     model_id: str,
     data_frequency: str,
-    confidence: float,
+    confidence: float | None,
     horizon: int,
     epochs: list[int],
     texts: list[str],
@@ -77,7 +78,8 @@ def forecast(
         )
     import numpy as np
 
-    confidence = min(confidence, MAX_FORECAST_CONFIDENCE)
+    # A monitor whose threshold is an alarm budget forecasts at the service's usual 0.99.
+    confidence = min(DEFAULT_FORECAST_CONFIDENCE if confidence is None else confidence, MAX_FORECAST_CONFIDENCE)
     forecast_request = ForecastRequest(forecast_horizon=horizon, data_frequency=data_frequency,
                                        confidence=confidence, model_id=model_id)
     series = SeriesData(axis=_axis(data_frequency, epochs, texts), values=np.asarray(values, dtype=np.float64))

@@ -102,7 +102,8 @@ def judge_on_worker(
         epoch_seconds=np.concatenate([hist_epochs, np.asarray(epochs, dtype=np.int64)]),
         values=np.concatenate([hist_values, np.asarray(values, dtype=np.float64)]),
         data_frequency=monitor.data_frequency,
-        confidence=monitor.confidence,
+        confidence=store.threshold_of(monitor)[0],
+        false_alarms_per_week=store.threshold_of(monitor)[1],
         detector=monitor.model,
         start=len(hist_epochs),
     )

@@ -19,7 +19,10 @@ class MonitorRecord(Base):
     account_id: Mapped[str] = mapped_column(String(64), index=True)
     name: Mapped[str] = mapped_column(String(200))
     data_frequency: Mapped[str] = mapped_column(String(16))
-    confidence: Mapped[float] = mapped_column(Float)
+    # At most one of confidence, sensitivity and false_alarms_per_week sets the threshold; none: one false
+    # alarm a week.
+    confidence: Mapped[float | None] = mapped_column(Float, nullable=True)
+    false_alarms_per_week: Mapped[float | None] = mapped_column(Float, nullable=True)
     model: Mapped[str | None] = mapped_column(String(64), nullable=True)
     retention_points: Mapped[int] = mapped_column(Integer)
     webhook_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
@@ -38,7 +41,7 @@ class MonitorRecord(Base):
     event_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     # Time of the first point of the anomaly run in progress, None when no run is open.
     open_anomaly_epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    # Azure's 0-99 scale; when set it decides the range instead of ``confidence``.
+    # Azure's 0-99 scale, as false alarms per week.
     sensitivity: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Deviations from the expected value below either of these never make an anomaly.
     min_deviation: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, validate
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from app.compute.detect.results import DETECTOR_IDS, SENSITIVITY_RANGE
+from app.compute.detect.results import DETECTOR_IDS, FALSE_ALARMS_RANGE, SENSITIVITY_RANGE
 from app.series.timestamps import FREQUENCIES, TIMESTAMP_FORM, UTC_RANGE_ISSUE, outside_utc_range
 from app.web.errors import DataValidationError, InvalidRequest
 from app.web.fields import MAX_ABS_VALUE, JsonArray, StoredText, StrictFloat
@@ -46,16 +46,34 @@ class StrictString(StoredText):
         return text.strip()
 
 
+THRESHOLD_FIELDS = ("false_alarms_per_week", "confidence", "sensitivity")
+
+
 class JudgingFields(Schema):
     """How a monitor's points are judged; the same fields on creation and on change (absent: unchanged, or
     the default on creation)."""
 
+    false_alarms_per_week = StrictFloat(
+        allow_none=True,
+        allow_nan=False,
+        validate=validate.Range(*FALSE_ALARMS_RANGE, error="Must be between 0.001 and 1000"),
+        metadata={"description": "How many false alarms a normal stream may raise per week; it sets the "
+                  "threshold. Default null: one a week. At most one of false_alarms_per_week, confidence and "
+                  "sensitivity is given; on a change the one given replaces the others."},
+    )
+    confidence = StrictFloat(
+        allow_none=True,
+        allow_nan=False,
+        validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999"),
+        metadata={"description": "Instead of false_alarms_per_week: the share of normal points below the "
+                  "threshold, as in /anomalies. Default null."},
+    )
     sensitivity = fields.Integer(
         allow_none=True,
         strict=True,
         validate=validate.Range(*SENSITIVITY_RANGE, error="Must be between 0 and 99"),
-        metadata={"description": "Azure's 0-99 scale (higher: a narrower range, more anomalies); when set it "
-                  "decides the range instead of confidence. 99 equals confidence 0.99. Default null."},
+        metadata={"description": "Instead of false_alarms_per_week: Azure's 0-99 scale, 10^(4·sensitivity/99 - 2) "
+                  "false alarms a week. Default null."},
     )
     min_deviation = StrictFloat(
         allow_nan=False,
@@ -69,6 +87,12 @@ class JudgingFields(Schema):
         metadata={"description": "As min_deviation, as a share of |expected| (0.1 = 10%). Default 0."},
     )
 
+    @validates_schema
+    def one_threshold(self, data: Mapping[str, Any], **kwargs: Any) -> None:
+        given = [name for name in THRESHOLD_FIELDS if data.get(name) is not None]
+        if len(given) > 1:
+            raise ValidationError(f"Give one of {', '.join(THRESHOLD_FIELDS)}, not several.", given[1])
+
 
 class MonitorCreateSchema(JudgingFields):
     class Meta:
@@ -76,12 +100,6 @@ class MonitorCreateSchema(JudgingFields):
 
     name = StrictString(required=True, validate=validate.Length(max=MAX_NAME_LENGTH))
     data_frequency = fields.String(required=True, validate=validate.OneOf(FREQUENCIES, error=FREQUENCY_ISSUE))
-    confidence = StrictFloat(
-        load_default=0.99,
-        allow_nan=False,
-        validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999"),
-        metadata={"description": "The share of normal points the expected range holds, as in /anomalies."},
-    )
     model = fields.String(
         load_default=None,
         allow_none=True,
@@ -131,9 +149,6 @@ class MonitorPatchSchema(JudgingFields):
         unknown = "exclude"
 
     name = StrictString(validate=validate.Length(max=MAX_NAME_LENGTH))
-    confidence = StrictFloat(
-        allow_nan=False, validate=validate.Range(0.5, 0.9999, error="Must be between 0.5 and 0.9999")
-    )
     webhook_url = StoredText(allow_none=True, metadata={"description": "null removes the webhook."})
     prometheus_url = StoredText(allow_none=True, metadata={"description": "Only on a Prometheus-backed monitor."})
     prometheus_query = StoredText(allow_none=True, metadata={"description": "Only on a Prometheus-backed monitor; "
@@ -219,7 +234,8 @@ class MonitorSchema(Schema):
     id = fields.String(required=True)
     name = fields.String(required=True)
     data_frequency = fields.String(required=True)
-    confidence = fields.Float(required=True)
+    false_alarms_per_week = fields.Float(allow_none=True, required=True)
+    confidence = fields.Float(allow_none=True, required=True)
     sensitivity = fields.Integer(allow_none=True, required=True)
     min_deviation = fields.Float(required=True)
     min_relative_deviation = fields.Float(required=True)

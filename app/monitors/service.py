@@ -16,6 +16,7 @@ from app.monitors.cache import JudgeState
 from app.monitors.judge import relearn_last_append
 from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorPointRecord, MonitorRecord
 from app.monitors.runtime import MonitorRuntime
+from app.monitors.schemas import THRESHOLD_FIELDS
 from app.monitors.store import (
     NOT_ANOMALY,
     detector_of,
@@ -83,7 +84,8 @@ def create_monitor(*, database: Database, account_id: str, fields: dict[str, Any
         account_id=account_id,
         name=fields["name"],
         data_frequency=fields["data_frequency"],
-        confidence=fields["confidence"],
+        confidence=fields.get("confidence"),
+        false_alarms_per_week=fields.get("false_alarms_per_week"),
         sensitivity=fields.get("sensitivity"),
         min_deviation=fields.get("min_deviation", 0.0),
         min_relative_deviation=fields.get("min_relative_deviation", 0.0),
@@ -123,8 +125,10 @@ def update_monitor(*, database: Database, account_id: str, monitor_id: str, chan
         monitor = owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
         sources.check_fields(changes, monitor, allow_private=allow_private)
         sources.apply_changes(monitor, changes, utc_now())
-        for name in ("name", "confidence", "webhook_url", "sensitivity", "min_deviation", "min_relative_deviation",
-                     "remote_write_selector"):
+        if any(changes.get(name) is not None for name in THRESHOLD_FIELDS):
+            for name in THRESHOLD_FIELDS:  # the one given replaces whichever set the threshold before
+                setattr(monitor, name, changes.get(name))
+        for name in ("name", "webhook_url", "min_deviation", "min_relative_deviation", "remote_write_selector"):
             if name in changes:
                 setattr(monitor, name, changes[name])
         monitor.updated_at = utc_now()

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Integer, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from app.compute.detect.results import confidence_for_sensitivity
-from app.compute.detect.streaming import StreamingDetector, lookback_rows
+from app.compute.detect.streaming import StreamingDetector, budget_for_sensitivity, lookback_rows
 from app.db import Prepared
 from app.monitors import queue
 from app.monitors.cache import History, JudgeState
@@ -61,7 +60,8 @@ class MonitorState:
     account_id: str
     name: str
     data_frequency: str
-    confidence: float
+    confidence: float | None
+    false_alarms_per_week: float | None
     model: str | None
     retention_points: int
     webhook_url: str | None
@@ -82,13 +82,20 @@ class MonitorState:
         return detector_of(self)
 
 
+def threshold_of(monitor: MonitorState | MonitorRecord) -> tuple[float | None, float | None]:
+    """(confidence, false_alarms_per_week) as a monitor's settings give them to a detector."""
+    if monitor.sensitivity is not None:
+        return None, budget_for_sensitivity(monitor.sensitivity)
+    return monitor.confidence, monitor.false_alarms_per_week
+
+
 def detector_of(monitor: MonitorState | MonitorRecord) -> StreamingDetector:
     """The default detector as a monitor's settings configure it."""
-    sensitivity = monitor.sensitivity
-    confidence = monitor.confidence if sensitivity is None else confidence_for_sensitivity(sensitivity)
+    confidence, budget = threshold_of(monitor)
     return StreamingDetector(
         data_frequency=monitor.data_frequency,
         confidence=confidence,
+        false_alarms_per_week=budget,
         floor=(monitor.min_deviation, monitor.min_relative_deviation),
     )
 

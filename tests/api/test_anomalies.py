@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,7 +53,7 @@ def test_every_row_gets_a_verdict_and_the_spike_is_found(client: FlaskClient, ke
     response = client.post("/anomalies", headers=bearer(key), json=five_minute(1000, spike_at=800))
     assert response.status_code == 200, response.get_data(as_text=True)
     body = response.get_json()
-    assert list(body) == ["timestamps", *FIELDS, "warmup_points", "period", "out_of_order"]
+    assert list(body) == ["timestamps", *FIELDS[:5], "threshold", FIELDS[5], "warmup_points", "period", "out_of_order"]
     assert body["timestamps"] == five_minute(1000)["series"][0]["timestamps"]
     for name in FIELDS:
         assert len(body[name]) == 1000
@@ -65,7 +66,7 @@ def test_every_row_gets_a_verdict_and_the_spike_is_found(client: FlaskClient, ke
         body["direction"],
         strict=True,
     ):
-        assert low <= mid <= high and 0 <= score <= 1 and flag == (score >= 0.5)
+        assert low <= mid <= high and 0 <= score <= 1 and flag == (score >= body["threshold"])
         assert direction in ((None,) if not flag else ("up", "down"))
     assert body["is_anomaly"][800] and body["direction"][800] == "up"
     assert body["warmup_points"] == 11 and body["anomaly_score"][:11] == [0] * 11
@@ -86,7 +87,8 @@ def test_last_equals_the_last_row_of_the_whole_series(client: FlaskClient, key: 
     last = client.post("/anomalies/last", headers=bearer(key), json=request)
     assert last.status_code == 200, last.get_data(as_text=True)
     body = last.get_json()
-    assert list(body) == ["timestamp", *FIELDS, "warmup_points", "period", "out_of_order"]
+    assert list(body) == ["timestamp", *FIELDS[:5], "threshold", FIELDS[5], "warmup_points", "period", "out_of_order"]
+    assert body["threshold"] == whole["threshold"]
     assert body["timestamp"] == whole["timestamps"][-1]
     for name in FIELDS:
         assert body[name] == whole[name][-1], name
@@ -246,14 +248,26 @@ def test_repeated_and_backward_timestamps_are_judged_in_the_order_given(
         assert len(answer["anomaly_score"]) == 300 and answer["timestamps"] == stamps
 
 
-def test_sensitivity_narrows_the_range_and_excludes_confidence(client: FlaskClient, key: str) -> None:
+def test_the_alarm_budget_sets_the_threshold_and_one_field_sets_it(client: FlaskClient, key: str) -> None:
     body = five_minute(300)
-    wide = _post(client, key, {**body, "sensitivity": 0}).get_json()
     default = _post(client, key, body).get_json()
-    same = _post(client, key, {**body, "sensitivity": 99}).get_json()
-    assert same["upper_bound"] == default["upper_bound"]  # 99 is the default range (confidence 0.99)
-    assert all(w >= d for w, d in zip(wide["upper_bound"][20:], default["upper_bound"][20:], strict=True))
-    both = _post(client, key, {**body, "sensitivity": 50, "confidence": 0.9})
-    assert both.status_code == 400 and both.get_json()["error"]["details"]["field"] == "sensitivity"
-    out_of_range = _post(client, key, {**body, "sensitivity": 100})
-    assert out_of_range.status_code == 400
+    one = _post(client, key, {**body, "false_alarms_per_week": 1}).get_json()
+    assert one == default  # one false alarm a week is the default
+    # Five-minute rows: a week is 2,016 of them, so one alarm a week is a threshold of 1 - 1/2016.
+    assert default["threshold"] == pytest.approx(1 - 1 / 2016)
+    lenient = _post(client, key, {**body, "false_alarms_per_week": 10}).get_json()
+    strict = _post(client, key, {**body, "sensitivity": 0}).get_json()
+    assert lenient["threshold"] == pytest.approx(1 - 10 / 2016)
+    assert strict["threshold"] == pytest.approx(1 - 0.01 / 2016)  # sensitivity 0: one in a hundred weeks
+    widths = [statistics.median(u - e for u, e in zip(answer["upper_bound"][20:], answer["expected"][20:],
+                                                       strict=True)) for answer in (strict, default, lenient)]
+    assert widths[0] > widths[1] > widths[2]  # a smaller budget, a wider range
+    assert _post(client, key, {**body, "confidence": 0.999}).get_json()["threshold"] == pytest.approx(0.999)
+    for extra in ({"sensitivity": 50, "confidence": 0.9}, {"false_alarms_per_week": 2, "sensitivity": 50},
+                  {"false_alarms_per_week": 2, "confidence": 0.9}):
+        both = _post(client, key, {**body, **extra})
+        assert both.status_code == 400
+        assert both.get_json()["error"]["details"]["field"] in extra
+    for bad in ({"sensitivity": 100}, {"false_alarms_per_week": 0}, {"false_alarms_per_week": "1"},
+                {"false_alarms_per_week": 1e9}):
+        assert _post(client, key, {**body, **bad}).status_code == 400

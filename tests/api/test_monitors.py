@@ -554,7 +554,7 @@ def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replayin
 def test_sensitivity_and_minimum_deviation(client: FlaskClient, keys: dict) -> None:
     noise = random.Random(1)
     values = [100.0 + noise.gauss(0, 0.5) for _ in range(200)]
-    values[150] = 102.0  # outside the default range, inside the widest (sensitivity 0)
+    values[150] = 103.0  # outside the default range, inside the widest (sensitivity 0)
     stamps, values = hourly_points(values)
     plain = create(client, keys["owner"], data_frequency="Hours")
     quiet = create(client, keys["owner"], data_frequency="Hours", min_deviation=10)
@@ -587,7 +587,10 @@ def test_feedback_marks_a_point_normal_and_the_detector_learns_it(client: FlaskC
     assert point["feedback"] == "not_anomaly" and point["is_anomaly"]  # the verdict given stands
     rest_told = post_points(client, keys["owner"], told["id"], stamps[201:], values[201:]).get_json()
     rest_untold = post_points(client, keys["owner"], untold["id"], stamps[201:], values[201:]).get_json()
-    assert rest_untold["is_anomaly"][0] and not rest_told["is_anomaly"][0]
+    # Told, the next point is judged against the new level; untold, it is still beyond the range (the same
+    # incident, so not news).
+    assert rest_told["lower_bound"][0] <= values[201] <= rest_told["upper_bound"][0]
+    assert values[201] > rest_untold["upper_bound"][0] and not rest_untold["is_anomaly"][0]
     shown = client.get(f"/monitors/{told['id']}?points=100", headers=keys["owner"]).get_json()["points"]
     assert [p["feedback"] for p in shown if p["timestamp"] == stamps[200]] == ["not_anomaly"]
     # Bad feedback changes nothing and says why.

@@ -85,7 +85,9 @@ def test_sensitivity_moves_the_margins_and_the_verdicts(client: AnomalyDetectorC
         for level in (0, 50, 99)
     }
     margins = {level: sum(answer.upper_margins[20:]) for level, answer in answers.items()}
-    assert margins[0] > margins[50] > margins[99]  # lower sensitivity: wider margins
+    # Lower sensitivity: wider margins. On daily points a week is 7 of them, so from sensitivity 36 up the
+    # budget reaches the cap of one point in 100 and 50 and 99 give the same margins.
+    assert margins[0] > margins[50] == margins[99]
     flags = {level: sum(answer.is_anomaly) for level, answer in answers.items()}
     assert flags[0] <= flags[50] <= flags[99] and answers[0].is_anomaly[100]
 

@@ -240,18 +240,34 @@ def test_detect_anomalies_finds_the_spike_in_a_gappy_series(running: Running, cl
     series = five_minute_series(600, spike_at=500, gaps=True)
     assert series.index.freq is None and pd.infer_freq(series.index) is None  # holes and jitter
     result = client.detect_anomalies(series)
-    assert result.frequency == "Minutes" and result.model == "anomaly-model-1" and result.confidence == 0.99
+    assert result.frequency == "Minutes" and result.model == "anomaly-model-1" and result.confidence is None
+    assert 0.99 < result.threshold < 1  # one false alarm a week of 5-minute rows
+    assert result.is_anomaly == [score >= result.threshold for score in result.score]
     assert len(result) == 600 and 500 in result.anomalies and result.direction[500] == "up"
     assert result.timestamps[0] == "2026-03-01T00:00:00" and result.rate_limit is not None
     frame = result.to_pandas()
     assert list(frame.columns) == ["value", "expected", "lower", "upper", "score", "is_anomaly", "direction"]
     assert (frame.index == series.index).all() and frame["value"].tolist() == series.tolist()
-    assert bool(frame["is_anomaly"].iloc[500]) and frame["score"].iloc[500] >= 0.5
+    assert bool(frame["is_anomaly"].iloc[500]) and frame["score"].iloc[500] >= result.threshold
+
+    looser = client.detect_anomalies(series, false_alarms_per_week=10)
+    assert looser.confidence is None and looser.threshold < result.threshold
+    assert looser.is_anomaly == [score >= looser.threshold for score in looser.score]
+    assert 500 in looser.anomalies
 
     last = client.detect_last_anomaly(series.iloc[:501], model="anomaly-model-2", confidence=0.95)
     assert last.timestamp == result.timestamps[500] and last.value == series.iloc[500]
     assert last.is_anomaly and last.direction == "up" and last.model == "anomaly-model-2"
     assert last.lower <= last.expected <= last.upper and last.confidence == 0.95
+    assert last.is_anomaly == (last.score >= last.threshold)  # anomaly-model-2: 0.5, on the range's edge
+    by_confidence = client.detect_last_anomaly(series.iloc[:501], confidence=0.95)
+    assert by_confidence.confidence == 0.95 and by_confidence.threshold == pytest.approx(0.95)
+    by_budget = client.detect_last_anomaly(series.iloc[:501], false_alarms_per_week=10)
+    assert by_budget.confidence is None and by_budget.threshold == pytest.approx(looser.threshold)
+    assert by_budget.is_anomaly == (by_budget.score >= by_budget.threshold)
+
+    with pytest.raises(InvalidRequest):  # the client sends both; the service takes one
+        client.detect_anomalies(series, false_alarms_per_week=10, confidence=0.99)
 
     with pytest.raises(DataValidationError) as short:
         client.detect_anomalies(series.iloc[:5])
@@ -355,6 +371,7 @@ def test_monitor_calls(running: Running) -> None:
             assert monitor.frequency == "Minutes" and monitor.model == "anomaly-model-1"
             assert monitor.webhook_secret and monitor.webhook_secret not in repr(monitor)
             assert monitor.point_count == 0 and monitor.last_timestamp is None
+            assert (monitor.false_alarms_per_week, monitor.confidence, monitor.sensitivity) == (None, None, None)
 
             first = owner.add_points(monitor.id, series.iloc[:380])
             assert first.new_points == 380 and first.point_count == 380 and 350 in first.anomalies
@@ -382,7 +399,12 @@ def test_monitor_calls(running: Running) -> None:
             assert secret != monitor.webhook_secret and secret.startswith("whsec_")
             updated = owner.update_monitor(monitor.id, name="road sensor 7b", webhook_url=None)
             assert updated.name == "road sensor 7b" and updated.webhook_url is None
-            assert owner.update_monitor(monitor.id, confidence=0.999).webhook_url is None  # untouched when not given
+            by_confidence = owner.update_monitor(monitor.id, confidence=0.999)
+            assert by_confidence.webhook_url is None  # untouched when not given
+            assert (by_confidence.false_alarms_per_week, by_confidence.confidence) == (None, 0.999)
+            by_budget = owner.update_monitor(monitor.id, false_alarms_per_week=2)
+            assert (by_budget.false_alarms_per_week, by_budget.confidence, by_budget.sensitivity) == (2.0, None, None)
+            assert by_budget.name == "road sensor 7b"
 
             owner.delete_monitor(monitor.id)
             with pytest.raises(NotFound):
@@ -508,7 +530,9 @@ def test_async_client_twin(running: Running, client: Client, caplog: pytest.LogC
             assert caught.value.issue == "insufficient data points"
             spiky = five_minute_series(400, spike_at=380)
             detected = await async_client.detect_anomalies(spiky)
-            assert 380 in detected.anomalies
+            assert 380 in detected.anomalies and detected.confidence is None
+            looser = await async_client.detect_anomalies(spiky, false_alarms_per_week=10)
+            assert looser.threshold < detected.threshold and 380 in looser.anomalies
             last = await async_client.detect_last_anomaly(spiky.iloc[:381])
             assert last.is_anomaly and last.timestamp == detected.timestamps[380]
         async with AsyncClient(running.url, running.admin_key) as admin:
@@ -517,7 +541,8 @@ def test_async_client_twin(running: Running, client: Client, caplog: pytest.LogC
             assert (await admin.key_usage(created.id)).key_id == created.id
             assert (await admin.revoke_key(created.id)).status == "revoked"
         async with AsyncClient(running.url, running.owner_key) as owner:
-            monitor = await owner.create_monitor("async monitor", "Minutes")
+            monitor = await owner.create_monitor("async monitor", "Minutes", false_alarms_per_week=0.5)
+            assert monitor.false_alarms_per_week == 0.5 and monitor.confidence is None
             stored = await owner.add_points(monitor.id, spiky.iloc[:50])
             assert stored.new_points == 50
             assert (await owner.get_monitor(monitor.id, points=3)).point_count == 50

@@ -30,7 +30,7 @@ def check_sane(result: DetectionResult, judged: int) -> None:
         assert all(math.isfinite(v) for v in (low, mid, high, score))
         assert low <= mid <= high
         assert 0.0 <= score <= 1.0
-        assert flag == (score >= 0.5)
+        assert flag == (score >= result.threshold)
         assert (direction is not None) == flag and direction in (None, "up", "down")
 
 

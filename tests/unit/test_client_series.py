@@ -1,17 +1,21 @@
-"""The client's parts that need no server: timestamp encoding, frequency inference, the retry policy and
-key handling. What the service does with the result is covered in tests/test_client.py."""
+"""The client's parts that need no server: timestamp encoding, frequency inference, the retry policy, key
+handling, and what the anomaly and monitor calls send and read (against a mock transport). What the service
+does with the result is covered in tests/e2e/test_client.py."""
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import UTC, date, datetime, timedelta, timezone
 from email.utils import format_datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
-from forecast_client import Client, RetryPolicy, infer_frequency
+from forecast_client import Client, Monitor, RetryPolicy, infer_frequency
 from forecast_client._series import encode_series, normalize_frequency
 from forecast_client._types import parse_retry_after
 
@@ -157,3 +161,100 @@ def test_async_client_mirrors_every_call_of_the_blocking_one() -> None:
         blocking, awaited = getattr(Client, name), getattr(AsyncClient, name, None)
         assert awaited is not None and inspect.iscoroutinefunction(awaited), name
         assert inspect.signature(awaited) == inspect.signature(blocking), name
+
+
+def _answering(answers: dict[str, dict[str, Any]], sent: list[tuple[str, dict[str, Any]]]) -> httpx.MockTransport:
+    """A transport that records each request's path and JSON body and answers with the body named by path."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append((request.url.path, json.loads(request.content) if request.content else {}))
+        return httpx.Response(200, json=answers[request.url.path])
+
+    return httpx.MockTransport(handle)
+
+
+def _anomaly_answers() -> dict[str, dict[str, Any]]:
+    stamps = [f"2026-01-01T{hour:02d}:00:00" for hour in range(12)]
+    scores = [0.0] * 11 + [0.9995]
+    return {
+        "/anomalies": {"timestamps": stamps, "expected": [1.0] * 12, "lower_bound": [0.0] * 12,
+                       "upper_bound": [2.0] * 12, "anomaly_score": scores, "is_anomaly": [s >= 0.999 for s in scores],
+                       "threshold": 0.999, "direction": [None] * 11 + ["up"], "warmup_points": 4, "period": None,
+                       "out_of_order": []},
+        "/anomalies/last": {"timestamp": stamps[-1], "expected": 1.0, "lower_bound": 0.0, "upper_bound": 2.0,
+                            "anomaly_score": 0.9995, "is_anomaly": True, "threshold": 0.999, "direction": "up",
+                            "warmup_points": 4, "period": None, "out_of_order": []},
+    }
+
+
+def test_anomaly_calls_send_the_threshold_setting_given_and_read_the_threshold() -> None:
+    series = pd.Series(np.arange(12, dtype=float), index=pd.date_range("2026-01-01", periods=12, freq="h"))
+    sent: list[tuple[str, dict[str, Any]]] = []
+    with Client("http://service", KEY, transport=_answering(_anomaly_answers(), sent)) as client:
+        default = client.detect_anomalies(series)
+        by_budget = client.detect_anomalies(series, false_alarms_per_week=10)
+        last = client.detect_last_anomaly(series, confidence=0.999)
+        client.detect_anomalies(series, false_alarms_per_week=10, confidence=0.99)  # the service would refuse
+    bodies = [body for _, body in sent]
+    assert [{k for k in b if k in ("false_alarms_per_week", "confidence", "sensitivity")} for b in bodies] == [
+        set(), {"false_alarms_per_week"}, {"confidence"}, {"false_alarms_per_week", "confidence"}]
+    assert bodies[1]["false_alarms_per_week"] == 10 and bodies[2]["confidence"] == 0.999
+    assert [path for path, _ in sent] == ["/anomalies", "/anomalies", "/anomalies/last", "/anomalies"]
+    assert default.threshold == 0.999 and default.confidence is None and by_budget.confidence is None
+    assert default.is_anomaly == [score >= default.threshold for score in default.score] and default.anomalies == [11]
+    assert last.threshold == 0.999 and last.confidence == 0.999 and last.is_anomaly and last.score == 0.9995
+
+
+def test_async_anomaly_call_sends_false_alarms_per_week() -> None:
+    import asyncio
+
+    from forecast_client import AsyncClient
+
+    series = pd.Series(np.arange(12, dtype=float), index=pd.date_range("2026-01-01", periods=12, freq="h"))
+    sent: list[tuple[str, dict[str, Any]]] = []
+
+    async def calls() -> tuple[Any, Any]:
+        async with AsyncClient("http://service", KEY, transport=_answering(_anomaly_answers(), sent)) as client:
+            return (await client.detect_anomalies(series, false_alarms_per_week=0.5),
+                    await client.detect_last_anomaly(series, false_alarms_per_week=0.5))
+
+    result, last = asyncio.run(calls())
+    assert [body["false_alarms_per_week"] for _, body in sent] == [0.5, 0.5]
+    assert all("confidence" not in body for _, body in sent)
+    assert result.threshold == last.threshold == 0.999 and result.confidence is None and last.confidence is None
+
+
+def _monitor_body(**threshold: Any) -> dict[str, Any]:
+    return {"id": "mon_1", "name": "road sensor", "data_frequency": "Minutes", "false_alarms_per_week": None,
+            "confidence": None, "sensitivity": None, "min_deviation": 0.0, "min_relative_deviation": 0.0,
+            "model": "anomaly-model-1", "retention_points": 10000, "webhook_url": None, "alertmanager_url": None,
+            "remote_write_selector": None, "source": {"kind": "push"}, "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z", "point_count": 0, "last_timestamp": None, "open_anomalies": [],
+            **threshold}
+
+
+def test_monitor_threshold_fields_may_be_null() -> None:
+    default = Monitor.from_body(_monitor_body())
+    assert (default.false_alarms_per_week, default.confidence, default.sensitivity) == (None, None, None)
+    budget = Monitor.from_body(_monitor_body(false_alarms_per_week=2))
+    assert budget.false_alarms_per_week == 2.0 and isinstance(budget.false_alarms_per_week, float)
+    assert Monitor.from_body(_monitor_body(confidence=0.995)).confidence == 0.995
+    assert Monitor.from_body(_monitor_body(sensitivity=60)).sensitivity == 60
+    older = _monitor_body(confidence=0.99)  # a server from before the alarm budget sends neither of the others
+    del older["false_alarms_per_week"], older["sensitivity"]
+    assert Monitor.from_body(older).confidence == 0.99 and Monitor.from_body(older).sensitivity is None
+
+
+def test_monitor_calls_send_false_alarms_per_week() -> None:
+    sent: list[tuple[str, dict[str, Any]]] = []
+    answers = {"/monitors": _monitor_body(false_alarms_per_week=0.5),
+               "/monitors/mon_1": _monitor_body(confidence=0.999)}
+    with Client("http://service", KEY, transport=_answering(answers, sent)) as client:
+        created = client.create_monitor("road sensor", "5min", false_alarms_per_week=0.5)
+        updated = client.update_monitor("mon_1", confidence=0.999)
+        client.update_monitor("mon_1", false_alarms_per_week=3)
+    assert sent[0] == ("/monitors", {"name": "road sensor", "data_frequency": "Minutes", "false_alarms_per_week": 0.5})
+    assert sent[1] == ("/monitors/mon_1", {"confidence": 0.999})
+    assert sent[2] == ("/monitors/mon_1", {"false_alarms_per_week": 3})
+    assert created.false_alarms_per_week == 0.5 and created.confidence is None
+    assert updated.confidence == 0.999 and updated.false_alarms_per_week is None

@@ -25,8 +25,8 @@ from app.compat.azure.schemas import (
     check_series,
     load,
 )
-from app.compute.detect.results import DetectionResult, confidence_for_sensitivity
-from app.compute.detect.streaming import lookback_rows
+from app.compute.detect.results import DetectionResult
+from app.compute.detect.streaming import budget_for_sensitivity, lookback_rows
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
 from app.web.errors import ApiError
@@ -92,7 +92,7 @@ def _detect(series: AzureSeries, sensitivity: int, start: int = 0) -> DetectionR
         series.epoch_seconds,
         series.values,
         data_frequency=series.data_frequency or "Seconds",
-        confidence=confidence_for_sensitivity(sensitivity),
+        false_alarms_per_week=budget_for_sensitivity(sensitivity),
         start=start,
         period=series.period,
         run=_run_on_pool,

@@ -120,9 +120,9 @@ class DetectRequestSchema(Schema):
         load_default=DEFAULT_SENSITIVITY,
         validate=validate.Range(0, 99),
         metadata={
-            "description": "0 to 99 (default 99); lower means wider margins and fewer anomalies. 99 is the "
-            "service's confidence 0.99; each 49.5 points lower divides the expected share of normal points "
-            "outside the margins by ten."
+            "description": "0 to 99 (default 99); lower means wider margins and fewer anomalies: "
+            "10^(4·sensitivity/99 - 2) false alarms a week on a normal series (99: a hundred, about 50: one, "
+            "0: one in a hundred weeks), never more than one point in 100."
         },
     )
     imputeMode = fields.String(  # noqa: N815

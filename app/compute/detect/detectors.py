@@ -15,7 +15,12 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from app.compute.detect.results import DEFAULT_DETECTOR, FALLBACK_DETECTOR, DetectionResult
-from app.compute.detect.streaming import WARMUP, StreamingDetector
+from app.compute.detect.streaming import (
+    DEFAULT_FALSE_ALARMS_PER_WEEK,
+    WARMUP,
+    StreamingDetector,
+    row_probability,
+)
 from app.series.frequencies import nominal_step
 
 if TYPE_CHECKING:
@@ -43,7 +48,11 @@ class RollingMedianDetector:
     def detect(self, job: DetectJob) -> DetectionResult:
         times = np.asarray(job.epoch_seconds, dtype=np.float64)
         values = np.asarray(job.values, dtype=np.float64)
-        return median_detector(times, values, job.confidence, job.start, rows=self.rows, margin=self.margin)
+        confidence = job.confidence
+        if confidence is None:
+            budget = DEFAULT_FALSE_ALARMS_PER_WEEK if job.false_alarms_per_week is None else job.false_alarms_per_week
+            confidence = 1.0 - row_probability(budget, nominal_step(times))
+        return median_detector(times, values, confidence, job.start, rows=self.rows, margin=self.margin)
 
 
 class StreamingDetectorWithFallback:
@@ -80,7 +89,8 @@ def detect(job: DetectJob) -> DetectionResult:
 
 def streaming_detector(job: DetectJob) -> DetectionResult:
     """Every row from row 0 (the state needs them), answered from ``job.start`` on."""
-    detector = StreamingDetector(data_frequency=job.data_frequency, confidence=job.confidence, period=job.period)
+    detector = StreamingDetector(data_frequency=job.data_frequency, confidence=job.confidence,
+                                 false_alarms_per_week=job.false_alarms_per_week, period=job.period)
     state = detector.initial_state()
     times = np.asarray(job.epoch_seconds, dtype=np.float64).tolist()
     values = np.asarray(job.values, dtype=np.float64).tolist()
@@ -98,6 +108,7 @@ def streaming_detector(job: DetectJob) -> DetectionResult:
         direction=verdicts.direction[start:],
         warmup_points=min(WARMUP, len(values)),
         period=state.period or None,
+        threshold=detector.threshold(state),
     )
 
 

@@ -23,11 +23,14 @@ class DetectJob:
     epoch_seconds: Any  # int64 numpy array (or list[int]): every row's time, UTC seconds
     values: Any  # float64 numpy array (or list[float]), same length
     data_frequency: str  # "Seconds" ... "Yearly": the nominal spacing, which sets the seasonality tried
-    confidence: float  # 0.5 .. 0.9999: the share of normal points the expected range should hold
+    # The threshold: a share of normal rows to keep below it (0.5 .. 0.9999), or else false alarms a normal
+    # stream may raise per week (default one).
+    confidence: float | None = None
     detector: str | None = None  # None = the default detector
     start: int = 0  # judge rows start..n-1 only; the rows before are history
     # Seasonality in rows to use instead of the one data_frequency suggests; 0 = no seasonality.
     period: int | None = None
+    false_alarms_per_week: float | None = None
 
     @property
     def label(self) -> str:

@@ -9,12 +9,8 @@ DEFAULT_DETECTOR = "anomaly-model-1"
 FALLBACK_DETECTOR = "anomaly-model-2"
 DETECTOR_IDS: tuple[str, ...] = (DEFAULT_DETECTOR, FALLBACK_DETECTOR)
 SENSITIVITY_RANGE = (0, 99)
-
-
-def confidence_for_sensitivity(sensitivity: int) -> float:
-    """Azure's 0-99 sensitivity as the range's confidence: 99 is 0.99 (the default range); every 49.5
-    points lower makes the range hold ten times fewer outliers (0 is 0.9999). Higher means more anomalies."""
-    return 1.0 - 10.0 ** (-4.0 + 2.0 * sensitivity / 99.0)
+# false_alarms_per_week: from one in a thousand weeks to a thousand a week (more is capped at one row in 100).
+FALSE_ALARMS_RANGE = (0.001, 1000.0)
 
 
 @dataclass(frozen=True)
@@ -24,11 +20,12 @@ class DetectionResult:
     expected: list[float]
     lower: list[float]
     upper: list[float]
-    score: list[float]  # in [0, 1]; is_anomaly == (score >= 0.5)
+    score: list[float]  # in [0, 1]; is_anomaly == (score >= threshold)
     is_anomaly: list[bool]
     direction: list[str | None]  # "up" | "down" | None (None for a row that is not an anomaly)
     warmup_points: int  # how many of ALL n rows (from row 0) are warm-up
     period: int | None  # seasonality used, in rows, or None
+    threshold: float = 0.5  # the least score of an anomaly
     fallback: str | None = None  # why the fallback detector answered instead of the requested one
 
 

@@ -13,25 +13,19 @@ How a row is judged (docs/anomalies.md says why each part is there):
    gives ``expected``; a predictor competes once it has been scored for a season (or CHOOSER_ROWS rows).
    Seasons are looked up by time: a row's slot is its distance from the first row in nominal steps, so
    gaps, jitter and repeated or backward timestamps need nothing special.
-2. Scale. The half-width of the expected range is BAND_MARGIN times the TOP_RANK-th largest of the last
-   WINDOW_ROWS absolute errors (the 99th percentile of a full window). Reading a rank rather than a
-   fixed percentile means up to TOP_RANK - 1 incidents cannot widen the range however short the history;
-   in a history shorter than 32 * TOP_RANK rows one rank is used per 32 rows. ``confidence`` stretches the
-   range as a normal distribution would (1 at 0.99).
-3. Score. r = distance from ``expected`` / half-width; score = r^2 / (1 + r^2): 0.5 exactly on the edge of
-   the range, still rising far outside it. ``is_anomaly`` is score >= 0.5. One incident is one anomaly: a
-   deviation no larger than one flagged on the same side in the last QUIET_ROWS rows is not news, and
-   scores just below 0.5 (it still counts as deviant for part 5). Nor is a habit: a deviation no larger
-   than one on the same side within HABIT_SHARE of a season of this time, in two of the last three
-   seasons (a daily job's spike, a few minutes early or late each day).
-4. A change in the error distribution. The mean absolute error of the last SHORT_ROWS rows (this one
-   included) is read against the WINDOW_ROWS such means before it by the same rule and margin as one
-   error (r = the mean over the range's margin times the TOP_RANK-th largest earlier mean), and the
-   row's score is the larger of the two. It is NAB's anomaly likelihood in this detector's terms, a
-   short average of recent surprise against its own long-run distribution: denser spikes or a noisier
-   stretch are flagged even when no single row leaves the range. A short window holding a row beyond
-   the range is not news (that row was judged on its own), nor is a second such alarm within QUIET_ROWS
-   rows: either scores just below 0.5. It changes nothing the detector learns.
+   After a gap of more than LOCAL_ROWS rows only the seasonal predictors compete (when one is ready).
+2. Calibrated score (app.compute.detect.surprises). ``anomaly_score`` is the probability that the row is not
+   normal: one minus the share of normal rows whose error is at least as large, by the stream's own record
+   of its last RECORD_ROWS surprises blended with a generalised Pareto tail of its last WINDOW_ROWS errors.
+3. An alarm budget. The threshold is 1 - false_alarms_per_week / the rows in a week (or ``confidence``);
+   ``is_anomaly`` is exactly score >= threshold. Three signals share the budget: this row's error, and over
+   the last SHORT_ROWS rows the size of their mean error (a shift) and their mean size (a noisier
+   stretch), each calibrated against its own window and record; the score is one minus three times the
+   smallest of their probabilities (NAB's anomaly likelihood in this detector's terms).
+4. One incident, one anomaly; habits. Within QUIET_ROWS of a row beyond the range on the same side, or
+   where a habit (a deviation this large at this time on two of the last three seasons, or a week ago on
+   a daily season) explains it, a row's probability is conditional on the deviation already seen: 1 when
+   it is no larger. A short-window alarm during an incident, or within QUIET_ROWS of another, is the same.
 5. Robust to what it flags. A flagged row does not enter the short-term predictors (last value, local
    mean): they see ``expected`` instead, so the return to normal after a spike is judged against normal.
    After REANCHOR_ROWS flagged rows in a row on the same side the new level is adopted: those rows' real
@@ -51,16 +45,31 @@ from array import array
 from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 
-from app.series.frequencies import MAX_PERIOD_ROWS, PERIOD_CANDIDATES
+from app.compute.detect.surprises import (
+    BINS,
+    RECORD_ROWS,
+    WINDOW_ROWS,
+    Calibration,
+    Record,
+    calibrate,
+    floored,
+    tail_shape,
+)
+from app.series.frequencies import DAY, MAX_PERIOD_ROWS, PERIOD_CANDIDATES
 
 # Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
 WARMUP = 11
-WINDOW_ROWS = 1200  # errors that set the scale: about four days of five-minute rows
-TOP_RANK = 12  # the scale rests on the 12th-largest error: 1% of a full window
-ROWS_PER_RANK = 32  # in a shorter history, one rank per 32 rows (never fewer than one)
-BAND_MARGIN = 1.5
+TOP_RANK = 12  # the unit of surprise: the 12th-largest error of the window, 1% of a full one
+SHAPE_ROWS = 64  # the window's tail shape and the threshold are refitted every 64 rows (docs/anomalies.md)
+# A surprise beyond the threshold enters the record at most at twice the threshold: a heavy tail is still
+# learnt (the threshold can climb twice as high with each such row), but one spike on a young stream cannot
+# widen its range to the spike's size.
+RECORD_CAP = 2.0
+MAX_MARKED = 2048  # deviant rows a week's habit remembers at most
+WEEK_SECONDS = 7 * 86400.0
+DEFAULT_FALSE_ALARMS_PER_WEEK = 1.0
+MAX_ROW_PROBABILITY = 0.01  # however coarse the data, a normal row is flagged at most once in 100
 CHOOSER_ROWS = 288  # errors that choose the predictor: a day of five-minute rows
 CHOOSER_POWER = 0.25
 LOCAL_ROWS = 8
@@ -68,21 +77,31 @@ REANCHOR_ROWS = 3
 QUIET_ROWS = 48  # one incident, one anomaly: how long a flagged deviation stays the news
 HABIT_SHARE = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
 SHORT_ROWS = 6  # the short window whose mean error is the second signal: half an hour of five-minute rows
-_Z99 = NormalDist().inv_cdf(0.995)
 _PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
-_JUST_BELOW = math.nextafter(0.5, 0.0)  # the score of a deviation that is part of an incident already flagged
 _LAST = 3
+_SHORT_TERM = (1, 3, 4)  # the predictors that read the last rows: season-adjusted last, last, local mean
 
 
-def stretch_for(confidence: float) -> float:
-    """How much wider than at confidence 0.99 the range is at ``confidence``."""
-    return NormalDist().inv_cdf(0.5 + confidence / 2) / _Z99
+def budget_for_sensitivity(sensitivity: int) -> float:
+    """Azure's 0-99 sensitivity as false alarms per stream per week: 49.5 is the default (one a week), every
+    24.75 points higher allows ten times more (0: one in a hundred weeks; 99: a hundred a week)."""
+    return 10.0 ** (-2.0 + 4.0 * sensitivity / 99.0)
+
+
+def row_probability(false_alarms_per_week: float, step_seconds: float) -> float:
+    """The share of a normal stream's rows that may be flagged: the weekly budget over a week of rows (a
+    stream whose step is unknown is taken as one row a minute), never more than one row in 100."""
+    rows_per_week = WEEK_SECONDS / (step_seconds if step_seconds > 0 else 60.0)
+    return min(MAX_ROW_PROBABILITY, false_alarms_per_week / rows_per_week)
 
 
 def lookback_rows(period: int | None) -> int:
-    """Rows whose influence a judged row can feel: the scale window (and the short window of its oldest mean),
-    the chooser, and three seasons and the habit's reach."""
-    return WINDOW_ROWS + SHORT_ROWS + CHOOSER_ROWS + 3 * (period or 0) + round((period or 0) * HABIT_SHARE) + WARMUP
+    """Rows whose influence a judged row can feel (a bound: the sum of every reach): the error window (and the
+    short window of its oldest mean), the record, the chooser, a week of seasons (the weekly habit) and the
+    habit's reach."""
+    season = period or 0
+    return (WINDOW_ROWS + SHORT_ROWS + RECORD_ROWS + CHOOSER_ROWS + 7 * season + round(season * HABIT_SHARE)
+            + WARMUP)
 
 
 @dataclass
@@ -93,10 +112,34 @@ class Verdicts:
     score: list[float] = field(default_factory=list)
     is_anomaly: list[bool] = field(default_factory=list)
     direction: list[str | None] = field(default_factory=list)
+    threshold: float = 0.5  # the least score of an anomaly (fixed once warm-up has set the stream's step)
 
 
 def _floats() -> array:
     return array("d")
+
+
+@dataclass
+class SignalFit:
+    """What calibrates one signal beyond its window: the window's fitted tail and the signal's error at its
+    share of the budget, both as of row ``at`` (refitted every SHAPE_ROWS rows, and more often while the
+    window is young; ``calibration`` None before the first fit), and the long-run record of its surprises."""
+
+    calibration: Calibration | None = None
+    edge: float = 0.0
+    at: int = 0
+    bucket: int = 0
+    record: Record = field(default_factory=Record)
+
+
+@dataclass
+class ShortSignal:
+    """One signal of the short window: its last WINDOW_ROWS numbers (a ring and a sorted copy) and its fit."""
+
+    sizes: array = field(default_factory=_floats)
+    ranked: array = field(default_factory=_floats)
+    next: int = 0
+    fit: SignalFit = field(default_factory=SignalFit)
 
 
 @dataclass
@@ -131,10 +174,12 @@ class DetectorState:
     recent_next: int = 0
     short_ring: array = field(default_factory=_floats)  # the last SHORT_ROWS errors, capped at the half-width
     short_next: int = 0
-    means_sorted: array = field(default_factory=_floats)  # the last WINDOW_ROWS short-window means
-    means_ring: array = field(default_factory=_floats)
-    means_next: int = 0
-    since_flag: int = 1 << 30  # rows since the last row beyond the range
+    shift: ShortSignal = field(default_factory=lambda: ShortSignal())  # the short window's mean error, sized
+    spread: ShortSignal = field(default_factory=lambda: ShortSignal())  # and its mean size
+    error_fit: SignalFit = field(default_factory=lambda: SignalFit())  # calibration of one row's error
+    week: int = 0  # rows in a week when the season is a day (the weekly habit), else 0
+    marked_slots: array = field(default_factory=lambda: array("q"))  # deviant rows of the last week, by slot
+    marked_residuals: array = field(default_factory=_floats)
     since_short_alarm: int = 1 << 30
 
 
@@ -145,22 +190,27 @@ class StreamingDetector:
         self,
         *,
         data_frequency: str,
-        confidence: float = 0.99,
+        confidence: float | None = None,
+        false_alarms_per_week: float | None = None,
         period: int | None = None,
         floor: tuple[float, float] = (0.0, 0.0),
-        margin: float = BAND_MARGIN,
         top_rank: int = TOP_RANK,
         quiet_rows: int = QUIET_ROWS,
         short_rows: int = SHORT_ROWS,
         habit: float = HABIT_SHARE,
     ) -> None:
-        """``period`` in rows overrides the season data_frequency suggests (0: none); ``floor`` is
-        (absolute, relative to |expected|): the range is never narrower than either. ``margin``, ``top_rank``,
-        ``quiet_rows``, ``short_rows`` (0: no second signal) and ``habit`` (the share of a season a habit is
-        looked for either side of a row's time; 0: none) are the constants chosen by leave-one-category-out (the
-        benchmark varies them)."""
+        """The threshold is set by ``false_alarms_per_week`` (default one) or, instead, by ``confidence``: the
+        share of normal rows below it. ``period`` in rows overrides the season data_frequency suggests (0:
+        none); ``floor`` is (absolute, relative to |expected|): the range is never narrower than either.
+        ``top_rank``, ``quiet_rows``, ``short_rows`` (0: no second signal) and ``habit`` (the share
+        of a season a habit is looked for either side of a row's time; 0: none) are the constants chosen by
+        leave-one-category-out (the benchmark varies them)."""
+        if confidence is not None and false_alarms_per_week is not None:
+            raise ValueError("give confidence or false_alarms_per_week, not both")
         self.data_frequency = data_frequency
-        self.stretch = margin * stretch_for(confidence)
+        self.confidence = confidence
+        self.false_alarms_per_week = (DEFAULT_FALSE_ALARMS_PER_WEEK if false_alarms_per_week is None
+                                      else false_alarms_per_week)
         self.top_rank = top_rank
         self.quiet_rows = quiet_rows
         self.short_rows = short_rows
@@ -168,13 +218,26 @@ class StreamingDetector:
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
 
+    def row_probability(self, state: DetectorState) -> float:
+        """How often a normal row may be flagged: the budget spread over a week of rows at the stream's step
+        (once warm-up fixed it), or one minus ``confidence``."""
+        if self.confidence is not None:
+            return 1.0 - self.confidence
+        return row_probability(self.false_alarms_per_week, state.step)
+
+    def threshold(self, state: DetectorState) -> float:
+        """``is_anomaly`` is exactly ``anomaly_score >= threshold``."""
+        return 1.0 - self.row_probability(state)
+
     def initial_state(self) -> DetectorState:
         return DetectorState()
 
     @staticmethod
     def size(state: DetectorState) -> int:
         """Numbers the state holds (what a cache of states is bounded by)."""
-        return (len(state.errors_ring) * 2 + len(state.means_ring) * 2 + len(state.short_ring)
+        return (len(state.errors_ring) * 2 + len(state.shift.sizes) * 2 + len(state.spread.sizes) * 2
+                + len(state.short_ring) + len(state.marked_slots) * 2
+                + 3 * (BINS + 2 + len(state.error_fit.record.codes) // 8)  # a record's code is a byte
                 + len(state.chooser_ring) + len(state.slot_ids) * 3 + LOCAL_ROWS + QUIET_ROWS)
 
     def update(
@@ -188,6 +251,7 @@ class StreamingDetector:
         out = Verdicts()
         for index, (moment, value) in enumerate(zip(times, values, strict=True)):
             self._row(state, float(moment), float(value), bool(normal[index]) if normal else False, out)
+        out.threshold = self.threshold(state)
         return out
 
     # ------------------------------------------------------------------------------------------ one row
@@ -199,7 +263,7 @@ class StreamingDetector:
             return
         st.rows += 1
         predictions = self._predictions(st, moment)
-        choice = self._choose(st, predictions)
+        choice = self._choose(st, predictions, moment)
         expected = predictions[choice]
         assert expected is not None
         least = max(
@@ -207,88 +271,158 @@ class StreamingDetector:
             self.floor_relative * abs(expected),
             1e-9 + 1e-6 * abs(value),  # a perfectly flat stretch must not flag rounding noise
         )
-        halfwidth = max(self.stretch * self._scale(st), least)
+        allowed = self.row_probability(st)
+        # Three signals are read at once (this row; the last few rows' mean error and their mean size), so each
+        # gets a third of the budget.
+        per_signal = allowed / 3 if self.short_rows else allowed
         residual = value - expected
-        ratio = abs(residual) / halfwidth
-        lifted = ratio * ratio
-        score = 1.0 if math.isinf(lifted) else lifted / (1.0 + lifted)
-        flagged = score >= 0.5
-        news = flagged and not self._seen_lately(st, residual) and not self._habit(st, moment, residual)
-        if flagged and not news:
-            score = _JUST_BELOW
-        short_score = self._short_score(st, abs(residual), least)
-        st.since_flag = 0 if flagged else st.since_flag + 1
-        st.since_short_alarm += 1
-        if short_score > score:
-            # The short window holds a deviation already judged on its own, or the same change already told.
-            if short_score >= 0.5 and (st.since_flag < self.short_rows or st.since_short_alarm <= self.quiet_rows):
-                short_score = _JUST_BELOW
-            score = short_score
-            if score >= 0.5:
-                news = True
-                st.since_short_alarm = 0
-        _emit(out, expected, expected - halfwidth, expected + halfwidth, score, news,
-              ("up" if residual > 0 else "down") if news else None)
-        self._remember_flag(st, residual if flagged else 0.0)
-        self._learn(st, moment, value, expected, halfwidth, predictions, flagged and not normal)
+        error = abs(residual)
+        calibration, halfwidth = self._calibrated(st, moment, st.errors_sorted, st.error_fit, least, per_signal)
+        raw = calibration.probability(error)
+        deviant = raw <= per_signal
+        point = raw
+        if deviant:
+            # One incident is one anomaly: within an open incident a row is news only as far as it is beyond
+            # the incident's peak, so its probability is conditional on that peak having been seen. A habit (a
+            # deviation as large at this time in two of the last three seasons, or a week ago) likewise.
+            reference = self._explained(st, moment, residual)
+            if reference >= error:
+                point = 1.0
+            elif reference >= halfwidth:
+                point = min(1.0, raw / max(calibration.probability(reference), 1e-300))
+            self._mark(st, moment, residual)
+        # The record keeps normal rows, and of an incident only its news: incidents must not become normal.
+        incident_open = any(st.recent_flags)
+        recorded = (not deviant and not incident_open) or (deviant and point <= per_signal)
+        st.error_fit.record.add(min(error, RECORD_CAP * halfwidth) / calibration.unit / calibration.stretch
+                                if recorded and calibration.unit > 0 else None)
+        short, drift = self._short_probability(st, moment, residual, least, per_signal, incident_open or deviant)
+        probability = min(1.0, 3.0 * min(point, short)) if self.short_rows else point
+        flagged = probability <= allowed
+        if flagged and short < point:
+            st.since_short_alarm = 0
+        _emit(out, expected, expected - halfwidth, expected + halfwidth, 1.0 - probability, flagged,
+              ("up" if residual > 0 else "down") if flagged else None)
+        self._remember_flag(st, residual if deviant else 0.0)
+        self._learn(st, moment, value, expected, halfwidth, predictions, deviant and not normal)
 
-    def _short_score(self, st: DetectorState, capped: float, least: float) -> float:
-        """The mean capped error of the last short_rows rows (this one included) against the WINDOW_ROWS
-        means before it, read as the point score reads one error against the errors before it."""
+    def _calibrated(self, st: DetectorState, moment: float, ranked: array, fit: SignalFit, least: float,
+                    per_signal: float) -> tuple[Calibration, float]:
+        """The signal's calibration for this row and the error at which its probability is ``per_signal``
+        (never below ``least``). The window's tail and that error are refitted every SHAPE_ROWS rows (every
+        sixteenth of the window's rows while it is young): they move slowly, and a refit costs a hundred
+        logarithms and a bisection."""
+        calibration = fit.calibration
+        # Refits fall on the stream's clock (every SHAPE_ROWS steps of epoch time), not on a count of rows, so a
+        # state rebuilt from the last rows of a stored series refits where the one that judged them did.
+        bucket = math.floor(moment / (SHAPE_ROWS * st.step)) if st.step > 0 else st.rows // SHAPE_ROWS
+        young = len(ranked) < WINDOW_ROWS
+        if calibration is None or (st.rows - fit.at >= max(1, len(ranked) // 16) if young else bucket != fit.bucket):
+            # A young window's shape is mostly noise (and a bimodal start, a daily step not yet predicted, reads
+            # as a heavy tail): it counts in proportion to how full the window is, exponential before.
+            shape = tail_shape(ranked, self.top_rank) * min(1.0, len(ranked) / WINDOW_ROWS)
+            calibration = calibrate(ranked, self.top_rank, shape, fit.record)
+            fit.calibration, fit.at, fit.bucket = calibration, st.rows, bucket
+            fit.edge = calibration.quantile(per_signal) if calibration.unit > 0 else 0.0
+        return floored(calibration, fit.edge, least, per_signal), max(fit.edge, least)
+
+    def _short_probability(self, st: DetectorState, moment: float, error: float, least: float, per_signal: float,
+                           incident: bool) -> tuple[float, float]:
+        """The calibrated probability of the last short_rows rows together (this one included, each error
+        capped at the largest of the window): the size of their mean error (a shift) and their mean size (a
+        noisier stretch), each read against the WINDOW_ROWS such numbers before it and its own record as one
+        error is; the smaller of the two, and the mean error (its sign is the side). ``incident``: a row was
+        judged deviant lately (or this one is)."""
         k = self.short_rows
+        st.since_short_alarm += 1
         if not k:
-            return 0.0
+            return 1.0, 0.0
         ring = st.short_ring
+        capped = error
+        if st.errors_sorted:  # one wild row must not carry the mean by itself: that row is judged on its own
+            capped = max(-st.errors_sorted[-1], min(error, st.errors_sorted[-1]))
         if len(ring) < k:
             ring.append(capped)
         else:
             ring[st.short_next] = capped
             st.short_next = (st.short_next + 1) % k
-        mean = sum(ring) / len(ring)
-        means = st.means_sorted
-        score = 0.0
-        if len(ring) == k and means:
-            rank = min(self.top_rank, max(1, len(means) // ROWS_PER_RANK))
-            width = max(self.stretch * means[len(means) - rank], least)
-            lifted = (mean / width) ** 2
-            score = 1.0 if math.isinf(lifted) else lifted / (1.0 + lifted)
-        if len(ring) == k:
-            full = len(st.means_ring) == WINDOW_ROWS
-            _push_ranked(st.means_ring, means, st.means_next, mean)
-            if full:
-                st.means_next = (st.means_next + 1) % WINDOW_ROWS
-        return score
+        if len(ring) < k:
+            return 1.0, 0.0
+        drift = sum(ring) / k
+        spread = sum(abs(x) for x in ring) / k
+        shift_p = self._short_signal(st, moment, st.shift, abs(drift), least, per_signal, incident)
+        spread_p = self._short_signal(st, moment, st.spread, spread, least, per_signal, incident)
+        return min(shift_p, spread_p), drift
+
+    def _short_signal(self, st: DetectorState, moment: float, signal: ShortSignal, size: float, least: float,
+                      per_signal: float, incident: bool) -> float:
+        probability = 1.0
+        if len(signal.ranked) >= WARMUP:
+            calibration, edge = self._calibrated(st, moment, signal.ranked, signal.fit, least, per_signal)
+            probability = calibration.probability(size)
+            told = probability <= per_signal and (st.since_short_alarm <= self.quiet_rows or incident)
+            if told:
+                # The same incident: a row was judged deviant lately (on its own, news or explained), or this
+                # change was already told.
+                probability = 1.0
+            recorded = not told and (probability <= per_signal or not incident) and calibration.unit > 0
+            signal.fit.record.add(min(size, RECORD_CAP * edge) / calibration.unit / calibration.stretch
+                                  if recorded else None)
+        else:
+            signal.fit.record.add(None)
+        full = len(signal.sizes) == WINDOW_ROWS
+        _push_ranked(signal.sizes, signal.ranked, signal.next, size)
+        if full:
+            signal.next = (signal.next + 1) % WINDOW_ROWS
+        return probability
 
     def _habit_reach(self, period: int) -> int:
         return round(period * self.habit)
 
-    def _habit(self, st: DetectorState, moment: float, residual: float) -> bool:
-        """Whether a deviation on the same side at least as large was seen within the habit's reach of this
-        time of the season in two of the last three seasons: a daily job's spike is then a habit, not news."""
+    def _explained(self, st: DetectorState, moment: float, residual: float) -> float:
+        """The largest deviation on this row's side that explains it: the peak of an open incident (rows judged
+        deviant in the last quiet_rows rows), or a habit: the deviation seen within the habit's reach of this
+        time of the season in two of the last three seasons (the second largest of their largest), or at this
+        time a week ago on a daily season. 0 if none."""
+        side = 1.0 if residual > 0 else -1.0
+        explained = max(0.0, max((side * earlier for earlier in st.recent_flags), default=0.0))
         reach = self._habit_reach(st.period)
-        if not reach:
-            return False
+        if not reach or explained >= abs(residual):
+            return explained
         slot = self._slot(st, moment)
         ids, residuals, size = st.slot_ids, st.slot_residuals, len(st.slot_ids)
-        seasons = 0
+        largest = []
         for back in (1, 2, 3):
             centre = slot - back * st.period
+            seen = 0.0
             for near in range(centre - reach, centre + reach + 1):
                 position = near % size
-                if ids[position] == near and (residuals[position] >= residual if residual > 0
-                                              else residuals[position] <= residual):
-                    seasons += 1
-                    break
-            if seasons == 2 or seasons + 3 - back < 2:
-                break
-        return seasons >= 2
+                if ids[position] == near:
+                    seen = max(seen, side * residuals[position])
+            largest.append(seen)
+        explained = max(explained, sorted(largest)[1])
+        if st.week:
+            low, high = slot - st.week - reach, slot - st.week + reach
+            for marked, deviation in zip(st.marked_slots, st.marked_residuals, strict=True):
+                if low <= marked <= high:
+                    explained = max(explained, side * deviation)
+        return explained
 
-    def _seen_lately(self, st: DetectorState, residual: float) -> bool:
-        """Whether a deviation on the same side at least as large was flagged in the last QUIET_ROWS rows:
-        then this one is part of the same incident, not news (it still counts as deviant when learning)."""
-        if residual > 0:
-            return any(earlier >= residual for earlier in st.recent_flags)
-        return any(earlier <= residual for earlier in st.recent_flags)
+    def _mark(self, st: DetectorState, moment: float, residual: float) -> None:
+        """Remembers a deviant row for a week and the habit's reach (a daily season's weekly habit)."""
+        if not st.week:
+            return
+        slot = self._slot(st, moment)
+        oldest = slot - st.week - self._habit_reach(st.period)
+        drop = 0
+        while drop < len(st.marked_slots) and (st.marked_slots[drop] < oldest or len(st.marked_slots) - drop
+                                               >= MAX_MARKED):
+            drop += 1
+        if drop:
+            del st.marked_slots[:drop]
+            del st.marked_residuals[:drop]
+        st.marked_slots.append(slot)
+        st.marked_residuals.append(residual)
 
     def _remember_flag(self, st: DetectorState, deviation: float) -> None:
         if not self.quiet_rows:
@@ -326,6 +460,8 @@ class StreamingDetector:
                         period = round(rows)
                         break
         st.period = period
+        if period and abs(period * st.step - DAY) <= st.step:
+            st.week = 7 * period
         if period:
             size = 3 * period + 2 + self._habit_reach(period)
             st.slot_ids = array("q", [-(1 << 62)]) * size
@@ -358,25 +494,22 @@ class StreamingDetector:
                     predictions[2] = sorted((one, two, three))[1]
         return predictions
 
-    def _choose(self, st: DetectorState, predictions: list[float | None]) -> int:
+    def _choose(self, st: DetectorState, predictions: list[float | None], moment: float) -> int:
         scored = st.chooser_rows
         needed = min(scored, max(st.period, LOCAL_ROWS))
+        ready = [j for j, prediction in enumerate(predictions)
+                 if prediction is not None and st.chooser_count[j] and st.chooser_count[j] >= needed]
+        # After a gap longer than the local window the last values describe another time of the season: the
+        # seasonal predictors alone compete, if one is ready.
+        if st.period and self._slot(st, moment) - st.last_slot > LOCAL_ROWS:
+            seasonal = [j for j in ready if j not in _SHORT_TERM]
+            ready = seasonal or ready
         best, best_error = _LAST, math.inf
-        for j, prediction in enumerate(predictions):
-            count = st.chooser_count[j]
-            if prediction is None or count == 0 or count < needed:
-                continue
-            error = st.chooser_sum[j] / count
-            if error < best_error:  # seasonal predictors come first: on a tie the season wins
+        for j in ready:  # seasonal predictors come first: on a tie the season wins
+            error = st.chooser_sum[j] / st.chooser_count[j]
+            if error < best_error:
                 best, best_error = j, error
         return best
-
-    def _scale(self, st: DetectorState) -> float:
-        errors = st.errors_sorted
-        if not errors:
-            return 0.0
-        rank = min(self.top_rank, max(1, len(errors) // ROWS_PER_RANK))
-        return errors[len(errors) - rank]
 
     # -------------------------------------------------------------------------------------- learning
 

@@ -298,13 +298,17 @@ class _Calls(_Common):
         )
 
     def _anomalies_body(
-        self, series: Any, frequency: str | None, confidence: float | None, model: str | None
+        self, series: Any, frequency: str | None, false_alarms_per_week: float | None, confidence: float | None,
+        model: str | None,
     ) -> tuple[bytes, dict[str, str], EncodedSeries]:
         encoded = encode_series(series, frequency, gaps_allowed=True)
         body: dict[str, Any] = {
             "series": [{"timestamps": encoded.timestamps, "values": encoded.values}],
             "data_frequency": encoded.frequency,
         }
+        # Whichever threshold setting is given goes as it is (the service refuses more than one, with a 400).
+        if false_alarms_per_week is not None:
+            body["false_alarms_per_week"] = false_alarms_per_week
         if confidence is not None:
             body["confidence"] = confidence
         headers = {"Content-Type": "application/json"}
@@ -313,9 +317,10 @@ class _Calls(_Common):
         return json.dumps(body, allow_nan=True).encode(), headers, encoded
 
     def _detect_call(
-        self, series: Any, frequency: str | None, confidence: float | None, model: str | None
+        self, series: Any, frequency: str | None, false_alarms_per_week: float | None, confidence: float | None,
+        model: str | None,
     ) -> _Call[AnomalyResult]:
-        content, headers, encoded = self._anomalies_body(series, frequency, confidence, model)
+        content, headers, encoded = self._anomalies_body(series, frequency, false_alarms_per_week, confidence, model)
 
         def read(response: httpx.Response) -> AnomalyResult:
             body = _json_object(response)
@@ -333,7 +338,8 @@ class _Calls(_Common):
                     period=body["period"],
                     model=response.headers.get("X-Model-Id") or model or "",
                     frequency=encoded.frequency,
-                    confidence=ANOMALY_CONFIDENCE if confidence is None else confidence,
+                    confidence=confidence,
+                    threshold=float(body["threshold"]),
                     fallback=response.headers.get("X-Anomaly-Fallback"),
                     rate_limit=self._note_rate_limit(response),
                     request_id=response.headers.get("X-Request-Id"),
@@ -345,9 +351,10 @@ class _Calls(_Common):
         return _Call("POST", "/anomalies", read, content, headers)
 
     def _detect_last_call(
-        self, series: Any, frequency: str | None, confidence: float | None, model: str | None
+        self, series: Any, frequency: str | None, false_alarms_per_week: float | None, confidence: float | None,
+        model: str | None,
     ) -> _Call[LastPointResult]:
-        content, headers, encoded = self._anomalies_body(series, frequency, confidence, model)
+        content, headers, encoded = self._anomalies_body(series, frequency, false_alarms_per_week, confidence, model)
 
         def read(response: httpx.Response) -> LastPointResult:
             body = _json_object(response)
@@ -365,7 +372,8 @@ class _Calls(_Common):
                     period=body["period"],
                     model=response.headers.get("X-Model-Id") or model or "",
                     frequency=encoded.frequency,
-                    confidence=ANOMALY_CONFIDENCE if confidence is None else confidence,
+                    confidence=confidence,
+                    threshold=float(body["threshold"]),
                     fallback=response.headers.get("X-Anomaly-Fallback"),
                     rate_limit=self._note_rate_limit(response),
                     request_id=response.headers.get("X-Request-Id"),
@@ -467,12 +475,12 @@ class _Calls(_Common):
         return read
 
     def _create_monitor_call(
-        self, name: str, frequency: str, confidence: float | None, model: str | None, retention_points: int | None,
-        webhook_url: str | None,
+        self, name: str, frequency: str, false_alarms_per_week: float | None, confidence: float | None,
+        model: str | None, retention_points: int | None, webhook_url: str | None,
     ) -> _Call[Monitor]:
         body: dict[str, Any] = {"name": name, "data_frequency": normalize_frequency(frequency)}
-        optional = {"confidence": confidence, "model": model, "retention_points": retention_points,
-                    "webhook_url": webhook_url}
+        optional = {"false_alarms_per_week": false_alarms_per_week, "confidence": confidence, "model": model,
+                    "retention_points": retention_points, "webhook_url": webhook_url}
         body.update({k: v for k, v in optional.items() if v is not None})
         return _Call(
             "POST", "/monitors", self._monitor_read(Monitor.from_body), _json_bytes(body), _JSON, idempotent=False
@@ -493,9 +501,12 @@ class _Calls(_Common):
         return _Call("GET", f"/monitors/{_segment(monitor_id)}", self._monitor_read(Monitor.from_body), params=params)
 
     def _update_monitor_call(
-        self, monitor_id: str, name: str | None, confidence: float | None, webhook_url: str | None | _Unset
+        self, monitor_id: str, name: str | None, false_alarms_per_week: float | None, confidence: float | None,
+        webhook_url: str | None | _Unset,
     ) -> _Call[Monitor]:
-        body: dict[str, Any] = {k: v for k, v in {"name": name, "confidence": confidence}.items() if v is not None}
+        # The threshold setting given replaces the monitor's other one (the service's rule for PATCH).
+        given = {"name": name, "false_alarms_per_week": false_alarms_per_week, "confidence": confidence}
+        body: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         if not isinstance(webhook_url, _Unset):
             body["webhook_url"] = webhook_url  # None removes the webhook
         return _Call(
@@ -668,10 +679,6 @@ def _json_bytes(body: Mapping[str, Any]) -> bytes:
     return json.dumps(body).encode()
 
 
-# The service's default confidence for anomalies, reported on results when the caller sent none.
-ANOMALY_CONFIDENCE = 0.99
-
-
 def _limits(per_minute: int | None, per_hour: int | None, per_day: int | None) -> dict[str, int]:
     given = {"per_minute": per_minute, "per_hour": per_hour, "per_day": per_day}
     return {name: value for name, value in given.items() if value is not None}
@@ -771,24 +778,30 @@ class Client(_BatchCalls):
         series: Any,
         *,
         frequency: str | None = None,
+        false_alarms_per_week: float | None = None,
         confidence: float | None = None,
         model: str | None = None,
     ) -> AnomalyResult:
         """POST /anomalies: a verdict for every row. The series may have gaps and jitter; ``frequency`` is its
-        nominal spacing (inferred from the typical gap when None). ``confidence`` defaults to the service's
-        (0.99); ``model`` is a detector id."""
-        return self._send(self._detect_call(series, frequency, confidence, model))
+        nominal spacing (inferred from the typical gap when None). ``false_alarms_per_week`` sets the threshold
+        from how many false alarms a normal stream may raise a week (the service's default: one);
+        ``confidence`` (0.5-0.9999) instead sets the threshold directly. Give at most one of them (the service
+        answers 400 to both). A row is an anomaly when its score is at least ``result.threshold``. ``model`` is
+        a detector id."""
+        return self._send(self._detect_call(series, frequency, false_alarms_per_week, confidence, model))
 
     def detect_last_anomaly(
         self,
         series: Any,
         *,
         frequency: str | None = None,
+        false_alarms_per_week: float | None = None,
         confidence: float | None = None,
         model: str | None = None,
     ) -> LastPointResult:
-        """POST /anomalies/last: the verdict on the last row, judged against the rows before it."""
-        return self._send(self._detect_last_call(series, frequency, confidence, model))
+        """POST /anomalies/last: the verdict on the last row, judged against the rows before it;
+        ``false_alarms_per_week`` and ``confidence`` as for ``detect_anomalies``."""
+        return self._send(self._detect_last_call(series, frequency, false_alarms_per_week, confidence, model))
 
     def list_keys(self) -> list[KeyInfo]:
         """GET /keys (admin): the keys of this key's account."""
@@ -845,15 +858,20 @@ class Client(_BatchCalls):
         name: str,
         frequency: str,
         *,
+        false_alarms_per_week: float | None = None,
         confidence: float | None = None,
         model: str | None = None,
         retention_points: int | None = None,
         webhook_url: str | None = None,
     ) -> Monitor:
         """POST /monitors (write): a stored series judged point by point, alerting ``webhook_url`` (https) on
-        anomalies. The answer carries ``webhook_secret`` when a webhook is set: the only time it is shown."""
+        anomalies. ``false_alarms_per_week`` or ``confidence`` set its threshold as for ``detect_anomalies``
+        (neither: one false alarm a week). The answer carries ``webhook_secret`` when a webhook is set: the only
+        time it is shown."""
         return self._send(
-            self._create_monitor_call(name, frequency, confidence, model, retention_points, webhook_url)
+            self._create_monitor_call(
+                name, frequency, false_alarms_per_week, confidence, model, retention_points, webhook_url
+            )
         )
 
     def list_monitors(
@@ -874,11 +892,13 @@ class Client(_BatchCalls):
         monitor_id: str,
         *,
         name: str | None = None,
+        false_alarms_per_week: float | None = None,
         confidence: float | None = None,
         webhook_url: str | None | _Unset = UNSET,
     ) -> Monitor:
-        """PATCH /monitors/{id} (write); ``webhook_url=None`` removes the webhook."""
-        return self._send(self._update_monitor_call(monitor_id, name, confidence, webhook_url))
+        """PATCH /monitors/{id} (write); ``webhook_url=None`` removes the webhook. ``false_alarms_per_week`` or
+        ``confidence``, when given, replaces the monitor's threshold setting (the other ones become None)."""
+        return self._send(self._update_monitor_call(monitor_id, name, false_alarms_per_week, confidence, webhook_url))
 
     def delete_monitor(self, monitor_id: str) -> None:
         """DELETE /monitors/{id} (delete permission): the monitor, its points and its alert history."""
@@ -1149,20 +1169,22 @@ class AsyncClient(_BatchCalls):
         series: Any,
         *,
         frequency: str | None = None,
+        false_alarms_per_week: float | None = None,
         confidence: float | None = None,
         model: str | None = None,
     ) -> AnomalyResult:
-        return await self._send(self._detect_call(series, frequency, confidence, model))
+        return await self._send(self._detect_call(series, frequency, false_alarms_per_week, confidence, model))
 
     async def detect_last_anomaly(
         self,
         series: Any,
         *,
         frequency: str | None = None,
+        false_alarms_per_week: float | None = None,
         confidence: float | None = None,
         model: str | None = None,
     ) -> LastPointResult:
-        return await self._send(self._detect_last_call(series, frequency, confidence, model))
+        return await self._send(self._detect_last_call(series, frequency, false_alarms_per_week, confidence, model))
 
     async def list_keys(self) -> list[KeyInfo]:
         return await self._send(self._list_keys_call())
@@ -1211,13 +1233,16 @@ class AsyncClient(_BatchCalls):
         name: str,
         frequency: str,
         *,
+        false_alarms_per_week: float | None = None,
         confidence: float | None = None,
         model: str | None = None,
         retention_points: int | None = None,
         webhook_url: str | None = None,
     ) -> Monitor:
         return await self._send(
-            self._create_monitor_call(name, frequency, confidence, model, retention_points, webhook_url)
+            self._create_monitor_call(
+                name, frequency, false_alarms_per_week, confidence, model, retention_points, webhook_url
+            )
         )
 
     async def list_monitors(
@@ -1235,10 +1260,13 @@ class AsyncClient(_BatchCalls):
         monitor_id: str,
         *,
         name: str | None = None,
+        false_alarms_per_week: float | None = None,
         confidence: float | None = None,
         webhook_url: str | None | _Unset = UNSET,
     ) -> Monitor:
-        return await self._send(self._update_monitor_call(monitor_id, name, confidence, webhook_url))
+        return await self._send(
+            self._update_monitor_call(monitor_id, name, false_alarms_per_week, confidence, webhook_url)
+        )
 
     async def delete_monitor(self, monitor_id: str) -> None:
         await self._send(self._delete_monitor_call(monitor_id))

@@ -145,7 +145,10 @@ def _has_offset(text: str) -> bool:
 @dataclass(frozen=True)
 class AnomalyResult:
     """POST /anomalies: a verdict for every input row. ``values`` are the values sent (None where missing);
-    rows before ``warmup_points`` only taught the detector (score 0)."""
+    rows before ``warmup_points`` only taught the detector (score 0). ``score`` is the probability that a row
+    is not normal and ``is_anomaly`` is ``score >= threshold``; ``threshold`` is the service's, one for the
+    whole answer, from the false alarms a week allowed or the confidence asked for. ``confidence`` is the one
+    asked for, None when not."""
 
     timestamps: list[str]
     values: list[float | None]
@@ -159,7 +162,8 @@ class AnomalyResult:
     period: int | None
     model: str
     frequency: str
-    confidence: float
+    confidence: float | None
+    threshold: float
     fallback: str | None = None
     rate_limit: RateLimit | None = None
     request_id: str | None = None
@@ -193,7 +197,8 @@ class AnomalyResult:
 
 @dataclass(frozen=True)
 class LastPointResult:
-    """POST /anomalies/last: the verdict on the series' last row only."""
+    """POST /anomalies/last: the verdict on the series' last row only; ``threshold`` and ``confidence`` as in
+    AnomalyResult."""
 
     timestamp: str
     value: float | None
@@ -207,7 +212,8 @@ class LastPointResult:
     period: int | None
     model: str
     frequency: str
-    confidence: float
+    confidence: float | None
+    threshold: float
     fallback: str | None = None
     rate_limit: RateLimit | None = None
     request_id: str | None = None
@@ -368,12 +374,13 @@ class MonitorPoint:
 class Monitor:
     """A monitor: a stored series judged point by point. ``points`` holds the last points asked for,
     ``forecast`` the forecast asked for (``get_monitor(..., horizon=H)``). ``webhook_secret`` is given only by
-    the call that creates it (create with a webhook, or rotate) and is left out of repr()."""
+    the call that creates it (create with a webhook, or rotate) and is left out of repr(). At most one of
+    ``false_alarms_per_week``, ``confidence`` and ``sensitivity`` is set; all None: one false alarm a week."""
 
     id: str
     name: str
     frequency: str
-    confidence: float
+    confidence: float | None
     model: str
     retention_points: int
     webhook_url: str | None
@@ -385,6 +392,8 @@ class Monitor:
     points: list[MonitorPoint]
     forecast: ForecastResult | None
     webhook_secret: str | None = field(default=None, repr=False)
+    false_alarms_per_week: float | None = None
+    sensitivity: int | None = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Monitor:
@@ -393,7 +402,7 @@ class Monitor:
             id=str(body["id"]),
             name=str(body["name"]),
             frequency=str(body["data_frequency"]),
-            confidence=float(body["confidence"]),
+            confidence=_optional_float(body.get("confidence")),
             model=str(body["model"]),
             retention_points=int(body["retention_points"]),
             webhook_url=body.get("webhook_url"),
@@ -413,7 +422,13 @@ class Monitor:
                 confidence=float(forecast["confidence"]),
             ),
             webhook_secret=body.get("webhook_secret"),
+            false_alarms_per_week=_optional_float(body.get("false_alarms_per_week")),
+            sensitivity=None if body.get("sensitivity") is None else int(body["sensitivity"]),
         )
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
