@@ -51,7 +51,7 @@ def _annotations(monitor_id: str, point: dict[str, Any] | None) -> dict[str, str
     if point is not None:
         notes["summary"] = (f"{point['timestamp']}: value {point['value']:g}, expected {point['expected']:g} "
                             f"(range {point['lower_bound']:g} .. {point['upper_bound']:g})")
-        notes["anomaly_score"] = f"{point['anomaly_score']:.3f}"
+        notes["anomaly_score"] = f"{point['anomaly_score']:.6f}"  # a probability near 1: its last digits matter
         if point.get("direction"):
             notes["direction"] = str(point["direction"])
     return notes
