@@ -13,8 +13,8 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
+from app.compute.detect.budget import budget_for_sensitivity
 from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, FALSE_ALARMS_RANGE, SENSITIVITY_RANGE
-from app.compute.detect.streaming import budget_for_sensitivity
 from app.forecast.schemas import FREQUENCY_ISSUE
 from app.series.instants import epoch_seconds
 from app.series.timestamps import FREQUENCIES, TimestampError

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Integer, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from app.compute.detect.streaming import StreamingDetector, budget_for_sensitivity, lookback_rows
+from app.compute.detect.budget import budget_for_sensitivity
+from app.compute.detect.streaming import StreamingDetector, lookback_rows
 from app.db import Prepared
 from app.monitors import queue
 from app.monitors.cache import History, JudgeState

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from app.compute.detect.streaming import StreamingDetector, Verdicts, budget_for_sensitivity, row_probability
+from app.compute.detect.budget import budget_for_sensitivity, row_probability
+from app.compute.detect.streaming import StreamingDetector, Verdicts
 from tests.support import ROOT
 
 NAB_DEV = next((parent / "shared" / "data" / "nab-dev" / "data" for parent in ROOT.parents

@@ -16,7 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 WEB_SAFE_COMPUTE = {"app.compute", "app.compute.pool"} | {
     f"app.compute.{area}.{module}" for area in ("forecast", "detect") for module in ("jobs", "results", "catalog")
-} | {"app.compute.forecast", "app.compute.detect", "app.compute.detect.streaming", "app.compute.detect.surprises"}
+} | {"app.compute.forecast", "app.compute.detect", "app.compute.detect.streaming", "app.compute.detect.surprises",
+    "app.compute.detect.state", "app.compute.detect.budget"}
 
 
 def module_name(path: Path) -> str:

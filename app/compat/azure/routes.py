@@ -25,8 +25,9 @@ from app.compat.azure.schemas import (
     check_series,
     load,
 )
+from app.compute.detect.budget import budget_for_sensitivity
 from app.compute.detect.results import DetectionResult
-from app.compute.detect.streaming import budget_for_sensitivity, lookback_rows
+from app.compute.detect.streaming import lookback_rows
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
 from app.web.errors import ApiError

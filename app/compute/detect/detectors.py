@@ -14,13 +14,9 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
 from app.compute.detect.results import DEFAULT_DETECTOR, FALLBACK_DETECTOR, DetectionResult
-from app.compute.detect.streaming import (
-    DEFAULT_FALSE_ALARMS_PER_WEEK,
-    WARMUP,
-    StreamingDetector,
-    row_probability,
-)
+from app.compute.detect.streaming import WARMUP, StreamingDetector
 from app.series.frequencies import nominal_step
 
 if TYPE_CHECKING:

@@ -44,18 +44,10 @@ import math
 from array import array
 from bisect import bisect_left, insort
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from app.compute.detect.surprises import (
-    BINS,
-    RECORD_ROWS,
-    WINDOW_ROWS,
-    Calibration,
-    Record,
-    calibrate,
-    floored,
-    tail_shape,
-)
+from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
+from app.compute.detect.state import PREDICTORS, DetectorState, ShortSignal, SignalFit, Verdicts, push_ranked
+from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
 from app.series.frequencies import DAY, MAX_PERIOD_ROWS, PERIOD_CANDIDATES
 
 # Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
@@ -67,9 +59,6 @@ SHAPE_ROWS = 64  # the window's tail shape and the threshold are refitted every 
 # widen its range to the spike's size.
 RECORD_CAP = 2.0
 MAX_MARKED = 2048  # deviant rows a week's habit remembers at most
-WEEK_SECONDS = 7 * 86400.0
-DEFAULT_FALSE_ALARMS_PER_WEEK = 1.0
-MAX_ROW_PROBABILITY = 0.01  # however coarse the data, a normal row is flagged at most once in 100
 CHOOSER_ROWS = 288  # errors that choose the predictor: a day of five-minute rows
 CHOOSER_POWER = 0.25
 LOCAL_ROWS = 8
@@ -77,22 +66,8 @@ REANCHOR_ROWS = 3
 QUIET_ROWS = 48  # one incident, one anomaly: how long a flagged deviation stays the news
 HABIT_SHARE = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
 SHORT_ROWS = 6  # the short window whose mean error is the second signal: half an hour of five-minute rows
-_PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
 _LAST = 3
 _SHORT_TERM = (1, 3, 4)  # the predictors that read the last rows: season-adjusted last, last, local mean
-
-
-def budget_for_sensitivity(sensitivity: int) -> float:
-    """Azure's 0-99 sensitivity as false alarms per stream per week: 49.5 is the default (one a week), every
-    24.75 points higher allows ten times more (0: one in a hundred weeks; 99: a hundred a week)."""
-    return 10.0 ** (-2.0 + 4.0 * sensitivity / 99.0)
-
-
-def row_probability(false_alarms_per_week: float, step_seconds: float) -> float:
-    """The share of a normal stream's rows that may be flagged: the weekly budget over a week of rows (a
-    stream whose step is unknown is taken as one row a minute), never more than one row in 100."""
-    rows_per_week = WEEK_SECONDS / (step_seconds if step_seconds > 0 else 60.0)
-    return min(MAX_ROW_PROBABILITY, false_alarms_per_week / rows_per_week)
 
 
 def lookback_rows(period: int | None) -> int:
@@ -102,85 +77,6 @@ def lookback_rows(period: int | None) -> int:
     season = period or 0
     return (WINDOW_ROWS + SHORT_ROWS + RECORD_ROWS + CHOOSER_ROWS + 7 * season + round(season * HABIT_SHARE)
             + WARMUP)
-
-
-@dataclass
-class Verdicts:
-    expected: list[float] = field(default_factory=list)
-    lower: list[float] = field(default_factory=list)
-    upper: list[float] = field(default_factory=list)
-    score: list[float] = field(default_factory=list)
-    is_anomaly: list[bool] = field(default_factory=list)
-    direction: list[str | None] = field(default_factory=list)
-    threshold: float = 0.5  # the least score of an anomaly (fixed once warm-up has set the stream's step)
-
-
-def _floats() -> array:
-    return array("d")
-
-
-@dataclass
-class SignalFit:
-    """What calibrates one signal beyond its window: the window's fitted tail and the signal's error at its
-    share of the budget, both as of row ``at`` (refitted every SHAPE_ROWS rows, and more often while the
-    window is young; ``calibration`` None before the first fit), and the long-run record of its surprises."""
-
-    calibration: Calibration | None = None
-    edge: float = 0.0
-    at: int = 0
-    bucket: int = 0
-    record: Record = field(default_factory=Record)
-
-
-@dataclass
-class ShortSignal:
-    """One signal of the short window: its last WINDOW_ROWS numbers (a ring and a sorted copy) and its fit."""
-
-    sizes: array = field(default_factory=_floats)
-    ranked: array = field(default_factory=_floats)
-    next: int = 0
-    fit: SignalFit = field(default_factory=SignalFit)
-
-
-@dataclass
-class DetectorState:
-    """Everything the detector remembers between rows; bounded by lookback_rows(period) numbers, held in
-    typed arrays (8 bytes a number) because a server keeps one state per monitor."""
-
-    rows: int = 0
-    warm_times: list[float] = field(default_factory=list)
-    warm_values: list[float] = field(default_factory=list)
-    origin: float = 0.0
-    step: float = 0.0
-    period: int = 0
-    slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2 + the habit's reach
-    slot_values: array = field(default_factory=_floats)
-    slot_residuals: array = field(default_factory=_floats)  # value - expected, by slot (0 for warm-up rows)
-    last_slot: int = 0
-    last: float = 0.0  # last value as the short-term predictors see it
-    local: list[float] = field(default_factory=list)
-    errors_sorted: array = field(default_factory=_floats)
-    errors_ring: array = field(default_factory=_floats)
-    errors_next: int = 0
-    chooser_ring: array = field(default_factory=_floats)  # _PREDICTORS errors a row, NaN where none
-    chooser_rows: int = 0
-    chooser_next: int = 0
-    chooser_sum: list[float] = field(default_factory=lambda: [0.0] * _PREDICTORS)
-    chooser_count: list[int] = field(default_factory=lambda: [0] * _PREDICTORS)
-    run_side: int = 0
-    run: list[tuple[float, float]] = field(default_factory=list)  # (time, value) of the current flagged run
-    # The last QUIET_ROWS rows' deviations beyond the range, signed (+ above, - below), 0 for a row inside it.
-    recent_flags: array = field(default_factory=_floats)
-    recent_next: int = 0
-    short_ring: array = field(default_factory=_floats)  # the last SHORT_ROWS errors, capped at the half-width
-    short_next: int = 0
-    shift: ShortSignal = field(default_factory=lambda: ShortSignal())  # the short window's mean error, sized
-    spread: ShortSignal = field(default_factory=lambda: ShortSignal())  # and its mean size
-    error_fit: SignalFit = field(default_factory=lambda: SignalFit())  # calibration of one row's error
-    week: int = 0  # rows in a week when the season is a day (the weekly habit), else 0
-    marked_slots: array = field(default_factory=lambda: array("q"))  # deviant rows of the last week, by slot
-    marked_residuals: array = field(default_factory=_floats)
-    since_short_alarm: int = 1 << 30
 
 
 class StreamingDetector:
@@ -371,7 +267,7 @@ class StreamingDetector:
         else:
             signal.fit.record.add(None)
         full = len(signal.sizes) == WINDOW_ROWS
-        _push_ranked(signal.sizes, signal.ranked, signal.next, size)
+        push_ranked(signal.sizes, signal.ranked, signal.next, size)
         if full:
             signal.next = (signal.next + 1) % WINDOW_ROWS
         return probability
@@ -578,7 +474,7 @@ class StreamingDetector:
                     sums[j] += error
                     counts[j] += 1
             return
-        base = st.chooser_next * _PREDICTORS
+        base = st.chooser_next * PREDICTORS
         st.chooser_next = (st.chooser_next + 1) % CHOOSER_ROWS
         for j, error in enumerate(errors):
             dropped = ring[base + j]
@@ -591,16 +487,6 @@ class StreamingDetector:
                 ring[base + j] = error
                 sums[j] += error
                 counts[j] += 1
-
-
-def _push_ranked(ring: array, ranked: array, position: int, value: float) -> None:
-    """Appends ``value`` to a ring of WINDOW_ROWS (overwriting ``position`` once full) and its sorted copy."""
-    if len(ring) < WINDOW_ROWS:
-        ring.append(value)
-    else:
-        del ranked[bisect_left(ranked, ring[position])]
-        ring[position] = value
-    insort(ranked, value)
 
 
 def _emit(out: Verdicts, expected: float, lower: float, upper: float, score: float, flagged: bool,

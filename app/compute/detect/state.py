@@ -1,0 +1,101 @@
+"""What the streaming detector (app.compute.detect.streaming) remembers between rows and what it answers:
+typed arrays (8 bytes a number) because a server keeps one state per monitor."""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
+
+from app.compute.detect.surprises import WINDOW_ROWS, Calibration, Record
+
+PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
+
+
+@dataclass
+class Verdicts:
+    expected: list[float] = field(default_factory=list)
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    score: list[float] = field(default_factory=list)
+    is_anomaly: list[bool] = field(default_factory=list)
+    direction: list[str | None] = field(default_factory=list)
+    threshold: float = 0.5  # the least score of an anomaly (fixed once warm-up has set the stream's step)
+
+
+def floats() -> array:
+    return array("d")
+
+
+@dataclass
+class SignalFit:
+    """What calibrates one signal beyond its window: the window's fitted tail and the signal's error at its
+    share of the budget, both as of row ``at`` (refitted every SHAPE_ROWS rows, and more often while the
+    window is young; ``calibration`` None before the first fit), and the long-run record of its surprises."""
+
+    calibration: Calibration | None = None
+    edge: float = 0.0
+    at: int = 0
+    bucket: int = 0
+    record: Record = field(default_factory=Record)
+
+
+@dataclass
+class ShortSignal:
+    """One signal of the short window: its last WINDOW_ROWS numbers (a ring and a sorted copy) and its fit."""
+
+    sizes: array = field(default_factory=floats)
+    ranked: array = field(default_factory=floats)
+    next: int = 0
+    fit: SignalFit = field(default_factory=SignalFit)
+
+
+@dataclass
+class DetectorState:
+    """Everything the detector remembers between rows; bounded by lookback_rows(period) numbers, held in
+    typed arrays (8 bytes a number) because a server keeps one state per monitor."""
+
+    rows: int = 0
+    warm_times: list[float] = field(default_factory=list)
+    warm_values: list[float] = field(default_factory=list)
+    origin: float = 0.0
+    step: float = 0.0
+    period: int = 0
+    slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2 + the habit's reach
+    slot_values: array = field(default_factory=floats)
+    slot_residuals: array = field(default_factory=floats)  # value - expected, by slot (0 for warm-up rows)
+    last_slot: int = 0
+    last: float = 0.0  # last value as the short-term predictors see it
+    local: list[float] = field(default_factory=list)
+    errors_sorted: array = field(default_factory=floats)
+    errors_ring: array = field(default_factory=floats)
+    errors_next: int = 0
+    chooser_ring: array = field(default_factory=floats)  # PREDICTORS errors a row, NaN where none
+    chooser_rows: int = 0
+    chooser_next: int = 0
+    chooser_sum: list[float] = field(default_factory=lambda: [0.0] * PREDICTORS)
+    chooser_count: list[int] = field(default_factory=lambda: [0] * PREDICTORS)
+    run_side: int = 0
+    run: list[tuple[float, float]] = field(default_factory=list)  # (time, value) of the current flagged run
+    # The last QUIET_ROWS rows' deviations beyond the range, signed (+ above, - below), 0 for a row inside it.
+    recent_flags: array = field(default_factory=floats)
+    recent_next: int = 0
+    short_ring: array = field(default_factory=floats)  # the last SHORT_ROWS errors, capped at the half-width
+    short_next: int = 0
+    shift: ShortSignal = field(default_factory=lambda: ShortSignal())  # the short window's mean error, sized
+    spread: ShortSignal = field(default_factory=lambda: ShortSignal())  # and its mean size
+    error_fit: SignalFit = field(default_factory=lambda: SignalFit())  # calibration of one row's error
+    week: int = 0  # rows in a week when the season is a day (the weekly habit), else 0
+    marked_slots: array = field(default_factory=lambda: array("q"))  # deviant rows of the last week, by slot
+    marked_residuals: array = field(default_factory=floats)
+    since_short_alarm: int = 1 << 30
+
+
+def push_ranked(ring: array, ranked: array, position: int, value: float) -> None:
+    """Appends ``value`` to a ring of WINDOW_ROWS (overwriting ``position`` once full) and its sorted copy."""
+    if len(ring) < WINDOW_ROWS:
+        ring.append(value)
+    else:
+        del ranked[bisect_left(ranked, ring[position])]
+        ring[position] = value
+    insort(ranked, value)
