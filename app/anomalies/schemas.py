@@ -13,8 +13,13 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from app.compute.detect.budget import budget_for_sensitivity
-from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, FALSE_ALARMS_RANGE, SENSITIVITY_RANGE
+from app.compute.detect.budget import (
+    FALSE_ALARMS_RANGE,
+    THRESHOLD_FIELDS,
+    budget_for_sensitivity,
+    threshold_fields_given,
+)
+from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, SENSITIVITY_RANGE
 from app.forecast.schemas import FREQUENCY_ISSUE
 from app.series.instants import epoch_seconds
 from app.series.timestamps import FREQUENCIES, TimestampError
@@ -196,14 +201,11 @@ def load_request(body: Any, headers: Mapping[str, str]) -> AnomalyRequest:
     )
 
 
-THRESHOLD_FIELDS = ("false_alarms_per_week", "confidence", "sensitivity")
-
-
 def threshold_conflicts(body: Any) -> list[dict[str, Any]]:
     """At most one of the fields that set the threshold may be given (null counts as absent)."""
     if not isinstance(body, dict):
         return []
-    given = [name for name in THRESHOLD_FIELDS if body.get(name) is not None]
+    given = threshold_fields_given(body)
     if len(given) < 2:
         return []
     return [problem(given[1], f"Give one of {', '.join(THRESHOLD_FIELDS)}, not several",

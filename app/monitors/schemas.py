@@ -15,7 +15,8 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from app.compute.detect.results import DETECTOR_IDS, FALSE_ALARMS_RANGE, SENSITIVITY_RANGE
+from app.compute.detect.budget import FALSE_ALARMS_RANGE, THRESHOLD_FIELDS, threshold_fields_given
+from app.compute.detect.results import DETECTOR_IDS, SENSITIVITY_RANGE
 from app.series.timestamps import FREQUENCIES, TIMESTAMP_FORM, UTC_RANGE_ISSUE, outside_utc_range
 from app.web.errors import DataValidationError, InvalidRequest
 from app.web.fields import MAX_ABS_VALUE, JsonArray, StoredText, StrictFloat
@@ -44,9 +45,6 @@ class StrictString(StoredText):
         if not text.strip():
             raise ValidationError("Must not be blank.")
         return text.strip()
-
-
-THRESHOLD_FIELDS = ("false_alarms_per_week", "confidence", "sensitivity")
 
 
 class JudgingFields(Schema):
@@ -89,7 +87,7 @@ class JudgingFields(Schema):
 
     @validates_schema
     def one_threshold(self, data: Mapping[str, Any], **kwargs: Any) -> None:
-        given = [name for name in THRESHOLD_FIELDS if data.get(name) is not None]
+        given = threshold_fields_given(data)
         if len(given) > 1:
             raise ValidationError(f"Give one of {', '.join(THRESHOLD_FIELDS)}, not several.", given[1])
 

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from app.compute.detect.budget import THRESHOLD_FIELDS, threshold_fields_given
 from app.db import Database
 from app.monitors import incidents, queue, sources
 from app.monitors.answers import alert_view, monitor_view, point_view
@@ -16,7 +17,6 @@ from app.monitors.cache import JudgeState
 from app.monitors.judge import relearn_last_append
 from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorPointRecord, MonitorRecord
 from app.monitors.runtime import MonitorRuntime
-from app.monitors.schemas import THRESHOLD_FIELDS
 from app.monitors.store import (
     NOT_ANOMALY,
     detector_of,
@@ -125,7 +125,7 @@ def update_monitor(*, database: Database, account_id: str, monitor_id: str, chan
         monitor = owned(session, account_id=account_id, monitor_id=monitor_id, for_update=True)
         sources.check_fields(changes, monitor, allow_private=allow_private)
         sources.apply_changes(monitor, changes, utc_now())
-        if any(changes.get(name) is not None for name in THRESHOLD_FIELDS):
+        if threshold_fields_given(changes):
             for name in THRESHOLD_FIELDS:  # the one given replaces whichever set the threshold before
                 setattr(monitor, name, changes.get(name))
         for name in ("name", "webhook_url", "min_deviation", "min_relative_deviation", "remote_write_selector"):

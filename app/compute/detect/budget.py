@@ -3,9 +3,21 @@ rows that may be flagged. Plain Python: the web side reads it to check requests.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+# The request fields that set the threshold: at most one of them is given.
+THRESHOLD_FIELDS = ("false_alarms_per_week", "confidence", "sensitivity")
+# false_alarms_per_week: from one in a thousand weeks to a thousand a week (more is capped at one row in 100).
+FALSE_ALARMS_RANGE = (0.001, 1000.0)
 WEEK_SECONDS = 7 * 86400.0
 DEFAULT_FALSE_ALARMS_PER_WEEK = 1.0
 MAX_ROW_PROBABILITY = 0.01  # however coarse the data, a normal row is flagged at most once in 100
+
+
+def threshold_fields_given(fields: Mapping[str, Any]) -> list[str]:
+    """The threshold fields given a value (null counts as absent), in THRESHOLD_FIELDS' order."""
+    return [name for name in THRESHOLD_FIELDS if fields.get(name) is not None]
 
 
 def budget_for_sensitivity(sensitivity: int) -> float:

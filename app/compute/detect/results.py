@@ -9,8 +9,6 @@ DEFAULT_DETECTOR = "anomaly-model-1"
 FALLBACK_DETECTOR = "anomaly-model-2"
 DETECTOR_IDS: tuple[str, ...] = (DEFAULT_DETECTOR, FALLBACK_DETECTOR)
 SENSITIVITY_RANGE = (0, 99)
-# false_alarms_per_week: from one in a thousand weeks to a thousand a week (more is capped at one row in 100).
-FALSE_ALARMS_RANGE = (0.001, 1000.0)
 
 
 @dataclass(frozen=True)

@@ -91,11 +91,14 @@ class DetectorState:
     since_short_alarm: int = 1 << 30
 
 
-def push_ranked(ring: array, ranked: array, position: int, value: float) -> None:
-    """Appends ``value`` to a ring of WINDOW_ROWS (overwriting ``position`` once full) and its sorted copy."""
+def push_ranked(ring: array, ranked: array, position: int, value: float) -> int:
+    """Appends ``value`` to a ring of WINDOW_ROWS (overwriting ``position`` once full) and its sorted copy;
+    returns the ring's next position."""
     if len(ring) < WINDOW_ROWS:
         ring.append(value)
     else:
         del ranked[bisect_left(ranked, ring[position])]
         ring[position] = value
+        position = (position + 1) % WINDOW_ROWS
     insort(ranked, value)
+    return position

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left, insort
 from collections.abc import Sequence
 
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
@@ -53,7 +52,7 @@ from app.series.frequencies import DAY, MAX_PERIOD_ROWS, PERIOD_CANDIDATES
 # Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
 WARMUP = 11
 TOP_RANK = 12  # the unit of surprise: the 12th-largest error of the window, 1% of a full one
-SHAPE_ROWS = 64  # the window's tail shape and the threshold are refitted every 64 rows (docs/anomalies.md)
+SHAPE_ROWS = 64  # the window's tail and the threshold are refitted every 64 steps of the stream (docs/anomalies.md)
 # A surprise beyond the threshold enters the record at most at twice the threshold: a heavy tail is still
 # learnt (the threshold can climb twice as high with each such row), but one spike on a young stream cannot
 # widen its range to the spike's size.
@@ -170,7 +169,8 @@ class StreamingDetector:
         allowed = self.row_probability(st)
         # Three signals are read at once (this row; the last few rows' mean error and their mean size), so each
         # gets a third of the budget.
-        per_signal = allowed / 3 if self.short_rows else allowed
+        signals = 3 if self.short_rows else 1
+        per_signal = allowed / signals
         residual = value - expected
         error = abs(residual)
         calibration, halfwidth = self._calibrated(st, moment, st.errors_sorted, st.error_fit, least, per_signal)
@@ -193,7 +193,7 @@ class StreamingDetector:
         st.error_fit.record.add(min(error, RECORD_CAP * halfwidth) / calibration.unit / calibration.stretch
                                 if recorded and calibration.unit > 0 else None)
         short, drift = self._short_probability(st, moment, residual, least, per_signal, incident_open or deviant)
-        probability = min(1.0, 3.0 * min(point, short)) if self.short_rows else point
+        probability = min(1.0, signals * min(point, short))
         flagged = probability <= allowed
         if flagged and short < point:
             st.since_short_alarm = 0
@@ -266,10 +266,7 @@ class StreamingDetector:
                                   if recorded else None)
         else:
             signal.fit.record.add(None)
-        full = len(signal.sizes) == WINDOW_ROWS
-        push_ranked(signal.sizes, signal.ranked, signal.next, size)
-        if full:
-            signal.next = (signal.next + 1) % WINDOW_ROWS
+        signal.next = push_ranked(signal.sizes, signal.ranked, signal.next, size)
         return probability
 
     def _habit_reach(self, period: int) -> int:
@@ -452,14 +449,7 @@ class StreamingDetector:
             st.last_slot = slot
 
     def _push_error(self, st: DetectorState, error: float) -> None:
-        if len(st.errors_ring) < WINDOW_ROWS:
-            st.errors_ring.append(error)
-        else:
-            oldest = st.errors_ring[st.errors_next]
-            st.errors_ring[st.errors_next] = error
-            st.errors_next = (st.errors_next + 1) % WINDOW_ROWS
-            del st.errors_sorted[bisect_left(st.errors_sorted, oldest)]
-        insort(st.errors_sorted, error)
+        st.errors_next = push_ranked(st.errors_ring, st.errors_sorted, st.errors_next, error)
 
     def _push_choice(self, st: DetectorState, errors: list[float | None]) -> None:
         # Written in place, field by field: this runs on every row, and building a row array cost a sixth of it.
