@@ -1,6 +1,6 @@
 """Anomaly detection: NAB quality (end to end and leave-one-category-out) and request latency (make bench).
 
-    python bench/anomaly.py [--quick] [--only nab,loco,reference,speed] [--reference COMMIT]
+    python bench/anomaly.py [--quick] [--only nab,loco,reference,speed] [--reference COMMIT[,COMMIT]]
 
 nab        every file of the NAB development set (sibling ../shared/data/nab-dev: 41 labelled files in five
            categories) is sent whole, timestamps as they are (repeated and backward ones included), to
@@ -12,9 +12,9 @@ nab        every file of the NAB development set (sibling ../shared/data/nab-dev
 loco       leave-one-category-out, in-process (app.compute.detect.streaming, no server): top_rank x quiet rows x
            short rows x habit over a 3 x 2 x 4 x 3 grid, each file scored at the service's own threshold
            (is_anomaly); for each category the point is chosen on the other four and scored on it.
-reference  today's detector before the calibrated score (commit REFERENCE, StreamingDetector, whose
-           is_anomaly was score >= 0.5), run in-process on the same 41 files in this run, from a git worktree
-           of that commit, scored at its own threshold (is_anomaly).
+reference  the earlier detectors (REFERENCES: the one the alarms issue started from, whose is_anomaly was
+           score >= 0.5, and the one landed before this change), each run in-process on the same 41 files in
+           this run, from a git worktree of its commit, scored at its own threshold (is_anomaly).
 speed      p50/p90 end to end of POST /anomalies and /anomalies/last on 4,000 five-minute points, and of the
            Azure-compatible entire/detect and last/detect on the same series.
 
@@ -74,21 +74,28 @@ PUBLISHED = [  # the NAB dev set README: published detectors' result files score
     ("Twitter ADVec", 46.6, 36.1, 52.4),
     ("windowed Gaussian", 41.4, 26.5, 48.4),
 ]
-# Today's detector before the calibrated score (its is_anomaly was score >= 0.5): the reference measured in the
-# same run.
-REFERENCE = "19f2049"
+# The earlier detectors measured in the same run: the one before the calibrated score (its is_anomaly was score
+# >= 0.5), and the calibrated one landed before the window signals, incidents and the anomaly-free season memory.
+REFERENCES = {"19f2049": "the detector before the calibrated score (is_anomaly was score >= 0.5)",
+              "d7bc576": "the calibrated detector before the anchored shift, the density window and incidents"}
 PROFILES = ("standard", "reward_low_FP_rate", "reward_low_FN_rate")
 # Result files hold is_anomaly as 1.0/0.0, so NAB's threshold 0.5 reads "is_anomaly": the detector's own
 # threshold, whatever it is for the stream's step.
 THRESHOLD = 0.5
-# The constants StreamingDetector takes for leave-one-category-out, and the values it ships with. Short rows 0
-# is the detector without its second signal, so the grid also says whether that signal helps held-out data.
-GRID_TOP_RANK = (6, 12, 24)
-GRID_QUIET = (12, 48)
-GRID_SHORT = (0, 3, 6, 12)
-GRID_HABIT = (0.0, 1 / 12, 1 / 6)  # habit 0 is the detector without that rule
-SHIPPED = (12, 48, 6, 1 / 12)
-GridPoint = tuple[int, int, int, float]
+# The constants StreamingDetector takes, each over a value that switches its part off (or the landed value before)
+# and the one it ships with, so the grid also says whether each part helps held-out data: the unit of surprise's
+# rank, the rows that end an incident, the short window (0: no shift and spread signals), the long window (0: no
+# density signal), the habit's reach (0: no habits), the run adopted as a new level.
+GRID: dict[str, tuple[float, ...]] = {
+    "top_rank": (12, 24),
+    "quiet_rows": (12, 48),
+    "short_rows": (0, 6),
+    "long_rows": (0, 36),
+    "habit": (0.0, 1 / 12),
+    "adopt_rows": (12, 48),
+}
+SHIPPED = (24, 48, 6, 36, 1 / 12, 12)
+GridPoint = tuple[float, ...]
 SPEED_POINTS = 4000
 TARGETS_MS = {"/anomalies": 100.0, "/anomalies/last": 50.0}
 
@@ -290,26 +297,25 @@ def _init_worker(app_root: str) -> None:
     _FILES = load_nab()
 
 
-def _grid_task(task: tuple[int, int, int, int, float]) -> tuple[int, GridPoint, Parts, float]:
-    index, top_rank, quiet, short, habit = task
+def _grid_task(task: tuple[int, GridPoint]) -> tuple[int, GridPoint, Parts, float]:
+    index, point = task
     assert _STREAMING is not None
     rel, stamps, times, values = _FILES[index]
-    detector = _STREAMING.StreamingDetector(data_frequency=NAB_FREQUENCY[rel.split("/")[0]], top_rank=top_rank,
-                                            quiet_rows=quiet, short_rows=short, habit=habit)
+    detector = _STREAMING.StreamingDetector(data_frequency=NAB_FREQUENCY[rel.split("/")[0]],
+                                            **dict(zip(GRID, point, strict=True)))
     started = time.perf_counter()
     verdicts = detector.update(detector.initial_state(), times, values)
     elapsed = time.perf_counter() - started
     # is_anomaly as 1/0: NAB's THRESHOLD 0.5 then reads "is_anomaly", the service's own threshold.
     flags = [1.0 if a else 0.0 for a in verdicts.is_anomaly]
-    return index, (top_rank, quiet, short, habit), file_parts(rel, stamps, flags), elapsed
+    return index, point, file_parts(rel, stamps, flags), elapsed
 
 
 def run_grid(app_root: Path) -> tuple[dict[GridPoint, dict[str, Parts]], float, float]:
-    """Every file under every grid point: {(top_rank, quiet rows, short rows, habit): {file: parts}}, wall time,
-    detector seconds."""
+    """Every file under every grid point: {point (GRID's order): {file: parts}}, wall time, detector seconds."""
     files = load_nab()
-    points = list(itertools.product(GRID_TOP_RANK, GRID_QUIET, GRID_SHORT, GRID_HABIT))
-    tasks = [(i, *point) for point in points for i in range(len(files))]
+    points = list(itertools.product(*GRID.values()))
+    tasks = [(i, point) for point in points for i in range(len(files))]
     results: dict[GridPoint, dict[str, Parts]] = {point: {} for point in points}
     started = time.perf_counter()
     detector_seconds = 0.0
@@ -369,12 +375,11 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
     alarms_elsewhere = sum(false_alarms(shipped, cat) for cat in CATEGORIES if cat != NO_WINDOWS)
     files = len(shipped)
     notes = [
-        f"grid: top_rank {{{', '.join(map(str, GRID_TOP_RANK))}}} x quiet rows {{{', '.join(map(str, GRID_QUIET))}}} "
-        f"x short rows {{{', '.join(map(str, GRID_SHORT))}}} "
-        f"x habit {{{', '.join(_share(h) for h in GRID_HABIT)}}} of a season "
-        f"= {len(grid)} points x {files} files, in-process (app.compute.detect.streaming of the benchmarked code, "
-        f"no server), 2 processes: {wall:.1f} s wall, {detector_seconds / (len(grid) * files) * 1000:.0f} ms "
-        "of detector time per file and point on average",
+        "grid: " + " x ".join(f"{name} {{{', '.join(_value(name, v) for v in values)}}}"
+                              for name, values in GRID.items())
+        + f" = {len(grid)} points x {files} files, in-process (app.compute.detect.streaming of the benchmarked "
+        f"code, no server), 2 processes: {wall:.1f} s wall, "
+        f"{detector_seconds / (len(grid) * files) * 1000:.0f} ms of detector time per file and point on average",
         "each file is scored at the service's own threshold (is_anomaly, written as 1/0; the default settings: "
         "one false alarm a week). For each held-out category the grid point with the best standard score on "
         f"the other four is chosen (only points with zero false alarms on {NO_WINDOWS} compete while it is "
@@ -385,26 +390,27 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
     ]
     table = ["## NAB leave-one-category-out (standard profile, at the service's own threshold: is_anomaly)", ""]
     table += [f"- {n}" for n in notes] + [""]
-    table += _table(["held-out category", "chosen (top_rank, quiet rows, short rows, habit)",
-                     "score on the other four at its own threshold",
+    table += _table(["held-out category", f"chosen ({', '.join(GRID)})", "score on the other four at its own threshold",
                      "held-out score at its own threshold"], rows)
-    table += ["", f"Shipped settings (top_rank {SHIPPED[0]}, quiet rows {SHIPPED[1]}, short rows {SHIPPED[2]}, "
-              f"habit {_share(SHIPPED[3])}), at the service's own threshold (is_anomaly):", ""]
+    table += ["", f"Shipped settings ({_point(SHIPPED)}), at the service's own threshold (is_anomaly):", ""]
     table += _table(
         ["", *PROFILES],
         [[f"all {files} files", *all_files],
          *[[f"{cat} (standard)", per_category[cat], "", ""] for cat in per_category],
          [f"false alarms: {NO_WINDOWS} / outside windows elsewhere", f"{alarms_shipped} / {alarms_elsewhere}", "", ""]],
     )
-    table += ["", "Every grid point, all files (standard at the service's own threshold, is_anomaly; false alarms "
-              f"on {NO_WINDOWS}):", ""]
-    table += _table(
-        ["quiet rows, short rows, habit \\ top_rank", *map(str, GRID_TOP_RANK)],
-        [[f"{q}, {r}, {_share(h)}", *(f"{normalised(grid[(k, q, r, h)], list(CATEGORIES)):.1f} "
-                                      f"({false_alarms(grid[(k, q, r, h)], NO_WINDOWS)})"
-                                      for k in GRID_TOP_RANK)]
-         for q in GRID_QUIET for r in GRID_SHORT for h in GRID_HABIT],
-    )
+    # What each part is worth: the shipped settings with one constant at a time set to the grid's other value.
+    table += ["", "The shipped settings with one constant changed (all files; held-out folds of the four categories "
+              f"with windows; false alarms on {NO_WINDOWS}):", ""]
+    ablations = []
+    for position, name in enumerate(GRID):
+        for value in GRID[name]:
+            point = (*SHIPPED[:position], value, *SHIPPED[position + 1:])
+            mark = " (shipped)" if point == SHIPPED else ""
+            ablations.append([f"{name} {_value(name, value)}{mark}", f"{normalised(grid[point], list(CATEGORIES)):.1f}",
+                              *(f"{normalised(grid[point], [cat]):.1f}" for cat in per_category),
+                              false_alarms(grid[point], NO_WINDOWS)])
+    table += _table(["setting", "all files", *per_category, NO_WINDOWS], ablations)
     held_alarms = next(row[3] for row in rows if row[0] == NO_WINDOWS)
     summary = [f"leave-one-category-out, mean held-out score over the {len(held)} categories with windows: "
                f"**{mean:.1f}** (" + ", ".join(f"{cat} {score:.1f}" for cat, score in held.items())
@@ -452,9 +458,9 @@ def run_reference(commit: str) -> tuple[list[str], list[str]]:
     per_category = {cat: normalised(parts, [cat]) for cat in CATEGORIES if cat != NO_WINDOWS}
     alarms_none = false_alarms(parts, NO_WINDOWS)
     alarms_elsewhere = sum(false_alarms(parts, cat) for cat in per_category)
+    what = REFERENCES.get(commit, "an earlier detector")
     notes = [
-        f"commit {described[:100]}: today's detector before the calibrated score "
-        "(app.compute.detect.streaming.StreamingDetector at its defaults, its is_anomaly score >= 0.5) run "
+        f"commit {described[:100]}: {what} (app.compute.detect.streaming.StreamingDetector at its defaults) run "
         f"in-process from a git worktree in this run, on the same {report['files']} files ({report['windows']} "
         f"windows), timestamps as in the files, every row from row 0; {child['seconds']:.1f} s"
         + (f"; failed on {', '.join(child['failures'])}" if child["failures"] else ""),
@@ -463,17 +469,15 @@ def run_reference(commit: str) -> tuple[list[str], list[str]]:
         "of the other categories",
     ]
     rows = [
-        [f"previous detector ({commit}), its own threshold (is_anomaly)",
-         *(report[p]["at_threshold"] for p in PROFILES)],
-        *[[f"previous detector, {cat} (standard, its own threshold)", per_category[cat], "", ""]
-          for cat in per_category],
-        [f"previous detector, false alarms: {NO_WINDOWS} / outside windows elsewhere",
-         f"{alarms_none} / {alarms_elsewhere}", "", ""],
+        [f"{commit}, its own threshold (is_anomaly)", *(report[p]["at_threshold"] for p in PROFILES)],
+        *[[f"{commit}, {cat} (standard, its own threshold)", per_category[cat], "", ""] for cat in per_category],
+        [f"{commit}, false alarms: {NO_WINDOWS} / outside windows elsewhere", f"{alarms_none} / {alarms_elsewhere}",
+         "", ""],
     ]
-    lines = ["## Reference: the previous detector, measured in the same run", ""] + [f"- {n}" for n in notes] + [""]
-    summary = [f"previous detector ({commit}) in the same run, at its own threshold: "
-               f"{report['standard']['at_threshold']} standard on the {report['files']} files; "
-               f"false alarms outside windows {alarms_none + alarms_elsewhere}"]
+    lines = [f"## Reference: {what}, measured in the same run", ""] + [f"- {n}" for n in notes] + [""]
+    summary = [f"{what} ({commit}) in the same run, at its own threshold: {report['standard']['at_threshold']} "
+               f"standard on the {report['files']} files; false alarms outside windows "
+               f"{alarms_none + alarms_elsewhere}"]
     return lines + _table(["detector", *PROFILES], rows), summary
 
 
@@ -596,7 +600,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer timed requests")
     parser.add_argument("--only", default="nab,loco,reference,speed")
-    parser.add_argument("--reference", default=REFERENCE, help="commit of the previous detector")
+    parser.add_argument("--reference", default=",".join(REFERENCES), help="commits of earlier detectors")
     parser.add_argument("--reference-scores", nargs=2, metavar=("APP_ROOT", "OUT_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_scores:
@@ -619,8 +623,10 @@ def main() -> int:
             summary += loco_summary
         reference_lines: list[str] = []
         if "reference" in suites:
-            reference_lines, reference_summary = run_reference(args.reference)
-            summary += reference_summary
+            for commit in args.reference.split(","):
+                lines, reference_summary = run_reference(commit)
+                reference_lines += [*lines, ""]
+                summary += reference_summary
         with c.database("sqlite", tmp) as url:
             key = c.create_key(url)
             with c.gunicorn(url, tmp, workers=2) as server:
@@ -662,12 +668,14 @@ def main() -> int:
     return 0
 
 
-def _share(share: float) -> str:
-    return "0" if not share else f"1/{round(1 / share)}"
+def _value(name: str, value: float) -> str:
+    if name == "habit":
+        return "0" if not value else f"1/{round(1 / value)}"
+    return str(value)
 
 
 def _point(point: GridPoint) -> str:
-    return ", ".join([*map(str, point[:3]), _share(point[3])])
+    return ", ".join(_value(name, value) for name, value in zip(GRID, point, strict=True))
 
 
 def _table(header: list[str], rows: list[list[object]]) -> list[str]:

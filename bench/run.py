@@ -12,7 +12,7 @@ Suites (each writes bench/results/<suite>.md and prints it):
   web       the web process's CPU per request, beside the reference commit (bench/web_cpu.py)
   anomaly   NAB files through POST /anomalies, leave-one-category-out, detection latency (bench/anomaly.py)
   synthetic 30-day synthetic streams: false alarms per stream per week, point-adjusted F1 and NAB's score,
-            beside the detector before the alarm budget (bench/synthetic.py)
+            beside the earlier detectors (bench/synthetic.py)
   monitors  appends to monitors, 1,000 monitors a point a second each, a webhook outage (bench/monitors.py)
   prometheus 1,000 Prometheus-backed monitors at 1-minute steps: lag point -> verdict, beside pushed appends
             (bench/prometheus_monitors.py; needs /usr/bin/prometheus)

@@ -16,8 +16,8 @@ Scores (rows of the first day are the detector's learning and are not counted):
 - NAB standard profile at the detector's own verdict (``is_anomaly`` written as 1, other rows 0, scored at
   0.5 by ../shared/tools/nab_score.py's arithmetic), each incident's label window as NAB's.
 
-The detector of the working tree and the one of ``--base`` (a git worktree of that commit, default the
-detector before the alarm budget) run in the same invocation, in-process (no server), two worker processes.
+The detector of the working tree and those of ``--base`` (git worktrees of those commits: REFERENCES) run in the
+same invocation, in-process (no server), two worker processes.
 Writes bench/results/synthetic.md and prints it.
 """
 
@@ -55,7 +55,9 @@ STEPS = {"1-minute": 60, "5-minute": 300}
 INCIDENTS = ("spike", "dip", "outage", "level_shift", "noise_change", "slow_drift")
 PA_DELAY = 7
 SENSITIVITIES = (0, 25, 50, 75, 99)
-REFERENCE = "19f2049"  # the detector before the alarm budget, run beside the working tree
+# The earlier detectors run beside the working tree: before the alarm budget, and the one landed before the anchored
+# shift, the density window and incidents.
+REFERENCES = ("19f2049", "d7bc576")
 
 
 @dataclass(frozen=True)
@@ -351,24 +353,24 @@ def base_tree(commit: str) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--base", default=REFERENCE, help="commit of the detector to compare with")
+    parser.add_argument("--base", default=",".join(REFERENCES), help="commits of the detectors to compare with")
     parser.add_argument("--no-sensitivity", action="store_true")
     args = parser.parse_args()
-    base = args.base
+    bases = args.base.split(",")
     started = time.time()
     all_streams = streams(args.quick)
     normal = [s for s in all_streams if not s.segments]
     lines = ["# Synthetic long streams: false alarms, point-adjusted F1, NAB", ""]
     lines.append(f"{len(all_streams)} streams ({len(normal)} anomaly-free, {len(all_streams) - len(normal)} with "
                  f"{sum(len(s.segments) for s in all_streams)} incidents), {DAYS} days each; the first "
-                 f"{LEARNING_DAYS} day of each stream not counted. base = {base[:10]} (the detector before the "
-                 "alarm budget), "
+                 f"{LEARNING_DAYS} day of each stream not counted. {bases[0][:10]} = the detector before the alarm "
+                 f"budget, {bases[-1][:10]} = the one landed before this change, "
                  f"new = the working tree ({_head()}). Default settings unless a sensitivity is named.")
     lines.append("")
     per_kind: list[list[object]] = []
     summaries = {}
     sens_rows: list[list[object]] = []
-    for label, tree in (("base", base_tree(base)), ("new", ROOT)):
+    for label, tree in [*((commit, base_tree(commit)) for commit in bases), ("new", ROOT)]:
         tasks: list[tuple[Stream, int | None]] = [(s, None) for s in all_streams]
         if not args.no_sensitivity:
             tasks += [(s, level) for s in normal for level in SENSITIVITIES]
@@ -393,7 +395,7 @@ def main() -> int:
     lines += _table(["detector", "noise", "step", "false alarms / stream / week", "PA-F1", "NAB standard"], per_kind)
     if sens_rows:
         lines += ["", "Sensitivity (Azure's 0-99) on the anomaly-free streams: false alarms per stream per week "
-                  "against the budget it maps to (base: sensitivity mapped to its confidence):", ""]
+                  f"against the budget it maps to ({bases[0][:10]}: sensitivity mapped to its confidence):", ""]
         lines += _table(["detector", "sensitivity", "budget / week", "false alarms / stream / week", "alarms"],
                         sens_rows)
     lines += ["", f"wall time {time.time() - started:.0f} s on {os.cpu_count()} cores, load average "

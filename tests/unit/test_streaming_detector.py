@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.compute.detect.streaming import REANCHOR_ROWS, WARMUP, StreamingDetector, Verdicts
+from app.compute.detect.streaming import ADOPT_ROWS, QUIET_ROWS, WARMUP, StreamingDetector, Verdicts
 
 HOUR = 3600.0
 
@@ -54,15 +54,43 @@ def test_spikes_then_a_drop_the_drop_is_flagged_and_the_recoveries_are_not() -> 
     assert spiky.lower[350] > 0
 
 
-def test_a_level_shift_is_flagged_then_becomes_the_new_normal() -> None:
+def test_a_level_shift_is_one_open_incident_then_becomes_the_new_normal() -> None:
     rng = random.Random(3)
     values = [100 + rng.gauss(0, 2) for _ in range(300)] + [200 + rng.gauss(0, 2) for _ in range(100)]
     verdicts = judge(values, period=0)
     flagged = [row for row, is_anomaly in enumerate(verdicts.is_anomaly) if is_anomaly]
-    assert flagged and flagged[0] == 300  # flagged when it happens, once (the rows after it are the same news)
-    assert all(verdicts.upper[row] < values[row] for row in range(300, 300 + REANCHOR_ROWS))
-    assert not any(verdicts.is_anomaly[300 + REANCHOR_ROWS :])
+    assert flagged == [300]  # flagged when it happens, once: the rows after it are the same incident
+    assert not any(verdicts.incident[:300])
+    # The incident stays open, judged against the old level, until it has lasted long enough to be the new one.
+    adopted = 300 + ADOPT_ROWS
+    assert all(verdicts.incident[300:adopted])
+    assert all(verdicts.upper[row] < values[row] for row in range(300, adopted))
+    assert not any(verdicts.incident[adopted:])
     assert verdicts.expected[-1] == pytest.approx(200, abs=10)
+
+
+def test_an_incident_ends_after_quiet_rows_and_missing_rows_do_not_end_it() -> None:
+    rng = random.Random(8)
+    values = [100 + rng.gauss(0, 2) for _ in range(400)]
+    values[200] += 60
+    times, _ = hourly(values)
+    times = times[:230] + [t + 30 * HOUR for t in times[230:]]  # thirty missing hours inside the incident
+    detector = StreamingDetector(data_frequency="Hours", period=0)
+    verdicts = detector.update(detector.initial_state(), times, values)
+    assert verdicts.is_anomaly[200] and verdicts.incident[200]
+    assert all(verdicts.incident[200 : 200 + QUIET_ROWS])  # the gap is not quiet rows
+    assert not any(verdicts.incident[200 + QUIET_ROWS :])
+
+
+def test_feedback_ends_the_incident() -> None:
+    rng = random.Random(5)
+    values = [100 + rng.gauss(0, 2) for _ in range(300)]
+    values[200] += 60
+    told = judge(values, period=0)
+    detector = StreamingDetector(data_frequency="Hours", period=0)
+    times, _ = hourly(values)
+    marked = detector.update(detector.initial_state(), times, values, normal=[i == 200 for i in range(300)])
+    assert told.incident[201] and not marked.incident[200] and not marked.incident[201]
 
 
 @settings(max_examples=30, deadline=None)
@@ -78,7 +106,7 @@ def test_any_split_into_calls_gives_the_same_verdicts(cuts: list[int], seed: int
     bounds = [0, *sorted(cuts), len(values)]
     for lo, hi in zip(bounds, bounds[1:], strict=False):
         part = detector.update(state, times[lo:hi], values[lo:hi])
-        for name in ("expected", "lower", "upper", "score", "is_anomaly", "direction"):
+        for name in ("expected", "lower", "upper", "score", "is_anomaly", "direction", "incident"):
             getattr(pieces, name).extend(getattr(part, name))
         pieces.threshold = part.threshold
     assert pieces == whole
@@ -127,7 +155,7 @@ def test_a_noisier_stretch_is_flagged_once_though_no_row_leaves_the_range() -> N
     values = [100 + rng.gauss(0, 2) for _ in range(3000)]
     for row in range(2500, 2524):  # two hours swinging twice the usual noise either way
         values[row] += 4 if row % 2 else -4
-    without = five_minutes(values, period=0, short_rows=0)
+    without = five_minutes(values, period=0, short_rows=0, long_rows=0)
     assert not any(without.is_anomaly)  # no row alone is beyond its range
     verdicts = five_minutes(values, period=0)
     flagged = [row for row, is_anomaly in enumerate(verdicts.is_anomaly) if is_anomaly]

@@ -8,6 +8,7 @@ those of the key check and the rate limiter, is rendered in Azure's {"code", "me
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import orjson
@@ -134,13 +135,19 @@ def entire_detect() -> Response:
     data, series = _parse(_detect_schema)
     result = _detect(series, data["sensitivity"])
     flags = list(result.is_anomaly)
-    # Azure reports at most maxAnomalyRatio of the points; the least surprising ones are dropped first.
+    values = series.values.tolist()
+    # Azure reports at most maxAnomalyRatio of the points; the least surprising ones are dropped first. Scores of
+    # very rare rows round to 1.0, so among equal scores the row further beyond its range (in units of the
+    # range) is the more surprising.
     allowed = int(data["maxAnomalyRatio"] * len(flags))
     if sum(flags) > allowed:
-        ranked = sorted((i for i, flag in enumerate(flags) if flag), key=lambda i: result.score[i], reverse=True)
+        def surprise(i: int) -> tuple[float, float]:
+            width = result.upper[i] - result.expected[i]
+            distance = abs(values[i] - result.expected[i])
+            return result.score[i], distance / width if width > 0 else math.inf
+        ranked = sorted((i for i, flag in enumerate(flags) if flag), key=surprise, reverse=True)
         keep = set(ranked[:allowed])
         flags = [i in keep for i in range(len(flags))]
-    values = series.values.tolist()
     body = {
         "period": result.period or 0,
         "expectedValues": result.expected,

@@ -20,6 +20,7 @@ class Verdicts:
     score: list[float] = field(default_factory=list)
     is_anomaly: list[bool] = field(default_factory=list)
     direction: list[str | None] = field(default_factory=list)
+    incident: list[bool] = field(default_factory=list)  # an incident is open after the row (told or explained)
     threshold: float = 0.5  # the least score of an anomaly (fixed once warm-up has set the stream's step)
 
 
@@ -56,6 +57,7 @@ class DetectorState:
     typed arrays (8 bytes a number) because a server keeps one state per monitor."""
 
     rows: int = 0
+    bucket: int = 0  # the row's place on the refit clock (streaming.SHAPE_ROWS)
     warm_times: list[float] = field(default_factory=list)
     warm_values: list[float] = field(default_factory=list)
     origin: float = 0.0
@@ -64,6 +66,7 @@ class DetectorState:
     slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2 + the habit's reach
     slot_values: array = field(default_factory=floats)
     slot_residuals: array = field(default_factory=floats)  # value - expected, by slot (0 for warm-up rows)
+    slot_deviant: array = field(default_factory=lambda: array("b"))  # 1 where the row was beyond its range
     last_slot: int = 0
     last: float = 0.0  # last value as the short-term predictors see it
     local: list[float] = field(default_factory=list)
@@ -75,20 +78,31 @@ class DetectorState:
     chooser_next: int = 0
     chooser_sum: list[float] = field(default_factory=lambda: [0.0] * PREDICTORS)
     chooser_count: list[int] = field(default_factory=lambda: [0] * PREDICTORS)
+    # The open incident's deviant rows on one side: their count and the real values of the last LOCAL_ROWS of
+    # them (what the short-term predictors take when the incident is adopted as the new normal).
     run_side: int = 0
-    run: list[tuple[float, float]] = field(default_factory=list)  # (time, value) of the current flagged run
+    run_rows: int = 0
+    run_values: list[float] = field(default_factory=list)
     # The last QUIET_ROWS rows' deviations beyond the range, signed (+ above, - below), 0 for a row inside it.
     recent_flags: array = field(default_factory=floats)
     recent_next: int = 0
-    short_ring: array = field(default_factory=floats)  # the last SHORT_ROWS errors, capped at the half-width
+    # The short window's last SHORT_ROWS errors against the anchored predictor (the shift) and one-step error
+    # sizes (the spread), and the long window's last LONG_ROWS error sizes (the density), each capped at the error
+    # window's largest error.
+    short_ring: array = field(default_factory=floats)
+    spread_ring: array = field(default_factory=floats)
     short_next: int = 0
+    long_ring: array = field(default_factory=floats)
+    long_next: int = 0
+    anchors: list[tuple[float, float, int]] = field(default_factory=list)  # predictors.remember_anchor
     shift: ShortSignal = field(default_factory=lambda: ShortSignal())  # the short window's mean error, sized
     spread: ShortSignal = field(default_factory=lambda: ShortSignal())  # and its mean size
+    density: ShortSignal = field(default_factory=lambda: ShortSignal())  # the long window's mean size
     error_fit: SignalFit = field(default_factory=lambda: SignalFit())  # calibration of one row's error
     week: int = 0  # rows in a week when the season is a day (the weekly habit), else 0
     marked_slots: array = field(default_factory=lambda: array("q"))  # deviant rows of the last week, by slot
     marked_residuals: array = field(default_factory=floats)
-    since_short_alarm: int = 1 << 30
+    since_window_alarm: int = 1 << 30  # rows since a window signal raised an alarm
 
 
 def push_ranked(ring: array, ranked: array, position: int, value: float) -> int:

@@ -6,36 +6,36 @@ call or in any split of calls gives the same numbers (the state carries everythi
 
 How a row is judged (docs/anomalies.md says why each part is there):
 
-1. Expected value. Five one-step predictors: the value one season ago, the last value plus the change
-   seen one season ago, the median of the values one, two and three seasons ago, the last value, and the
-   mean of the last LOCAL_ROWS values. The one with the smallest mean error (errors taken to the power
-   CHOOSER_POWER, so one huge miss does not disqualify a close predictor) over the last CHOOSER_ROWS rows
-   gives ``expected``; a predictor competes once it has been scored for a season (or CHOOSER_ROWS rows).
-   Seasons are looked up by time: a row's slot is its distance from the first row in nominal steps, so
-   gaps, jitter and repeated or backward timestamps need nothing special.
-   After a gap of more than LOCAL_ROWS rows only the seasonal predictors compete (when one is ready).
+1. Expected value (app.compute.detect.predictors): five one-step predictors, the one with the smallest
+   recent mean error gives ``expected``. After a gap of more than LOCAL_ROWS rows only the seasonal
+   predictors compete.
 2. Calibrated score (app.compute.detect.surprises). ``anomaly_score`` is the probability that the row is not
    normal: one minus the share of normal rows whose error is at least as large, by the stream's own record
    of its last RECORD_ROWS surprises blended with a generalised Pareto tail of its last WINDOW_ROWS errors.
 3. An alarm budget. The threshold is 1 - false_alarms_per_week / the rows in a week (or ``confidence``);
-   ``is_anomaly`` is exactly score >= threshold. Three signals share the budget: this row's error, and over
-   the last SHORT_ROWS rows the size of their mean error (a shift) and their mean size (a noisier
-   stretch), each calibrated against its own window and record; the score is one minus three times the
-   smallest of their probabilities (NAB's anomaly likelihood in this detector's terms).
-4. One incident, one anomaly; habits. Within QUIET_ROWS of a row beyond the range on the same side, or
-   where a habit (a deviation this large at this time on two of the last three seasons, or a week ago on
-   a daily season) explains it, a row's probability is conditional on the deviation already seen: 1 when
-   it is no larger. A short-window alarm during an incident, or within QUIET_ROWS of another, is the same.
-5. Robust to what it flags. A flagged row does not enter the short-term predictors (last value, local
-   mean): they see ``expected`` instead, so the return to normal after a spike is judged against normal.
-   After REANCHOR_ROWS flagged rows in a row on the same side the new level is adopted: those rows' real
-   values replace the stand-ins, so a deploy that doubled traffic is flagged once, then is the new normal.
-   Seasonal memory keeps real values (a daily pattern that changes is learnt the next day; the median of
-   three seasons keeps a one-off spike from echoing a day later), and every error enters the scale window,
-   where one rank per incident is all it can take.
+   ``is_anomaly`` is exactly score >= threshold. Four signals share the budget: this row's error; over the
+   last SHORT_ROWS rows the size of their mean error against the predictor anchored SHORT_ROWS rows back (a
+   shift the one-step predictors would follow) and their mean size (a noisier stretch); and over the last
+   LONG_ROWS rows their mean size (a denser stretch: spikes that come more often). Each is calibrated against
+   its own window and record; the score is one minus four times the smallest of their probabilities (NAB's
+   anomaly likelihood in this detector's terms).
+4. Incidents. A row beyond the range, or a window signal beyond its own, opens an incident, or continues the
+   open one; it ends after quiet_rows rows in a row with neither (rows, not time: missing points neither end
+   nor reset it), when a user marks one of its rows normal, or when it is adopted (5). Within it a row is
+   news only as far as it goes beyond the incident's peak on its side (its probability is conditional on the
+   peak), and window alarms are the same incident. A habit (a deviation this large at this time on two of the
+   last three seasons, or a week ago on a daily season) explains a row the same way.
+5. Robust to what it flags. A row beyond the range does not enter the short-term predictors (last value,
+   local mean): they see ``expected`` instead, so the return to normal after a spike is judged against
+   normal. An incident whose rows have been beyond the range on one side adopt_rows times is a new level, not
+   an incident: its last real values replace the stand-ins, so a deploy that doubled traffic is flagged once,
+   stays one open incident, then is the new normal. Seasonal memory keeps real values (a daily pattern that
+   changes is learnt the next day; the median of three seasons keeps a one-off spike from echoing a day later).
+   Every error enters the scale window, where one rank per incident is all it can take; the window signals'
+   records keep only rows outside incidents.
 
-``normal`` marks rows a user said are not anomalies (feedback): they are judged as usual but learnt as
-normal rows. ``floor`` is a least half-width (a monitor's minimum deviation).
+``normal`` marks rows a user said are not anomalies (feedback): they are judged as usual, learnt as normal
+rows, and end the open incident. ``floor`` is a least half-width (a monitor's minimum deviation).
 """
 
 from __future__ import annotations
@@ -44,38 +44,35 @@ import math
 from array import array
 from collections.abc import Sequence
 
+from app.compute.detect import predictors as p
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
-from app.compute.detect.state import PREDICTORS, DetectorState, ShortSignal, SignalFit, Verdicts, push_ranked
+from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, push_ranked
 from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
 from app.series.frequencies import DAY, MAX_PERIOD_ROWS, PERIOD_CANDIDATES
 
 # Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
 WARMUP = 11
-TOP_RANK = 12  # the unit of surprise: the 12th-largest error of the window, 1% of a full one
+TOP_RANK = 24  # the unit of surprise: the 24th-largest error of the window, 2% of a full one
 SHAPE_ROWS = 64  # the window's tail and the threshold are refitted every 64 steps of the stream (docs/anomalies.md)
 # A surprise beyond the threshold enters the record at most at twice the threshold: a heavy tail is still
 # learnt (the threshold can climb twice as high with each such row), but one spike on a young stream cannot
 # widen its range to the spike's size.
 RECORD_CAP = 2.0
 MAX_MARKED = 2048  # deviant rows a week's habit remembers at most
-CHOOSER_ROWS = 288  # errors that choose the predictor: a day of five-minute rows
-CHOOSER_POWER = 0.25
-LOCAL_ROWS = 8
-REANCHOR_ROWS = 3
-QUIET_ROWS = 48  # one incident, one anomaly: how long a flagged deviation stays the news
+QUIET_ROWS = 48  # an incident ends after this many rows in a row with nothing beyond its range
+ADOPT_ROWS = 12  # a run beyond the range on one side this long is a new level: an hour of five-minute rows
 HABIT_SHARE = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
-SHORT_ROWS = 6  # the short window whose mean error is the second signal: half an hour of five-minute rows
-_LAST = 3
-_SHORT_TERM = (1, 3, 4)  # the predictors that read the last rows: season-adjusted last, last, local mean
+SHORT_ROWS = 6  # the short window of the shift and spread signals: half an hour of five-minute rows
+LONG_ROWS = 36  # the long window of the density signal: three hours of five-minute rows
 
 
 def lookback_rows(period: int | None) -> int:
     """Rows whose influence a judged row can feel (a bound: the sum of every reach): the error window (and the
-    short window of its oldest mean), the record, the chooser, a week of seasons (the weekly habit) and the
-    habit's reach."""
+    long window of its oldest mean, with the short window's anchor), the record, the chooser, a week of seasons
+    (the weekly habit) and the habit's reach."""
     season = period or 0
-    return (WINDOW_ROWS + SHORT_ROWS + RECORD_ROWS + CHOOSER_ROWS + 7 * season + round(season * HABIT_SHARE)
-            + WARMUP)
+    return (WINDOW_ROWS + LONG_ROWS + SHORT_ROWS + RECORD_ROWS + p.CHOOSER_ROWS + 7 * season
+            + round(season * HABIT_SHARE) + WARMUP)
 
 
 class StreamingDetector:
@@ -92,14 +89,17 @@ class StreamingDetector:
         top_rank: int = TOP_RANK,
         quiet_rows: int = QUIET_ROWS,
         short_rows: int = SHORT_ROWS,
+        long_rows: int = LONG_ROWS,
         habit: float = HABIT_SHARE,
+        adopt_rows: int = ADOPT_ROWS,
     ) -> None:
         """The threshold is set by ``false_alarms_per_week`` (default one) or, instead, by ``confidence``: the
         share of normal rows below it. ``period`` in rows overrides the season data_frequency suggests (0:
         none); ``floor`` is (absolute, relative to |expected|): the range is never narrower than either.
-        ``top_rank``, ``quiet_rows``, ``short_rows`` (0: no second signal) and ``habit`` (the share
-        of a season a habit is looked for either side of a row's time; 0: none) are the constants chosen by
-        leave-one-category-out (the benchmark varies them)."""
+        ``top_rank``, ``quiet_rows``, ``short_rows`` (0: no shift and spread signals), ``long_rows`` (0: no
+        density signal), ``habit`` (the share of a season a habit is looked for either side of a row's time;
+        0: none) and ``adopt_rows`` are the constants chosen by leave-one-category-out (the benchmark varies
+        them)."""
         if confidence is not None and false_alarms_per_week is not None:
             raise ValueError("give confidence or false_alarms_per_week, not both")
         self.data_frequency = data_frequency
@@ -107,18 +107,25 @@ class StreamingDetector:
         self.false_alarms_per_week = (DEFAULT_FALSE_ALARMS_PER_WEEK if false_alarms_per_week is None
                                       else false_alarms_per_week)
         self.top_rank = top_rank
-        self.quiet_rows = quiet_rows
+        self.quiet_rows = max(1, quiet_rows)
         self.short_rows = short_rows
+        self.long_rows = long_rows
         self.habit = habit
+        self.adopt_rows = max(1, adopt_rows)
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
+        self._allowed = (math.nan, 0.0)
+        # Every signal gets an equal share of the budget.
+        self.signals = 1 + (2 if short_rows else 0) + (1 if long_rows else 0)
 
     def row_probability(self, state: DetectorState) -> float:
         """How often a normal row may be flagged: the budget spread over a week of rows at the stream's step
         (once warm-up fixed it), or one minus ``confidence``."""
         if self.confidence is not None:
             return 1.0 - self.confidence
-        return row_probability(self.false_alarms_per_week, state.step)
+        if state.step != self._allowed[0]:  # asked on every row, and the step is fixed once warm-up ends
+            self._allowed = (state.step, row_probability(self.false_alarms_per_week, state.step))
+        return self._allowed[1]
 
     def threshold(self, state: DetectorState) -> float:
         """``is_anomaly`` is exactly ``anomaly_score >= threshold``."""
@@ -130,10 +137,12 @@ class StreamingDetector:
     @staticmethod
     def size(state: DetectorState) -> int:
         """Numbers the state holds (what a cache of states is bounded by)."""
-        return (len(state.errors_ring) * 2 + len(state.shift.sizes) * 2 + len(state.spread.sizes) * 2
-                + len(state.short_ring) + len(state.marked_slots) * 2
-                + 3 * (BINS + 2 + len(state.error_fit.record.codes) // 8)  # a record's code is a byte
-                + len(state.chooser_ring) + len(state.slot_ids) * 3 + LOCAL_ROWS + QUIET_ROWS)
+        signals = (state.shift, state.spread, state.density)
+        return (len(state.errors_ring) * 2 + sum(len(signal.sizes) * 2 for signal in signals)
+                + len(state.short_ring) * 2 + len(state.long_ring) + len(state.anchors) * 3
+                + len(state.marked_slots) * 2
+                + 4 * (BINS + 2 + len(state.error_fit.record.codes) // 8)  # a record's code is a byte
+                + len(state.chooser_ring) + len(state.slot_ids) * 3 + p.LOCAL_ROWS * 2 + len(state.recent_flags))
 
     def update(
         self,
@@ -154,12 +163,14 @@ class StreamingDetector:
     def _row(self, st: DetectorState, moment: float, value: float, normal: bool, out: Verdicts) -> None:
         if st.rows < WARMUP:
             self._warm_up(st, moment, value)
-            _emit(out, value, value, value, 0.0, False, None)
+            _emit(out, value, value, value, 0.0, False, None, False)
             return
         st.rows += 1
-        predictions = self._predictions(st, moment)
-        choice = self._choose(st, predictions, moment)
-        expected = predictions[choice]
+        st.bucket = math.floor(moment / (SHAPE_ROWS * st.step)) if st.step > 0 else st.rows // SHAPE_ROWS
+        now = p.slot(st, moment) if st.period else 0
+        candidates = p.predictions(st, now)
+        choice = p.choose(st, candidates, seasonal_only=bool(st.period) and now - st.last_slot > p.LOCAL_ROWS)
+        expected = candidates[choice]
         assert expected is not None
         least = max(
             self.floor_absolute,
@@ -167,13 +178,10 @@ class StreamingDetector:
             1e-9 + 1e-6 * abs(value),  # a perfectly flat stretch must not flag rounding noise
         )
         allowed = self.row_probability(st)
-        # Three signals are read at once (this row; the last few rows' mean error and their mean size), so each
-        # gets a third of the budget.
-        signals = 3 if self.short_rows else 1
-        per_signal = allowed / signals
+        per_signal = allowed / self.signals
         residual = value - expected
         error = abs(residual)
-        calibration, halfwidth = self._calibrated(st, moment, st.errors_sorted, st.error_fit, least, per_signal)
+        calibration, halfwidth = self._calibrated(st, st.errors_sorted, st.error_fit, least, per_signal)
         raw = calibration.probability(error)
         deviant = raw <= per_signal
         point = raw
@@ -181,28 +189,47 @@ class StreamingDetector:
             # One incident is one anomaly: within an open incident a row is news only as far as it is beyond
             # the incident's peak, so its probability is conditional on that peak having been seen. A habit (a
             # deviation as large at this time in two of the last three seasons, or a week ago) likewise.
-            reference = self._explained(st, moment, residual)
+            reference = self._explained(st, now, residual)
             if reference >= error:
                 point = 1.0
             elif reference >= halfwidth:
                 point = min(1.0, raw / max(calibration.probability(reference), 1e-300))
-            self._mark(st, moment, residual)
+            self._mark(st, now, residual)
         # The record keeps normal rows, and of an incident only its news: incidents must not become normal.
         incident_open = any(st.recent_flags)
         recorded = (not deviant and not incident_open) or (deviant and point <= per_signal)
         st.error_fit.record.add(min(error, RECORD_CAP * halfwidth) / calibration.unit / calibration.stretch
                                 if recorded and calibration.unit > 0 else None)
-        short, drift = self._short_probability(st, moment, residual, least, per_signal, incident_open or deviant)
-        probability = min(1.0, signals * min(point, short))
+        anchored = p.anchored_error(st, now, value, expected, choice, self.short_rows)
+        window = self._window_probability(st, residual, anchored, least, per_signal, incident_open or deviant)
+        probability = min(1.0, self.signals * min(point, window))
         flagged = probability <= allowed
-        if flagged and short < point:
-            st.since_short_alarm = 0
-        _emit(out, expected, expected - halfwidth, expected + halfwidth, 1.0 - probability, flagged,
-              ("up" if residual > 0 else "down") if flagged else None)
+        st.since_window_alarm += 1
+        if flagged and window < point:
+            st.since_window_alarm = 0
         self._remember_flag(st, residual if deviant else 0.0)
-        self._learn(st, moment, value, expected, halfwidth, predictions, deviant and not normal)
+        if normal:  # feedback: the row is normal, so the incident it belonged to is over
+            self._end_incident(st)
+        _emit(out, expected, expected - halfwidth, expected + halfwidth, 1.0 - probability, flagged,
+              ("up" if residual > 0 else "down") if flagged else None, self._incident_open(st))
+        self._learn(st, now, value, expected, halfwidth, candidates, deviant and not normal)
+        p.remember_anchor(st, self.short_rows)
 
-    def _calibrated(self, st: DetectorState, moment: float, ranked: array, fit: SignalFit, least: float,
+    def _incident_open(self, st: DetectorState) -> bool:
+        return any(st.recent_flags) or st.since_window_alarm < self.quiet_rows
+
+    def _end_incident(self, st: DetectorState) -> None:
+        """The incident is over (adopted, or a row of it marked normal): the windows start afresh, so the rows
+        that opened it do not raise a window alarm of their own."""
+        for i in range(len(st.recent_flags)):
+            st.recent_flags[i] = 0.0
+        st.since_window_alarm = 1 << 30
+        st.run_side, st.run_rows, st.run_values = 0, 0, []
+        st.anchors = []
+        st.short_ring, st.spread_ring, st.long_ring = array("d"), array("d"), array("d")
+        st.short_next = st.long_next = 0
+
+    def _calibrated(self, st: DetectorState, ranked: array, fit: SignalFit, least: float,
                     per_signal: float) -> tuple[Calibration, float]:
         """The signal's calibration for this row and the error at which its probability is ``per_signal``
         (never below ``least``). The window's tail and that error are refitted every SHAPE_ROWS rows (every
@@ -211,7 +238,7 @@ class StreamingDetector:
         calibration = fit.calibration
         # Refits fall on the stream's clock (every SHAPE_ROWS steps of epoch time), not on a count of rows, so a
         # state rebuilt from the last rows of a stored series refits where the one that judged them did.
-        bucket = math.floor(moment / (SHAPE_ROWS * st.step)) if st.step > 0 else st.rows // SHAPE_ROWS
+        bucket = st.bucket
         young = len(ranked) < WINDOW_ROWS
         if calibration is None or (st.rows - fit.at >= max(1, len(ranked) // 16) if young else bucket != fit.bucket):
             # A young window's shape is mostly noise (and a bimodal start, a daily step not yet predicted, reads
@@ -220,48 +247,54 @@ class StreamingDetector:
             calibration = calibrate(ranked, self.top_rank, shape, fit.record)
             fit.calibration, fit.at, fit.bucket = calibration, st.rows, bucket
             fit.edge = calibration.quantile(per_signal) if calibration.unit > 0 else 0.0
-        return floored(calibration, fit.edge, least, per_signal), max(fit.edge, least)
+        if fit.edge >= least:
+            return calibration, fit.edge
+        return floored(calibration, fit.edge, least, per_signal), least
 
-    def _short_probability(self, st: DetectorState, moment: float, error: float, least: float, per_signal: float,
-                           incident: bool) -> tuple[float, float]:
-        """The calibrated probability of the last short_rows rows together (this one included, each error
-        capped at the largest of the window): the size of their mean error (a shift) and their mean size (a
-        noisier stretch), each read against the WINDOW_ROWS such numbers before it and its own record as one
-        error is; the smaller of the two, and the mean error (its sign is the side). ``incident``: a row was
-        judged deviant lately (or this one is)."""
+    def _window_probability(self, st: DetectorState, error: float, anchored: float, least: float,
+                            per_signal: float, incident: bool) -> float:
+        """The smallest calibrated probability of the window signals (1 where there are none yet): the size of
+        the short window's mean anchored error (a shift) and its mean size (a noisier stretch), and the long
+        window's mean size (a denser stretch). Each row's error is capped at the largest of the error window:
+        one wild row must not carry a mean, it is judged on its own. ``incident``: a row was judged deviant
+        lately (or this one is)."""
+        cap = st.errors_sorted[-1] if st.errors_sorted else math.inf
+        capped, anchored = max(-cap, min(error, cap)), max(-cap, min(anchored, cap))
+        probability = 1.0
         k = self.short_rows
-        st.since_short_alarm += 1
-        if not k:
-            return 1.0, 0.0
-        ring = st.short_ring
-        capped = error
-        if st.errors_sorted:  # one wild row must not carry the mean by itself: that row is judged on its own
-            capped = max(-st.errors_sorted[-1], min(error, st.errors_sorted[-1]))
-        if len(ring) < k:
-            ring.append(capped)
-        else:
-            ring[st.short_next] = capped
-            st.short_next = (st.short_next + 1) % k
-        if len(ring) < k:
-            return 1.0, 0.0
-        drift = sum(ring) / k
-        spread = sum(abs(x) for x in ring) / k
-        shift_p = self._short_signal(st, moment, st.shift, abs(drift), least, per_signal, incident)
-        spread_p = self._short_signal(st, moment, st.spread, spread, least, per_signal, incident)
-        return min(shift_p, spread_p), drift
+        if k:
+            position = st.short_next
+            st.short_next = _push_ring(st.short_ring, position, k, anchored)
+            _push_ring(st.spread_ring, position, k, abs(capped))
+            if len(st.short_ring) == k:
+                shift = abs(sum(st.short_ring)) / k
+                spread = sum(st.spread_ring) / k
+                probability = min(self._window_signal(st, st.shift, shift, least, per_signal, incident),
+                                  self._window_signal(st, st.spread, spread, least, per_signal, incident))
+        n = self.long_rows
+        if n:
+            st.long_next = _push_ring(st.long_ring, st.long_next, n, abs(capped))
+            if len(st.long_ring) == n:
+                density = sum(st.long_ring) / n
+                probability = min(probability,
+                                  self._window_signal(st, st.density, density, least, per_signal, incident))
+        return probability
 
-    def _short_signal(self, st: DetectorState, moment: float, signal: ShortSignal, size: float, least: float,
-                      per_signal: float, incident: bool) -> float:
+    def _window_signal(self, st: DetectorState, signal: ShortSignal, size: float, least: float,
+                       per_signal: float, incident: bool) -> float:
+        """One window signal's probability, read against the WINDOW_ROWS such numbers before it and its own
+        record; 1 for a deviation of the incident already told (a row was judged deviant lately, or a window
+        alarm was raised within quiet_rows). Its record keeps the rows outside a point incident (a spike's
+        aftermath is not a window's normal) but not the row that raises a window alarm: the rows that repeat a
+        told alarm enter it, capped at twice the threshold as the point record keeps its news, so a heavy-tailed
+        window signal is learnt while a shift seen once is flagged again when it recurs."""
         probability = 1.0
         if len(signal.ranked) >= WARMUP:
-            calibration, edge = self._calibrated(st, moment, signal.ranked, signal.fit, least, per_signal)
+            calibration, edge = self._calibrated(st, signal.ranked, signal.fit, least, per_signal)
             probability = calibration.probability(size)
-            told = probability <= per_signal and (st.since_short_alarm <= self.quiet_rows or incident)
-            if told:
-                # The same incident: a row was judged deviant lately (on its own, news or explained), or this
-                # change was already told.
+            if probability <= per_signal and (st.since_window_alarm < self.quiet_rows or incident):
                 probability = 1.0
-            recorded = not told and (probability <= per_signal or not incident) and calibration.unit > 0
+            recorded = probability > per_signal and not incident and calibration.unit > 0
             signal.fit.record.add(min(size, RECORD_CAP * edge) / calibration.unit / calibration.stretch
                                   if recorded else None)
         else:
@@ -269,10 +302,12 @@ class StreamingDetector:
         signal.next = push_ranked(signal.sizes, signal.ranked, signal.next, size)
         return probability
 
+    # ------------------------------------------------------------------------------------ habits, incidents
+
     def _habit_reach(self, period: int) -> int:
         return round(period * self.habit)
 
-    def _explained(self, st: DetectorState, moment: float, residual: float) -> float:
+    def _explained(self, st: DetectorState, now: int, residual: float) -> float:
         """The largest deviation on this row's side that explains it: the peak of an open incident (rows judged
         deviant in the last quiet_rows rows), or a habit: the deviation seen within the habit's reach of this
         time of the season in two of the last three seasons (the second largest of their largest), or at this
@@ -282,11 +317,10 @@ class StreamingDetector:
         reach = self._habit_reach(st.period)
         if not reach or explained >= abs(residual):
             return explained
-        slot = self._slot(st, moment)
         ids, residuals, size = st.slot_ids, st.slot_residuals, len(st.slot_ids)
         largest = []
         for back in (1, 2, 3):
-            centre = slot - back * st.period
+            centre = now - back * st.period
             seen = 0.0
             for near in range(centre - reach, centre + reach + 1):
                 position = near % size
@@ -295,18 +329,18 @@ class StreamingDetector:
             largest.append(seen)
         explained = max(explained, sorted(largest)[1])
         if st.week:
-            low, high = slot - st.week - reach, slot - st.week + reach
+            low, high = now - st.week - reach, now - st.week + reach
             for marked, deviation in zip(st.marked_slots, st.marked_residuals, strict=True):
                 if low <= marked <= high:
                     explained = max(explained, side * deviation)
         return explained
 
-    def _mark(self, st: DetectorState, moment: float, residual: float) -> None:
-        """Remembers a deviant row for a week and the habit's reach (a daily season's weekly habit)."""
+    def _mark(self, st: DetectorState, now: int, residual: float) -> None:
+        """Remembers a deviant row (at slot ``now``) for a week and the habit's reach (a daily season's weekly
+        habit)."""
         if not st.week:
             return
-        slot = self._slot(st, moment)
-        oldest = slot - st.week - self._habit_reach(st.period)
+        oldest = now - st.week - self._habit_reach(st.period)
         drop = 0
         while drop < len(st.marked_slots) and (st.marked_slots[drop] < oldest or len(st.marked_slots) - drop
                                                >= MAX_MARKED):
@@ -314,17 +348,15 @@ class StreamingDetector:
         if drop:
             del st.marked_slots[:drop]
             del st.marked_residuals[:drop]
-        st.marked_slots.append(slot)
+        st.marked_slots.append(now)
         st.marked_residuals.append(residual)
 
     def _remember_flag(self, st: DetectorState, deviation: float) -> None:
-        if not self.quiet_rows:
-            return
-        if len(st.recent_flags) < self.quiet_rows:
-            st.recent_flags.append(deviation)
-        else:
-            st.recent_flags[st.recent_next] = deviation
-            st.recent_next = (st.recent_next + 1) % self.quiet_rows
+        st.recent_next = _push_ring(st.recent_flags, st.recent_next, self.quiet_rows, deviation)
+        if not self._incident_open(st):
+            st.run_side, st.run_rows, st.run_values = 0, 0, []
+
+    # -------------------------------------------------------------------------------------- learning
 
     def _warm_up(self, st: DetectorState, moment: float, value: float) -> None:
         if st.rows:
@@ -332,7 +364,7 @@ class StreamingDetector:
         st.rows += 1
         st.warm_times.append(moment)
         st.warm_values.append(value)
-        self._remember_short(st, value)
+        p.remember_short(st, value)
         if st.rows == WARMUP:
             self._start(st)
 
@@ -360,130 +392,52 @@ class StreamingDetector:
             st.slot_ids = array("q", [-(1 << 62)]) * size
             st.slot_values = array("d", [0.0]) * size
             st.slot_residuals = array("d", [0.0]) * size
+            st.slot_deviant = array("b", [0]) * size
             for moment, value in zip(times, st.warm_values, strict=True):
-                self._remember_season(st, moment, value)
+                p.remember_season(st, p.slot(st, moment), value)
         st.warm_times, st.warm_values = [], []
 
-    def _slot(self, st: DetectorState, moment: float) -> int:
-        return math.floor((moment - st.origin) / st.step + 0.5)
-
-    def _season(self, st: DetectorState, slot: int) -> float | None:
-        position = slot % len(st.slot_ids)
-        return st.slot_values[position] if st.slot_ids[position] == slot else None
-
-    def _predictions(self, st: DetectorState, moment: float) -> list[float | None]:
-        predictions: list[float | None] = [None, None, None, st.last, sum(st.local) / len(st.local)]
-        period = st.period
-        if period:
-            slot = self._slot(st, moment)
-            one = self._season(st, slot - period)
-            if one is not None:
-                predictions[0] = one
-                before = self._season(st, st.last_slot - period)
-                if before is not None:
-                    predictions[1] = st.last + one - before
-                two, three = self._season(st, slot - 2 * period), self._season(st, slot - 3 * period)
-                if two is not None and three is not None:
-                    predictions[2] = sorted((one, two, three))[1]
-        return predictions
-
-    def _choose(self, st: DetectorState, predictions: list[float | None], moment: float) -> int:
-        scored = st.chooser_rows
-        needed = min(scored, max(st.period, LOCAL_ROWS))
-        ready = [j for j, prediction in enumerate(predictions)
-                 if prediction is not None and st.chooser_count[j] and st.chooser_count[j] >= needed]
-        # After a gap longer than the local window the last values describe another time of the season: the
-        # seasonal predictors alone compete, if one is ready.
-        if st.period and self._slot(st, moment) - st.last_slot > LOCAL_ROWS:
-            seasonal = [j for j in ready if j not in _SHORT_TERM]
-            ready = seasonal or ready
-        best, best_error = _LAST, math.inf
-        for j in ready:  # seasonal predictors come first: on a tie the season wins
-            error = st.chooser_sum[j] / st.chooser_count[j]
-            if error < best_error:
-                best, best_error = j, error
-        return best
-
-    # -------------------------------------------------------------------------------------- learning
-
     def _learn(
-        self, st: DetectorState, moment: float, value: float, expected: float, halfwidth: float,
-        predictions: list[float | None], flagged: bool,
+        self, st: DetectorState, now: int, value: float, expected: float, halfwidth: float,
+        candidates: list[float | None], flagged: bool,
     ) -> None:
         self._push_error(st, abs(value - expected))
-        # A flagged row counts against each predictor at most as a miss by the range's half-width, so an
-        # incident does not decide which predictor judges the rows after it.
-        if flagged:
-            errors = [None if p is None else min(abs(p - value), halfwidth) ** CHOOSER_POWER for p in predictions]
-        else:
-            errors = [None if p is None else abs(p - value) ** CHOOSER_POWER for p in predictions]
-        self._push_choice(st, errors)
-        self._remember_season(st, moment, value, value - expected)
+        p.score_predictors(st, candidates, value, halfwidth if flagged else None)
+        p.remember_season(st, now, value, value - expected, flagged)
         if not flagged:
-            st.run, st.run_side = [], 0
-            self._remember_short(st, value)
+            p.remember_short(st, value)
             return
         side = 1 if value > expected else -1
         if side != st.run_side:
-            st.run, st.run_side = [], side
-        st.run.append((moment, value))
-        self._remember_short(st, expected)
-        if len(st.run) >= REANCHOR_ROWS:  # a new level, not an incident: adopt it
-            for offset, (_, real) in enumerate(reversed(st.run[-len(st.local):])):
+            st.run_side, st.run_rows, st.run_values = side, 0, []
+        st.run_rows += 1
+        st.run_values = [*st.run_values[1 - p.LOCAL_ROWS:], value]
+        p.remember_short(st, expected)
+        if st.run_rows >= self.adopt_rows:  # a new level, not an incident: adopt it
+            for offset, real in enumerate(reversed(st.run_values)):
                 st.local[-1 - offset] = real
             st.last = value
-            st.run, st.run_side = [], 0
-
-    def _remember_short(self, st: DetectorState, value: float) -> None:
-        st.last = value
-        st.local.append(value)
-        if len(st.local) > LOCAL_ROWS:
-            del st.local[0]
-
-    def _remember_season(self, st: DetectorState, moment: float, value: float, residual: float = 0.0) -> None:
-        if st.period:
-            slot = self._slot(st, moment)
-            position = slot % len(st.slot_ids)
-            st.slot_ids[position], st.slot_values[position] = slot, value
-            st.slot_residuals[position] = residual
-            st.last_slot = slot
+            self._end_incident(st)
 
     def _push_error(self, st: DetectorState, error: float) -> None:
         st.errors_next = push_ranked(st.errors_ring, st.errors_sorted, st.errors_next, error)
 
-    def _push_choice(self, st: DetectorState, errors: list[float | None]) -> None:
-        # Written in place, field by field: this runs on every row, and building a row array cost a sixth of it.
-        ring, sums, counts = st.chooser_ring, st.chooser_sum, st.chooser_count
-        if st.chooser_rows < CHOOSER_ROWS:
-            st.chooser_rows += 1
-            for j, error in enumerate(errors):
-                if error is None:
-                    ring.append(math.nan)
-                else:
-                    ring.append(error)
-                    sums[j] += error
-                    counts[j] += 1
-            return
-        base = st.chooser_next * PREDICTORS
-        st.chooser_next = (st.chooser_next + 1) % CHOOSER_ROWS
-        for j, error in enumerate(errors):
-            dropped = ring[base + j]
-            if dropped == dropped:  # not NaN: the predictor had a value then
-                sums[j] -= dropped
-                counts[j] -= 1
-            if error is None:
-                ring[base + j] = math.nan
-            else:
-                ring[base + j] = error
-                sums[j] += error
-                counts[j] += 1
+
+def _push_ring(ring: array, position: int, size: int, value: float) -> int:
+    """Appends ``value`` to a ring of ``size`` (overwriting ``position`` once full); returns the next position."""
+    if len(ring) < size:
+        ring.append(value)
+        return position
+    ring[position] = value
+    return (position + 1) % size
 
 
 def _emit(out: Verdicts, expected: float, lower: float, upper: float, score: float, flagged: bool,
-          direction: str | None) -> None:
+          direction: str | None, incident: bool) -> None:
     out.expected.append(expected)
     out.lower.append(lower)
     out.upper.append(upper)
     out.score.append(score)
     out.is_anomaly.append(flagged)
     out.direction.append(direction)
+    out.incident.append(incident)

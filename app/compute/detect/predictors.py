@@ -1,0 +1,148 @@
+"""What the streaming detector (app.compute.detect.streaming) expects of a row: five one-step predictors, the
+chooser between them, and the memories they read (the season by slot, the last values).
+
+Seasons are looked up by time: a row's slot is its distance from the first row in nominal steps, so gaps,
+jitter and repeated or backward timestamps need nothing special.
+"""
+
+from __future__ import annotations
+
+import math
+
+from app.compute.detect.state import PREDICTORS, DetectorState
+
+# Errors that choose the predictor (a day of five-minute rows), by their mean absolute size: a root of the
+# errors (once their fourth root) rewards the exact hits of an integer-valued predictor on count data, and chose
+# the noisy value a season ago over the local mean there.
+CHOOSER_ROWS = 288
+LOCAL_ROWS = 8
+SEASON, SEASON_ADJUSTED_LAST, SEASON_MEDIAN, LAST, LOCAL_MEAN = range(PREDICTORS)
+SHORT_TERM = (SEASON_ADJUSTED_LAST, LAST, LOCAL_MEAN)  # the predictors that read the last rows
+
+
+def slot(st: DetectorState, moment: float) -> int:
+    return math.floor((moment - st.origin) / st.step + 0.5)
+
+
+def season(st: DetectorState, at: int) -> float | None:
+    """The value stored for slot ``at`` (None if that slot was missing or has been overwritten)."""
+    position = at % len(st.slot_ids)
+    return st.slot_values[position] if st.slot_ids[position] == at else None
+
+
+def usual(st: DetectorState, at: int) -> float | None:
+    """What slot ``at`` was expected to be where its row was beyond its range, else its value: a spike is not
+    echoed a season later."""
+    position = at % len(st.slot_ids)
+    if st.slot_ids[position] != at:
+        return None
+    value = st.slot_values[position]
+    return value - st.slot_residuals[position] if st.slot_deviant[position] else value
+
+
+def predictions(st: DetectorState, now: int) -> list[float | None]:
+    """The usual value one season ago, the last value plus the usual change one season ago, the median of the
+    values one, two and three seasons ago (it learns a changed pattern, and one odd day does not move it), the
+    last value, and the mean of the last LOCAL_ROWS values; None where a predictor has nothing to read. ``now``
+    is the row's slot."""
+    out: list[float | None] = [None, None, None, st.last, sum(st.local) / len(st.local)]
+    period = st.period
+    if period:
+        one = usual(st, now - period)
+        if one is not None:
+            out[SEASON] = one
+            before = usual(st, st.last_slot - period)
+            if before is not None:
+                out[SEASON_ADJUSTED_LAST] = st.last + one - before
+            one, two, three = season(st, now - period), season(st, now - 2 * period), season(st, now - 3 * period)
+            if one is not None and two is not None and three is not None:
+                out[SEASON_MEDIAN] = sorted((one, two, three))[1]
+    return out
+
+
+def choose(st: DetectorState, candidates: list[float | None], *, seasonal_only: bool) -> int:
+    """The predictor with the smallest mean error over the last CHOOSER_ROWS rows; one competes once it has been
+    scored for a season (or CHOOSER_ROWS rows). ``seasonal_only``: the last values describe another time of the
+    season (after a gap), so the seasonal predictors alone compete, if one is ready."""
+    needed = min(st.chooser_rows, max(st.period, LOCAL_ROWS))
+    ready = [j for j, prediction in enumerate(candidates)
+             if prediction is not None and st.chooser_count[j] and st.chooser_count[j] >= needed]
+    if seasonal_only:
+        ready = [j for j in ready if j not in SHORT_TERM] or ready
+    best, best_error = LAST, math.inf
+    for j in ready:  # seasonal predictors come first: on a tie the season wins
+        error = st.chooser_sum[j] / st.chooser_count[j]
+        if error < best_error:
+            best, best_error = j, error
+    return best
+
+
+def anchored_error(st: DetectorState, now: int, value: float, expected: float, choice: int, rows: int) -> float:
+    """This row's error against what the chosen predictor expected ``rows`` rows ago: after a shift the
+    short-term predictors follow the new level within a row or two, the anchored one does not. The seasonal
+    predictors read a season back and need no anchor."""
+    if not rows or len(st.anchors) < rows or choice not in SHORT_TERM:
+        return value - expected
+    last, local_mean, last_slot = st.anchors[-rows]
+    if choice == LAST:
+        return value - last
+    if choice == LOCAL_MEAN:
+        return value - local_mean
+    season_now, season_then = usual(st, now - st.period), usual(st, last_slot - st.period)
+    change = season_now - season_then if season_now is not None and season_then is not None else 0.0
+    return value - (last + change)
+
+
+def remember_anchor(st: DetectorState, rows: int) -> None:
+    """What the short-term predictors read after this row, kept for ``rows`` rows (anchored_error)."""
+    if rows:
+        st.anchors.append((st.last, sum(st.local) / len(st.local), st.last_slot))
+        if len(st.anchors) > rows:
+            del st.anchors[0]
+
+
+def remember_short(st: DetectorState, value: float) -> None:
+    st.last = value
+    st.local.append(value)
+    if len(st.local) > LOCAL_ROWS:
+        del st.local[0]
+
+
+def remember_season(st: DetectorState, at: int, value: float, residual: float = 0.0, deviant: bool = False) -> None:
+    if st.period:
+        position = at % len(st.slot_ids)
+        st.slot_ids[position], st.slot_values[position] = at, value
+        st.slot_residuals[position] = residual
+        st.slot_deviant[position] = deviant
+        st.last_slot = at
+
+
+def score_predictors(st: DetectorState, candidates: list[float | None], value: float, cap: float | None) -> None:
+    """Each predictor's error on this row enters the chooser's ring; ``cap`` bounds it (a flagged row counts at
+    most as a miss by the range's half-width, so an incident does not decide which predictor judges after it)."""
+    errors = [None if p is None else abs(p - value) if cap is None else min(abs(p - value), cap) for p in candidates]
+    # Written in place, field by field: this runs on every row, and building a row array cost a sixth of it.
+    ring, sums, counts = st.chooser_ring, st.chooser_sum, st.chooser_count
+    if st.chooser_rows < CHOOSER_ROWS:
+        st.chooser_rows += 1
+        for j, error in enumerate(errors):
+            if error is None:
+                ring.append(math.nan)
+            else:
+                ring.append(error)
+                sums[j] += error
+                counts[j] += 1
+        return
+    base = st.chooser_next * PREDICTORS
+    st.chooser_next = (st.chooser_next + 1) % CHOOSER_ROWS
+    for j, error in enumerate(errors):
+        dropped = ring[base + j]
+        if dropped == dropped:  # not NaN: the predictor had a value then
+            sums[j] -= dropped
+            counts[j] -= 1
+        if error is None:
+            ring[base + j] = math.nan
+        else:
+            ring[base + j] = error
+            sums[j] += error
+            counts[j] += 1
