@@ -85,20 +85,6 @@ def code_snapshot() -> Iterator[str]:
                 os.environ["BENCH_APP_ROOT"] = previous[1]
 
 
-@contextmanager
-def reference_worktree(revision: str) -> Iterator[Path]:
-    """Another commit of this repository checked out into a temporary git worktree (run with this virtualenv)."""
-    with temp_dir("bench-reference-") as tmp:
-        tree = tmp / "reference"
-        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), revision], cwd=ROOT, check=True,
-                       capture_output=True, timeout=120)
-        try:
-            yield tree
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True,
-                           timeout=120)
-
-
 def describe_code() -> str:
     def git(*args: str) -> str:
         try:

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", default=str(c.RESULTS / "import-cost.md"))
     args = ap.parse_args(argv)
     code = c.describe_code()
-    with c.temp_dir("bench-import-") as tmp, c.reference_worktree(args.reference) as reference:
+    with c.temp_dir("bench-import-") as tmp, c.git_worktree(args.reference) as reference:
         samples = measure({"this code": c.APP_ROOT, f"reference {args.reference}": reference}, tmp, args.runs)
     text = report(samples, args.runs, code)
     Path(args.output).write_text(text)

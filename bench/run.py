@@ -83,7 +83,7 @@ def suite_import(quick: bool) -> str:
 def suite_web(quick: bool) -> str:
     """The web process's CPU per request (in-process and through gunicorn), beside the previous layout and the
     reference commit."""
-    with c.reference_worktree(PREVIOUS_LAYOUT) as layout, c.reference_worktree(REFERENCE) as reference:
+    with c.git_worktree(PREVIOUS_LAYOUT) as layout, c.git_worktree(REFERENCE) as reference:
         return _script("web_cpu.py", "--baseline", f"layout {PREVIOUS_LAYOUT}={layout}",
                        "--baseline", f"reference {REFERENCE}={reference}", *(["--quick"] if quick else []))
 
