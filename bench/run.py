@@ -1,7 +1,7 @@
 """Performance benchmarks of the service (`make bench`, `make bench-quick`).
 
-    python bench/run.py [--quick] [--only footprint,web,verify,limiter,forecast,anomaly,synthetic,monitors,prometheus,
-                                          remote-write,load,accuracy,batches,batch-results,backtest]
+    python bench/run.py [--quick] [--only footprint,import,web,verify,limiter,forecast,anomaly,synthetic,monitors,
+                                          prometheus,remote-write,load,accuracy,batches,batch-results,backtest]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -9,7 +9,10 @@ Suites (each writes bench/results/<suite>.md and prints it):
   forecast  POST /forecast e2e latency per model and series length vs run_forecast in-process; worker start-up
   load      bench/load.py: 50 clients for 60 s through nginx and gunicorn, /verify and /forecast mixed
   footprint `keys list` wall time and the web process's peak memory, beside the reference commit
-  web       the web process's CPU per request, beside the reference commit (bench/web_cpu.py)
+  import    CPU of importing the app and of `flask keys list`, beside a bare Flask + SQLAlchemy import and the
+            previous layout (bench/import_cost.py)
+  web       the web process's CPU per request, beside the previous layout and the reference commit
+            (bench/web_cpu.py)
   anomaly   NAB files through POST /anomalies, leave-one-category-out, detection latency (bench/anomaly.py)
   synthetic 30-day synthetic streams: false alarms per stream per week, point-adjusted F1 and NAB's score,
             beside the earlier detectors (bench/synthetic.py)
@@ -48,13 +51,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 import latency  # noqa: E402
 
-SUITES = ["footprint", "web", "verify", "limiter", "forecast", "anomaly", "synthetic", "monitors", "prometheus",
-          "remote-write",
-          "load", "accuracy", "batches", "batch-results", "backtest"]
+SUITES = ["footprint", "import", "web", "verify", "limiter", "forecast", "anomaly", "synthetic", "monitors",
+          "prometheus", "remote-write", "load", "accuracy", "batches", "batch-results", "backtest"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
 REFERENCE = "3e9fd9e"
+# The commit before app/ was laid out in rooms (issue 42): web and import are measured beside it too.
+PREVIOUS_LAYOUT = "5eea8fa"
 
 
 def _script(name: str, *args: str, timeout: float = 3600) -> str:
@@ -71,17 +75,17 @@ def suite_footprint(quick: bool) -> str:
     return _script("footprint.py", "--reference", REFERENCE, "--runs", "3" if quick else "7", timeout=1800)
 
 
+def suite_import(quick: bool) -> str:
+    """CPU of importing the app and of `flask keys list`, beside a bare import and the previous layout."""
+    return _script("import_cost.py", "--reference", PREVIOUS_LAYOUT, "--runs", "3" if quick else "7", timeout=1800)
+
+
 def suite_web(quick: bool) -> str:
-    """The web process's CPU per request (in-process and through gunicorn), beside the reference commit."""
-    with c.temp_dir("bench-reference-") as tmp:
-        reference = tmp / "reference"
-        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(reference), REFERENCE], cwd=c.ROOT,
-                       check=True, capture_output=True, timeout=60)
-        try:
-            return _script("web_cpu.py", "--baseline", str(reference), *(["--quick"] if quick else []))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(reference)], cwd=c.ROOT,
-                           capture_output=True, timeout=60)
+    """The web process's CPU per request (in-process and through gunicorn), beside the previous layout and the
+    reference commit."""
+    with c.git_worktree(PREVIOUS_LAYOUT) as layout, c.git_worktree(REFERENCE) as reference:
+        return _script("web_cpu.py", "--baseline", f"layout {PREVIOUS_LAYOUT}={layout}",
+                       "--baseline", f"reference {REFERENCE}={reference}", *(["--quick"] if quick else []))
 
 
 def suite_anomaly(quick: bool) -> str:
@@ -176,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in chosen if s not in SUITES]
     if unknown:
         ap.error(f"unknown suite(s): {', '.join(unknown)}")
-    runners = {"footprint": suite_footprint, "web": suite_web, "anomaly": suite_anomaly, "synthetic": suite_synthetic,
+    runners = {"footprint": suite_footprint, "import": suite_import, "web": suite_web,
+               "anomaly": suite_anomaly, "synthetic": suite_synthetic,
                "monitors": suite_monitors, "prometheus": suite_prometheus, "verify": latency.suite_verify,
                "limiter": latency.suite_limiter,
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy,

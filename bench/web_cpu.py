@@ -1,9 +1,9 @@
-"""The web process's own work per request, here and in another checkout, measured in the same run.
+"""The web process's own work per request, here and in other checkouts, measured in the same run.
 
-    python bench/web_cpu.py [--baseline /path/to/other/checkout] [--quick] [--profile]
+    python bench/web_cpu.py [--baseline [LABEL=]/path/to/other/checkout ...] [--quick] [--profile]
 
-Two measurements, each on every checkout given (this one, and the baseline when one is named); without
---quick the table is also written to bench/results/web_cpu.md:
+Two measurements, each on every checkout given (this one, and each baseline named; a baseline's label is
+"baseline" unless given); without --quick the table is also written to bench/results/web_cpu.md:
 
 - in-process: the Flask test client in a child process, ``time.process_time()`` around each request
   (the forecast workers are separate processes, so only the web process's CPU is counted), for
@@ -125,15 +125,27 @@ def keyed_database(tmp: Path, root: Path) -> Iterator[tuple[str, str]]:
         yield url, c.create_key(url, app_root=root)
 
 
+# In-process rounds per checkout, taken in turn: a load that changes during the run reaches every checkout.
+INPROCESS_ROUNDS = 3
+
+
 def run_inprocess(trees: dict[str, Path], quick: bool, profile: bool) -> dict[str, dict]:
-    results = {}
-    for label, root in trees.items():
-        with c.temp_dir(f"bench-profile-{label}-") as tmp, keyed_database(tmp, root) as (url, key):
-            args = [str(Path(__file__).resolve()), "inprocess", "--database-url", url,
-                    "--reps", json.dumps(_inprocess_reps(quick))]
-            if profile:
-                args.append("--profile")
-            results[label] = c.run_json(args, timeout=1800, env=c.base_env(root, BENCH_KEY=key))
+    results: dict[str, dict] = {label: {"cpu": {}, "profiles": {}} for label in trees}
+    reps = {name: max(1, count // INPROCESS_ROUNDS) for name, count in _inprocess_reps(quick).items()}
+    with ExitStack() as stack:
+        keyed = {label: stack.enter_context(keyed_database(stack.enter_context(c.temp_dir(f"bench-profile-{i}-")),
+                                                           root))
+                 for i, (label, root) in enumerate(trees.items())}
+        for round_ in range(INPROCESS_ROUNDS):
+            for label, root in trees.items():
+                url, key = keyed[label]
+                args = [str(Path(__file__).resolve()), "inprocess", "--database-url", url, "--reps", json.dumps(reps)]
+                if profile and round_ == 0:
+                    args.append("--profile")
+                out = c.run_json(args, timeout=1800, env=c.base_env(root, BENCH_KEY=key))
+                for name, samples in out["cpu"].items():
+                    results[label]["cpu"].setdefault(name, []).extend(samples)
+                results[label]["profiles"].update(out["profiles"])
     return results
 
 
@@ -288,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     child.add_argument("--database-url", required=True)
     child.add_argument("--reps", required=True)
     child.add_argument("--profile", action="store_true")
-    ap.add_argument("--baseline", type=Path, help="another checkout to measure beside this one")
+    ap.add_argument("--baseline", action="append", default=[],
+                    help="[LABEL=]PATH of another checkout to measure beside this one (repeatable)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--profile", action="store_true", help="print cProfile top entries per request kind")
     ap.add_argument("--skip", default="", help="comma-separated: inprocess,http")
@@ -301,15 +314,16 @@ def main(argv: list[str] | None = None) -> int:
     # This checkout is copied first, so edits made while the benchmark runs do not reach it.
     with c.code_snapshot() as code:
         trees = {"current": c.APP_ROOT}
-        if args.baseline:
-            trees["baseline"] = args.baseline.resolve()
+        for baseline in args.baseline:
+            label, _, path = baseline.rpartition("=")
+            trees[label or "baseline"] = Path(path).resolve()
         inproc = {} if "inprocess" in skip else run_inprocess(trees, args.quick, args.profile)
         if args.profile:
             for label, result in inproc.items():
                 for name, text in result["profiles"].items():
                     print(f"--- cProfile {label}: {name} {text}\n", flush=True)
         over_http = {} if "http" in skip else run_http(trees, args.quick)
-    title = "# Web-process CPU per request, this checkout beside a baseline"
+    title = "# Web-process CPU per request, this checkout beside " + ", ".join(list(trees)[1:] or ["nothing"])
     text = f"{title}\n\n{code}\n\n" + report(inproc, over_http, trees)
     print(text, flush=True)
     if not args.quick:

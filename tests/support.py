@@ -435,6 +435,21 @@ def new_key(app: Flask, permissions: tuple[str, ...] = ("read",), **kwargs: Any)
     return created.plain_key, created.key.id
 
 
+# Limits no test of a module's shared key reaches.
+ROOMY_LIMITS = {"per_minute": 10_000, "per_hour": 100_000, "per_day": 1_000_000}
+
+
+@contextmanager
+def serving_app(tmp_path_factory: pytest.TempPathFactory, name: str, **overrides: Any) -> Iterator[Flask]:
+    """A module's app on a SQLite file of its own, its forecast workers running; closed afterwards."""
+    path = tmp_path_factory.mktemp(name) / "keys.sqlite3"
+    app = build_app(settings_for(f"sqlite:///{path}", **overrides), start_workers=True)
+    try:
+        yield app
+    finally:
+        services_of(app).close()
+
+
 # ---------------------------------------------------------------------------------------------- nginx
 
 

@@ -1,8 +1,9 @@
 """The one front door to anomaly detection: a checked series and its settings in, verdicts out.
 
-POST /anomalies, the Azure-compatible routes and each series of an anomaly batch come through here, so a
-verdict is the same whichever door asked for it. The caller says how the computation runs (``run``): the web
-process hands it to the worker pool, a batch worker computes it in its own process."""
+POST /anomalies, the Azure- and Nixtla-compatible routes, each series of an anomaly batch and a monitor judged
+by a detector other than its streaming state come through here, so a verdict is the same whichever door asked
+for it. The caller says how the computation runs (``run``): the web process hands it to the worker pool, a batch
+worker computes it in its own process."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def detect(
     run: Runner,
     confidence: float | None = None,
     false_alarms_per_week: float | None = None,
-    detector: str = DEFAULT_DETECTOR,
+    detector: str | None = DEFAULT_DETECTOR,
     start: int = 0,
     period: int | None = None,
 ) -> DetectionResult:

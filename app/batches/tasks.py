@@ -82,6 +82,14 @@ def register(engine: Huey, settings: Settings) -> None:
     def sweep() -> None:
         sweep_batches(resources, tasks)
 
+    @engine.on_startup(name="warm-up")
+    def warm_up() -> None:
+        # Each job worker process loads the numeric stack and fits once before it takes tasks: else the first
+        # series it computes pays seconds for that, and a new batch's first progress waits for it.
+        from app.compute.forecast.jobs import warm_up
+
+        warm_up()
+
     tasks = _TASKS[engine] = BatchTasks(engine=engine, chunk=chunk, prepare=prepare)
 
 

@@ -42,14 +42,6 @@ def jobs_worker(processes: int | None, periodic: bool) -> None:
     logging.getLogger("huey.consumer").setLevel(settings.log_level)
     logging.getLogger("huey.consumer.Scheduler").setLevel(chatty)
 
-    @services.jobs.on_startup(name="warm-up")
-    def warm_up() -> None:
-        # Each worker process loads the numeric stack and fits once before it takes tasks: else the first series
-        # it computes pays seconds for that, and a new batch's first progress waits for it.
-        from app.compute.forecast.jobs import warm_up
-
-        warm_up()
-
     consumer = services.jobs.create_consumer(
         workers=processes or settings.job_workers or os.cpu_count() or 1,
         worker_type="process",

@@ -137,11 +137,12 @@ class UsageRecorder:
             if not batch and not buckets:
                 return True
             try:
-                # One transaction: totals and buckets land together or are retried together.
-                with self._database.session() as session:
+                # One transaction (a Core one: the ORM session would have nothing to track): totals and buckets
+                # land together or are retried together.
+                with self._database.engine.begin() as connection:
                     for key_id, (count, last_used) in batch.items():
-                        crud.add_usage(session, key_id=key_id, count=count, last_used_at=last_used)
-                    crud.add_usage_bucket_batch(session, buckets)
+                        crud.add_usage(connection, key_id=key_id, count=count, last_used_at=last_used)
+                    crud.add_usage_bucket_batch(connection, buckets)
             except Exception:
                 log.warning("usage flush failed; %d key(s) kept for the next attempt", len(batch), exc_info=True)
                 with self._lock:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Row
 
+from app.anomalies import service as detection
 from app.compute.detect.jobs import DetectJob
 from app.compute.detect.results import DetectionResult
 from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts
@@ -98,16 +99,18 @@ def judge_on_worker(
 ) -> tuple[list[Verdict], int | None]:
     import numpy as np
     hist_epochs, hist_values = history.series(tail_rows(monitor))
-    job = DetectJob(
-        epoch_seconds=np.concatenate([hist_epochs, np.asarray(epochs, dtype=np.int64)]),
-        values=np.concatenate([hist_values, np.asarray(values, dtype=np.float64)]),
+    confidence, false_alarms_per_week = store.threshold_of(monitor)
+    # Through the detection front door, so a monitor's verdicts are POST /anomalies' for the same rows.
+    result = detection.detect(
+        np.concatenate([hist_epochs, np.asarray(epochs, dtype=np.int64)]),
+        np.concatenate([hist_values, np.asarray(values, dtype=np.float64)]),
         data_frequency=monitor.data_frequency,
-        confidence=store.threshold_of(monitor)[0],
-        false_alarms_per_week=store.threshold_of(monitor)[1],
+        confidence=confidence,
+        false_alarms_per_week=false_alarms_per_week,
         detector=monitor.model,
         start=len(hist_epochs),
+        run=lambda job: judge_on_pool(pool, job),
     )
-    result = judge_on_pool(pool, job)
     return verdicts_of(result, len(epochs), warm=result.warmup_points - len(hist_epochs)), result.period
 
 

@@ -17,17 +17,14 @@ import struct
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cramjam
-from google.protobuf.message import DecodeError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.compute.pool import PoolError, WorkerPool
 from app.db import Database
 from app.monitors import ingest, selectors
-from app.monitors.prompb.remote_pb2 import WriteRequest
 from app.monitors.records import MonitorRecord
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
@@ -36,6 +33,9 @@ from app.web.errors import ApiError, DataValidationError, InvalidRequest, NotFou
 from app.web.fields import MAX_ABS_VALUE
 from app.web.metrics import REMOTE_WRITE_SAMPLES
 from app.web.validation import problem
+
+if TYPE_CHECKING:
+    from app.monitors.prompb.remote_pb2 import WriteRequest
 
 log = logging.getLogger("app.monitors.remote_write")
 
@@ -80,6 +80,12 @@ _COUNTERS = {outcome: REMOTE_WRITE_SAMPLES.labels(outcome) for outcome in OUTCOM
 
 def decode(body: bytes) -> WriteRequest:
     """The WriteRequest in a snappy block-compressed body, or a 400 (413 when it would decode too large)."""
+    # The decoders (protobuf, cramjam) load with the first write, not in every process that imports the app.
+    import cramjam
+    from google.protobuf.message import DecodeError
+
+    from app.monitors.prompb.remote_pb2 import WriteRequest
+
     if not body:
         raise _malformed("empty body: expected a snappy-compressed WriteRequest")
     try:

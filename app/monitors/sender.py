@@ -163,11 +163,15 @@ class DeliverySender:
                 claimed_at = datetime.now(UTC)
                 if free > 0:
                     try:
-                        events = queue.claim(self.database, limit=free, policy=self.policy, now=claimed_at,
-                                             gate=in_flight)
+                        idle = not queue.any_active(self.database)
+                        events = [] if idle else queue.claim(self.database, limit=free, policy=self.policy,
+                                                             now=claimed_at, gate=in_flight)
                     except Exception:  # noqa: BLE001 - a database hiccup must not end the sender
                         log.exception("claiming alert events failed")
                         self._stop.wait(POLL_SECONDS)
+                        continue
+                    if idle:  # nothing waits or is being sent, so nothing falls due before the next look
+                        self._wake.wait(POLL_SECONDS)
                         continue
                     for event in events:
                         executor.submit(self._deliver, event, in_flight)

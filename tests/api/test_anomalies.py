@@ -12,28 +12,20 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import ROOMY_LIMITS, bearer, build_app, new_key, services_of, serving_app, settings_for
 
 FIELDS = ("expected", "lower_bound", "upper_bound", "anomaly_score", "is_anomaly", "direction")
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Flask, str]]:
-    path = tmp_path_factory.mktemp("anomalies") / "keys.sqlite3"
-    app = build_app(settings_for(f"sqlite:///{path}", forecast_workers=1, max_points=5000), start_workers=True)
-    key, _ = new_key(app, permissions=("read",), per_minute=10_000, per_hour=100_000, per_day=1_000_000)
-    yield app, key
-    services_of(app).close()
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
+    with serving_app(tmp_path_factory, "anomalies", forecast_workers=1, max_points=5000) as app:
+        yield app
 
 
-@pytest.fixture
-def client(served: tuple[Flask, str]) -> FlaskClient:
-    return served[0].test_client()
-
-
-@pytest.fixture
-def key(served: tuple[Flask, str]) -> str:
-    return served[1]
+@pytest.fixture(scope="module")
+def key(app: Flask) -> str:
+    return new_key(app, permissions=("read",), **ROOMY_LIMITS)[0]
 
 
 def five_minute(points: int, *, spike_at: int | None = None, gaps: bool = False) -> dict[str, Any]:
@@ -185,9 +177,9 @@ def test_unknown_detector_missing_field_bad_json_and_media_type(client: FlaskCli
     assert text.status_code == 415
 
 
-def test_a_key_is_needed_and_read_permission(served: tuple[Flask, str], client: FlaskClient) -> None:
+def test_a_key_is_needed_and_read_permission(app: Flask, client: FlaskClient) -> None:
     assert client.post("/anomalies", json=five_minute(50)).status_code == 401
-    writer, _ = new_key(served[0], permissions=("write",))
+    writer, _ = new_key(app, permissions=("write",))
     assert client.post("/anomalies/last", headers=bearer(writer), json=five_minute(50)).status_code == 403
 
 

@@ -13,28 +13,20 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import ROOMY_LIMITS, bearer, new_key, serving_app
 
 BASE = "/anomalydetector/v1.1/timeseries"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Flask, str]]:
-    path = tmp_path_factory.mktemp("azure") / "keys.sqlite3"
-    app = build_app(settings_for(f"sqlite:///{path}", forecast_workers=1), start_workers=True)
-    key, _ = new_key(app, permissions=("read",), per_minute=10_000, per_hour=100_000, per_day=1_000_000)
-    yield app, key
-    services_of(app).close()
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
+    with serving_app(tmp_path_factory, "azure", forecast_workers=1) as app:
+        yield app
 
 
-@pytest.fixture
-def client(served: tuple[Flask, str]) -> FlaskClient:
-    return served[0].test_client()
-
-
-@pytest.fixture
-def key(served: tuple[Flask, str]) -> str:
-    return served[1]
+@pytest.fixture(scope="module")
+def key(app: Flask) -> str:
+    return new_key(app, permissions=("read",), **ROOMY_LIMITS)[0]
 
 
 def subscription(key: str) -> dict[str, str]:
@@ -135,17 +127,17 @@ def _error(response: Any) -> tuple[int, str]:
     return response.status_code, body["code"]
 
 
-def test_key_and_permission_errors_are_azure_shaped(served: tuple[Flask, str], client: FlaskClient) -> None:
+def test_key_and_permission_errors_are_azure_shaped(app: Flask, client: FlaskClient) -> None:
     assert _error(client.post(f"{BASE}/entire/detect", json=five_minute(30))) == (401, "Unauthorized")
     wrong = {"Ocp-Apim-Subscription-Key": "ak_" + "0" * 64}
     assert _error(client.post(f"{BASE}/entire/detect", headers=wrong, json=five_minute(30))) == (401, "Unauthorized")
-    writer, _ = new_key(served[0], permissions=("write",))
+    writer, _ = new_key(app, permissions=("write",))
     response = client.post(f"{BASE}/last/detect", headers=subscription(writer), json=five_minute(30))
     assert _error(response) == (403, "Forbidden")
 
 
-def test_rate_limit_is_azure_shaped(served: tuple[Flask, str], client: FlaskClient) -> None:
-    limited, _ = new_key(served[0], permissions=("read",), per_minute=1)
+def test_rate_limit_is_azure_shaped(app: Flask, client: FlaskClient) -> None:
+    limited, _ = new_key(app, permissions=("read",), per_minute=1)
     assert client.post(f"{BASE}/last/detect", headers=subscription(limited), json=five_minute(30)).status_code == 200
     response = client.post(f"{BASE}/last/detect", headers=subscription(limited), json=five_minute(30))
     assert _error(response) == (429, "TooManyRequests")

@@ -18,26 +18,18 @@ from flask.testing import FlaskClient
 from app.compute.forecast.catalog import MODEL_IDS
 from app.compute.forecast.jobs import ForecastJob
 from app.compute.pool import JobTimeout, WorkerPool
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import ROOMY_LIMITS, bearer, build_app, new_key, services_of, serving_app, settings_for
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Flask, str]]:
-    path = tmp_path_factory.mktemp("forecast") / "keys.sqlite3"
-    app = build_app(settings_for(f"sqlite:///{path}", forecast_workers=2), start_workers=True)
-    key, _ = new_key(app, permissions=("read",), per_minute=10_000, per_hour=100_000, per_day=1_000_000)
-    yield app, key
-    services_of(app).close()
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
+    with serving_app(tmp_path_factory, "forecast", forecast_workers=2) as app:
+        yield app
 
 
-@pytest.fixture
-def client(served: tuple[Flask, str]) -> FlaskClient:
-    return served[0].test_client()
-
-
-@pytest.fixture
-def key(served: tuple[Flask, str]) -> str:
-    return served[1]
+@pytest.fixture(scope="module")
+def key(app: Flask) -> str:
+    return new_key(app, permissions=("read",), **ROOMY_LIMITS)[0]
 
 
 def hourly(points: int, start: datetime = datetime(2026, 3, 1)) -> dict[str, Any]:

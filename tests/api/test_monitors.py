@@ -162,6 +162,27 @@ def test_points_are_judged_exactly_as_post_anomalies(client: FlaskClient, keys: 
     assert view["point_count"] == 400 and view["last_timestamp"] == stamps[-1]
 
 
+def test_a_monitor_on_the_pool_detector_judges_as_post_anomalies_with_it(client: FlaskClient, keys: dict) -> None:
+    # anomaly-model-2 has no streaming state: each append is judged on the worker pool, through the same front
+    # door as POST /anomalies, from the history the monitor keeps.
+    owner = keys["owner"]
+    monitor_id = create(client, owner, model="anomaly-model-2", confidence=0.99)["id"]
+    stamps, values = minute_series(200)
+    values[150] += 25
+    answers = [post_points(client, owner, monitor_id, stamps[:90], values[:90]).json]
+    for i in range(90, 200, 41):
+        answers.append(post_points(client, owner, monitor_id, stamps[i:i + 41], values[i:i + 41]).json)
+    streamed = {name: [x for a in answers for x in a[name]] for name in
+                ("anomaly_score", "expected", "lower_bound", "upper_bound", "is_anomaly", "direction")}
+    whole = client.post("/anomalies", json={"series": [{"timestamps": stamps, "values": values}],
+                                            "data_frequency": "Minutes", "confidence": 0.99},
+                        headers={**owner, "X-Model-Id": "anomaly-model-2"})
+    assert whole.status_code == 200, whole.json
+    for name, column in streamed.items():
+        assert column == whole.json[name], name
+    assert streamed["is_anomaly"][150] and streamed["direction"][150] == "up"
+
+
 def test_retries_are_idempotent_and_conflicts_name_the_index(client: FlaskClient, keys: dict) -> None:
     owner = keys["owner"]
     monitor_id = create(client, owner)["id"]

@@ -275,7 +275,7 @@ def test_ten_kib_header_value_other_than_authorization_still_answered(hostile: H
     assert len(response.headers.get("X-Request-Id", "")) < 200  # an insane client id is not echoed
 
 
-# Keep-alive connections after early answers (and idle ones that must not pin threads): tests/test_keepalive.py.
+# Keep-alive connections after early answers (and idle ones that must not pin threads): tests/e2e/test_keepalive.py.
 
 
 def test_service_still_healthy_and_worker_memory_bounded(served: tuple[Server, dict[str, str], str],

@@ -18,10 +18,12 @@ NEVER_IN_WEB = ("scipy", "statsmodels", "pmdarima", "sklearn", "pandas")
 NOT_FOR_ADMIN_COMMANDS = ("numpy", "apispec")
 # The job engine and the clients of backends the embedded default does not use: SQLite and no Redis load none.
 UNCONFIGURED_BACKENDS = ("huey", "redis", "psycopg", "psycopg2")
+# Prometheus remote write's decoders: loaded by the first write, not by every process that builds the app.
+FIRST_WRITE_ONLY = ("google.protobuf", "cramjam")
 
 
 def _loaded_after(code: str, tmp_path: Path) -> list[str]:
-    names = NEVER_IN_WEB + NOT_FOR_ADMIN_COMMANDS + UNCONFIGURED_BACKENDS
+    names = NEVER_IN_WEB + NOT_FOR_ADMIN_COMMANDS + UNCONFIGURED_BACKENDS + FIRST_WRITE_ONLY
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in {names!r} if m in sys.modules)))"
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env={"PATH": "/usr/bin:/bin", "DATABASE_URL": f"sqlite:///{tmp_path / 'keys.sqlite3'}"})
