@@ -80,19 +80,42 @@ def test_each_window_is_post_forecast_for_the_history_up_to_its_cutoff(client: F
         length = len(series["values"])
         assert [w["cutoff"] for w in row["windows"]] == [series["timestamps"][c - 1]
                                                          for c in (length - 3 - 4, length - 3 - 2, length - 3)]
+    assert_windows_are_post_forecast(client, key, body, rows)
+
+
+def assert_windows_are_post_forecast(client: FlaskClient, key: str, body: dict[str, Any],
+                                     rows: list[dict[str, Any]]) -> None:
+    horizon = body["forecast_horizon"]
+    fields = {name: body[name] for name in FIELDS}
+    for row, series in zip(rows, body["series"], strict=True):
+        assert len(row["windows"]) == body["n_windows"]
         for window in row["windows"]:
             cut = series["timestamps"].index(window["cutoff"]) + 1
-            assert window["actual"] == series["values"][cut:cut + 3]
-            for model_id in MODELS:
+            assert window["actual"] == series["values"][cut:cut + horizon]
+            for model_id in body["models"]:
                 single = client.post("/forecast", headers={**bearer(key), "X-Model-Id": model_id}, json={
                     "series": [{"timestamps": series["timestamps"][:cut], "values": series["values"][:cut]}],
-                    **FIELDS})
+                    **fields})
                 assert single.status_code == 200
                 answer = single.get_json()
                 assert window["timestamps"] == answer["forecast_timestamps"]
                 forecast = window["forecasts"][model_id]
                 assert forecast["median"] == answer["median"]
                 assert forecast["lower"] == answer["lower_bound"] and forecast["upper"] == answer["upper_bound"]
+
+
+def test_windows_of_long_seasonal_histories_are_post_forecast_too(client: FlaskClient,
+                                                                   account: tuple[str, str]) -> None:
+    # Histories of 54 to 90 monthly points: model-1's whole pool (seasonal members, the Theta pair), with origins
+    # before and after the 60 points its recent members read, so some of them are fitted once for two names.
+    key = account[0]
+    body = backtest_body(forecast_horizon=12, n_windows=2, step_size=8, series=[
+        {"id": "long", **monthly(110, 80.0)}, {"id": "mid", **monthly(74, 40.0)}])
+    batch_id = client.post("/batches", json=body, headers=bearer(key)).get_json()["id"]
+    assert client.get(f"/batches/{batch_id}", headers=bearer(key)).get_json()["status"] == "done"
+    rows = lines(client.get(f"/batches/{batch_id}/results", headers=bearer(key)))
+    assert [row["id"] for row in rows] == ["long", "mid"] and not any("error" in row for row in rows)
+    assert_windows_are_post_forecast(client, key, body, rows)
 
 
 def _smape(actual: list[float], forecast: list[float]) -> float:

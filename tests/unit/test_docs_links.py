@@ -72,3 +72,11 @@ def test_every_relative_link_resolves(document: Path) -> None:
 def test_the_link_check_sees_links() -> None:
     assert "docs/batches.md" in _links(ROOT / "README.md")
     assert _slug("8. Rate limits (per key)") == "8-rate-limits-per-key"
+
+
+def test_every_screenshot_is_shown_by_a_document() -> None:
+    # a page photographed for the docs (make screenshots) that no document shows is a page the docs do not describe
+    shown = {(document.parent / target).resolve() for document in DOCUMENTS for target in _IMAGE.findall(
+        _prose(document.read_text()))}
+    unshown = sorted(p.name for p in (ROOT / "docs" / "screenshots").glob("*.png") if p.resolve() not in shown)
+    assert not unshown, unshown

@@ -711,3 +711,28 @@ def test_model_2s_theta_pair_is_offered_where_it_helps(monkeypatch, frequency, n
     y = 100 + 20 * np.sin(2 * np.pi * t / per[0]) + 0.05 * t + np.random.default_rng(22).standard_normal(n)
     run_forecast(DEFAULT_MODEL_ID, y.tolist(), 8, 0.9, per)
     assert (len([c for c in calls if c < n]) >= 8) == offered
+
+
+@pytest.mark.parametrize(("points", "fits"), [(48, 1), (60, 1), (61, 2), (120, 2)])
+def test_a_recent_member_that_reads_the_whole_history_is_fitted_once(monkeypatch: pytest.MonkeyPatch, points: int,
+                                                                     fits: int) -> None:
+    # model-1's "damped_sa5" reads the last 60 points: on a history of at most 60 it is "damped_sa" itself, so a
+    # pool holding both fits damped trend once there, and gives each name the forecast it would have had alone
+    from app.compute.forecast import candidates
+    from app.compute.forecast.combination import forecast_each
+
+    t = np.arange(points, dtype=float)
+    y = 10 + 0.05 * t + 2 * np.sin(2 * np.pi * t / 12) + np.random.default_rng(points).normal(0, 0.3, points)
+    names = ["damped_sa", "damped_sa5", "ses_sa5", "theta_sa5"]
+    alone = [candidates.CANDIDATES[name](y, 18, (12,)) for name in names]
+    calls = {"damped_sa": 0}
+    damped = candidates.CANDIDATES["damped_sa"]
+
+    def counted(values: np.ndarray, h: int, periods: tuple[int, ...]) -> np.ndarray:
+        calls["damped_sa"] += 1
+        return damped(values, h, periods)
+
+    monkeypatch.setitem(candidates.CANDIDATES, "damped_sa", counted)
+    together = forecast_each(names, candidates.CANDIDATES.__getitem__, y, 18, (12,))
+    assert all(np.array_equal(a, b) for a, b in zip(together, alone, strict=True))
+    assert calls["damped_sa"] == fits

@@ -1,5 +1,7 @@
 """The optimised Theta method's closed-form fit against the method's own recursion, written as a plain loop; the
-damped-trend fit's Nelder-Mead against scipy's; the seasonal adjustment shared by the pool's members."""
+damped-trend fit's Nelder-Mead and the one-parameter searches against scipy's, the filters against lfilter and the
+damped-trend states against their numpy form, all to the bit; the seasonal adjustment shared by the pool's
+members."""
 
 from __future__ import annotations
 
@@ -15,8 +17,12 @@ from app.compute.forecast.smoothing import (
     OTM_STEPS,
     _damped_sse,
     _otm_fit,
+    _ses_sse,
     _theta_line,
+    bounded_minimum,
+    damped_states,
     fit_optimised_theta,
+    linear_filter,
     nelder_mead,
     optimised_theta_forecast,
     ses_levels,
@@ -169,3 +175,109 @@ def test_ses_levels_start_where_scipys_lfiltic_starts_them(alpha, l0):
     y = _series("walk", 30, 3)
     expected, _ = lfilter([alpha], [1.0, alpha - 1.0], y, zi=lfiltic([alpha], [1.0, alpha - 1.0], [l0]))
     assert np.array_equal(ses_levels(y, alpha, l0), expected)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_linear_filter_is_lfilter(seed):
+    # lfilter's own kernel, called without lfilter's wrapper: the same numbers, lists or arrays, with and without
+    # an initial state, down a 2-D array's columns as _joint_ses filters them
+    from scipy.signal import lfilter
+
+    rng = np.random.default_rng(seed)
+    y = rng.standard_normal(int(rng.integers(2, 400))) * 10.0 ** rng.uniform(-6, 6)
+    alpha = float(rng.uniform(0.001, 0.999))
+    b, a = [float(v) for v in rng.standard_normal(2)], [1.0, float(rng.uniform(-1.9, 1.9)), float(rng.uniform(-.9, .9))]
+    zi = [float(v) for v in rng.standard_normal(2)]
+    assert np.array_equal(linear_filter([alpha], [1.0, alpha - 1.0], y), lfilter([alpha], [1.0, alpha - 1.0], y))
+    for ours, theirs in ((linear_filter(b, a, y, zi=zi), lfilter(b, a, y, zi=zi)),
+                         (linear_filter(np.array(b), np.array(a), y, zi=np.array(zi)), lfilter(b, a, y, zi=zi))):
+        assert all(np.array_equal(o, t) for o, t in zip(ours, theirs, strict=True))
+    w = rng.standard_normal((int(rng.integers(2, 20)), 12))
+    ours = linear_filter([alpha], [1.0, alpha - 1.0], w, zi=(1.0 - alpha) * w[:1], axis=0)
+    theirs = lfilter([alpha], [1.0, alpha - 1.0], w, axis=0, zi=(1.0 - alpha) * w[:1])
+    assert all(np.array_equal(o, t) for o, t in zip(ours, theirs, strict=True))
+
+
+def _numpy_damped_states(y, alpha, beta, phi, x0):
+    """damped_states as it was written on numpy arrays and scalars, with scipy's lfilter."""
+    from scipy.signal import lfilter
+
+    d = np.array([[1.0 - alpha, phi * (1.0 - alpha)], [-beta, phi * (1.0 - beta)]])
+    g = np.array([alpha, beta])
+    tr = d[0, 0] + d[1, 1]
+    det = d[0, 0] * d[1, 1] - d[0, 1] * d[1, 0]
+    den = np.array([1.0, -tr, det])
+    num_l = np.array([g[0], d[0, 1] * g[1] - d[1, 1] * g[0]])
+    num_b = np.array([g[1], d[1, 0] * g[0] - d[0, 0] * g[1]])
+    x1 = d @ x0
+    x2 = d @ x1
+    lev, _ = lfilter(num_l, den, y, zi=np.array([x1[0], x2[0] + den[1] * x1[0]]))
+    tre, _ = lfilter(num_b, den, y, zi=np.array([x1[1], x2[1] + den[1] * x1[1]]))
+    return lev, tre
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_damped_states_and_errors_on_plain_floats_are_numpys(seed):
+    rng = np.random.default_rng(seed)
+    y = _series(["trend", "walk", "level"][seed % 3], int(rng.integers(4, 300)), seed) / 20
+    x0 = np.array([y[0], float(rng.normal(0, 0.1))])
+    for _ in range(20):
+        alpha, beta_frac, phi = (float(rng.uniform(lo, hi)) for lo, hi in DAMPED_BOUNDS)
+        ours, theirs = damped_states(y, alpha, alpha * beta_frac, phi, x0), \
+            _numpy_damped_states(y, alpha, alpha * beta_frac, phi, x0)
+        assert np.array_equal(ours[0], theirs[0]) and np.array_equal(ours[1], theirs[1])
+        pred = np.empty_like(y)
+        pred[0] = x0[0] + phi * x0[1]
+        pred[1:] = theirs[0][:-1] + phi * theirs[1][:-1]
+        assert _damped_sse([alpha, beta_frac, phi], y, x0) == float((y - pred) @ (y - pred))
+
+
+def _scipy_bounded(f, low, high, xatol, maxiter=500):
+    from scipy.optimize import minimize_scalar
+
+    res = minimize_scalar(f, bounds=(low, high), method="bounded", options={"xatol": xatol, "maxiter": maxiter})
+    return res.x, res.fun
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("steps", [0.0, 0.01])
+def test_bounded_minimum_is_scipys_on_any_function(seed, steps):
+    # rippled, lopsided or flat curves whose minimum may sit on a bound, rounded to steps where ties decide:
+    # golden and parabolic steps, each comparison, the iteration cap
+    rng = np.random.default_rng(seed)
+    centre, ripple, power = rng.uniform(-0.5, 1.5), rng.uniform(0, 0.3), rng.choice([1.0, 2.0, 4.0])
+    flat = seed % 10 == 0
+
+    def f(a):
+        v = 0.0 if flat else float(abs(a - centre) ** power + ripple * np.sin(17 * a))
+        return round(v / steps) * steps if steps else v
+
+    low, high = sorted(rng.uniform(-1, 2, 2))
+    xatol, maxiter = [(1e-3, 500), (1e-5, 500), (1e-3, 4)][seed % 3]
+    x, fun = bounded_minimum(f, float(low), float(high), xatol, maxiter)
+    theirs = _scipy_bounded(f, float(low), float(high), xatol, maxiter)
+    assert (x, fun) == (float(theirs[0]), float(theirs[1]))
+
+
+@pytest.mark.parametrize("beyond", [-0.3, -0.01, 1.01, 1.3])
+@pytest.mark.parametrize("power", [1.5, 2.0, 3.0])
+def test_bounded_minimum_is_scipys_where_the_minimum_lies_past_a_bound(beyond, power):
+    # smooth curves falling towards a bound: parabolic steps that land within the tolerance of either bound
+    def f(a):
+        return abs(a - beyond) ** power
+
+    theirs = _scipy_bounded(f, 0.0, 1.0, 1e-3)
+    assert bounded_minimum(f, 0.0, 1.0, 1e-3) == (float(theirs[0]), float(theirs[1]))
+
+
+@pytest.mark.parametrize("kind", ["trend", "walk", "level"])
+@pytest.mark.parametrize("n", [4, 12, 60, 300])
+def test_bounded_minimum_is_scipys_on_the_smoothing_losses(kind, n):
+    # SES's one-step loss and the optimised Theta method's, as fit_ses and fit_optimised_theta search them
+    y = _series(kind, n, seed=n) / 20
+    line = _theta_line(y)
+    for loss, low, high in ((lambda a: _ses_sse(a, y), 0.001, 0.999),
+                            (lambda a: _otm_fit(y, a, OTM_STEPS, line)[2], 0.1, 0.3),
+                            (lambda a: _otm_fit(y, a, OTM_STEPS, line)[2], 0.89, 0.99)):
+        theirs = _scipy_bounded(loss, low, high, 1e-3)
+        assert bounded_minimum(loss, low, high, 1e-3) == (float(theirs[0]), float(theirs[1]))

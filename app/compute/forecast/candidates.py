@@ -7,6 +7,7 @@ shortest period, "_l" the longest; without periods every candidate degrades to a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -128,14 +129,36 @@ def recent_window(periods: tuple[int, ...], cycles: int = RECENT_CYCLES, floor: 
     return max(cycles * _short(periods), floor)
 
 
-def recent(name: str, cycles: int = RECENT_CYCLES, floor: int = RECENT_FLOOR) -> Candidate:
+@dataclass(frozen=True)
+class Recent:
     """Candidate ``name`` run on the last ``cycles`` cycles of the shortest period (>= ``floor`` points)."""
 
-    def f(y: np.ndarray, h: int, periods: tuple[int, ...]) -> np.ndarray:
-        yc = y[-recent_window(periods, cycles, floor):]
-        return CANDIDATES[name](yc, h, tuple(p for p in periods if len(yc) >= 2 * p))
+    name: str
+    cycles: int = RECENT_CYCLES
+    floor: int = RECENT_FLOOR
 
-    return f
+    def __call__(self, y: np.ndarray, h: int, periods: tuple[int, ...]) -> np.ndarray:
+        yc = y[-recent_window(periods, self.cycles, self.floor):]
+        return CANDIDATES[self.name](yc, h, tuple(p for p in periods if len(yc) >= 2 * p))
+
+    def reads_all_of(self, n: int, periods: tuple[int, ...]) -> bool:
+        """On a history of n points with these periods, it reads every point and keeps every period: its
+        forecast is candidate ``name``'s on that history."""
+        return n <= recent_window(periods, self.cycles, self.floor) and all(n >= 2 * p for p in periods)
+
+
+def recent(name: str, cycles: int = RECENT_CYCLES, floor: int = RECENT_FLOOR) -> Candidate:
+    """Candidate ``name`` run on the last ``cycles`` cycles of the shortest period (>= ``floor`` points)."""
+    return Recent(name, cycles, floor)
+
+
+def forecaster_on(candidate: Candidate, n: int, periods: tuple[int, ...]) -> Candidate:
+    """The forecaster that does ``candidate``'s work on a history of n points with these periods: a recent
+    candidate that reads the whole history is its full-history candidate. A pool that holds both (model-1's
+    "ses_sa" and "ses_sa5" on a history of at most RECENT_FLOOR points) fits it once."""
+    if isinstance(candidate, Recent) and candidate.reads_all_of(n, periods):
+        return CANDIDATES[candidate.name]
+    return candidate
 
 
 def seasonal_strength(y: np.ndarray, m: int, cycles: int = 10) -> float:

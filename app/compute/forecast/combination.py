@@ -15,7 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from app.compute.forecast.base import Fitted, _normalise, _step_scale, never_negative, usable_periods
-from app.compute.forecast.candidates import CANDIDATES, Candidate, multiplicative_indices, seasonal_strength
+from app.compute.forecast.candidates import (
+    CANDIDATES,
+    Candidate,
+    forecaster_on,
+    multiplicative_indices,
+    seasonal_strength,
+)
 from app.compute.forecast.intervals import fit_errors, origins, seasonal_errors, spike_errors, window
 from app.compute.forecast.robust import SPIKE_SIGMAS, clean_newest, newest_replaced
 from app.compute.forecast.seasons import Season, SeasonRules, season_of
@@ -80,6 +86,19 @@ def whole_windows(history: History, n_origins: int) -> bool:
     return len(history.origins) >= n_origins and all(o + history.window <= n for o in history.origins)
 
 
+def forecast_each(names: Sequence[str], member: Callable[[str], Candidate], y: np.ndarray, h: int,
+                  periods: tuple[int, ...]) -> list[np.ndarray]:
+    """Each named member's forecast from the history y, every forecaster run once (candidates.forecaster_on)."""
+    done: dict[Candidate, np.ndarray] = {}
+    out = []
+    for name in names:
+        forecaster = forecaster_on(member(name), len(y), periods)
+        if forecaster not in done:
+            done[forecaster] = forecaster(y, h, periods)
+        out.append(done[forecaster])
+    return out
+
+
 def validated_combination(history: History, pool: Pool, member: Callable[[str], Candidate],
                           weight_power: float) -> Combination:
     """Rank the pool's members by sMAPE at the origins, keep and weight them, and forecast with those kept.
@@ -91,8 +110,7 @@ def validated_combination(history: History, pool: Pool, member: Callable[[str], 
     forecasts = np.empty((len(names), r, hv))
     for j, o in enumerate(orgs):
         po = usable_periods(per, o)
-        for m in names:
-            forecasts[col[m], j] = member(m)(x[:o], hv, po)
+        forecasts[:, j] = forecast_each(names, member, x[:o], hv, po)
     fc = np.stack([forecasts[[col[m] for m in combo]].mean(axis=0) for combo in pool.members])
     if r:
         act = np.stack([window(y, o, hv) for o in orgs])
@@ -113,7 +131,8 @@ def validated_combination(history: History, pool: Pool, member: Callable[[str], 
         weights = np.full(len(chosen), 1.0 / len(chosen))
     chosen, weights = with_fixed_share(chosen, weights, pool.fixed, pool.share, len(pool.members))
     at_origins = np.tensordot(weights, fc[chosen], axes=1) if r else np.empty((0, hv))
-    final = {m: member(m)(x, history.horizon, per) for m in {m for c in chosen for m in pool.members[c]}}
+    kept = sorted({m for c in chosen for m in pool.members[c]})
+    final = dict(zip(kept, forecast_each(kept, member, x, history.horizon, per), strict=True))
     median = np.tensordot(weights, [np.mean([final[m] for m in pool.members[c]], axis=0) for c in chosen], axes=1)
     return Combination(median, at_origins)
 

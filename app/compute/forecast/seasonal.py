@@ -7,10 +7,8 @@ returns ``h`` point forecasts. All handle short histories by degrading to simple
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize_scalar
-from scipy.signal import lfilter
 
-from app.compute.forecast.smoothing import ses_forecast, theta_forecast
+from app.compute.forecast.smoothing import bounded_minimum, linear_filter, ses_forecast, theta_forecast
 
 
 def naive(y: np.ndarray, h: int) -> np.ndarray:
@@ -71,15 +69,14 @@ def _joint_ses(w: np.ndarray) -> tuple[float, np.ndarray]:
     """SES run down each column of w (cycles x positions) with one shared alpha fitted jointly."""
 
     def sse(a: float) -> float:
-        lev, _ = lfilter([a], [1.0, a - 1.0], w, axis=0, zi=(1.0 - a) * w[:1])
+        lev, _ = linear_filter([a], [1.0, a - 1.0], w, zi=(1.0 - a) * w[:1], axis=0)
         e = w[1:] - lev[:-1]
         return float(np.sum(e * e))
 
     if len(w) < 3 or np.ptp(w) == 0:
         return 0.5, w[-1].astype(float)
-    res = minimize_scalar(sse, bounds=(0.01, 0.99), method="bounded", options={"xatol": 1e-3})
-    a = float(res.x)
-    lev, _ = lfilter([a], [1.0, a - 1.0], w, axis=0, zi=(1.0 - a) * w[:1])
+    a = float(bounded_minimum(sse, 0.01, 0.99, xatol=1e-3)[0])
+    lev, _ = linear_filter([a], [1.0, a - 1.0], w, zi=(1.0 - a) * w[:1], axis=0)
     return a, lev[-1]
 
 

@@ -9,17 +9,38 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 from scipy.signal import lfilter
+
+try:
+    # lfilter's own kernel, to which lfilter hands its arguments, converted to arrays, whenever the denominator has
+    # two or more terms (every filter here): lfilter's array-API dispatch and checks around it cost more than the
+    # filtering of a few hundred points, and model-1 filters some 3,500 times a forecast. The kernel converts
+    # lists itself, to the same float64 arrays, so the numbers are lfilter's (tests/unit/test_smoothing.py holds
+    # the two equal).
+    from scipy.signal._sigtools import _linear_filter as _lfilter_kernel
+except ImportError:  # a SciPy that moved it: lfilter itself, the same numbers at its own cost
+    _lfilter_kernel = None
+
+
+def linear_filter(b: Sequence[float], a: Sequence[float], x: np.ndarray, zi: Sequence[float] | np.ndarray | None = None,
+                  axis: int = -1) -> Any:
+    """scipy.signal.lfilter(b, a, x, axis, zi) for float coefficients and a denominator ``a`` of at least two
+    terms: the output, and with ``zi`` the pair (output, final state)."""
+    if _lfilter_kernel is None:
+        return lfilter(b, a, x, axis=axis, zi=zi)
+    if zi is None:
+        return _lfilter_kernel(b, a, x, axis)
+    return _lfilter_kernel(b, a, x, axis, zi)
 
 
 def ses_levels(y: np.ndarray, alpha: float, l0: float) -> np.ndarray:
     """Levels l_1..l_n of simple exponential smoothing, l_t = a*y_t + (1-a)*l_{t-1}."""
     # the filter state lfiltic([alpha], [1, alpha - 1], [l0]) gives, written out (that call cost more than the
     # filter on a short series, and SES is fitted at every origin of every short series)
-    out, _ = lfilter([alpha], [1.0, alpha - 1.0], y, zi=[0.0 - (alpha - 1.0) * l0])
+    out, _ = linear_filter([alpha], [1.0, alpha - 1.0], y, zi=[0.0 - (alpha - 1.0) * l0])
     return out
 
 
@@ -29,13 +50,98 @@ def _ses_sse(alpha: float, y: np.ndarray) -> float:
     return float(e @ e)
 
 
+_SQRT_EPS = math.sqrt(2.2e-16)
+_GOLDEN = 0.5 * (3.0 - math.sqrt(5.0))
+
+
+def _sign_or_one(v: float) -> float:
+    """numpy's sign(v) + (v == 0): the direction of a step, 1 for none."""
+    return 1.0 if v > 0 or v == 0 else -1.0 if v < 0 else math.nan
+
+
+def _maximum(u: float, v: float) -> float:
+    """numpy's maximum of two floats: a NaN wins."""
+    if u != u or v != v:
+        return math.nan
+    return u if u >= v else v
+
+
+def bounded_minimum(f: Callable[[float], float], low: float, high: float, xatol: float,
+                    maxiter: int = 500) -> tuple[float, float]:
+    """(x, f(x)) as scipy.optimize.minimize_scalar(f, bounds=(low, high), method="bounded", options={"xatol":
+    xatol, "maxiter": maxiter}) returns them (res.x, res.fun), step for step (Brent's method: the same golden and
+    parabolic steps, tests and stops; tests/unit/test_smoothing.py holds the two equal), on plain floats.
+
+    Why not scipy's: its per-step numpy calls on scalars cost more than the one-parameter losses it searches
+    (SES's, the optimised Theta method's, seasonal-position SES's), and model-1 runs some 60 such searches a
+    forecast."""
+    a, b = low, high
+    fulc = a + _GOLDEN * (b - a)
+    nfc = xf = fulc
+    rat = e = 0.0
+    fx = f(xf)
+    num = 1
+    ffulc = fnfc = fx
+    xm = 0.5 * (a + b)
+    tol1 = _SQRT_EPS * abs(xf) + xatol / 3.0
+    tol2 = 2.0 * tol1
+    while abs(xf - xm) > (tol2 - 0.5 * (b - a)):
+        golden = True
+        if abs(e) > tol1:  # a parabola through the three best points, if it steps inside and shrinks
+            golden = False
+            r = (xf - nfc) * (fx - ffulc)
+            q = (xf - fulc) * (fx - fnfc)
+            p = (xf - fulc) * q - (xf - nfc) * r
+            q = 2.0 * (q - r)
+            if q > 0.0:
+                p = -p
+            q = abs(q)
+            r = e
+            e = rat
+            if abs(p) < abs(0.5 * q * r) and p > q * (a - xf) and p < q * (b - xf):
+                rat = (p + 0.0) / q
+                x = xf + rat
+                if (x - a) < tol2 or (b - x) < tol2:
+                    rat = tol1 * _sign_or_one(xm - xf)
+            else:
+                golden = True
+        if golden:
+            e = a - xf if xf >= xm else b - xf
+            rat = _GOLDEN * e
+        x = xf + _sign_or_one(rat) * _maximum(abs(rat), tol1)
+        fu = f(x)
+        num += 1
+        if fu <= fx:
+            if x >= xf:
+                a = xf
+            else:
+                b = xf
+            fulc, ffulc = nfc, fnfc
+            nfc, fnfc = xf, fx
+            xf, fx = x, fu
+        else:
+            if x < xf:
+                a = x
+            else:
+                b = x
+            if fu <= fnfc or nfc == xf:
+                fulc, ffulc = nfc, fnfc
+                nfc, fnfc = x, fu
+            elif fu <= ffulc or fulc == xf or fulc == nfc:
+                fulc, ffulc = x, fu
+        xm = 0.5 * (a + b)
+        tol1 = _SQRT_EPS * abs(xf) + xatol / 3.0
+        tol2 = 2.0 * tol1
+        if num >= maxiter:
+            break
+    return xf, fx
+
+
 def fit_ses(y: np.ndarray) -> tuple[float, float]:
     """Return (alpha, final level) minimising the one-step squared error."""
     if len(y) < 3 or np.ptp(y) == 0:
         return 0.5, float(y[-1])
-    res = minimize_scalar(_ses_sse, bounds=(0.001, 0.999), args=(y,), method="bounded",
-                          options={"xatol": 1e-3})
-    alpha = float(res.x)
+    alpha = float(bounded_minimum(lambda a: _ses_sse(a, y), 0.001, 0.999, xatol=1e-3)[0])
     return alpha, float(ses_levels(y, alpha, y[0])[-1])
 
 
@@ -92,20 +198,26 @@ def _otm_fit(y: np.ndarray, alpha: float, steps: int, line: tuple[float, float])
     """
     n = len(y)
     intercept, slope = line
-    lev0 = lfilter([alpha], [1.0, alpha - 1.0], y)
+    lev0 = linear_filter([alpha], [1.0, alpha - 1.0], y)
     powers = _decay_powers(alpha, 0, n)
     decay = powers[1:n]
     g = _theta_trend(alpha, intercept, slope, powers)
     cg = np.concatenate([[0.0], np.cumsum(g)])
-    sums = np.zeros(6)  # aa, ag, gg, ar, gr, rr, each the mean over j of the mean over i
+    # aa, ag, gg, ar, gr, rr, each the mean over j of the mean over i (plain floats: this runs some 20 times a fit)
+    saa = sag = sgg = sar = sgr = srr = 0.0
     used = min(steps, n - 1)
     for j in range(used):
         m = n - 1 - j
         a = decay[:m]
         gj = g[1 + j:n] + alpha * (cg[1 + j:n] - cg[1:m + 1])
         r = y[1 + j:n] - lev0[:m]
-        sums += np.array([a @ a, a @ gj, gj @ gj, a @ r, gj @ r, r @ r]) / (m * used)
-    saa, sag, sgg, sar, sgr, srr = sums
+        points = m * used
+        saa += (a @ a) / points
+        sag += (a @ gj) / points
+        sgg += (gj @ gj) / points
+        sar += (a @ r) / points
+        sgr += (gj @ r) / points
+        srr += (r @ r) / points
     det = saa * sgg - sag * sag
     c = (saa * sgr - sag * sar) / det if det > 1e-12 * saa * sgg else 0.0
     c = min(max(c, 0.0), 1.0)
@@ -125,9 +237,9 @@ def fit_optimised_theta(y: np.ndarray, line: tuple[float, float],
     grid = np.linspace(OTM_ALPHA[0], OTM_ALPHA[1], 10)
     losses = [_otm_fit(y, float(a), steps, line)[2] for a in grid]
     k = int(np.argmin(losses))
-    res = minimize_scalar(lambda a: _otm_fit(y, a, steps, line)[2], method="bounded", options={"xatol": 1e-3},
-                          bounds=(float(grid[max(k - 1, 0)]), float(grid[min(k + 1, len(grid) - 1)])))
-    alpha = float(res.x) if res.fun <= losses[k] else float(grid[k])
+    best, loss = bounded_minimum(lambda a: _otm_fit(y, a, steps, line)[2], float(grid[max(k - 1, 0)]),
+                                 float(grid[min(k + 1, len(grid) - 1)]), xatol=1e-3)
+    alpha = float(best) if loss <= losses[k] else float(grid[k])
     l0, c, _ = _otm_fit(y, alpha, steps, line)
     return alpha, l0, c
 
@@ -147,33 +259,30 @@ def optimised_theta_forecast(y: np.ndarray, h: int, steps: int = OTM_STEPS) -> n
     return level + c * (g + alpha * np.concatenate([[0.0], np.cumsum(g)[:-1]]))
 
 
-def _damped_matrices(alpha: float, beta: float, phi: float) -> tuple[np.ndarray, np.ndarray]:
-    d = np.array([[1.0 - alpha, phi * (1.0 - alpha)], [-beta, phi * (1.0 - beta)]])
-    g = np.array([alpha, beta])
-    return d, g
-
-
 def damped_states(y: np.ndarray, alpha: float, beta: float, phi: float,
                   x0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Level and trend (l_t, b_t), t=1..n, of additive damped-trend Holt smoothing.
 
     x_t = D x_{t-1} + g y_t with D = F - g c'; each component is a second-order linear filter of y
     plus the free response D^t x0 (Cayley-Hamilton recursion, also a linear filter).
+
+    The filters' coefficients are worked out on plain floats (the same IEEE operations, in the same order, as on
+    numpy's scalars, without their cost: this runs some 80 times a damped-trend fit); D x0 stays numpy's matrix
+    product, whose rounding (fused multiply-adds) plain floats would not repeat.
     """
-    d, g = _damped_matrices(alpha, beta, phi)
-    tr = d[0, 0] + d[1, 1]
-    det = d[0, 0] * d[1, 1] - d[0, 1] * d[1, 0]
-    den = np.array([1.0, -tr, det])
-    num_l = np.array([g[0], d[0, 1] * g[1] - d[1, 1] * g[0]])
-    num_b = np.array([g[1], d[1, 0] * g[0] - d[0, 0] * g[1]])
+    d00, d01, d10, d11 = 1.0 - alpha, phi * (1.0 - alpha), -beta, phi * (1.0 - beta)
+    tr = d00 + d11
+    det = d00 * d11 - d01 * d10
+    den = [1.0, -tr, det]
+    num_l = [alpha, d01 * beta - d11 * alpha]
+    num_b = [beta, d10 * alpha - d00 * beta]
     # the free response D^t x0 (t = 1, 2, ...) enters through the filters' initial conditions:
     # for a DF2T filter with zero input, out_0 = zi_0 and out_1 = zi_1 - den_1 * out_0.
+    d = np.array([[d00, d01], [d10, d11]])
     x1 = d @ x0
-    x2 = d @ x1
-    zi_l = np.array([x1[0], x2[0] + den[1] * x1[0]])
-    zi_b = np.array([x1[1], x2[1] + den[1] * x1[1]])
-    lev, _ = lfilter(num_l, den, y, zi=zi_l)
-    tre, _ = lfilter(num_b, den, y, zi=zi_b)
+    (l1, b1), (l2, b2) = x1.tolist(), (d @ x1).tolist()
+    lev, _ = linear_filter(num_l, den, y, zi=[l1, l2 + den[1] * l1])
+    tre, _ = linear_filter(num_b, den, y, zi=[b1, b2 + den[1] * b1])
     return lev, tre
 
 
@@ -184,12 +293,12 @@ def _damped_sse(params: Sequence[float], y: np.ndarray, x0: np.ndarray) -> float
     alpha, beta_frac, phi = params
     beta = alpha * beta_frac
     lev, tre = damped_states(y, alpha, beta, phi, x0)
-    pred = np.empty_like(y)
-    pred[0] = x0[0] + phi * x0[1]
-    pred[1:] = lev[:-1] + phi * tre[:-1]
-    e = y - pred
+    # the one-step errors y - (l + phi b), written into one array without a separate prediction array
+    e = np.empty_like(y)
+    e[0] = y[0] - (x0[0] + phi * x0[1])
+    np.subtract(y[1:], lev[:-1] + phi * tre[:-1], out=e[1:])
     v = float(e @ e)
-    return v if np.isfinite(v) else 1e300
+    return v if math.isfinite(v) else 1e300
 
 
 class _EvaluationsSpent(Exception):
@@ -204,7 +313,7 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], bounds: 
     point is always inside them.
 
     Why not scipy's: on the three parameters of a damped-trend fit its per-iteration array handling and
-    result objects cost almost as much as the likelihood, and model-1 fits damped trend 24 times a forecast
+    result objects cost almost as much as the likelihood, and model-1 fits damped trend up to 24 times a forecast
     (figures: bench/results/forecast-rules.md). Ties are ordered by numpy's argsort, as scipy's are: it is
     not a stable sort, so Python's sorted would break ties differently.
     """
@@ -213,7 +322,7 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], bounds: 
     n = len(lo)
 
     def clip(x: list[float]) -> list[float]:
-        return [min(max(v, lo[i]), hi[i]) for i, v in enumerate(x)]
+        return [min(max(v, low), high) for v, low, high in zip(x, lo, hi, strict=True)]
 
     calls = 0
 
@@ -240,17 +349,22 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], bounds: 
         pass
 
     def ranked() -> tuple[list[list[float]], list[float]]:
-        # best first, by numpy's argsort as scipy's: it is not stable, so equal values keep its order, not Python's
-        order = np.argsort(np.array(fsim, dtype=float)).tolist()
+        # best first, by numpy's argsort as scipy's: it is not stable, so equal values keep its order, not Python's.
+        # Distinct numbers (no NaN, no two equal) have one order, which Python's sort finds in half the time.
+        if len(set(fsim)) == len(fsim) and all(v == v for v in fsim):
+            order = sorted(range(len(fsim)), key=fsim.__getitem__)
+        else:
+            order = np.argsort(np.array(fsim, dtype=float)).tolist()
         return [sim[i] for i in order], [fsim[i] for i in order]
 
     sim, fsim = ranked()
     while calls < maxfev:
         try:
-            if (max(abs(x[i] - sim[0][i]) for x in sim[1:] for i in range(n)) <= xatol
-                    and max(abs(fsim[0] - v) for v in fsim[1:]) <= fatol):
+            best = sim[0]
+            if (max([abs(v - b) for x in sim[1:] for v, b in zip(x, best, strict=True)]) <= xatol
+                    and max([abs(fsim[0] - v) for v in fsim[1:]]) <= fatol):
                 break
-            xbar = [v / n for v in (sum(x[i] for x in sim[:-1]) for i in range(n))]
+            xbar = [sum(coordinate) / n for coordinate in zip(*sim[:-1], strict=True)]
             worst = sim[-1]
             xr = clip([2.0 * b - w for b, w in zip(xbar, worst, strict=True)])
             fxr = call(xr)
