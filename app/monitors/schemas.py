@@ -166,6 +166,12 @@ class PointsRequestSchema(Schema):
                   "accepted. Whole seconds identify a point.", "items": {"type": "string", "format": "date-time"}},
     )
     values = JsonArray(required=True, metadata={"items": {"type": "number"}})
+    labels = fields.Raw(
+        load_default=None,
+        metadata={"description": "The series the points belong to, as an object of label names to values; absent "
+                  "or null: the monitor's unlabelled series.", "type": "object",
+                  "additionalProperties": {"type": "string"}},
+    )
 
 
 class PointsResponseSchema(Schema):
@@ -395,6 +401,10 @@ class FeedbackRequestSchema(Schema):
 
     timestamp = fields.String(
         required=True, metadata={"description": "A stored point's timestamp, as sent with the point."}
+    )
+    series_id = fields.Integer(
+        load_default=None, allow_none=True, strict=True, validate=validate.Range(1, 2**63 - 1),
+        metadata={"description": "The series of the point; needed only on a monitor with several series."},
     )
     is_anomaly = fields.Boolean(
         required=True,

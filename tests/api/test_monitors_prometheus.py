@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from app.monitors import alertmanager, poller, prometheus
-from app.monitors.records import MonitorEventRecord, MonitorRecord
+from app.monitors.records import MonitorEventRecord, MonitorRecord, MonitorSeriesRecord
 from tests.support import build_app, minute_series, new_key, services_of, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
@@ -215,7 +215,8 @@ def test_open_alerts_are_resent_once_per_interval_and_only_while_open(client: Fl
 
     def revision() -> int:
         with database.session() as session:
-            return session.get(MonitorRecord, created["id"]).revision
+            return session.execute(select(MonitorSeriesRecord.revision).where(
+                MonitorSeriesRecord.monitor_id == created["id"])).scalar_one()
 
     now = datetime.now(UTC)
     before = revision()
@@ -277,7 +278,7 @@ def test_one_poller_holds_the_lease_until_it_runs_out(prom_app: Flask) -> None:
 def test_reading_windows_are_aligned_bounded_and_start_where_the_last_read_stopped() -> None:
     def claimed(**fields: Any) -> prometheus.Claimed:
         base = {"id": "m", "account_id": "a", "data_frequency": "Minutes", "retention_points": 10_000,
-                "prometheus_url": "http://p", "prometheus_query": "up", "last_epoch": None, "read_until": None}
+                "prometheus_url": "http://p", "prometheus_query": "up", "series_count": 0, "read_until": None}
         return prometheus.Claimed(**{**base, **fields})
 
     now = 1_800_000_030.5  # 30.5 s into a minute
@@ -287,9 +288,14 @@ def test_reading_windows_are_aligned_bounded_and_start_where_the_last_read_stopp
     small = prometheus.window(claimed(retention_points=20), now)
     assert small is not None and (small.end - small.start) // 60 + 1 == 20
     assert prometheus.window(claimed(read_until=1_800_000_000), now) is None  # the next step is not readable yet
-    behind = prometheus.window(claimed(last_epoch=1_800_000_000 - 5000 * 60), now)
+    behind = prometheus.window(claimed(read_until=1_800_000_000 - 5000 * 60), now)
     assert behind is not None and behind.start == 1_800_000_000 - 4999 * 60 and behind.catching_up
     assert (behind.end - behind.start) // 60 + 1 == prometheus.CHUNK_POINTS
+    # The more series a monitor follows, the fewer steps one read asks for: at most CHUNK_SAMPLES samples.
+    fleet = prometheus.window(claimed(read_until=1_800_000_000 - 5000 * 60, series_count=5000), now)
+    assert fleet is not None and (fleet.end - fleet.start) // 60 + 1 == prometheus.CHUNK_SAMPLES // 5000
+    huge = prometheus.window(claimed(read_until=1_800_000_000 - 5000 * 60, series_count=10**7), now)
+    assert huge is not None and huge.start == huge.end
     # A step is read SETTLE_SECONDS after its time, not before.
     assert prometheus.window(claimed(read_until=1_800_000_000), 1_800_000_060 + 0.5) is None
     assert prometheus.window(claimed(read_until=1_800_000_000), 1_800_000_061.5) is not None
