@@ -50,8 +50,9 @@ def labels(monitor_id: str, monitor_name: str, series_labels: dict[str, str], se
 
 
 def _annotations(monitor_id: str, point: dict[str, Any] | None, series_id: int | None = None) -> dict[str, str]:
-    path = f"/monitors/{monitor_id}" if series_id is None else f"/monitors/{monitor_id}/series/{series_id}"
-    notes = {"monitor": path, "dashboard": "/dashboard/monitors"}
+    notes = {"monitor": f"/monitors/{monitor_id}", "dashboard": "/dashboard/monitors"}
+    if series_id is not None:
+        notes["series"] = f"/monitors/{monitor_id}/series/{series_id}"
     if point is not None:
         notes["summary"] = (f"{point['timestamp']}: value {point['value']:g}, expected {point['expected']:g} "
                             f"(range {point['lower_bound']:g} .. {point['upper_bound']:g})")
@@ -88,7 +89,7 @@ def render(body: bytes, *, public_url: str | None, now: float) -> bytes:
     if public_url:
         base = public_url.rstrip("/")
         notes = dict(alert.get("annotations", {}))
-        for name in ("monitor", "dashboard"):
+        for name in ("monitor", "series", "dashboard"):
             if notes.get(name, "").startswith("/"):
                 notes[name] = base + notes[name]
         alert["annotations"] = notes

@@ -36,7 +36,7 @@ def point_view(point: MonitorPointRecord, *, labelled: bool = False) -> dict[str
     return view
 
 
-def alert_view(point: MonitorPointRecord) -> dict[str, Any]:
+def alert_view(point: Any) -> dict[str, Any]:
     """A stored point as an event describes it."""
     return {"timestamp": point.timestamp, "value": point.value, "expected": point.expected,
             "lower_bound": point.lower, "upper_bound": point.upper, "anomaly_score": point.score,

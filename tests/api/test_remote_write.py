@@ -15,10 +15,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.monitors.prompb.remote_pb2 import WriteRequest
-from app.monitors.records import MonitorEventRecord
+from app.monitors.records import MonitorEventRecord, MonitorPointRecord
 from tests.support import build_app, minute_series, new_key, services_of, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
@@ -246,7 +246,7 @@ def test_each_label_set_a_selector_matches_is_a_series_of_its_own(client: FlaskC
     alert = json.loads(events[0].payload)["alert"]
     assert alert["labels"] == {"alertname": "MonitorAnomaly", "monitor_id": monitor["id"], "monitor_name": "rw",
                                "instance": "c", "job": "api", "series_id": str(found["c"]["id"])}
-    assert alert["annotations"]["monitor"] == f"/monitors/{monitor['id']}/series/{found['c']['id']}"
+    assert alert["annotations"]["series"] == f"/monitors/{monitor['id']}/series/{found['c']['id']}"
     assert json.loads(events[0].payload)["series"] == {"id": found["c"]["id"], "labels": found["c"]["labels"]}
 
     # GET /monitors/metrics: one line per series per gauge, with its labels.
@@ -368,3 +368,52 @@ def test_entries_with_equal_labels_are_one_series(client: FlaskClient, keys: dic
     answer = write(client, writer, body_of(*entries[3:], *entries[:3]))
     assert answer.status_code == 204 and answer.headers["X-Samples-Stored"] == "6"
     assert [p["value"] for p in points_of(client, writer, monitor["id"])] == [v for _, v in samples]
+
+
+def test_series_that_stop_coming_are_retired_and_their_incident_ends(client: FlaskClient, keys: dict,
+                                                                     rw_app: Flask) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from app.monitors.records import MonitorSeriesRecord
+    from app.monitors.retirement import retire_series
+
+    writer = keys["writer"]
+    monitor = create(client, writer, remote_write_selector='{__name__="coming_going"}',
+                     webhook_url="http://127.0.0.1:9/hook")
+    spiked = minutes(60, value=lambda i: 10 + 3 * math.sin(i / 15) + (60 if i == 59 else 0))
+    assert write(client, writer, body_of(series({"__name__": "coming_going", "instance": "stays"}, minutes(60)),
+                                         series({"__name__": "coming_going", "instance": "goes"}, spiked))
+                 ).status_code == 204
+    pushed = client.post(f"/monitors/{monitor['id']}/points", headers=writer, json={
+        "timestamps": minute_series(3)[0], "values": [1.0, 2.0, 3.0]})  # the monitor's unlabelled series
+    assert pushed.status_code == 200
+    found = series_of(client, writer, monitor["id"])
+    assert found["goes"]["open_anomaly_since"] is not None
+    database = services_of(rw_app).database
+    long_ago = datetime.now(UTC) - timedelta(days=2)
+    with database.session() as session:  # what two days without a sample look like
+        session.execute(update(MonitorSeriesRecord).where(
+            MonitorSeriesRecord.id.in_([found["goes"]["id"], found[""]["id"]])).values(last_seen_at=long_ago))
+    assert retire_series(database, retire_seconds=86_400) == 1
+    assert retire_series(database, retire_seconds=86_400) == 0
+    left = series_of(client, writer, monitor["id"])
+    assert sorted(left) == ["", "stays"]  # the unlabelled series is the monitor's own: never retired
+    with database.session() as session:
+        stored = session.execute(select(func.count()).select_from(MonitorPointRecord).where(
+            MonitorPointRecord.series_id == found["goes"]["id"])).scalar()
+    assert stored == 0
+    ended = [d for d in client.get(f"/monitors/{monitor['id']}/deliveries", headers=writer).json["deliveries"]
+             if d["type"] == "anomaly_ended"]
+    assert len(ended) == 1 and ended[0]["series_id"] == found["goes"]["id"]
+    with database.session() as session:
+        event = session.get(MonitorEventRecord, ended[0]["event_id"])
+        assert event is not None
+        run = json.loads(event.payload)["run"]
+    assert run["closed_by"] == "retired" and run["anomalous_points"] >= 1
+    # The label set comes back: a new series, warming up afresh.
+    again = write(client, writer, body_of(series({"__name__": "coming_going", "instance": "goes"}, minutes(2, 60))))
+    assert again.status_code == 204 and again.headers["X-Samples-Stored"] == "2"
+    back = series_of(client, writer, monitor["id"])["goes"]
+    assert back["id"] != found["goes"]["id"] and back["point_count"] == 2
