@@ -210,6 +210,8 @@ class PointSchema(Schema):
         allow_none=True, required=True,
         metadata={"description": "\"not_anomaly\" once a user said so (POST /monitors/{id}/feedback); else null."},
     )
+    series_id = fields.Integer(metadata={"description": "The point's series, when it is a labelled series of its "
+                                         "monitor (a monitor's unlabelled points carry none)."})
 
 
 class ForecastSchema(Schema):
@@ -234,6 +236,31 @@ class SourceSchema(Schema):
     read_until = fields.String(allow_none=True, metadata={"description": "Read up to this evaluation time."})
 
 
+class SeriesSchema(Schema):
+    id = fields.Integer(required=True)
+    labels = fields.Dict(keys=fields.String(), values=fields.String(), required=True,
+                         metadata={"description": "The series' label set; {} for a monitor's unlabelled stream."})
+    point_count = fields.Integer(required=True)
+    first_timestamp = fields.String(allow_none=True, required=True)
+    last_timestamp = fields.String(allow_none=True, required=True)
+    last_point = fields.Nested(PointSchema, allow_none=True, required=True)
+    open_anomaly_since = fields.String(allow_none=True, required=True,
+                                       metadata={"description": "The open incident's first point; null: none open."})
+    created_at = fields.String(required=True)
+    last_seen_at = fields.String(required=True, metadata={"description": "When a point was last stored; a "
+                                 "labelled series unseen for MONITOR_SERIES_RETIRE_SECONDS is retired."})
+    points = fields.List(fields.Nested(PointSchema), metadata={"description": "The last ?points=N points."})
+    monitor_id = fields.String(metadata={"description": "GET /monitors/{id}/series/{series_id} only."})
+    open_anomalies = fields.List(fields.Nested(PointSchema), metadata={"description": "One series' page only."})
+    forecast = fields.Nested(ForecastSchema, allow_none=True, metadata={"description": "With ?horizon=H."})
+
+
+class SeriesListSchema(Schema):
+    monitor_id = fields.String(required=True)
+    series = fields.List(fields.Nested(SeriesSchema), required=True)
+    next_after = fields.Integer(allow_none=True, required=True)
+
+
 class MonitorSchema(Schema):
     id = fields.String(required=True)
     name = fields.String(required=True)
@@ -254,8 +281,17 @@ class MonitorSchema(Schema):
     point_count = fields.Integer(required=True)
     last_timestamp = fields.String(allow_none=True, required=True)
     open_anomalies = fields.List(fields.Nested(PointSchema), required=True)
-    points = fields.List(fields.Nested(PointSchema), metadata={"description": "The last ?points=N points."})
+    points = fields.List(fields.Nested(PointSchema), metadata={"description": "The last ?points=N points of its "
+                         "series when it has one; empty when it has several (each entry of series has its own)."})
     forecast = fields.Nested(ForecastSchema, allow_none=True, metadata={"description": "With ?horizon=H."})
+    series_count = fields.Integer(required=True, metadata={"description": "Its series: one per label set."})
+    series_refused = fields.Integer(required=True, metadata={"description": "Points refused because their new "
+                                    "series would have passed MAX_SERIES_PER_MONITOR."})
+    series_refused_at = fields.String(allow_none=True, required=True)
+    series = fields.List(fields.Nested(SeriesSchema), metadata={"description": "GET /monitors/{id}: the first "
+                         "?series=N of its series."})
+    series_next_after = fields.Integer(allow_none=True, metadata={"description": "Continue with GET "
+                                       "/monitors/{id}/series?after= when it has more."})
     webhook_secret = fields.String(metadata={"description": "Only in the answer that creates or rotates it."})
 
 
