@@ -6,8 +6,8 @@ when its verdicts open or close an incident."""
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,15 +101,13 @@ def append_many(
     became of its points or the error that refused them (a series' points succeed or fail together, and one
     series' refusal is no other's). A series new to its monitor is created, or refused beyond the monitor's cap."""
     outcomes: list[Outcome | None] = [None] * len(batch)
-    refused = {(s.monitor_id, s.labels): len(s.points.epochs) for s in batch}
     max_series = database.settings.max_series_per_monitor
     wanted: dict[str, list[Labels]] = {}
     for entry in batch:
         wanted.setdefault(entry.monitor_id, []).append(entry.labels)
     for _ in range(APPEND_ATTEMPTS):
         resolved = series.resolve(database, runtime.series_ids, account_id=account_id, wanted=wanted,
-                                  max_series=max_series, from_source=from_source, refused_points=refused,
-                                  now=utc_now())
+                                  max_series=max_series, from_source=from_source, batch=batch, now=utc_now())
         pending: list[tuple[int, int, IncomingPoints]] = []  # (entry, series id, points)
         for index, entry in enumerate(batch):
             if outcomes[index] is not None:
@@ -160,6 +158,10 @@ def append_chunked(
     room = most_points
     for index, entry in enumerate(batch):
         points, start = entry.points, 0
+        if len(points.epochs) <= room:  # the common case: the whole series fits, as it came
+            chunks[-1].append((index, entry))
+            room -= len(points.epochs)
+            continue
         while start < len(points.epochs):
             if room == 0 or (not lenient and chunks[-1] and len(points.epochs) > room):
                 chunks.append([])
@@ -206,15 +208,6 @@ class _Judging:
     period: int | None = None
 
 
-def _locked(runtime: MonitorRuntime, series_ids: list[int]) -> Iterator[None]:
-    """This process's locks of the series, taken in id order (so two batches never wait on each other in a
-    circle)."""
-    stack = ExitStack()
-    for series_id in sorted(set(series_ids)):
-        stack.enter_context(runtime.locks.lock_for(series_id))
-    return stack  # type: ignore[return-value]
-
-
 def _append_once(
     *,
     database: Database,
@@ -233,7 +226,7 @@ def _append_once(
     series_ids = [series_id for _, series_id, _ in pending]
     # The judge slot is taken before a database connection, so appends queued for the worker pool never
     # hold connections (on PostgreSQL, a burst of writers would otherwise drain the connection pool).
-    with _locked(runtime, series_ids), JudgeSlot(runtime):
+    with runtime.locks.held(series_ids), JudgeSlot(runtime):
         try:
             # A Core connection, one transaction: committed below with the points, rolled back on closing
             # otherwise. The ORM session's unit of work would have nothing to track here but costs as much.

@@ -4,6 +4,7 @@ scheduler) restarts it when its lease ran out (a killed worker). Each round is a
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 import time
@@ -80,6 +81,7 @@ def _reader(settings: Settings) -> Reader:
     if reader is None:
         _readers.clear()
         reader = _readers[pid] = Reader(settings)
+        gc.freeze()  # as a web process does (app/serving/hooks.py): full collections skip what lives as long
     return reader
 
 

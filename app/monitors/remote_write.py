@@ -182,11 +182,12 @@ def _series_labels(entry: Any, counts: Counter[str], samples: int) -> dict[str, 
     return labels
 
 
-def _points(samples: Any, counts: Counter[str]) -> IncomingPoints:
-    """One series' samples as points: time order, whole seconds, finite values; the rest counted."""
+def _points(samples: Any, counts: Counter[str], texts: dict[int, str]) -> IncomingPoints:
+    """One series' samples as points: time order, whole seconds, finite values; the rest counted. ``texts`` keeps
+    each second's timestamp text for the request (a fleet's samples share their seconds)."""
     epochs: list[int] = []
     values: list[float] = []
-    for sample in sorted(samples, key=lambda s: s.timestamp):
+    for sample in sorted(samples, key=lambda s: s.timestamp) if len(samples) > 1 else samples:
         value = sample.value
         if value != value:
             bits = struct.unpack("<Q", struct.pack("<d", value))[0]
@@ -207,7 +208,8 @@ def _points(samples: Any, counts: Counter[str]) -> IncomingPoints:
             continue
         epochs.append(epoch)
         values.append(value)
-    return IncomingPoints(epochs=epochs, texts=[epoch_text(e) for e in epochs], values=values)
+    return IncomingPoints(epochs=epochs, values=values,
+                          texts=[texts.get(e) or texts.setdefault(e, epoch_text(e)) for e in epochs])
 
 
 def receive(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, account_id: str,
@@ -236,8 +238,9 @@ def receive(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, ac
         for monitor_id in matched:
             routed.setdefault((monitor_id, identity), []).extend(entry.samples)
     batch = []
+    texts: dict[int, str] = {}
     for (monitor_id, identity), samples in routed.items():
-        points = _points(samples, counts)
+        points = _points(samples, counts, texts)
         if points.epochs:
             batch.append(ingest.SeriesPoints(monitor_id, identity, points))
     if batch:

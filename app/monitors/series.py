@@ -162,12 +162,12 @@ def _insert_ignoring_duplicates(dialect: str) -> Any:
 
 
 def resolve(database: Database, ids: SeriesIds, *, account_id: str, wanted: Mapping[str, Iterable[Labels]],
-            max_series: int, from_source: bool = False, refused_points: Mapping[tuple[str, Labels], int] | None = None,
-            now: datetime) -> Resolved:
+            max_series: int, from_source: bool = False, batch: Iterable[Any] = (), now: datetime) -> Resolved:
     """The series id of each (monitor, labels) asked for, creating the missing ones while the monitor follows
     fewer than ``max_series``. A monitor that does not exist or is another account's is a 404 for its label sets;
     a Prometheus-backed one a 400 unless ``from_source``. Label sets beyond the cap are ``over_cap``, and the
-    points they carried (``refused_points``, one each by default) are added to the monitor's ``series_refused``."""
+    points they carried (in ``batch``, entries with monitor_id, labels and points) are added to the monitor's
+    ``series_refused``."""
     resolved = Resolved()
     missing: dict[str, list[Labels]] = {}
     for monitor_id, label_sets in wanted.items():
@@ -179,13 +179,14 @@ def resolve(database: Database, ids: SeriesIds, *, account_id: str, wanted: Mapp
                 resolved.ids[(monitor_id, labels)] = series_id
     if not missing:
         return resolved
+    refused_points = {(e.monitor_id, e.labels): len(e.points.epochs) for e in batch}
     with database.engine.connect() as connection:
         for monitor_id, label_sets in missing.items():
             connection.begin()
             try:
                 _resolve_monitor(connection, resolved, account_id=account_id, monitor_id=monitor_id,
                                  label_sets=sorted(set(label_sets)), max_series=max_series, from_source=from_source,
-                                 refused_points=refused_points or {}, now=now)
+                                 refused_points=refused_points, now=now)
                 connection.commit()
             except BaseException:
                 connection.rollback()

@@ -203,7 +203,7 @@ def mark_not_anomaly(
         if series is None:
             raise _no_point(epoch)
         number = series.id
-    with runtime.locks.lock_for(number):
+    with runtime.locks.held([number]):
         try:
             revision, relearnt, view, closed = _mark(session_scope=database.session(), runtime=runtime,
                                                      account_id=account_id, monitor_id=monitor_id, series_id=number,

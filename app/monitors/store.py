@@ -126,10 +126,12 @@ _STATES = select(*_STATE_COLUMNS).select_from(_SERIES.join(_MONITORS, _MONITORS.
 # building a statement per append, the ORM session's bookkeeping and SQLAlchemy's execution machinery cost
 # more per append than the database's own work and the detector together.
 _READ_STATE = Prepared(_STATES.where(_SERIES.c.id == bindparam("series_id")).with_for_update(of=_SERIES))
-# Many series in one statement, locked in id order (two writers of overlapping sets never wait on each other in a
-# circle).
-_READ_STATES = (_STATES.where(_SERIES.c.id.in_(bindparam("series_ids", expanding=True))).order_by(_SERIES.c.id)
-                .with_for_update(of=_SERIES))
+# Many series in one statement of STATES_CHUNK ids (padded with 0, no series' id), locked in id order (two writers
+# of overlapping sets never wait on each other in a circle), run on the DBAPI cursor as the other hot statements.
+STATES_CHUNK = 256
+_STATE_IDS = [f"s{i}" for i in range(STATES_CHUNK)]
+_READ_STATES = Prepared(_STATES.where(_SERIES.c.id.in_([bindparam(name) for name in _STATE_IDS]))
+                        .order_by(_SERIES.c.id).with_for_update(of=_SERIES))
 # The compare-and-set on revision: it comes first among the writes, and on SQLite it also takes the write lock.
 _CLAIM_REVISION = Prepared(
     _SERIES.update()
@@ -144,7 +146,11 @@ _CLAIM_REVISION = Prepared(
         last_seen_at=bindparam("new_last_seen_at"),
     )
 )
+_CLAIM_NAMES = ("series_id", "old_revision", "new_revision", "new_point_count", "new_first_epoch", "new_last_epoch",
+                "new_event_seq", "new_open_anomaly_epoch", "new_last_seen_at")
 _INSERT_POINTS = Prepared(_POINTS.insert())
+_POINT_NAMES = ("monitor_id", "series_id", "epoch", "timestamp", "value", "expected", "lower", "upper", "score",
+                "is_anomaly", "direction", "warmup", "feedback")
 _IN_SERIES = (_POINT.monitor_id == bindparam("monitor_id")) & (_POINT.series_id == bindparam("series_id"))
 _STORED_RANGE = select(_POINTS).where(_IN_SERIES, _POINT.epoch >= bindparam("first"), _POINT.epoch <= bindparam("last"))
 _HEAD = Prepared(select(_POINT.epoch, _POINT.value).where(_IN_SERIES).order_by(_POINT.epoch).limit(HEAD_ROWS))
@@ -209,8 +215,15 @@ def series_states(connection: Connection, series_ids: list[int]) -> dict[int, Se
     if len(series_ids) == 1:
         state = series_state(connection, series_ids[0])
         return {} if state is None else {state.series_id: state}
-    rows = connection.execute(_READ_STATES, {"series_ids": sorted(series_ids)})
-    return {int(row[len(_MONITOR_FIELDS) + 1]): SeriesState(*row) for row in rows}
+    ordered = sorted(series_ids)
+    states: dict[int, SeriesState] = {}
+    for start in range(0, len(ordered), STATES_CHUNK):
+        chunk = ordered[start:start + STATES_CHUNK]
+        chunk += [0] * (STATES_CHUNK - len(chunk))
+        for row in _READ_STATES.execute(connection, dict(zip(_STATE_IDS, chunk, strict=True))).fetchall():
+            state = SeriesState(*row)
+            states[state.series_id] = state
+    return states
 
 
 def utc_now() -> datetime:
@@ -342,38 +355,23 @@ def write_judged(connection: Connection, batch: list[JudgedPoints]) -> None:
     commits). Raises StaleRevision when another process wrote one of the series first."""
     now = utc_now()
     claims = []
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for item in batch:
         series, epochs = item.series, item.epochs
-        stored_after = series.point_count + len(epochs)
-        claims.append({
-            "series_id": series.series_id,
-            "old_revision": series.revision,
-            "new_revision": series.revision + 1,
-            "new_point_count": min(stored_after, series.retention_points),
-            "new_first_epoch": series.first_epoch if series.first_epoch is not None else epochs[0],
-            "new_last_epoch": epochs[-1],
-            "new_event_seq": item.plan.seq,
-            "new_open_anomaly_epoch": item.plan.open_epoch,
-            "new_last_seen_at": now,
-        })
+        claims.append((series.series_id, series.revision, series.revision + 1,
+                       min(series.point_count + len(epochs), series.retention_points),
+                       series.first_epoch if series.first_epoch is not None else epochs[0], epochs[-1],
+                       item.plan.seq, item.plan.open_epoch, now))
         monitor_id, series_id = series.monitor_id, series.series_id
         rows.extend(
-            {"monitor_id": monitor_id, "series_id": series_id, "epoch": e, "timestamp": t, "value": v,
-             "expected": d.expected, "lower": d.lower, "upper": d.upper, "score": d.score, "is_anomaly": d.is_anomaly,
-             "direction": d.direction, "warmup": d.warmup, "feedback": None}
+            (monitor_id, series_id, e, t, v, d.expected, d.lower, d.upper, d.score, d.is_anomaly, d.direction,
+             d.warmup, None)
             for e, t, v, d in zip(epochs, item.texts, item.values, item.verdicts, strict=True)
         )
-    if len(claims) == 1:
-        claimed = _CLAIM_REVISION.execute(connection, claims[0]).rowcount
-    else:
-        claimed = _CLAIM_REVISION.executemany(connection, claims).rowcount
+    claimed = _CLAIM_REVISION.executemany_rows(connection, _CLAIM_NAMES, claims).rowcount
     if claimed != len(claims):
         raise StaleRevision
-    if len(rows) == 1:
-        _INSERT_POINTS.execute(connection, rows[0])
-    else:
-        _INSERT_POINTS.executemany(connection, rows)
+    _INSERT_POINTS.executemany_rows(connection, _POINT_NAMES, rows)
     for item in batch:
         if item.plan.events:
             enqueue_events(connection, item.series, item.plan, now)
