@@ -188,7 +188,8 @@ def main() -> None:
                 observer = sqlite3.connect(f"file:{database_url.removeprefix('sqlite:///')}?mode=ro", uri=True)
                 while time.time() < stop_at:
                     began = time.time()
-                    rows = observer.execute("SELECT id, last_epoch FROM monitors WHERE last_epoch IS NOT NULL")
+                    rows = observer.execute("SELECT monitor_id, max(last_epoch) FROM monitor_series "
+                                            "WHERE last_epoch IS NOT NULL GROUP BY monitor_id")
                     now = time.time()
                     for monitor_id, epoch in rows:
                         if monitor_id not in wanted:
