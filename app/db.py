@@ -130,9 +130,15 @@ class _Compiled:
         processors = [(i, self.processors[name]) for i, name in enumerate(names) if name in self.processors]
         if processors:
             rows = [list(row) for row in rows]
-            for row in rows:
-                for index, processor in processors:
-                    row[index] = processor(row[index])
+            for index, processor in processors:
+                # A column's rows often repeat one value (a batch's time, a flag): processed once per run.
+                last_in: Any = object()
+                last_out: Any = None
+                for row in rows:
+                    value = row[index]
+                    if value is not last_in:
+                        last_in, last_out = value, processor(value)
+                    row[index] = last_out
         if self.order is None:
             return [{**self.defaults, **dict(zip(names, row, strict=True))} if self.defaults
                     else dict(zip(names, row, strict=True)) for row in rows]

@@ -40,8 +40,12 @@ def plan_events(
     the stored anomalies of an incident that opened before them; ``started_text(epoch)`` is a point's timestamp
     as it was sent; ``stored_point(epoch)`` a stored point as an alert describes it."""
     plan = IncidentPlan(open_epoch=monitor.open_anomaly_epoch, seq=monitor.event_seq)
-    if plan.open_epoch is None and not any(verdict.is_anomaly for verdict in verdicts):
-        return plan  # nothing opens, nothing closes: most appends
+    if plan.open_epoch is None:
+        for verdict in verdicts:
+            if verdict.is_anomaly:
+                break
+        else:
+            return plan  # nothing opens, nothing closes: most appends
     run_count: int | None = None  # anomalies in the open incident, looked up only when needed
     first: dict[str, Any] | None = None  # the open incident's first point, which its resolved alert describes
     for epoch, text, value, verdict in zip(epochs, texts, values, verdicts, strict=True):

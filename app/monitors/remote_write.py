@@ -115,6 +115,10 @@ class _Targets:
     against every monitor of the account."""
 
     def __init__(self, rows: list[tuple[str, str]]) -> None:
+        # A label set's route, as it came (its outcome when unusable, else its sorted labels and the monitors it
+        # feeds): a fleet sends the same label sets every scrape, so each is checked and matched once per process
+        # while the account's selectors stay as they are.
+        self.routes: dict[tuple[tuple[str, str], ...], tuple[str | None, series.Labels, list[str]]] = {}
         self.by_pair: dict[tuple[str, str], list[tuple[str, selectors.Selector]]] = {}
         self.anywhere: list[tuple[str, selectors.Selector]] = []
         for monitor_id, text in rows:
@@ -134,6 +138,23 @@ class _Targets:
             if candidates:
                 found.extend(m for m, s in candidates if s.matches(labels))
         return found
+
+    def route(self, raw: tuple[tuple[str, str], ...]) -> tuple[str | None, series.Labels, list[str]]:
+        known = self.routes.get(raw)
+        if known is None:
+            labels = dict(raw)
+            problem = _label_outcome(labels, len(raw))
+            identity = tuple(sorted(labels.items()))
+            known = (problem, identity, [] if problem or not self else self.matching(labels))
+            if len(self.routes) >= ROUTES_KEPT:
+                self.routes.clear()
+            self.routes[raw] = known
+        return known
+
+
+# Label sets whose route an account's selectors keep (a few MB at most).
+ROUTES_KEPT = 100_000
+_TARGETS: dict[str, tuple[tuple[tuple[str, str], ...], _Targets]] = {}
 
 
 _PARSED: dict[str, selectors.Selector | None] = {}
@@ -163,23 +184,25 @@ def targets_of(database: Database, account_id: str) -> _Targets:
         monitors.account_id == account_id, monitors.remote_write_selector.is_not(None),
         monitors.prometheus_query.is_(None))
     with database.engine.connect() as connection:
-        return _Targets([(row[0], row[1]) for row in connection.execute(statement)])
+        rows = tuple((row[0], row[1]) for row in connection.execute(statement))
+    kept = _TARGETS.get(account_id)
+    if kept is not None and kept[0] == rows:
+        return kept[1]
+    targets = _Targets(list(rows))
+    if len(_TARGETS) >= _PARSED_LIMIT:
+        _TARGETS.clear()
+    _TARGETS[account_id] = (rows, targets)
+    return targets
 
 
-def _series_labels(entry: Any, counts: Counter[str], samples: int) -> dict[str, str] | None:
-    """The series' labels as a dict, or None (its samples counted) when they are unusable."""
-    if len(entry.labels) > series.MAX_LABELS:
-        counts["labels_too_large"] += samples
-        return None
-    labels = {label.name: label.value for label in entry.labels}
+def _label_outcome(labels: dict[str, str], sent: int) -> str | None:
+    """The outcome of a series' samples when its labels are unusable (``sent`` labels came), else None."""
     problem = series.label_problem(labels)
     if problem == "too_large":
-        counts["labels_too_large"] += samples
-        return None
-    if problem is not None or len(labels) != len(entry.labels) or not labels.get("__name__"):
-        counts["invalid_series"] += samples
-        return None
-    return labels
+        return "labels_too_large"
+    if problem is not None or len(labels) != sent or not labels.get("__name__"):
+        return "invalid_series"
+    return None
 
 
 def _points(samples: Any, counts: Counter[str], texts: dict[int, str]) -> IncomingPoints:
@@ -227,14 +250,16 @@ def receive(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, ac
             counts["histogram"] += len(entry.histograms)
         if not samples:
             continue
-        labels = _series_labels(entry, counts, samples)
-        if labels is None:
+        if len(entry.labels) > series.MAX_LABELS:
+            counts["labels_too_large"] += samples
             continue
-        matched = targets.matching(labels) if targets else []
+        problem, identity, matched = targets.route(tuple((label.name, label.value) for label in entry.labels))
+        if problem is not None:
+            counts[problem] += samples
+            continue
         if not matched:
             counts["unmatched"] += samples
             continue
-        identity = tuple(sorted(labels.items()))
         for monitor_id in matched:
             routed.setdefault((monitor_id, identity), []).extend(entry.samples)
     batch = []
