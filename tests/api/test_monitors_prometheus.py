@@ -5,6 +5,7 @@ tests/e2e/test_prometheus.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import socket
@@ -485,11 +486,11 @@ def _matrix(values: list[Any]) -> bytes:
                                                       "result": [{"metric": {}, "values": values}]}}).encode()
 
 
-def _read_once(prom_app: Flask, client: FlaskClient, owner: dict[str, str], body: bytes, status: int = 200
-               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _read_once(prom_app: Flask, client: FlaskClient, owner: dict[str, str], body: bytes, status: int = 200,
+               **settings: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     server = _Answering(body, status)
     created = create(client, owner, name="hostile", prometheus_url=server.url, prometheus_query="up").json
-    reader = prometheus.Reader(services_of(prom_app).settings)
+    reader = prometheus.Reader(dataclasses.replace(services_of(prom_app).settings, **settings))
     try:
         claimed = [m for m in reader.claim(datetime.now(UTC) + timedelta(seconds=1)) if m.id == created["id"]]
         reader._safe_read(claimed[0])
@@ -497,7 +498,7 @@ def _read_once(prom_app: Flask, client: FlaskClient, owner: dict[str, str], body
         reader.close()
         server.close()
     view = client.get(f"/monitors/{created['id']}?points=1000", headers=owner).json
-    return view["source"], view["points"]
+    return {**view["source"], "monitor": view}, view["points"]
 
 
 def _now_steps(count: int) -> list[int]:
@@ -518,6 +519,26 @@ def test_a_malformed_prometheus_answer_is_a_visible_error_never_a_stuck_monitor(
     assert source["status"] in {"error", "ok", "several_series"}, source
     assert "\x00" not in source["message"] and len(source["message"]) <= prometheus.MESSAGE_CHARS
     assert points == []
+
+
+def test_a_query_of_several_series_reads_each_as_a_series_within_the_cap(client: FlaskClient, keys: dict,
+                                                                         prom_app: Flask) -> None:
+    steps = _now_steps(15)
+    body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"queue": name}, "values": [[stamp, str(10 + i % 3)] for i, stamp in enumerate(steps)]}
+        for name in ("b", "d", "a")] + [
+        {"metric": {"queue": "c", "blob": "x" * 5000}, "values": [[steps[0], "1"]]},  # labels too large
+        {"metric": {"queue": "e"}, "values": [[steps[0], "NaN"]]},  # nothing readable: no series made
+    ]}}).encode()
+    source, points = _read_once(prom_app, client, keys["owner"], body, max_series_per_monitor=2)
+    monitor = source["monitor"]
+    assert source["status"] == "ok" and "5 series" in source["message"], source
+    assert "1 series were not read" in source["message"] and "MAX_SERIES_PER_MONITOR" in source["message"]
+    assert "1 series were skipped: their labels are too large" in source["message"]
+    assert monitor["series_count"] == 2 and points == []  # several series: each has its own points
+    assert sorted(s["labels"]["queue"] for s in monitor["series"]) == ["a", "b"]  # the first label sets, in order
+    assert all(s["point_count"] == 15 for s in monitor["series"])
+    assert monitor["series_refused"] == 15 and monitor["series_refused_at"]
 
 
 def test_samples_off_the_steps_outside_the_window_or_unreadable_are_skipped(client: FlaskClient, keys: dict,
