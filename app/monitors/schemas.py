@@ -229,7 +229,7 @@ class SourceSchema(Schema):
     query = fields.String(allow_none=True)
     step_seconds = fields.Integer(allow_none=True)
     status = fields.String(allow_none=True, metadata={
-        "enum": ["pending", "ok", "no_series", "several_series", "unreachable", "timeout", "error"],
+        "enum": ["pending", "ok", "no_series", "unreachable", "timeout", "error"],
         "description": "The last read's outcome; anything but ok and pending is a problem that message names."})
     message = fields.String(allow_none=True)
     checked_at = fields.String(allow_none=True, metadata={"description": "When Prometheus was last asked."})
