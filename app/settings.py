@@ -76,6 +76,10 @@ class Settings:
     # Monitors one account may keep: each Prometheus-backed one is a read every step, each pushed one a state in
     # every web process's cache.
     max_monitors_per_account: int = 2000
+    # Series one monitor may follow (one per label set its query or selector yields); a new one beyond it is
+    # refused and counted. A labelled series that gets no point for the retire time is retired (deleted).
+    max_series_per_monitor: int = 10_000
+    monitor_series_retire_seconds: float = 86_400.0
     monitor_retry_base_seconds: float = 1.0
     monitor_retry_max_delay_seconds: float = 60.0
     monitor_delivery_max_age_seconds: float = 3600.0
@@ -120,6 +124,8 @@ class Settings:
             log_level=os.environ.get("LOG_LEVEL", "INFO").upper(),
             allow_private_webhooks=_bool("ALLOW_PRIVATE_WEBHOOKS", False),
             max_monitors_per_account=_int("MAX_MONITORS_PER_ACCOUNT", 2000),
+            max_series_per_monitor=_int("MAX_SERIES_PER_MONITOR", 10_000),
+            monitor_series_retire_seconds=_float("MONITOR_SERIES_RETIRE_SECONDS", 86_400.0),
             monitor_retry_base_seconds=_float("MONITOR_RETRY_BASE_SECONDS", 1.0),
             monitor_retry_max_delay_seconds=_float("MONITOR_RETRY_MAX_DELAY_SECONDS", 60.0),
             monitor_delivery_max_age_seconds=_float("MONITOR_DELIVERY_MAX_AGE_SECONDS", 3600.0),

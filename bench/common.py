@@ -206,12 +206,13 @@ def flush_redis(url: str = REDIS_URL) -> None:
 class Gunicorn:
     """gunicorn wsgi:app on a free loopback port, in its own process group."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, args: Sequence[str] = (), app: str = "wsgi:app") -> None:
-        self.port = free_port()
+    def __init__(self, env: dict[str, str], log_path: Path, args: Sequence[str] = (), app: str = "wsgi:app",
+                 port: int | None = None) -> None:
+        self.port = port or free_port()
         self.host = "127.0.0.1"
         self.url = f"http://{self.host}:{self.port}"
         self.log_path = log_path
-        self._log = open(log_path, "w")  # noqa: SIM115
+        self._log = open(log_path, "a")  # noqa: SIM115
         self.process = subprocess.Popen(
             [str(VENV_BIN / "gunicorn"), "--bind", f"{self.host}:{self.port}", *args, app],
             cwd=env["BENCH_APP_ROOT"], env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -371,3 +372,14 @@ def tree_cpu_seconds(root_pid: int) -> float:
         total += process_cpu_seconds(pid)
         pending += children.get(pid, [])
     return total
+
+
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGINT) -> None:
+    """Stops a process started in its own session (a jobs worker and its children), killing it after 30 s."""
+    if process.poll() is None:
+        os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

@@ -89,16 +89,6 @@ def start_prometheus(tmp: Path, exporter_port: int) -> tuple[subprocess.Popen[by
     raise RuntimeError("prometheus did not start")
 
 
-def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
 def push_latencies(session: requests.Session, url: str, monitor_id: str, start: int, count: int,
                    pause: float) -> list[float]:
     base = datetime(2026, 1, 1, tzinfo=UTC)
@@ -188,7 +178,8 @@ def main() -> None:
                 observer = sqlite3.connect(f"file:{database_url.removeprefix('sqlite:///')}?mode=ro", uri=True)
                 while time.time() < stop_at:
                     began = time.time()
-                    rows = observer.execute("SELECT id, last_epoch FROM monitors WHERE last_epoch IS NOT NULL")
+                    rows = observer.execute("SELECT monitor_id, max(last_epoch) FROM monitor_series "
+                                            "WHERE last_epoch IS NOT NULL GROUP BY monitor_id")
                     now = time.time()
                     for monitor_id, epoch in rows:
                         if monitor_id not in wanted:
@@ -221,8 +212,8 @@ def main() -> None:
                           if line.startswith("forecast_monitor_last_point_timestamp_seconds{")}
                 in_exposition = sum(1 for monitor_id in wanted if newest.get(monitor_id, 0) >= seen.get(monitor_id, 1))
         finally:
-            stop(worker, signal.SIGINT)
-            stop(prometheus)
+            c.stop_process(worker, signal.SIGINT)
+            c.stop_process(prometheus, signal.SIGTERM)
             exporter.stop()
     expected = max(0, (last_counted - observe_from) // 60 + 1) * args.monitors
     rows = [

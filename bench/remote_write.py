@@ -4,16 +4,21 @@ gunicorn, with the embedded default (SQLite, one process) and with PostgreSQL + 
     python bench/remote_write.py [--quick] [--database sqlite|postgres|both]
 
 For each database, MONITORS pushed monitors (each with a remote_write_selector on its own series) take four loads
-in turn, each for DURATION seconds from 2 client threads (each owning half the monitors, so no two requests wait on
-one monitor), bodies encoded before the clock starts:
-  bulk, 20 points/monitor   POST /monitors/points, each body 20 consecutive seconds of 100 monitors (2,000 points)
-  remote write, 20 points   POST /api/v1/write, the same points as Prometheus sends them (one TimeSeries entry per
-                            sample, snappy block format)
-  bulk, 1 point/monitor     one second of each of the client's 500 monitors per body: a fleet at its scrape
-  remote write, 1 point     the same by remote write
-Figures: points stored and judged per second (counted by the server's answers), request p50/p99, errors, and lost
-points (every monitor's point_count checked against what was sent, after each load). Meanwhile one client appends a
-single point to its own monitor every 100 ms (POST /monitors/{id}/points): its p99.
+in turn, each for DURATION seconds from 2 client threads (each owning half the series, so no two requests wait on
+one series), bodies encoded before the clock starts:
+  bulk, 20 points/series   POST /monitors/points, each body 20 consecutive seconds of 100 monitors (2,000 points)
+  remote write, 20 points  POST /api/v1/write, the same points as Prometheus sends them (one TimeSeries entry per
+                           sample, snappy block format)
+  bulk, 1 point/series     one second of each of the client's 500 monitors per body: a fleet at its scrape
+  remote write, 1 point    the same by remote write
+then ONE monitor whose selector matches FLEET_SERIES series takes the two 1-point loads (each series a series of
+that monitor; bulk rows name theirs with "labels"), after a history of HISTORY_POINTS points a series (bulk, 20 a
+request) so every series' state is past its first, costlier rows, as a fleet's is.
+Figures: points stored and judged per second (counted by the server's answers), request p50/p99, errors, lost
+points (every series' count checked against what was sent, after each load), and the web processes' CPU per
+point stored (gunicorn's workers, user + system, over the load), beside the detector's own cost per row measured
+in this process in the same run. Meanwhile one client appends a single point to its own monitor every 100 ms
+(POST /monitors/{id}/points): its p99.
 Writes bench/results/remote-write.md.
 """
 
@@ -52,6 +57,8 @@ TARGET_SINGLE_P99 = 0.050
 # Points per request, for bulk bodies too: Prometheus' queue_config max_samples_per_send (2.42, Debian 12's,
 # defaults to 500 and sends smaller requests; 2,000 is what later versions default to).
 BODY_POINTS = 2_000
+FLEET_SERIES = 2_000
+HISTORY_POINTS = 300
 
 
 def stamp(second: int) -> str:
@@ -91,27 +98,41 @@ class Conn:
         return status, json.loads(data) if data else None
 
 
-def bulk_body(monitors: list[tuple[int, str]], first_second: int, points: int) -> tuple[bytes, int]:
-    rows = [{"monitor_id": mid, "timestamp": stamp(s), "value": value(i, s)}
-            for s in range(first_second, first_second + points) for i, mid in monitors]
+# A series of the load: (its number, its monitor's id, the metric its remote-written samples have, whether bulk rows
+# name it with labels: the fleet monitor's series).
+Series = tuple[int, str, str, bool]
+
+
+def labels_of(series: Series) -> dict[str, str]:
+    return {"__name__": series[2], "instance": f"host-{series[0]}", "job": "bench"}
+
+
+def bulk_body(group: list[Series], first_second: int, points: int) -> tuple[bytes, int]:
+    rows = []
+    for s in range(first_second, first_second + points):
+        for one in group:
+            row: dict[str, object] = {"monitor_id": one[1], "timestamp": stamp(s), "value": value(one[0], s)}
+            if one[3]:
+                row["labels"] = labels_of(one)
+            rows.append(row)
     return json.dumps({"points": rows}).encode(), len(rows)
 
 
-def remote_write_body(monitors: list[tuple[int, str]], first_second: int, points: int) -> tuple[bytes, int]:
+def remote_write_body(group: list[Series], first_second: int, points: int) -> tuple[bytes, int]:
     import cramjam
 
     from app.monitors.prompb.remote_pb2 import WriteRequest
 
     request = WriteRequest()
     for s in range(first_second, first_second + points):
-        for i, _ in monitors:
+        for one in group:
             series = request.timeseries.add()  # one entry per sample, as Prometheus sends them
-            for name, label in (("__name__", "bench_load"), ("instance", f"host-{i}"), ("job", "bench")):
+            for name, label in sorted(labels_of(one).items()):
                 entry = series.labels.add()
                 entry.name, entry.value = name, label
             sample = series.samples.add()
-            sample.timestamp, sample.value = START_MS + s * 1000, value(i, s)
-    return bytes(cramjam.snappy.compress_raw(request.SerializeToString())), points * len(monitors)
+            sample.timestamp, sample.value = START_MS + s * 1000, value(one[0], s)
+    return bytes(cramjam.snappy.compress_raw(request.SerializeToString())), points * len(group)
 
 
 @dataclass
@@ -121,31 +142,34 @@ class LoadResult:
     latencies: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    web_cpu: float = 0.0
 
 
-def run_load(url: str, key: str, shares: list[list[tuple[int, str]]], next_second: dict[str, int],
-             sent: dict[str, int], *, kind: str, points: int, duration: float, single: SingleProbe) -> LoadResult:
+def run_load(server: c.Gunicorn, key: str, shares: list[list[Series]], next_second: dict[Series, int],
+             sent: dict[Series, int], *, kind: str, points: int, duration: float, single: SingleProbe | None,
+             assumed_rate: float | None = None) -> LoadResult:
     """Each client sends its pre-encoded bodies back to back until they run out or ``duration`` passes. A body
-    holds at most BODY_POINTS points: a client's monitors are taken in groups that fit, in turn."""
+    holds at most BODY_POINTS points: a client's series are taken in groups that fit, in turn."""
+    url = server.url
     group_size = max(1, min(len(shares[0]), BODY_POINTS // points))
     # Enough bodies to outlast the duration at a rate above what this machine reaches (a load that runs out early
     # is measured over its shorter wall time); never encoded on the clock.
-    assumed_rate = 30_000 if points > 1 else 4_000
+    assumed_rate = assumed_rate or (30_000 if points > 1 else 8_000)
     bodies_per_client = max(2, math.ceil(duration * assumed_rate / CLIENTS / (points * group_size)))
     encode = bulk_body if kind == "bulk" else remote_write_body
-    prepared: list[list[tuple[bytes, int, list[tuple[int, str]], int]]] = []
+    prepared: list[list[tuple[bytes, int, list[Series], int]]] = []
     for share in shares:
         groups = [share[g:g + group_size] for g in range(0, len(share), group_size)]
-        planned = {mid: next_second[mid] for _, mid in share}
+        planned = {one: next_second[one] for one in share}
         bodies = []
         for b in range(bodies_per_client):
             group = groups[b % len(groups)]
-            # The group's monitors may have got different numbers of points in the previous load: go on after
+            # The group's series may have got different numbers of points in the previous load: go on after
             # the furthest (a hole is accepted; lost points are counted from what was sent, not from seconds).
-            first = max(planned[mid] for _, mid in group)
+            first = max(planned[one] for one in group)
             data, count = encode(group, first, points)
-            for _, mid in group:
-                planned[mid] = first + points
+            for one in group:
+                planned[one] = first + points
             bodies.append((data, count, group, first))
         prepared.append(bodies)
     result = LoadResult()
@@ -167,9 +191,9 @@ def run_load(url: str, key: str, shares: list[list[tuple[int, str]]], next_secon
             with lock:
                 result.latencies.append(elapsed)
                 result.sent_points += count
-                for _, mid in group:
-                    next_second[mid] = first + points
-                    sent[mid] += points
+                for one in group:
+                    next_second[one] = first + points
+                    sent[one] += points
                 if kind == "bulk" and status == 200:
                     result.stored += json.loads(body)["stored_points"]
                 elif kind != "bulk" and status == 204:
@@ -177,15 +201,19 @@ def run_load(url: str, key: str, shares: list[list[tuple[int, str]]], next_secon
                 else:
                     result.errors.append(f"{status}: {body[:200]!r}")
 
-    single.start()
+    if single is not None:
+        single.start()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    cpu0 = server.worker_cpu_seconds()
     started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     result.seconds = time.perf_counter() - started
-    single.stop()
+    result.web_cpu = server.worker_cpu_seconds() - cpu0
+    if single is not None:
+        single.stop()
     return result
 
 
@@ -223,7 +251,8 @@ class SingleProbe:
                 self.errors += 1
 
 
-def point_counts(url: str, key: str) -> dict[str, int]:
+def point_counts(url: str, key: str, fleet_id: str | None) -> tuple[dict[str, int], dict[int, int]]:
+    """Every monitor's point_count by id, and the fleet monitor's series' by their host number."""
     conn = Conn(url, key)
     counts: dict[str, int] = {}
     after = ""
@@ -234,11 +263,36 @@ def point_counts(url: str, key: str) -> dict[str, int]:
             counts[monitor["id"]] = monitor["point_count"]
         after = body["next_after"]  # type: ignore[index]
         if not after:
-            return counts
+            break
+    in_fleet: dict[int, int] = {}
+    after = "0"
+    while fleet_id is not None and after:
+        status, body = conn.json("GET", f"/monitors/{fleet_id}/series?limit=1000&after={after}")
+        assert status == 200, body
+        for one in body["series"]:  # type: ignore[index]
+            in_fleet[int(one["labels"]["instance"].removeprefix("host-"))] = one["point_count"]
+        after = str(body["next_after"] or "")  # type: ignore[index]
+    return counts, in_fleet
 
 
-def bench_database(kind: str, *, monitors: int, duration: float) -> list[list[object]]:
+def detector_us_per_row(rows: int = 3000) -> float:
+    """The default detector alone, one row per call on a state past its first rows (this process, this run)."""
+    from app.compute.detect.streaming import StreamingDetector
+
+    detector = StreamingDetector(data_frequency="Seconds", confidence=None, false_alarms_per_week=None,
+                                 floor=(0.0, 0.0))
+    state = detector.initial_state()
+    for s in range(1000):
+        detector.update(state, [float(s)], [value(0, s)])
+    began = time.process_time()
+    for s in range(1000, 1000 + rows):
+        detector.update(state, [float(s)], [value(0, s)])
+    return (time.process_time() - began) / rows * 1e6
+
+
+def bench_database(kind: str, *, monitors: int, fleet_series: int, duration: float) -> list[list[object]]:
     rows: list[list[object]] = []
+    deployment = "SQLite, 1 process" if kind == "sqlite" else "PostgreSQL + Redis, 2 processes"
     with c.temp_dir("bench-rw-") as tmp, c.database(kind, tmp) as database_url:
         key = c.create_key(database_url, "read,write,admin")
         extra = {}
@@ -249,38 +303,54 @@ def bench_database(kind: str, *, monitors: int, duration: float) -> list[list[ob
             extra["WEB_CONCURRENCY"] = "2"
         with c.gunicorn(database_url, tmp, redis_url=redis_url, workers=1, **extra) as server:
             conn = Conn(server.url, key)
-            ids: list[tuple[int, str]] = []
+            ids: list[Series] = []
             for i in range(monitors):
                 status, body = conn.json("POST", "/monitors", {
                     "name": f"host {i}", "data_frequency": "Seconds",
                     "remote_write_selector": f'bench_load{{instance="host-{i}"}}'})
                 assert status == 201, body
-                ids.append((i, body["id"]))  # type: ignore[index]
+                ids.append((i, body["id"], "bench_load", False))  # type: ignore[index]
             status, body = conn.json("POST", "/monitors", {"name": "single", "data_frequency": "Seconds"})
             assert status == 201, body
             single = SingleProbe(server.url, key, body["id"])  # type: ignore[index]
-            shares = [ids[k::CLIENTS] for k in range(CLIENTS)]
-            next_second = {mid: 0 for _, mid in ids}
-            sent = {mid: 0 for _, mid in ids}
-            for kind_of_load, points in (("bulk", 20), ("remote write", 20), ("bulk", 1), ("remote write", 1)):
+            status, body = conn.json("POST", "/monitors", {"name": "fleet", "data_frequency": "Seconds",
+                                                           "remote_write_selector": 'bench_fleet{job="bench"}'})
+            assert status == 201, body
+            fleet_id = body["id"]  # type: ignore[index]
+            fleet = [(i, fleet_id, "bench_fleet", True) for i in range(fleet_series)]
+            next_second = {one: 0 for one in ids + fleet}
+            sent = {one: 0 for one in ids + fleet}
+
+            def measure(name: str, layout: list[Series], load: str, points: int, *, probe: bool = True) -> None:
+                shares = [layout[k::CLIENTS] for k in range(CLIENTS)]
                 single.latencies.clear()
-                result = run_load(server.url, key, shares, next_second, sent,
-                                  kind="bulk" if kind_of_load == "bulk" else "rw", points=points,
-                                  duration=duration, single=single)
-                counts = point_counts(server.url, key)
-                lost = sum(max(0, sent[mid] - counts[mid]) for _, mid in ids)
-                extra_points = sum(max(0, counts[mid] - sent[mid]) for _, mid in ids)
+                result = run_load(server, key, shares, next_second, sent, kind="bulk" if load == "bulk" else "rw",
+                                  points=points, duration=duration, single=single if probe else None)
+                counts, in_fleet = point_counts(server.url, key, fleet_id)
+                held = {one: (in_fleet.get(one[0], 0) if one[3] else counts[one[1]]) for one in layout}
+                lost = sum(max(0, sent[one] - held[one]) for one in layout)
+                extra_points = sum(max(0, held[one] - sent[one]) for one in layout)
                 rate = result.stored / result.seconds if result.seconds else 0.0
                 lat = result.latencies
                 rows.append([
-                    "SQLite, 1 process" if kind == "sqlite" else "PostgreSQL + Redis, 2 processes",
-                    f"{kind_of_load}, {points} point{'s' if points > 1 else ''}/monitor/request",
+                    deployment, f"{name}: {load}, {points} point{'s' if points > 1 else ''}/series/request",
                     f"{len(lat)}", f"{result.stored:,}", f"{rate:,.0f}",
                     c.fmt_ms(c.percentile(lat, 50)) if lat else "-", c.fmt_ms(c.percentile(lat, 99)) if lat else "-",
                     str(len(result.errors)), f"{lost}" + (f" (+{extra_points} extra)" if extra_points else ""),
                     c.fmt_ms(c.percentile(single.latencies, 99)) if single.latencies else "-",
+                    f"{result.web_cpu / result.stored * 1e6:.0f}" if result.stored else "-",
                 ])
                 print(rows[-1], result.errors[:3], flush=True)
+
+            for load, points in (("bulk", 20), ("remote write", 20), ("bulk", 1), ("remote write", 1)):
+                measure(f"{monitors:,} monitors", ids, load, points)
+            # The fleet's history first (not measured), then its loads.
+            shares = [fleet[k::CLIENTS] for k in range(CLIENTS)]
+            while min(next_second[one] for one in fleet) < HISTORY_POINTS:
+                run_load(server, key, shares, next_second, sent, kind="bulk", points=20, duration=5.0, single=None,
+                         assumed_rate=20_000)
+            for load in ("remote write", "bulk"):
+                measure(f"1 monitor, {fleet_series:,} series", fleet, load, 1)
     return rows
 
 
@@ -291,25 +361,31 @@ def main() -> None:
     parser.add_argument("--monitors", type=int, default=None)
     args = parser.parse_args()
     monitors = args.monitors or (200 if args.quick else 1000)
+    fleet_series = 400 if args.quick else FLEET_SERIES
     duration = 8.0 if args.quick else 20.0
     kinds = ("sqlite", "postgres") if args.database == "both" else (args.database,)
+    detector_us = detector_us_per_row()
     rows: list[list[object]] = []
     for kind in kinds:
-        rows += bench_database(kind, monitors=monitors, duration=duration)
+        rows += bench_database(kind, monitors=monitors, fleet_series=fleet_series, duration=duration)
     c.write_table(
         "remote-write",
         "Remote write and bulk points: points stored and judged per second",
-        [f"{monitors:,} pushed monitors, each with a remote_write_selector on its own series; {CLIENTS} client threads "
-         f"on keep-alive connections, each owning half the monitors; each load {duration:g} s; at most "
+        [f"{monitors:,} pushed monitors, each with a remote_write_selector on its own series, then one monitor "
+         f"following {fleet_series:,} series (after {HISTORY_POINTS} points of history a series); {CLIENTS} client "
+         f"threads on keep-alive connections, each owning half the series; each load {duration:g} s; at most "
          f"{BODY_POINTS:,} points a request; bodies encoded before the clock starts; `Seconds` data, the default "
-         "detector; the loads run in the order listed, each continuing the monitors' streams.",
+         "detector; the loads run in the order listed, each continuing the series' streams.",
+         f"web us/point: the gunicorn workers' CPU (user + system) over the load per point stored; the detector "
+         f"alone costs {detector_us:.1f} us a row in this run (one row per call, a state past its first rows, "
+         "this process).",
          f"Targets (issue 45): >= {TARGET_RATE:,} points/s stored and judged, request p99 <= {TARGET_P99:g} s, "
          f"nothing lost; a single pushed append meanwhile p99 <= {TARGET_SINGLE_P99 * 1000:g} ms.",
          "points/s: points the answers say were stored (new, judged), over the load's wall time.",
          "lost: points sent and answered but not in the monitor's point_count afterwards.",
          "single p99: POST /monitors/{id}/points with one point, every 100 ms, to another monitor during the load."],
         ["deployment", "load", "requests", "points stored", "points/s", "p50 ms", "p99 ms", "errors", "lost",
-         "single p99 ms"],
+         "single p99 ms", "web us/point"],
         rows,
     )
 

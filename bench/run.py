@@ -1,7 +1,7 @@
 """Performance benchmarks of the service (`make bench`, `make bench-quick`).
 
     python bench/run.py [--quick] [--only footprint,import,web,verify,limiter,forecast,anomaly,synthetic,monitors,
-                                          prometheus,remote-write,load,accuracy,batches,batch-results,backtest]
+                                          prometheus,remote-write,fleet,load,accuracy,batches,batch-results,backtest]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -20,7 +20,10 @@ Suites (each writes bench/results/<suite>.md and prints it):
   prometheus 1,000 Prometheus-backed monitors at 1-minute steps: lag point -> verdict, beside pushed appends
             (bench/prometheus_monitors.py; needs /usr/bin/prometheus)
   remote-write  Prometheus remote write and POST /monitors/points: points/s stored and judged, p99, none lost,
-            SQLite and PostgreSQL + Redis (bench/remote_write.py)
+            web CPU a point, SQLite and PostgreSQL + Redis (bench/remote_write.py)
+  fleet     one monitor over 2,000 remote-written series through a restart, and over a PromQL query of 5,000
+            series: lag, nothing lost, labels on alerts and gauges; SQLite and PostgreSQL + Redis (bench/fleet.py;
+            needs /usr/bin/prometheus, promtool and prometheus-alertmanager)
   accuracy  bench/accuracy.py on every development set, 30 series each (5 with --quick), with anchors
   batches   bench/batches.py: batch throughput beside statsforecast, scale-out, web memory under a 1 GB upload
   batch-results bench/batch_results_memory.py: the web process's peak during results downloads (three at
@@ -52,7 +55,7 @@ import common as c  # noqa: E402
 import latency  # noqa: E402
 
 SUITES = ["footprint", "import", "web", "verify", "limiter", "forecast", "anomaly", "synthetic", "monitors",
-          "prometheus", "remote-write", "load", "accuracy", "batches", "batch-results", "backtest"]
+          "prometheus", "remote-write", "fleet", "load", "accuracy", "batches", "batch-results", "backtest"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
@@ -112,6 +115,12 @@ def suite_remote_write(quick: bool) -> str:
     """Prometheus remote write and bulk points: points/s stored and judged, p99, nothing lost; SQLite and
     PostgreSQL + Redis (bench/remote_write.py)."""
     return _script("remote_write.py", *(["--quick"] if quick else []))
+
+
+def suite_fleet(quick: bool) -> str:
+    """One monitor over 2,000 remote-written series through a restart, and over a PromQL query of 5,000 series:
+    lag p50/p99, nothing lost, labels on alerts and gauges; SQLite and PostgreSQL + Redis (bench/fleet.py)."""
+    return _script("fleet.py", *(["--quick"] if quick else []), timeout=7200)
 
 
 def suite_accuracy(quick: bool) -> str:
@@ -186,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                "limiter": latency.suite_limiter,
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy,
                "batches": suite_batches, "batch-results": suite_batch_results, "backtest": suite_backtest,
-               "remote-write": suite_remote_write}
+               "remote-write": suite_remote_write, "fleet": suite_fleet}
     failed = []
     with c.code_snapshot() as code:
         c.CODE_LINE = code

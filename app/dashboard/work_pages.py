@@ -18,12 +18,18 @@ from app.services import current_services
 from app.web.errors import ApiError
 
 MONITOR_CHART_POINTS = 500
+# A monitor of several series lists this many of them on its own page (a quarter in the list of monitors), each
+# with its last MONITOR_SERIES_VERDICTS verdicts.
+MONITOR_SERIES_ROWS = 200
+MONITOR_SERIES_VERDICTS = 30
 MONITOR_FEEDBACK_ROWS = 5
 
 
 @bp.get("/monitors")
 @signed_in
 def monitors(notice: str | None = None) -> Response:
+    """The account's monitors, each charted; a monitor of several series lists them with their latest verdicts and
+    charts one (``?monitor=<id>&series=<series id>`` charts that one, on that monitor's own page)."""
     if "monitors" not in current_app.extensions:
         return page("dashboard/error.html", 404, title="No monitors", message="This server has no monitors.",
                      **base_context())
@@ -31,45 +37,98 @@ def monitors(notice: str | None = None) -> Response:
 
     session = current_session()
     assert session is not None
-    views, _ = monitor_service.list_monitors(
-        database=current_services().database, account_id=session.key.account_id, points=MONITOR_CHART_POINTS,
-        limit=50, after=None,
-    )
+    database, account_id = current_services().database, session.key.account_id
+    only = request.args.get("monitor")
+    if only:
+        try:
+            views = [monitor_service.get_monitor(database=database, account_id=account_id, monitor_id=only,
+                                                 points=MONITOR_CHART_POINTS, series=0)]
+        except ApiError as error:
+            return page("dashboard/error.html", error.status, title="No such monitor", message=error.message,
+                         **base_context())
+    else:
+        views, _ = monitor_service.list_monitors(database=database, account_id=account_id,
+                                                 points=MONITOR_CHART_POINTS, limit=50, after=None)
     charts = []
     for view in views:
-        points = view.get("points") or []
-        flagged = [p for p in points if p["is_anomaly"]]
-        charts.append({
-            "id": view["id"],
-            "name": view["name"],
-            "frequency": view["data_frequency"],
-            "point_count": view["point_count"],
-            "sensitivity": view["sensitivity"],
-            "confidence": view["confidence"],
-            "false_alarms_per_week": view["false_alarms_per_week"],
-            "min_deviation": view["min_deviation"],
-            "min_relative_deviation": view["min_relative_deviation"],
-            "anomalies": len(flagged),
-            "source": view["source"],
-            "alertmanager_url": view["alertmanager_url"],
-            # The latest flagged points, newest first, each with the feedback a user gave it.
-            "recent_anomalies": [
-                {"timestamp": p["timestamp"], "value": p["value"], "expected": p["expected"],
-                 "direction": p["direction"], "feedback": p["feedback"]}
-                for p in reversed(flagged[-MONITOR_FEEDBACK_ROWS:])
-            ],
-            "series": {
-                "timestamps": [p["timestamp"] for p in points],
-                "value": [p["value"] for p in points],
-                "expected": [p["expected"] for p in points],
-                "lower": [p["lower_bound"] for p in points],
-                "upper": [p["upper_bound"] for p in points],
-                "anomaly": [p["is_anomaly"] for p in points],
-            },
-        })
+        chart = _chart(view, view.get("points") or [])
+        if view["series_count"] > 1:
+            rows, _ = monitor_service.list_series(
+                database=database, account_id=account_id, monitor_id=view["id"],
+                limit=MONITOR_SERIES_ROWS if only else MONITOR_SERIES_ROWS // 4, after=None,
+                points=MONITOR_SERIES_VERDICTS, match=None, anomalous=False)
+            chosen = _chosen(rows, request.args.get("series") if only else None)
+            chart["series_rows"] = [_series_row(row) for row in rows]
+            chart["more_series"] = view["series_count"] - len(rows)
+            if chosen is not None:
+                shown = monitor_service.get_series(database=database, account_id=account_id,
+                                                   monitor_id=view["id"], series_id=str(chosen["id"]),
+                                                   points=MONITOR_CHART_POINTS)
+                chart.update(_chart(view, shown["points"]), series_rows=chart["series_rows"],
+                             more_series=chart["more_series"], charted=_labels_text(chosen["labels"]),
+                             charted_id=chosen["id"])
+        charts.append(chart)
     can_write = "write" in session.key.permissions
     return page("dashboard/monitors.html", charts=charts, shown_points=MONITOR_CHART_POINTS, can_write=can_write,
-                 notice=notice, **base_context())
+                 notice=notice, single=bool(only), **base_context())
+
+
+def _chart(view: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]:
+    flagged = [p for p in points if p["is_anomaly"]]
+    return {
+        "id": view["id"],
+        "name": view["name"],
+        "frequency": view["data_frequency"],
+        "point_count": view["point_count"],
+        "series_count": view["series_count"],
+        "sensitivity": view["sensitivity"],
+        "confidence": view["confidence"],
+        "false_alarms_per_week": view["false_alarms_per_week"],
+        "min_deviation": view["min_deviation"],
+        "min_relative_deviation": view["min_relative_deviation"],
+        "anomalies": len(flagged),
+        "source": view["source"],
+        "alertmanager_url": view["alertmanager_url"],
+        # The latest flagged points, newest first, each with the feedback a user gave it.
+        "recent_anomalies": [
+            {"timestamp": p["timestamp"], "value": p["value"], "expected": p["expected"],
+             "direction": p["direction"], "feedback": p["feedback"], "series_id": p.get("series_id")}
+            for p in reversed(flagged[-MONITOR_FEEDBACK_ROWS:])
+        ],
+        "series": {
+            "timestamps": [p["timestamp"] for p in points],
+            "value": [p["value"] for p in points],
+            "expected": [p["expected"] for p in points],
+            "lower": [p["lower_bound"] for p in points],
+            "upper": [p["upper_bound"] for p in points],
+            "anomaly": [p["is_anomaly"] for p in points],
+        },
+    }
+
+
+def _chosen(rows: list[dict[str, Any]], wanted: str | None) -> dict[str, Any] | None:
+    """The series to chart: the one asked for, else the first with an open incident, else the first."""
+    for row in rows:
+        if wanted is not None and str(row["id"]) == wanted:
+            return row
+    return next((row for row in rows if row["open_anomaly_since"]), rows[0] if rows else None)
+
+
+def _labels_text(labels: dict[str, str]) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def _series_row(row: dict[str, Any]) -> dict[str, Any]:
+    last = row["last_point"]
+    return {
+        "id": row["id"],
+        "labels": _labels_text(row["labels"]),
+        "point_count": row["point_count"],
+        "last": last,
+        "open_since": row["open_anomaly_since"],
+        # Its latest verdicts, oldest first: "a" anomaly, "w" warm-up, "n" normal.
+        "verdicts": "".join("a" if p["is_anomaly"] else ("w" if p["warmup"] else "n") for p in row["points"]),
+    }
 
 
 @bp.post("/monitors/<monitor_id>/feedback")
@@ -85,10 +144,12 @@ def monitor_feedback(monitor_id: str) -> Response:
         return page("dashboard/error.html", 403, title="Not allowed",
                      message="Marking a point needs a key with the write permission.", **base_context())
     stamp = request.form.get("timestamp", "")
+    series_id = request.form.get("series_id") or None
     try:
         monitor_service.mark_not_anomaly(
             database=current_services().database, runtime=current_app.extensions["monitors"],
             account_id=session.key.account_id, monitor_id=monitor_id, epoch=point_epoch(stamp),
+            series_id=int(series_id) if series_id and series_id.isdigit() else series_id,
         )
     except ApiError as error:
         return page("dashboard/error.html", error.status, title="Not marked", message=error.message,

@@ -1,13 +1,14 @@
 """Anomalies as Alertmanager alerts (its v2 API, POST /api/v2/alerts), through the same queue and sender as
 webhook events, as another destination.
 
-A monitor with an ``alertmanager_url`` gets a "firing" event when an anomaly run opens and a "resolved" event
-when it closes, in the transaction that stores the point (app/monitors/service.py). An alert is identified by
-its labels (alertname, monitor_id, monitor_name), so every firing and resolved alert of one monitor is the same
-alert to Alertmanager. A firing alert is sent with ``endsAt`` HOLD_SECONDS after the send, and re-sent every
-RESEND_SECONDS while the run stays open (the periodic ``refresh_alerts`` task), so Alertmanager never closes
-an open anomaly by itself; if this service stops re-sending (it is down), the alert resolves HOLD_SECONDS later.
-A resolved alert carries ``endsAt`` = the time of the first normal point."""
+A series of a monitor with an ``alertmanager_url`` gets a "firing" event when an anomaly run opens and a
+"resolved" event when it closes, in the transaction that stores the point (app/monitors/store.py). An alert is
+identified by its labels (alertname, monitor_id, monitor_name, and a labelled series' own labels with its
+series_id), so every firing and resolved alert of one series is the same alert to Alertmanager. A firing alert
+is sent with ``endsAt`` HOLD_SECONDS after the send, and re-sent every RESEND_SECONDS while the run stays open
+(the periodic ``refresh_alerts`` task), so Alertmanager never closes an open anomaly by itself; if this service
+stops re-sending (it is down), the alert resolves HOLD_SECONDS later. A resolved alert carries ``endsAt`` = the
+time of the first normal point."""
 
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ from sqlalchemy import select, update
 
 from app.db import Database
 from app.monitors import queue
-from app.monitors.records import MonitorPointRecord, MonitorRecord
+from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
+from app.monitors.series import public_labels, stored_labels
 from app.monitors.webhooks import DeliveryOutcome, send_request
 
 if TYPE_CHECKING:
-    from app.monitors.store import MonitorState
+    from app.monitors.store import EventSource, SeriesState
 
 log = logging.getLogger("app.monitors.alertmanager")
 
@@ -42,12 +44,15 @@ def _rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def labels(monitor_id: str, monitor_name: str) -> dict[str, str]:
-    return {"alertname": ALERT_NAME, "monitor_id": monitor_id, "monitor_name": monitor_name}
+def labels(monitor_id: str, monitor_name: str, series_labels: dict[str, str], series_id: int) -> dict[str, str]:
+    own = {"alertname": ALERT_NAME, "monitor_id": monitor_id, "monitor_name": monitor_name}
+    return {**public_labels(series_labels, series_id), **own} if series_labels else own
 
 
-def _annotations(monitor_id: str, point: dict[str, Any] | None) -> dict[str, str]:
+def _annotations(monitor_id: str, point: dict[str, Any] | None, series_id: int | None = None) -> dict[str, str]:
     notes = {"monitor": f"/monitors/{monitor_id}", "dashboard": "/dashboard/monitors"}
+    if series_id is not None:
+        notes["series"] = f"/monitors/{monitor_id}/series/{series_id}"
     if point is not None:
         notes["summary"] = (f"{point['timestamp']}: value {point['value']:g}, expected {point['expected']:g} "
                             f"(range {point['lower_bound']:g} .. {point['upper_bound']:g})")
@@ -57,16 +62,21 @@ def _annotations(monitor_id: str, point: dict[str, Any] | None) -> dict[str, str
     return notes
 
 
-def firing(monitor: MonitorState, start_epoch: int, point: dict[str, Any]) -> dict[str, Any]:
+def _identity(series: SeriesState | EventSource, point: dict[str, Any] | None) -> dict[str, Any]:
+    series_labels = series.label_map()
+    return {"labels": labels(series.monitor_id, series.name, series_labels, series.series_id),
+            "annotations": _annotations(series.monitor_id, point, series.series_id if series_labels else None)}
+
+
+def firing(series: SeriesState | EventSource, start_epoch: int, point: dict[str, Any]) -> dict[str, Any]:
     """The payload part of a "firing" event; ``endsAt`` is added when it is sent."""
-    return {"alert": {"labels": labels(monitor.id, monitor.name), "annotations": _annotations(monitor.id, point),
-                      "startsAt": _rfc3339(start_epoch)}}
+    return {"alert": {**_identity(series, point), "startsAt": _rfc3339(start_epoch)}}
 
 
-def resolved(monitor: MonitorState, start_epoch: int, end_epoch: int, point: dict[str, Any]) -> dict[str, Any]:
-    alert = {"labels": labels(monitor.id, monitor.name), "annotations": _annotations(monitor.id, point),
-             "startsAt": _rfc3339(start_epoch), "endsAt": _rfc3339(max(end_epoch, start_epoch))}
-    return {"alert": alert}
+def resolved(series: SeriesState | EventSource, start_epoch: int, end_epoch: int, point: dict[str, Any]
+             ) -> dict[str, Any]:
+    return {"alert": {**_identity(series, point), "startsAt": _rfc3339(start_epoch),
+                      "endsAt": _rfc3339(max(end_epoch, start_epoch))}}
 
 
 def render(body: bytes, *, public_url: str | None, now: float) -> bytes:
@@ -79,7 +89,7 @@ def render(body: bytes, *, public_url: str | None, now: float) -> bytes:
     if public_url:
         base = public_url.rstrip("/")
         notes = dict(alert.get("annotations", {}))
-        for name in ("monitor", "dashboard"):
+        for name in ("monitor", "series", "dashboard"):
             if notes.get(name, "").startswith("/"):
                 notes[name] = base + notes[name]
         alert["annotations"] = notes
@@ -104,43 +114,47 @@ def post_alert(*, base_url: str, body: bytes, allow_private: bool, timeout: floa
 
 
 def refresh_alerts(database: Database, *, now: datetime | None = None) -> int:
-    """Queues a "firing" re-send for every monitor whose anomaly is open and whose last one is RESEND_SECONDS
+    """Queues a "firing" re-send for every series whose anomaly is open and whose last one is RESEND_SECONDS
     old; returns how many. Safe to run in several processes at once: each re-send is claimed with a
-    compare-and-set on the monitor's revision, which also keeps its sequence number from colliding with an
+    compare-and-set on the series' revision, which also keeps its sequence number from colliding with an
     append's (an append that lost the race retries)."""
     now = now or datetime.now(UTC)
     due_before = now - timedelta(seconds=RESEND_SECONDS * 0.9)
-    table = MonitorRecord.__table__
+    series, monitors = MonitorSeriesRecord.__table__, MonitorRecord.__table__
     queued = 0
     with database.session() as session:
         rows = session.execute(
-            select(table.c.id, table.c.name, table.c.revision, table.c.event_seq, table.c.open_anomaly_epoch,
-                   table.c.alertmanager_url)
-            .where(table.c.alertmanager_url.is_not(None), table.c.open_anomaly_epoch.is_not(None),
-                   (table.c.alertmanager_refreshed_at.is_(None)) | (table.c.alertmanager_refreshed_at < due_before))
+            select(series.c.id, series.c.monitor_id, series.c.labels, series.c.revision, series.c.event_seq,
+                   series.c.open_anomaly_epoch, monitors.c.name, monitors.c.alertmanager_url)
+            .join(monitors, monitors.c.id == series.c.monitor_id)
+            .where(monitors.c.alertmanager_url.is_not(None), series.c.open_anomaly_epoch.is_not(None),
+                   (series.c.alertmanager_refreshed_at.is_(None)) | (series.c.alertmanager_refreshed_at < due_before))
             .limit(REFRESH_BATCH)
         ).all()
         for row in rows:
             seq = row.event_seq + 1
             claimed = session.execute(
-                update(table)
-                .where(table.c.id == row.id, table.c.revision == row.revision)
+                update(series)
+                .where(series.c.id == row.id, series.c.revision == row.revision)
                 .values(revision=row.revision + 1, event_seq=seq, alertmanager_refreshed_at=now)
             )
             if claimed.rowcount != 1:  # type: ignore[attr-defined]
                 continue
-            first = session.get(MonitorPointRecord, (row.id, row.open_anomaly_epoch))
+            first = session.get(MonitorPointRecord, (row.monitor_id, row.id, row.open_anomaly_epoch))
             point = None if first is None else {
                 "timestamp": first.timestamp, "value": first.value, "expected": first.expected,
                 "lower_bound": first.lower, "upper_bound": first.upper, "anomaly_score": first.score,
                 "direction": first.direction}
             event_id = queue.new_event_id()
+            series_labels = stored_labels(row.labels)
             # The run's first point again: Alertmanager keeps the annotations of the latest send.
-            alert = {"labels": labels(row.id, row.name), "annotations": _annotations(row.id, point),
+            alert = {"labels": labels(row.monitor_id, row.name, series_labels, row.id),
+                     "annotations": _annotations(row.monitor_id, point, row.id if series_labels else None),
                      "startsAt": _rfc3339(row.open_anomaly_epoch)}
-            payload = {"id": event_id, "type": "firing", "monitor_id": row.id, "monitor_name": row.name,
+            payload = {"id": event_id, "type": "firing", "monitor_id": row.monitor_id, "monitor_name": row.name,
+                       **({"series": {"id": row.id, "labels": series_labels}} if series_labels else {}),
                        "sequence": seq, "created_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "alert": alert}
-            queue.enqueue(session, monitor_id=row.id, webhook_url=row.alertmanager_url, seq=seq, kind="firing",
-                          payload=payload, now=now, destination=DESTINATION)
+            queue.enqueue(session, monitor_id=row.monitor_id, series_id=row.id, webhook_url=row.alertmanager_url,
+                          seq=seq, kind="firing", payload=payload, now=now, destination=DESTINATION)
             queued += 1
     return queued

@@ -1,4 +1,6 @@
-"""The JSON a monitor, its stored points and an append answer with."""
+"""The JSON a monitor, its series, their stored points and an append answer with. Whatever concerns a labelled
+series carries its ``series_id``; a monitor's one unlabelled series answers as monitors did before they had
+series."""
 
 from __future__ import annotations
 
@@ -6,15 +8,18 @@ from typing import TYPE_CHECKING, Any
 
 from app.compute.detect.results import DEFAULT_DETECTOR
 from app.monitors import sources
-from app.monitors.records import MonitorPointRecord, MonitorRecord
-from app.monitors.store import iso
+from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
+from app.monitors.series import stored_labels
+from app.monitors.store import epoch_text, iso
 
 if TYPE_CHECKING:
     from app.monitors.judge import Verdict
-    from app.monitors.store import MonitorState
+    from app.monitors.reads import Totals
+    from app.monitors.store import SeriesState
 
-def point_view(point: MonitorPointRecord) -> dict[str, Any]:
-    return {
+
+def point_view(point: MonitorPointRecord, *, labelled: bool = False) -> dict[str, Any]:
+    view = {
         "timestamp": point.timestamp,
         "value": point.value,
         "expected": point.expected,
@@ -26,16 +31,19 @@ def point_view(point: MonitorPointRecord) -> dict[str, Any]:
         "warmup": point.warmup,
         "feedback": point.feedback,
     }
+    if labelled:
+        view["series_id"] = point.series_id
+    return view
 
 
-def alert_view(point: MonitorPointRecord) -> dict[str, Any]:
+def alert_view(point: Any) -> dict[str, Any]:
     """A stored point as an event describes it."""
     return {"timestamp": point.timestamp, "value": point.value, "expected": point.expected,
             "lower_bound": point.lower, "upper_bound": point.upper, "anomaly_score": point.score,
             "direction": point.direction}
 
 
-def monitor_view(monitor: MonitorRecord, *, last_timestamp: str | None) -> dict[str, Any]:
+def monitor_view(monitor: MonitorRecord, totals: Totals) -> dict[str, Any]:
     return {
         "id": monitor.id,
         "name": monitor.name,
@@ -52,13 +60,30 @@ def monitor_view(monitor: MonitorRecord, *, last_timestamp: str | None) -> dict[
         **sources.view(monitor),
         "created_at": iso(monitor.created_at),
         "updated_at": iso(monitor.updated_at),
-        "point_count": monitor.point_count,
-        "last_timestamp": last_timestamp,
+        "point_count": totals.point_count,
+        "last_timestamp": totals.last_timestamp,
+        "series_count": totals.series_count,
+        "series_refused": monitor.series_refused,
+        "series_refused_at": iso(monitor.series_refused_at),
+    }
+
+
+def series_view(series: MonitorSeriesRecord, last_point: MonitorPointRecord | None) -> dict[str, Any]:
+    return {
+        "id": series.id,
+        "labels": stored_labels(series.labels),
+        "point_count": series.point_count,
+        "first_timestamp": None if series.first_epoch is None else epoch_text(series.first_epoch),
+        "last_timestamp": None if last_point is None else last_point.timestamp,
+        "last_point": None if last_point is None else point_view(last_point),
+        "open_anomaly_since": None if series.open_anomaly_epoch is None else epoch_text(series.open_anomaly_epoch),
+        "created_at": iso(series.created_at),
+        "last_seen_at": iso(series.last_seen_at),
     }
 
 
 def points_answer(
-    monitor: MonitorState,
+    monitor: SeriesState,
     old_records: list[Any],
     texts: list[str],
     values: list[float],
@@ -74,7 +99,7 @@ def points_answer(
     while warmup < len(rows) and rows[warmup]["warmup"]:
         warmup += 1
     return {
-        "monitor_id": monitor.id,
+        "monitor_id": monitor.monitor_id,
         "timestamps": [r["timestamp"] for r in rows],
         "values": [r["value"] for r in rows],
         "expected": [r["expected"] for r in rows],

@@ -1,11 +1,12 @@
-"""Points for many monitors in one body (POST /monitors/points): rows checked one by one, grouped by monitor, each
-monitor's rows appended as one POST /monitors/{id}/points would append them.
+"""Points for many monitors in one body (POST /monitors/points): rows checked one by one, grouped by series (a
+monitor and a label set), each series' rows appended as one POST /monitors/{id}/points would append them.
 
-A row is ``{"monitor_id", "timestamp", "value"}``; the body is ``{"points": [row, ...]}`` (JSON) or one row per line
-(newline-delimited JSON). A row that is wrong in itself (not an object, a bad timestamp or value, not after the
-previous row of its monitor) gets its own 422 entry naming its index and is left out; the other rows go on. A
-monitor's rows then succeed or fail together, with the single append's answer or error: a conflict with the stored
-points refuses that monitor's rows and no other monitor's. A body none of whose rows is usable is a plain 422.
+A row is ``{"monitor_id", "timestamp", "value"}``, with ``"labels"`` for a labelled series of the monitor; the body
+is ``{"points": [row, ...]}`` (JSON) or one row per line (newline-delimited JSON). A row that is wrong in itself
+(not an object, a bad timestamp or value, not after the previous row of its series) gets its own 422 entry naming
+its index and is left out; the other rows go on. A series' rows then succeed or fail together, with the single
+append's answer or error: a conflict with the stored points refuses that series' rows and no other series'. A body
+none of whose rows is usable is a plain 422.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.monitors.schemas import IncomingPoints, check_points
+from app.monitors.series import Labels, checked_labels
 from app.web.errors import ApiError, DataValidationError, InvalidRequest
 from app.web.validation import parse_json_body, problem
 
@@ -26,7 +28,7 @@ NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/jsonli
 
 @dataclass
 class MonitorRows:
-    """One monitor's accepted rows, in body order: their indexes in the body and the points they make."""
+    """One series' accepted rows, in body order: their indexes in the body and the points they make."""
 
     rows: list[int] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)
@@ -40,7 +42,7 @@ class MonitorRows:
 
 @dataclass
 class BulkRows:
-    monitors: dict[str, MonitorRows]
+    monitors: dict[tuple[str, Labels], MonitorRows]  # by (monitor id, labels)
     rejected: list[dict[str, Any]]  # {"row", "status", "error"}
     rows: int
 
@@ -84,7 +86,7 @@ def parse_rows(raw: bytes, *, ndjson: bool, max_rows: int) -> list[Any]:
 
 
 def check_rows(rows: list[Any]) -> BulkRows:
-    monitors: dict[str, MonitorRows] = {}
+    monitors: dict[tuple[str, Labels], MonitorRows] = {}
     rejected: list[dict[str, Any]] = []
 
     def reject(index: int, error: ApiError) -> None:
@@ -116,9 +118,14 @@ def check_rows(rows: list[Any]) -> BulkRows:
             details.pop("index", None)
             reject(index, DataValidationError(exc.message, details={**details, "row": index}))
             continue
+        try:
+            labels = checked_labels(row.get("labels"), row=index)
+        except DataValidationError as exc:
+            reject(index, exc)
+            continue
         text = point.texts[0]
         form = "Z" if text.endswith("Z") else ("offset" if len(text) > 19 and text[-6] in "+-" else "naive")
-        group = monitors.setdefault(monitor_id, MonitorRows())
+        group = monitors.setdefault((monitor_id, labels), MonitorRows())
         if group.form is not None and form != group.form:
             reject(index, _row_error(index, "timestamp", "mixed timestamp forms within one monitor's rows", text))
             continue

@@ -1,6 +1,6 @@
-"""The judging state a process keeps per monitor, and the per-monitor locks of this process.
+"""The judging state a process keeps per series, and the per-series locks of this process.
 
-The state is the history the detector needs, tagged with the monitor's ``revision`` (bumped by every
+The state is the history the detector needs, tagged with the series' ``revision`` (bumped by every
 change to its stored points). It is only ever a cache: an entry whose revision differs from the database
 row's is ignored and rebuilt from the stored points, so several processes or hosts can serve one monitor.
 """
@@ -8,9 +8,9 @@ row's is ignored and rebuilt from the stored points, so several processes or hos
 from __future__ import annotations
 
 import threading
-import weakref
 from array import array
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # numpy loads on the first series, so the admin CLI never pay
 
 @dataclass
 class History:
-    """The monitor's first ``head`` points and its latest points after them.
+    """The series' first ``head`` points and its latest points after them.
 
     A detector may read a series' first rows (its nominal spacing) and a bounded look-back before the rows
     it judges, so the first ``head`` points plus the last ``tail_rows`` points reproduce what judging the
@@ -81,76 +81,128 @@ class History:
 
 @dataclass
 class JudgeState:
-    """The default detector's state after the monitor's stored points, at the monitor's ``revision``."""
+    """The default detector's state after the series' stored points, at the series' ``revision``."""
 
     revision: int
     detector: DetectorState
     size: int
     last_epoch: int | None = None  # the newest point the state has seen
-    # Kept for monitors people give feedback on: the state before the last append and that append's points
+    # Kept for series people give feedback on: the state before the last append and that append's points
     # (epoch, value, learnt as normal), so a "not an anomaly" on one of them is relearnt by replaying them alone.
     checkpoint: DetectorState | None = None
     checkpoint_rows: list[tuple[int, float, bool]] | None = None
 
 
 class HistoryCache:
-    """LRU of History or JudgeState by monitor id, bounded by the numbers they hold. Callers read and change
-    an entry only while holding the monitor's lock (MonitorLocks), so entries need no lock of their own."""
+    """LRU of History or JudgeState by series id, bounded by the numbers they hold. Callers read and change
+    an entry only while holding the series' lock (MonitorLocks), so entries need no lock of their own."""
 
     # 8 bytes a number (typed arrays; a record's one-byte codes count as an eighth): 160 MB per process. A full
     # state holds about 17,000 numbers with a 60-row season (one-second data: 1,170 such monitors fit), 19,000
     # with a 288-row one (five-minute data) and 30,000 with a 1,440-row one (minute data, daily season).
     def __init__(self, *, max_points: int = 20_000_000) -> None:
-        self._entries: OrderedDict[str, History | JudgeState] = OrderedDict()
+        self._entries: OrderedDict[int, History | JudgeState] = OrderedDict()
         # Each entry's size when last put, and their sum: entries grow in place between get and put.
-        self._sizes: dict[str, int] = {}
+        self._sizes: dict[int, int] = {}
         self._total = 0
         self._max_points = max_points
         self._lock = threading.Lock()
 
-    def get(self, monitor_id: str, revision: int) -> History | JudgeState | None:
+    def get(self, series_id: int, revision: int) -> History | JudgeState | None:
         with self._lock:
-            entry = self._entries.get(monitor_id)
+            entry = self._entries.get(series_id)
             if entry is None or entry.revision != revision:
                 return None
-            self._entries.move_to_end(monitor_id)
+            self._entries.move_to_end(series_id)
             return entry
 
-    def peek(self, monitor_id: str) -> History | JudgeState | None:
+    def peek(self, series_id: int) -> History | JudgeState | None:
         """The entry at whatever revision: a detector state can catch up with points stored since."""
         with self._lock:
-            entry = self._entries.get(monitor_id)
+            entry = self._entries.get(series_id)
             if entry is not None:
-                self._entries.move_to_end(monitor_id)
+                self._entries.move_to_end(series_id)
             return entry
 
-    def put(self, monitor_id: str, entry: History | JudgeState) -> None:
+    def put(self, series_id: int, entry: History | JudgeState) -> None:
         with self._lock:
-            self._entries[monitor_id] = entry
-            self._entries.move_to_end(monitor_id)
-            self._total += entry.size - self._sizes.get(monitor_id, 0)
-            self._sizes[monitor_id] = entry.size
+            self._entries[series_id] = entry
+            self._entries.move_to_end(series_id)
+            self._total += entry.size - self._sizes.get(series_id, 0)
+            self._sizes[series_id] = entry.size
             while self._total > self._max_points and len(self._entries) > 1:
                 evicted_id, _ = self._entries.popitem(last=False)
                 self._total -= self._sizes.pop(evicted_id, 0)
 
-    def drop(self, monitor_id: str) -> None:
+    def drop(self, series_id: int) -> None:
         with self._lock:
-            self._entries.pop(monitor_id, None)
-            self._total -= self._sizes.pop(monitor_id, 0)
+            self._entries.pop(series_id, None)
+            self._total -= self._sizes.pop(series_id, 0)
 
 
 class MonitorLocks:
-    """One lock per monitor in this process; a lock lives while someone holds or waits for it."""
+    """One lock per series in this process, kept between appends (creating a lock per series per request cost
+    several per cent of a fleet's append). Entries not held are pruned when they grow past PRUNE_AT; a holder
+    checks after acquiring that its lock is still the series' one (a pruned lock is retried), so pruning never
+    lets two threads hold one series."""
+
+    PRUNE_AT = 500_000
 
     def __init__(self) -> None:
-        self._locks: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
-        self._guard = threading.Lock()
+        self._locks: dict[int, threading.Lock] = {}
+        self._pruning = threading.Lock()
 
-    def lock_for(self, monitor_id: str) -> threading.Lock:
-        with self._guard:
-            lock = self._locks.get(monitor_id)
+    def acquire(self, series_id: int) -> None:
+        locks = self._locks
+        while True:
+            lock = locks.get(series_id)
             if lock is None:
-                lock = threading.Lock()
-                self._locks[monitor_id] = lock
-            return lock
+                lock = locks.setdefault(series_id, threading.Lock())  # atomic: one lock wins
+            lock.acquire()
+            if locks.get(series_id) is lock:
+                return
+            lock.release()
+
+    def release(self, series_id: int) -> None:
+        self._locks[series_id].release()
+
+    def held(self, series_ids: Iterable[int]) -> HeldLocks:
+        return HeldLocks(self, sorted(set(series_ids)))
+
+    def prune(self) -> None:
+        if len(self._locks) < self.PRUNE_AT or not self._pruning.acquire(blocking=False):
+            return
+        try:
+            for series_id, lock in list(self._locks.items()):
+                if lock.acquire(blocking=False):
+                    if self._locks.get(series_id) is lock:
+                        del self._locks[series_id]
+                    lock.release()
+        finally:
+            self._pruning.release()
+
+
+class HeldLocks:
+    """The locks of some series, taken in id order (two holders of overlapping sets never wait on each other in a
+    circle) for a with block."""
+
+    __slots__ = ("_ids", "_locks")
+
+    def __init__(self, locks: MonitorLocks, series_ids: list[int]) -> None:
+        self._locks, self._ids = locks, series_ids
+
+    def __enter__(self) -> None:
+        taken = 0
+        try:
+            for series_id in self._ids:
+                self._locks.acquire(series_id)
+                taken += 1
+        except BaseException:
+            for series_id in self._ids[:taken]:
+                self._locks.release(series_id)
+            raise
+
+    def __exit__(self, *_exc: object) -> None:
+        for series_id in self._ids:
+            self._locks.release(series_id)
+        self._locks.prune()

@@ -1,9 +1,10 @@
-"""GET /monitors/metrics: each monitor's latest verdict as Prometheus gauges, so a Grafana panel draws the value
-inside its expected range with plain PromQL.
+"""GET /monitors/metrics: the latest verdict of each series of each monitor as Prometheus gauges, so a Grafana
+panel draws the value inside its expected range with plain PromQL.
 
-One series per monitor per gauge, labelled ``monitor_id`` and ``monitor_name`` and nothing else, so the
-cardinality is the account's monitor count times the gauges below. Gauges describe the latest stored point;
-a monitor with no point yet has only ``forecast_monitor_source_up`` (and only when Prometheus-backed)."""
+One line per series per gauge, labelled ``monitor_id`` and ``monitor_name``, and for a labelled series its own
+labels (app.monitors.series.public_labels) with its ``series_id``; so the cardinality is the account's series count
+(at most MAX_SERIES_PER_MONITOR a monitor) times the gauges below. Gauges describe a series' latest stored point;
+per monitor, its series count and the points the series cap refused."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from collections.abc import Iterator
 from sqlalchemy import and_, select
 
 from app.db import Database
-from app.monitors.records import MonitorPointRecord, MonitorRecord
+from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
+from app.monitors.series import public_labels, stored_labels
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -32,6 +34,9 @@ GAUGES: tuple[tuple[str, str, str], ...] = (
 )
 INFO = ("forecast_monitor_source_up", "Prometheus-backed monitors: 1 when the last read worked, else 0 (the "
         "monitor's source.message says why).")
+SERIES = ("forecast_monitor_series", "The series the monitor follows (one per label set).")
+REFUSED = ("forecast_monitor_series_refused_points_total", "Points refused because their new series would have "
+           "passed the monitor's series cap (MAX_SERIES_PER_MONITOR).")
 
 
 def _escape(text: str) -> str:
@@ -49,36 +54,55 @@ def _number(value: float | bool | int) -> str:
     return repr(number) if not number.is_integer() or abs(number) >= 1e15 else str(int(number))
 
 
-def _lines(rows: list[tuple[MonitorRecord, MonitorPointRecord | None]]) -> Iterator[str]:
-    labels = {monitor.id: f'monitor_id="{_escape(monitor.id)}",monitor_name="{_escape(monitor.name)}"'
-              for monitor, _ in rows}
+def _lines(rows: list[tuple[MonitorRecord, MonitorSeriesRecord | None, MonitorPointRecord | None]],
+           series_counts: dict[str, int]) -> Iterator[str]:
+    monitors = {monitor.id: monitor for monitor, _, _ in rows}
+    own = {m.id: f'monitor_id="{_escape(m.id)}",monitor_name="{_escape(m.name)}"' for m in monitors.values()}
+    labelled = []
+    for monitor, series, point in rows:
+        if series is None or point is None:
+            continue
+        extra = public_labels(stored_labels(series.labels), series.id) if series.labels not in (None, "{}") else {}
+        text = own[monitor.id] + "".join(f',{name}="{_escape(value)}"' for name, value in extra.items())
+        labelled.append((text, point))
     for name, help_text, column in GAUGES:
         yield f"# HELP {name} {help_text}"
         yield f"# TYPE {name} gauge"
-        for monitor, point in rows:
-            if point is not None:
-                yield f"{name}{{{labels[monitor.id]}}} {_number(getattr(point, column))}"
+        for text, point in labelled:
+            yield f"{name}{{{text}}} {_number(getattr(point, column))}"
     name, help_text = INFO
     yield f"# HELP {name} {help_text}"
     yield f"# TYPE {name} gauge"
-    for monitor, _ in rows:
+    for monitor in monitors.values():
         if monitor.prometheus_query is not None:
-            yield f"{name}{{{labels[monitor.id]}}} {1 if monitor.source_status == 'ok' else 0}"
+            yield f"{name}{{{own[monitor.id]}}} {1 if monitor.source_status == 'ok' else 0}"
+    for (name, help_text), value in ((SERIES, lambda m: series_counts.get(m.id, 0)),
+                                     (REFUSED, lambda m: m.series_refused)):
+        yield f"# HELP {name} {help_text}"
+        yield f"# TYPE {name} {'counter' if name.endswith('_total') else 'gauge'}"
+        for monitor in monitors.values():
+            yield f"{name}{{{own[monitor.id]}}} {value(monitor)}"
 
 
 def render(*, database: Database, account_id: str) -> str:
     with database.session() as session:
         rows = [
-            (monitor, point)
-            for monitor, point in session.execute(
-                select(MonitorRecord, MonitorPointRecord)
+            (monitor, series, point)
+            for monitor, series, point in session.execute(
+                select(MonitorRecord, MonitorSeriesRecord, MonitorPointRecord)
+                .outerjoin(MonitorSeriesRecord, MonitorSeriesRecord.monitor_id == MonitorRecord.id)
                 .outerjoin(MonitorPointRecord, and_(MonitorPointRecord.monitor_id == MonitorRecord.id,
-                                                    MonitorPointRecord.epoch == MonitorRecord.last_epoch))
+                                                    MonitorPointRecord.series_id == MonitorSeriesRecord.id,
+                                                    MonitorPointRecord.epoch == MonitorSeriesRecord.last_epoch))
                 .where(MonitorRecord.account_id == account_id)
-                .order_by(MonitorRecord.id)
+                .order_by(MonitorRecord.id, MonitorSeriesRecord.id)
             ).all()
         ]
-        return "\n".join(_lines(rows)) + "\n"
+        counts: dict[str, int] = {}
+        for monitor, series, _ in rows:
+            if series is not None:
+                counts[monitor.id] = counts.get(monitor.id, 0) + 1
+        return "\n".join(_lines(rows, counts)) + "\n"
 
 
 # The endpoint is not counted against a key's limits (a scraper calls it every few seconds), so what one

@@ -14,8 +14,7 @@ from app.monitors import alertmanager
 
 if TYPE_CHECKING:
     from app.monitors.judge import Verdict
-    from app.monitors.records import MonitorRecord
-    from app.monitors.store import MonitorState
+    from app.monitors.store import EventSource, SeriesState
 
 
 @dataclass
@@ -23,11 +22,11 @@ class IncidentPlan:
     # (sequence number, kind, payload fields, destination), in the order they must be delivered
     events: list[tuple[int, str, dict[str, Any], str]] = field(default_factory=list)
     open_epoch: int | None = None  # the open incident's first point after these points, if one is open
-    seq: int = 0  # the monitor's last event sequence number after these events
+    seq: int = 0  # the series' last event sequence number after these events
 
 
 def plan_events(
-    monitor: MonitorState,
+    monitor: SeriesState,
     epochs: Sequence[int],
     texts: Sequence[str],
     values: Sequence[float],
@@ -41,6 +40,12 @@ def plan_events(
     the stored anomalies of an incident that opened before them; ``started_text(epoch)`` is a point's timestamp
     as it was sent; ``stored_point(epoch)`` a stored point as an alert describes it."""
     plan = IncidentPlan(open_epoch=monitor.open_anomaly_epoch, seq=monitor.event_seq)
+    if plan.open_epoch is None:
+        for verdict in verdicts:
+            if verdict.is_anomaly:
+                break
+        else:
+            return plan  # nothing opens, nothing closes: most appends
     run_count: int | None = None  # anomalies in the open incident, looked up only when needed
     first: dict[str, Any] | None = None  # the open incident's first point, which its resolved alert describes
     for epoch, text, value, verdict in zip(epochs, texts, values, verdicts, strict=True):
@@ -78,20 +83,26 @@ def plan_events(
     return plan
 
 
-def closed_by_feedback(monitor: MonitorState | MonitorRecord, *, first: dict[str, Any], marked: dict[str, Any],
+def closed_by_feedback(monitor: EventSource, *, first: dict[str, Any], marked: dict[str, Any],
                        marked_epoch: int, anomalies: int) -> IncidentPlan:
     """The events of an incident a user closed by marking its last remaining anomaly normal (``marked``): it ends
     there, as a run that ends on a normal point does, with ``"closed_by": "feedback"`` in the webhook's run."""
+    return closed(monitor, first=first, last=marked, last_epoch=marked_epoch, anomalies=anomalies, by="feedback")
+
+
+def closed(monitor: EventSource, *, first: dict[str, Any], last: dict[str, Any], last_epoch: int, anomalies: int,
+           by: str) -> IncidentPlan:
+    """The events of an open incident closed by ``by`` ("feedback", "retired") at the point ``last``."""
     plan = IncidentPlan(open_epoch=None, seq=monitor.event_seq)
     if monitor.webhook_url:
         plan.seq += 1
-        run = {"started_at": first["timestamp"], "ended_at": marked["timestamp"], "anomalous_points": anomalies,
-               "closed_by": "feedback"}
-        plan.events.append((plan.seq, "anomaly_ended", {"run": run, "point": marked}, "webhook"))
+        run = {"started_at": first["timestamp"], "ended_at": last["timestamp"], "anomalous_points": anomalies,
+               "closed_by": by}
+        plan.events.append((plan.seq, "anomaly_ended", {"run": run, "point": last}, "webhook"))
     if monitor.alertmanager_url:
         assert monitor.open_anomaly_epoch is not None
         plan.seq += 1
         start = monitor.open_anomaly_epoch
-        alert = alertmanager.resolved(monitor, start, max(start, marked_epoch), first)
+        alert = alertmanager.resolved(monitor, start, max(start, last_epoch), first)
         plan.events.append((plan.seq, "resolved", alert, alertmanager.DESTINATION))
     return plan

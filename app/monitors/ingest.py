@@ -1,24 +1,63 @@
-"""New points in: judged, stored with their events, answered (POST /monitors/{id}/points and the Prometheus reader)."""
+"""New points in: judged, stored with their events, answered. One engine for every path a point takes (POST
+/monitors/{id}/points, bulk points, remote write, the Prometheus reader): the points of any number of series in one
+transaction, one statement for their states, one compare-and-set and one insert for them all; a series' events only
+when its verdicts open or close an incident."""
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.compute.detect.results import DEFAULT_DETECTOR
+from app.compute.detect.streaming import StreamingDetector
 from app.compute.pool import WorkerPool
 from app.db import Database
-from app.monitors import incidents, sources, store
+from app.monitors import incidents, series, sources, store
 from app.monitors.answers import points_answer
 from app.monitors.cache import History, JudgeState
 from app.monitors.judge import JudgeSlot, Verdict, judge_on_worker, judge_state, judge_streaming
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
-from app.monitors.store import StaleRevision, owned_state, stored_rows, tail_rows
+from app.monitors.series import NO_LABELS, Labels
+from app.monitors.store import JudgedPoints, SeriesState, StaleRevision, stored_rows, tail_rows, utc_now
 from app.web.errors import ApiError, InternalError
 
 APPEND_ATTEMPTS = 5
+# Points one transaction stores at most when a caller brings more (a remote-write body, a Prometheus read): on
+# SQLite a transaction holds the one write lock while it writes, and every other append waits for it.
+INGEST_POINTS = 5_000
+
+
+@dataclass
+class SeriesPoints:
+    """One series' incoming points, by monitor and label set."""
+
+    monitor_id: str
+    labels: Labels
+    points: IncomingPoints
+
+
+@dataclass
+class Appended:
+    """What became of one series' points: the stored rows it repeated, the new points' verdicts, and (lenient) the
+    points dropped by outcome."""
+
+    series: SeriesState
+    old_records: list[Any]
+    texts: list[str]
+    values: list[float]
+    verdicts: list[Verdict]
+    period: int | None
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def answer(self) -> dict[str, Any]:
+        return points_answer(self.series, self.old_records, self.texts, self.values, self.verdicts, self.period)
+
+
+Outcome = Appended | ApiError
 
 
 def append_points(
@@ -29,92 +68,22 @@ def append_points(
     account_id: str,
     monitor_id: str,
     points: IncomingPoints,
+    labels: Labels = NO_LABELS,
     from_source: bool = False,
     lenient: bool = False,
 ) -> dict[str, Any]:
-    """Judges and stores new points; ``from_source`` is the Prometheus reader's call (a Prometheus-backed
-    monitor takes points from nothing else). ``lenient`` (remote write) drops the points that conflict with
-    stored ones or come too late instead of refusing them all, and counts them in ``dropped_points``."""
-    for _ in range(APPEND_ATTEMPTS):
-        try:
-            return _append_once(
-                database=database, pool=pool, runtime=runtime, account_id=account_id, monitor_id=monitor_id,
-                points=points, from_source=from_source, lenient=lenient,
-            )
-        except StaleRevision:
-            runtime.cache.drop(monitor_id)
-    raise InternalError("The monitor kept changing under concurrent writes; retry the request.")
-
-
-def _append_once(
-    *,
-    database: Database,
-    pool: WorkerPool,
-    runtime: MonitorRuntime,
-    account_id: str,
-    monitor_id: str,
-    points: IncomingPoints,
-    from_source: bool,
-    lenient: bool = False,
-) -> dict[str, Any]:
-    events_added = False
-    dropped: dict[str, int] | None = None
-    # The judge slot is taken before a database connection, so appends queued for the worker pool never
-    # hold connections (on PostgreSQL, a burst of writers would otherwise drain the connection pool).
-    with runtime.locks.lock_for(monitor_id), JudgeSlot(runtime):
-        try:
-            # A Core connection, one transaction: committed below with the points, rolled back on closing
-            # otherwise. The ORM session's unit of work would have nothing to track here but costs as much.
-            with database.engine.connect() as connection:
-                connection.begin()
-                monitor = owned_state(connection, account_id=account_id, monitor_id=monitor_id)
-                if monitor.prometheus_query is not None and not from_source:
-                    raise sources.pushed_to_reader(monitor_id)
-                last = monitor.last_epoch
-                split = 0 if last is None else bisect_right(points.epochs, last)
-                if lenient and split:
-                    old_records, dropped = store.stored_or_dropped(connection, monitor, points, split)
-                else:
-                    old_records = stored_rows(connection, monitor, points, split) if split else []
-                new_epochs = points.epochs[split:]
-                new_values = points.values[split:]
-                new_texts = points.texts[split:]
-                verdicts: list[Verdict] = []
-                period: int | None = None
-                judged: History | JudgeState | None = None
-                if new_epochs:
-                    if (monitor.model or DEFAULT_DETECTOR) == DEFAULT_DETECTOR:
-                        judged = judge_state(connection, runtime, monitor)
-                        verdicts, period = judge_streaming(monitor, judged, new_epochs, new_values)
-                    else:
-                        judged = runtime.cache.get(monitor.id, monitor.revision)
-                        if not isinstance(judged, History) or not judged.usable(tail_rows(monitor)):
-                            judged = store.load_history(connection, monitor)
-                        verdicts, period = judge_on_worker(pool, monitor, judged, new_epochs, new_values)
-                    with runtime.write_lock or nullcontext():
-                        plan = incidents.plan_events(
-                            monitor, new_epochs, new_texts, new_values, verdicts,
-                            anomalies_since=lambda epoch: store.anomalies_since(connection, monitor.id, epoch),
-                            started_text=lambda epoch: store.timestamp_at(connection, monitor.id, epoch, new_epochs,
-                                                                          new_texts),
-                            stored_point=lambda epoch: store.alert_point(connection, monitor.id, epoch),
-                        )
-                        store.write_judged(connection, monitor, new_epochs, new_texts, new_values, verdicts, judged,
-                                           plan)
-                        connection.commit()
-                    events_added = bool(plan.events)
-        except BaseException:
-            # Judging and writing change the cached state in place; a transaction that did not commit leaves it
-            # wrong.
-            runtime.cache.drop(monitor_id)
-            raise
-        if judged is not None:
-            runtime.cache.put(monitor_id, judged)
-    if events_added:
-        runtime.sender.notify()
-    answer = points_answer(monitor, old_records, new_texts, new_values, verdicts, period)
+    """Judges and stores one series' new points and answers as POST /monitors/{id}/points does; ``from_source``
+    is the Prometheus reader's call (a Prometheus-backed monitor takes points from nothing else). ``lenient``
+    (remote write) drops the points that conflict with stored ones or come too late instead of refusing them all,
+    and counts them in ``dropped_points``."""
+    outcome = append_many(database=database, pool=pool, runtime=runtime, account_id=account_id,
+                          batch=[SeriesPoints(monitor_id, labels, points)], from_source=from_source,
+                          lenient=lenient)[0]
+    if isinstance(outcome, ApiError):
+        raise outcome
+    answer = outcome.answer()
     if lenient:
-        answer["dropped_points"] = dropped or {"out_of_order": 0, "conflict": 0}
+        answer["dropped_points"] = outcome.dropped
     return answer
 
 
@@ -124,15 +93,231 @@ def append_many(
     pool: WorkerPool,
     runtime: MonitorRuntime,
     account_id: str,
-    batches: dict[str, IncomingPoints],
-) -> dict[str, dict[str, Any] | ApiError]:
-    """Each monitor's points appended as append_points would (its own transaction: a monitor's points succeed or
-    fail together, and one monitor's refusal is no other's); per monitor, its answer or the error it raised."""
-    out: dict[str, dict[str, Any] | ApiError] = {}
-    for monitor_id, points in batches.items():
+    batch: Sequence[SeriesPoints],
+    from_source: bool = False,
+    lenient: bool = False,
+) -> list[Outcome]:
+    """Each series' points judged and stored, all in one transaction; per entry of ``batch`` (one per series), what
+    became of its points or the error that refused them (a series' points succeed or fail together, and one
+    series' refusal is no other's). A series new to its monitor is created, or refused beyond the monitor's cap."""
+    outcomes: list[Outcome | None] = [None] * len(batch)
+    max_series = database.settings.max_series_per_monitor
+    wanted: dict[str, list[Labels]] = {}
+    for entry in batch:
+        wanted.setdefault(entry.monitor_id, []).append(entry.labels)
+    for _ in range(APPEND_ATTEMPTS):
+        resolved = series.resolve(database, runtime.series_ids, account_id=account_id, wanted=wanted,
+                                  max_series=max_series, from_source=from_source, batch=batch, now=utc_now())
+        pending: list[tuple[int, int, IncomingPoints]] = []  # (entry, series id, points)
+        for index, entry in enumerate(batch):
+            if outcomes[index] is not None:
+                continue
+            key = (entry.monitor_id, entry.labels)
+            if entry.monitor_id in resolved.errors:
+                outcomes[index] = resolved.errors[entry.monitor_id]
+            elif key in resolved.over_cap:
+                outcomes[index] = series.over_cap_error(max_series, entry.labels)
+            else:
+                pending.append((index, resolved.ids[key], entry.points))
+        if not pending:
+            break
         try:
-            out[monitor_id] = append_points(database=database, pool=pool, runtime=runtime, account_id=account_id,
-                                            monitor_id=monitor_id, points=points)
-        except ApiError as exc:
-            out[monitor_id] = exc
-    return out
+            done, gone = _append_once(database=database, pool=pool, runtime=runtime, account_id=account_id,
+                                      pending=pending, from_source=from_source, lenient=lenient)
+        except StaleRevision:
+            continue
+        for index, outcome in done.items():
+            outcomes[index] = outcome
+        if not gone:
+            break
+        # Series retired (or a monitor deleted) since their ids were remembered: found again, or created anew.
+        wanted = {}
+        for index in gone:
+            runtime.series_ids.forget(batch[index].monitor_id, batch[index].labels)
+            wanted.setdefault(batch[index].monitor_id, []).append(batch[index].labels)
+    if any(outcome is None for outcome in outcomes):
+        raise InternalError("The monitor kept changing under concurrent writes; retry the request.")
+    return outcomes  # type: ignore[return-value]
+
+
+def append_chunked(
+    *,
+    database: Database,
+    pool: WorkerPool,
+    runtime: MonitorRuntime,
+    account_id: str,
+    batch: Sequence[SeriesPoints],
+    from_source: bool = False,
+    lenient: bool = False,
+    most_points: int = INGEST_POINTS,
+) -> list[Outcome]:
+    """append_many in transactions of at most ``most_points`` points; per entry of ``batch``, its outcome. A series'
+    points that are more than that are split in time order into successive transactions when ``lenient`` (its
+    parts' outcomes together, or the first error); else its points stay in one (they succeed or fail together)."""
+    chunks: list[list[tuple[int, SeriesPoints]]] = [[]]
+    room = most_points
+    for index, entry in enumerate(batch):
+        points, start = entry.points, 0
+        if len(points.epochs) <= room:  # the common case: the whole series fits, as it came
+            chunks[-1].append((index, entry))
+            room -= len(points.epochs)
+            continue
+        while start < len(points.epochs):
+            if room == 0 or (not lenient and chunks[-1] and len(points.epochs) > room):
+                chunks.append([])
+                room = most_points
+            end = len(points.epochs) if not lenient else start + min(room, len(points.epochs) - start)
+            chunks[-1].append((index, SeriesPoints(entry.monitor_id, entry.labels, IncomingPoints(
+                epochs=points.epochs[start:end], texts=points.texts[start:end], values=points.values[start:end]))))
+            room = max(0, room - (end - start))
+            start = end
+    merged: list[Outcome | None] = [None] * len(batch)
+    for chunk in chunks:
+        if not chunk:
+            continue
+        outcomes = append_many(database=database, pool=pool, runtime=runtime, account_id=account_id,
+                               batch=[entry for _, entry in chunk], from_source=from_source, lenient=lenient)
+        for (index, _), outcome in zip(chunk, outcomes, strict=True):
+            merged[index] = _merged(merged[index], outcome)
+    return [outcome if outcome is not None else InternalError("no points") for outcome in merged]
+
+
+def _merged(before: Outcome | None, after: Outcome) -> Outcome:
+    if before is None or isinstance(before, ApiError):
+        return before or after
+    if isinstance(after, ApiError):
+        return after
+    dropped = {k: before.dropped.get(k, 0) + after.dropped.get(k, 0) for k in {*before.dropped, *after.dropped}}
+    return Appended(series=after.series, old_records=before.old_records + after.old_records,
+                    texts=before.texts + after.texts, values=before.values + after.values,
+                    verdicts=before.verdicts + after.verdicts, period=after.period or before.period, dropped=dropped)
+
+
+@dataclass
+class _Judging:
+    """One series' points on their way through a transaction."""
+
+    index: int
+    state: SeriesState
+    points: IncomingPoints
+    split: int
+    old_records: list[Any]
+    dropped: dict[str, int]
+    judged: History | JudgeState | None = None
+    verdicts: list[Verdict] = field(default_factory=list)
+    period: int | None = None
+
+
+def _append_once(
+    *,
+    database: Database,
+    pool: WorkerPool,
+    runtime: MonitorRuntime,
+    account_id: str,
+    pending: list[tuple[int, int, IncomingPoints]],
+    from_source: bool,
+    lenient: bool,
+) -> tuple[dict[int, Outcome], list[int]]:
+    """One transaction over the pending series: (outcome by batch index, batch indexes whose series is gone)."""
+    done: dict[int, Outcome] = {}
+    gone: list[int] = []
+    judging: list[_Judging] = []
+    events_added = False
+    series_ids = [series_id for _, series_id, _ in pending]
+    # The judge slot is taken before a database connection, so appends queued for the worker pool never
+    # hold connections (on PostgreSQL, a burst of writers would otherwise drain the connection pool).
+    with runtime.locks.held(series_ids), JudgeSlot(runtime):
+        try:
+            # A Core connection, one transaction: committed below with the points, rolled back on closing
+            # otherwise. The ORM session's unit of work would have nothing to track here but costs as much.
+            with database.engine.connect() as connection:
+                connection.begin()
+                states = store.series_states(connection, series_ids)
+                for index, series_id, points in pending:
+                    state = states.get(series_id)
+                    if state is None:
+                        gone.append(index)
+                        continue
+                    if state.account_id != account_id:
+                        done[index] = series.not_found(state.monitor_id)
+                        continue
+                    if state.prometheus_query is not None and not from_source:
+                        done[index] = sources.pushed_to_reader(state.monitor_id)
+                        continue
+                    try:
+                        judging.append(_checked(connection, state, index, points, lenient))
+                    except ApiError as exc:
+                        done[index] = exc
+                detectors: dict[str, StreamingDetector] = {}
+                writes: list[JudgedPoints] = []
+                for item in judging:
+                    if item.split < len(item.points.epochs):
+                        writes.append(_judge(connection, pool, runtime, item, detectors))
+                if writes:
+                    with runtime.write_lock or nullcontext():
+                        store.write_judged(connection, writes)
+                        connection.commit()
+                    events_added = any(w.plan.events for w in writes)
+        except BaseException:
+            # Judging and writing change the cached states in place; a transaction that did not commit leaves
+            # them wrong.
+            for item in judging:
+                runtime.cache.drop(item.state.series_id)
+            raise
+        for item in judging:
+            if item.judged is not None:
+                runtime.cache.put(item.state.series_id, item.judged)
+    if events_added:
+        runtime.sender.notify()
+    for item in judging:
+        points, split = item.points, item.split
+        done[item.index] = Appended(series=item.state, old_records=item.old_records, texts=points.texts[split:],
+                                    values=points.values[split:], verdicts=item.verdicts, period=item.period,
+                                    dropped=item.dropped)
+    return done, gone
+
+
+def _checked(connection: Any, state: SeriesState, index: int, points: IncomingPoints, lenient: bool) -> _Judging:
+    """The series' points split at its newest stored one: those before it must repeat stored points (a 422
+    otherwise, or dropped and counted when ``lenient``)."""
+    last = state.last_epoch
+    split = 0 if last is None else bisect_right(points.epochs, last)
+    dropped = {"out_of_order": 0, "conflict": 0}
+    old_records: list[Any] = []
+    if split and lenient:
+        old_records, dropped = store.stored_or_dropped(connection, state, points, split)
+    elif split:
+        old_records = stored_rows(connection, state, points, split)
+    return _Judging(index=index, state=state, points=points, split=split, old_records=old_records, dropped=dropped)
+
+
+def _judge(connection: Any, pool: WorkerPool, runtime: MonitorRuntime, item: _Judging,
+           detectors: dict[str, StreamingDetector]) -> JudgedPoints:
+    state, split = item.state, item.split
+    epochs, values = item.points.epochs[split:], item.points.values[split:]
+    texts = item.points.texts[split:]
+    if (state.model or DEFAULT_DETECTOR) == DEFAULT_DETECTOR:
+        judged: History | JudgeState = judge_state(connection, runtime, state)
+        detector = detectors.get(state.monitor_id)
+        if detector is None:  # one per monitor per batch: its series share the settings
+            detector = detectors[state.monitor_id] = state.detector()
+        item.verdicts, item.period = judge_streaming(state, judged, epochs, values, detector)
+    else:
+        cached = runtime.cache.get(state.series_id, state.revision)
+        judged = cached if isinstance(cached, History) and cached.usable(tail_rows(state)) else \
+            store.load_history(connection, state)
+        item.verdicts, item.period = judge_on_worker(pool, state, judged, epochs, values)
+    item.judged = judged
+    plan = incidents.plan_events(
+        state, epochs, texts, values, item.verdicts,
+        anomalies_since=_bound(store.anomalies_since, connection, state),
+        started_text=lambda epoch: store.timestamp_at(connection, state, epoch, epochs, texts),
+        stored_point=_bound(store.alert_point, connection, state),
+    )
+    return JudgedPoints(series=state, epochs=epochs, texts=texts, values=values, verdicts=item.verdicts,
+                        judged=judged, plan=plan)
+
+
+def _bound(lookup: Callable[[Any, SeriesState, int], Any], connection: Any, state: SeriesState
+           ) -> Callable[[int], Any]:
+    return lambda epoch: lookup(connection, state, epoch)

@@ -35,23 +35,31 @@ def bulk_points() -> tuple[Response, int]:
     checked = bulk.check_rows(rows)
     if not checked.monitors:
         raise bulk.no_usable_row(checked.rejected)
-    results = ingest.append_many(
+    keys = list(checked.monitors)
+    results = ingest.append_chunked(
         database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
-        batches={monitor_id: group.points() for monitor_id, group in checked.monitors.items()},
+        batch=[ingest.SeriesPoints(monitor_id, labels, checked.monitors[(monitor_id, labels)].points())
+               for monitor_id, labels in keys],
     )
     entries: list[dict[str, Any]] = []
     failed_rows = len(checked.rejected)
-    for monitor_id, group in checked.monitors.items():
-        result = results[monitor_id]
+    for (monitor_id, labels), result in zip(keys, results, strict=True):
+        group = checked.monitors[(monitor_id, labels)]
+        named = {"labels": dict(labels)} if labels else {}
         if isinstance(result, ApiError):
             error = bulk.error_entry(result)
             index = (result.details or {}).get("index")
             if isinstance(index, int) and 0 <= index < len(group.rows):  # the point's place in the body
                 error["details"] = {**error.get("details", {}), "row": group.rows[index]}
-            entries.append({"monitor_id": monitor_id, "status": result.status, "rows": group.rows, "error": error})
+            entries.append({"monitor_id": monitor_id, **named, "status": result.status, "rows": group.rows,
+                            "error": error})
             failed_rows += len(group.rows)
         else:
-            entries.append({"status": 200, "rows": group.rows, **result})
+            answer = result.answer()
+            if labels:
+                answer = {"monitor_id": answer.pop("monitor_id"), **named, "series_id": result.series.series_id,
+                          **answer}
+            entries.append({"status": 200, "rows": group.rows, **answer})
     body = {
         "monitors": entries,
         "rejected_rows": checked.rejected,

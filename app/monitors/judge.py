@@ -1,5 +1,5 @@
-"""Verdicts for a monitor's new points: the streaming detector from a state this process keeps (caught up on
-what other processes stored, or rebuilt from the stored points), or another detector on the worker pool."""
+"""Verdicts for a series' new points: the streaming detector from a state this process keeps (caught up on what
+other processes stored, or rebuilt from the stored points), or another detector on the worker pool."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
 from app.monitors import store
 from app.monitors.cache import History, JudgeState
-from app.monitors.store import NOT_ANOMALY, REBUILD_ROWS, MonitorState, tail_rows
+from app.monitors.store import NOT_ANOMALY, REBUILD_ROWS, SeriesState, tail_rows
 from app.web.errors import InternalError
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class JudgeSlot:
 
 
 def judge_on_worker(
-    pool: WorkerPool, monitor: MonitorState, history: History, epochs: list[int], values: list[float]
+    pool: WorkerPool, monitor: SeriesState, history: History, epochs: list[int], values: list[float]
 ) -> tuple[list[Verdict], int | None]:
     import numpy as np
     hist_epochs, hist_values = history.series(tail_rows(monitor))
@@ -130,26 +130,26 @@ def verdicts_of(result: DetectionResult | Verdicts, count: int, *, warm: int) ->
     ]
 
 
-def judge_state(connection: Connection, runtime: MonitorRuntime, monitor: MonitorState) -> JudgeState:
+def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesState) -> JudgeState:
     """The detector's state after the stored points: this process's own; or its own advanced over the points
     other processes stored since (when nothing else changed), as if it had judged them itself; or rebuilt from
     the last REBUILD_ROWS stored points (feedback included), after a restart or a "not an anomaly"."""
-    cached = runtime.cache.peek(monitor.id)
+    cached = runtime.cache.peek(series.series_id)
     if isinstance(cached, JudgeState):
-        if cached.revision == monitor.revision:
+        if cached.revision == series.revision:
             return cached
-        if cached.revision >= monitor.relearn_revision and cached.last_epoch is not None:
-            rows = store.points_after(connection, monitor.id, cached.last_epoch)
+        if cached.revision >= series.relearn_revision and cached.last_epoch is not None:
+            rows = store.points_after(connection, series, cached.last_epoch)
             if len(rows) <= REBUILD_ROWS:
-                advance(monitor, cached, rows)
+                advance(series, cached, rows)
                 return cached
-    rows = store.newest_points(connection, monitor.id)
-    judged = JudgeState(revision=monitor.revision, detector=monitor.detector().initial_state(), size=0)
-    advance(monitor, judged, rows)
+    rows = store.newest_points(connection, series)
+    judged = JudgeState(revision=series.revision, detector=series.detector().initial_state(), size=0)
+    advance(series, judged, rows)
     return judged
 
 
-def advance(monitor: MonitorState, judged: JudgeState, rows: Sequence[Row[Any]]) -> None:
+def advance(monitor: SeriesState, judged: JudgeState, rows: Sequence[Row[Any]]) -> None:
     """Feeds stored (epoch, value, feedback) rows to the state; it is then the state at the monitor's revision."""
     if rows:
         monitor.detector().update(judged.detector, [float(r[0]) for r in rows], [float(r[1]) for r in rows],
@@ -161,14 +161,15 @@ def advance(monitor: MonitorState, judged: JudgeState, rows: Sequence[Row[Any]])
 
 
 def judge_streaming(
-    monitor: MonitorState, judged: JudgeState, epochs: list[int], values: list[float]
+    monitor: SeriesState, judged: JudgeState, epochs: list[int], values: list[float],
+    detector: StreamingDetector | None = None,
 ) -> tuple[list[Verdict], int | None]:
     state = judged.detector
     before = state.rows
     if monitor.relearn_revision:  # people give this monitor feedback: keep what relearning the append needs
         judged.checkpoint = copy.deepcopy(state)
         judged.checkpoint_rows = [(e, float(v), False) for e, v in zip(epochs, values, strict=True)]
-    result = monitor.detector().update(state, [float(e) for e in epochs], values)
+    result = (detector or monitor.detector()).update(state, [float(e) for e in epochs], values)
     judged.size = _size(judged)
     return verdicts_of(result, len(epochs), warm=WARMUP - before), state.period or None
 

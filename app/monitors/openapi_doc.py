@@ -16,6 +16,8 @@ from app.monitors.schemas import (
     PointsRequestSchema,
     PointsResponseSchema,
     SecretSchema,
+    SeriesListSchema,
+    SeriesSchema,
 )
 from app.monitors.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 
@@ -33,11 +35,14 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
                          ("Monitor", MonitorSchema), ("MonitorList", MonitorListSchema),
                          ("PointsRequest", PointsRequestSchema), ("PointsResponse", PointsResponseSchema),
                          ("Deliveries", DeliveriesSchema), ("WebhookSecret", SecretSchema),
-                         ("FeedbackRequest", FeedbackRequestSchema)):
+                         ("FeedbackRequest", FeedbackRequestSchema), ("MonitorSeries", SeriesSchema),
+                         ("MonitorSeriesList", SeriesListSchema)):
         spec.components.schema(name, schema=schema)
     secured = [{"bearerAuth": []}]
     monitor_id = {"in": "path", "name": "monitor_id", "required": True, "schema": {"type": "string"},
                   "description": "A monitor of the caller's account."}
+    model = {"in": "query", "name": "model", "required": False, "description": "The forecast model.",
+             "schema": {"type": "string", "enum": list(MODEL_IDS), "default": DEFAULT_MODEL_ID}}
 
     def query(name: str, description: str, default: Any, maximum: int, minimum: int = 0) -> dict[str, Any]:
         return {"in": "query", "name": name, "required": False, "description": description,
@@ -89,9 +94,9 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             "getMonitor", "A monitor, its last points with verdicts, open anomalies and a forecast", "read",
             {**json_ok("200", "The monitor.", "Monitor"), **fail("400", "401", "403", "404", "422", "429", "500")},
             parameters=[monitor_id, query("points", "Last points to include.", 10, 10_000),
-                        query("horizon", "Forecast this many steps ahead (0: no forecast).", 0, 100),
-                        {"in": "query", "name": "model", "required": False, "description": "The forecast model.",
-                         "schema": {"type": "string", "enum": list(MODEL_IDS), "default": DEFAULT_MODEL_ID}}],
+                        query("series", "Series to include (the first, by id).", 100, 1000),
+                        query("horizon", "Forecast this many steps ahead (0: no forecast; a monitor of several "
+                              "series forecasts each one on its own page).", 0, 100), model],
         ),
         "patch": operation(
             "updateMonitor", "Change a monitor's name, judging, webhook, Alertmanager or Prometheus query", "write",
@@ -103,6 +108,31 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             "deleteMonitor", "Delete a monitor, every stored point and its alert log", "delete",
             {"204": {"description": "Deleted.", "headers": ok_headers}, **fail("401", "403", "404", "429", "500")},
             parameters=[monitor_id],
+        ),
+    })
+    spec.path(path="/monitors/{monitor_id}/series", operations={
+        "get": operation(
+            "listMonitorSeries", "A monitor's series (one per label set), each with its latest verdict", "read",
+            {**json_ok("200", "A page of series; pass next_after as ?after= for the next.", "MonitorSeriesList"),
+             **fail("400", "401", "403", "404", "429", "500")},
+            parameters=[monitor_id, query("limit", "Series per page.", 100, 1000, 1),
+                        query("after", "Continue after this series id.", 0, 2**63 - 1),
+                        query("points", "Last points to include per series.", 0, 1000),
+                        {"in": "query", "name": "match", "required": False, "schema": {"type": "string"},
+                         "description": "A series selector on the labels, e.g. {instance=~\"web-.*\"}."},
+                        {"in": "query", "name": "anomalous", "required": False, "schema": {"type": "boolean"},
+                         "description": "Only the series with an open incident."}],
+        ),
+    })
+    spec.path(path="/monitors/{monitor_id}/series/{series_id}", operations={
+        "get": operation(
+            "getMonitorSeries", "One series: its last points with verdicts, open anomalies and a forecast", "read",
+            {**json_ok("200", "The series.", "MonitorSeries"), **fail("400", "401", "403", "404", "422", "429",
+                                                                      "500")},
+            parameters=[monitor_id, {"in": "path", "name": "series_id", "required": True,
+                                     "schema": {"type": "integer"}, "description": "A series of the monitor."},
+                        query("points", "Last points to include.", 10, 10_000),
+                        query("horizon", "Forecast this many steps ahead (0: no forecast).", 0, 100), model],
         ),
     })
     spec.path(path="/monitors/{monitor_id}/points", operations={
@@ -135,7 +165,8 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             "operationId": "getMonitorMetrics", "tags": ["Monitors"], "security": secured,
             "summary": "Every monitor's latest verdict as Prometheus gauges (value, expected, bounds, score, flag)",
             "description": "Needs a key with the admin permission; not counted. The caller's account's monitors, "
-                           "one series per monitor per gauge, labelled monitor_id and monitor_name.",
+                           "one line per series of each monitor per gauge, labelled monitor_id and monitor_name, "
+                           "and for a labelled series its labels (without __name__) and series_id.",
             "responses": {"200": {"description": "Prometheus text format.",
                                   "content": {"text/plain": {"schema": {"type": "string"}}}},
                           **errors("401", "403", "500")},

@@ -4,6 +4,7 @@ scheduler) restarts it when its lease ran out (a killed worker). Each round is a
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 import time
@@ -80,6 +81,7 @@ def _reader(settings: Settings) -> Reader:
     if reader is None:
         _readers.clear()
         reader = _readers[pid] = Reader(settings)
+        gc.freeze()  # as a web process does (app/serving/hooks.py): full collections skip what lives as long
     return reader
 
 
@@ -102,7 +104,7 @@ def start_poller(engine: Huey) -> None:
 def register(engine: Huey, settings: Settings) -> None:
     from huey import crontab  # Huey loads with the engine, not with this module
 
-    from app.monitors import alertmanager
+    from app.monitors import alertmanager, retirement
 
     # Above the batch tasks that share the queue: a read waiting behind them is a late verdict.
     @engine.task(name="monitors.prometheus.poll", priority=PRIORITY)
@@ -138,6 +140,10 @@ def register(engine: Huey, settings: Settings) -> None:
     @engine.periodic_task(crontab(minute="*"), name="monitors.alertmanager.refresh")
     def refresh() -> None:
         alertmanager.refresh_alerts(_reader(settings).database)
+
+    @engine.periodic_task(crontab(minute="*"), name="monitors.series.retire")
+    def retire() -> None:
+        retirement.retire_series(_reader(settings).database, retire_seconds=settings.monitor_series_retire_seconds)
 
     @engine.on_startup(name="monitors.prometheus.start")
     def started() -> None:

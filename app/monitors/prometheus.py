@@ -5,11 +5,12 @@ Each round claims the monitors whose next read is due, a batch at a time, by a
 compare-and-set on ``source_due_at`` (which becomes the claim's lease), and reads them READ_CONCURRENCY at a time.
 
 A read asks ``query_range`` for the steps after the last one read (``source_read_until``), at most CHUNK_POINTS
-at once; a new monitor starts BACKFILL_POINTS steps back. Steps are whole multiples of the monitor's step since
-the Unix epoch, so every read lands on the same timestamps, and a step is read SETTLE_SECONDS after its time,
-once the scrapes stamped before it are in. A read that fails (zero or several series, Prometheus unreachable,
-slow, or answering an error) is stored as the monitor's source status and message, and the next read starts
-from the same place, so an outage leaves no gap once Prometheus answers again."""
+at once and at most CHUNK_SAMPLES samples over the monitor's series; a new monitor starts BACKFILL_POINTS steps
+back. Every series the query yields is one of the monitor's series (by its labels), all judged in one batch. Steps
+are whole multiples of the monitor's step since the Unix epoch, so every read lands on the same timestamps, and a
+step is read SETTLE_SECONDS after its time, once the scrapes stamped before it are in. A read that fails (no
+series, Prometheus unreachable, slow, or answering an error) is stored as the monitor's source status and
+message, and the next read starts from the same place, so an outage leaves no gap once Prometheus answers again."""
 
 from __future__ import annotations
 
@@ -27,15 +28,16 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, func, select, update
 
 from app.db import Database
 from app.monitors import sources
-from app.monitors.records import MonitorRecord
+from app.monitors.records import MonitorRecord, MonitorSeriesRecord
 from app.monitors.schemas import IncomingPoints
+from app.monitors.series import Labels, label_problem
 from app.monitors.webhooks import send_request
 from app.settings import Settings
-from app.web.errors import ApiError, NotFound
+from app.web.errors import ApiError, DataValidationError, NotFound
 from app.web.fields import MAX_ABS_VALUE
 
 if TYPE_CHECKING:
@@ -54,20 +56,21 @@ READ_CONCURRENCY = 8
 # One account's monitors are read by at most this many readers at once: its sources hanging cost the others a
 # quarter of the readers, not all of them.
 ACCOUNT_READERS = 2
-# Prometheus answers read this much at most (a chunk of 1,000 points is about 30 KB).
-MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# Samples one read asks for at most, over all the monitor's series: the steps of a read are fewer the more series
+# the monitor follows (one step of 200,000 series at the least).
+CHUNK_SAMPLES = 200_000
+# Prometheus answers read this much at most (a sample is about 25 bytes of JSON); a longer one is asked again for
+# half the steps.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
 # A poller round stops claiming after this long, so it renews its lease (POLLER_LEASE_SECONDS) in time.
 ROUND_SECONDS = 10.0
 # A Prometheus that was unreachable or slow is not asked again by other monitors' reads for this long.
 FAILURE_MEMORY_SECONDS = 5.0
 # A read's outcome message is stored and logged at most this long.
 MESSAGE_CHARS = 500
-# Several series: the message names this many of them.
-NAMED_SERIES = 3
 
 OK = sources.OK
 NO_SERIES = "no_series"
-SEVERAL_SERIES = "several_series"
 UNREACHABLE = "unreachable"
 TIMEOUT = "timeout"
 ERROR = "error"
@@ -91,14 +94,17 @@ class Claimed:
     retention_points: int
     prometheus_url: str
     prometheus_query: str
-    last_epoch: int | None
+    series_count: int  # the series it follows so far
     read_until: int | None
     claim: str | None = None
 
 
 _TABLE = MonitorRecord.__table__
+_SERIES = MonitorSeriesRecord.__table__
+_SERIES_COUNT = (select(func.count()).select_from(_SERIES).where(_SERIES.c.monitor_id == _TABLE.c.id)
+                 .scalar_subquery())
 _CLAIMED_COLUMNS = (_TABLE.c.id, _TABLE.c.account_id, _TABLE.c.data_frequency, _TABLE.c.retention_points,
-                    _TABLE.c.prometheus_url, _TABLE.c.prometheus_query, _TABLE.c.last_epoch,
+                    _TABLE.c.prometheus_url, _TABLE.c.prometheus_query, _SERIES_COUNT,
                     _TABLE.c.source_read_until, _TABLE.c.source_claim)
 
 
@@ -154,30 +160,38 @@ class Window:
         return self.end < self.latest
 
 
-def window(monitor: Claimed, now: float) -> Window | None:
+def window(monitor: Claimed, now: float, *, most_steps: int = CHUNK_POINTS) -> Window | None:
     """The steps the next read asks for; None when none is readable yet."""
     step = sources.STEP_SECONDS[monitor.data_frequency]
     latest = math.floor((now - SETTLE_SECONDS) / step) * step
-    cursor = max((e for e in (monitor.read_until, monitor.last_epoch) if e is not None), default=None)
+    cursor = monitor.read_until
     if cursor is None:
         start = latest - (min(monitor.retention_points, sources.BACKFILL_POINTS) - 1) * step
     else:
         start = (cursor // step + 1) * step
     if start > latest:
         return None
-    return Window(start=start, end=min(latest, start + (CHUNK_POINTS - 1) * step), step=step, latest=latest)
+    steps = max(1, min(most_steps, CHUNK_POINTS, CHUNK_SAMPLES // max(1, monitor.series_count)))
+    return Window(start=start, end=min(latest, start + (steps - 1) * step), step=step, latest=latest)
+
+
+@dataclass
+class SeriesRead:
+    labels: Labels
+    epochs: list[int]
+    values: list[float]
 
 
 @dataclass
 class ReadResult:
     status: str
     message: str
-    epochs: list[int]
-    values: list[float]
+    series: list[SeriesRead]
+    too_large: bool = False
 
 
 def query_range(monitor: Claimed, span: Window, *, allow_private: bool, timeout: float) -> ReadResult:
-    """One query_range call and what it yields: one series' finite points, or the reason there are none."""
+    """One query_range call and what it yields: each series' finite points, or the reason there are none."""
     form = urlencode({"query": monitor.prometheus_query, "start": span.start, "end": span.end, "step": span.step,
                       "timeout": f"{max(1000, int((timeout - 0.5) * 1000))}ms"}).encode()
     answer = send_request(
@@ -185,6 +199,9 @@ def query_range(monitor: Claimed, span: Window, *, allow_private: bool, timeout:
         headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
         allow_private=allow_private, timeout=timeout, max_answer_bytes=MAX_ANSWER_BYTES,
     )
+    if answer.truncated:
+        return ReadResult(ERROR, f"Prometheus answered more than {MAX_ANSWER_BYTES:,} bytes for "
+                          f"{(span.end - span.start) // span.step + 1} steps", [], too_large=True)
     if answer.status_code is None:
         error = answer.error or "no answer"
         if "timed out" in error or "TimeoutError" in error:
@@ -204,33 +221,39 @@ def query_range(monitor: Claimed, span: Window, *, allow_private: bool, timeout:
     data = document.get("data") or {}
     series = data.get("result")
     if data.get("resultType") != "matrix" or not isinstance(series, list):
-        return ReadResult(ERROR, f"The query yields a {data.get('resultType')!r}, not one series", [], [])
+        return ReadResult(ERROR, f"The query yields a {data.get('resultType')!r}, not a range of series", [])
     if not series:
         return ReadResult(NO_SERIES, f"The query yields no series between {_text(span.start)} and "
-                          f"{_text(span.end)}; it must yield exactly one", [], [])
-    if len(series) > 1:
-        named = ", ".join(_labels(s.get("metric") if isinstance(s, dict) else None) for s in series[:NAMED_SERIES])
-        more = f" and {len(series) - NAMED_SERIES} more" if len(series) > NAMED_SERIES else ""
-        return ReadResult(SEVERAL_SERIES, f"The query yields {len(series)} series ({named}{more}); it must "
-                          "yield exactly one: aggregate it (sum, max, ...) or select one by its labels", [], [])
-    rows = series[0].get("values") if isinstance(series[0], dict) else None
-    if not isinstance(rows, list):
-        return ReadResult(ERROR, "Prometheus answered a series without a list of values", [], [])
-    epochs: list[int] = []
-    values: list[float] = []
+                          f"{_text(span.end)}", [])
+    found: list[SeriesRead] = []
     skipped = 0
-    for row in rows:
-        point = _sample(row, span)
-        if point is None:
-            skipped += 1
-            continue
-        epochs.append(point[0])
-        values.append(point[1])
-    message = f"Read up to {_text(span.end)}."
+    for entry in series:
+        labels = _series_labels(entry.get("metric") if isinstance(entry, dict) else None)
+        rows = entry.get("values") if isinstance(entry, dict) else None
+        if labels is None or not isinstance(rows, list):
+            return ReadResult(ERROR, "Prometheus answered a series without a label set and a list of values", [])
+        read = SeriesRead(labels, [], [])
+        for row in rows:
+            point = _sample(row, span)
+            if point is None:
+                skipped += 1
+                continue
+            read.epochs.append(point[0])
+            read.values.append(point[1])
+        if read.epochs:
+            found.append(read)
+    message = f"Read up to {_text(span.end)}: {len(series):,} series."
     if skipped:
         message += (f" {skipped} samples were skipped: not finite, out of range, off the monitor's steps, "
                     "outside the window asked for, or not a [time, value] pair.")
-    return ReadResult(OK, message, epochs, values)
+    return ReadResult(OK, message, found)
+
+
+def _series_labels(metric: Any) -> Labels | None:
+    """A series' labels from the answer, sorted; None for anything but an object of strings."""
+    if not isinstance(metric, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+        return None
+    return tuple(sorted(metric.items()))
 
 
 def _sample(row: Any, span: Window) -> tuple[int, float] | None:
@@ -264,12 +287,6 @@ def _storable(message: str | None) -> str:
     cut short and rid of what a database column cannot hold (PostgreSQL refuses NUL) or a log should not carry."""
     text = (message or "")[:MESSAGE_CHARS]
     return "".join(ch if ch.isprintable() else " " for ch in text)
-
-
-def _labels(metric: Any) -> str:
-    if not isinstance(metric, dict):
-        return "{}"
-    return _storable("{" + ", ".join(f'{k}="{v}"' for k, v in sorted(metric.items(), key=str)) + "}")
 
 
 class Reader:
@@ -323,8 +340,6 @@ class Reader:
 
     def read(self, monitor: Claimed) -> None:
         """Reads and judges one claimed monitor, then records the outcome and when it is next due."""
-        from app.monitors import ingest
-
         started = time.time()
         span = window(monitor, started)
         status, message, read_until = OK, None, monitor.read_until
@@ -333,48 +348,76 @@ class Reader:
             due = (math.floor((started - SETTLE_SECONDS) / step) + 1) * step + SETTLE_SECONDS
             self._record(monitor, status=None, message=None, read_until=read_until, due=due, checked=False)
             return
-        origin = _origin(monitor.prometheus_url)
-        remembered = self._failing.get(origin)
-        if remembered is not None and remembered[0] >= time.time():
-            result = remembered[1]
-        else:
-            result = query_range(monitor, span, allow_private=self.settings.allow_private_webhooks,
-                                 timeout=self.settings.prometheus_timeout_seconds)
-            if result.status in (UNREACHABLE, TIMEOUT):
-                # Every monitor on this Prometheus would wait out the same failure: they take this one's outcome
-                # until their own retry, so a stalled server holds READ_CONCURRENCY readers, not all of them.
-                self._failing[origin] = (time.time() + FAILURE_MEMORY_SECONDS, result)
-            else:
-                self._failing.pop(origin, None)
+        result = self._query(monitor, span)
+        while result.too_large and span.end > span.start:  # fewer steps until the answer fits
+            span = window(monitor, started, most_steps=max(1, (span.end - span.start) // span.step // 2))
+            assert span is not None
+            result = self._query(monitor, span)
         status, message = result.status, result.message
         if result.status == OK:
-            last = monitor.last_epoch if monitor.last_epoch is not None else -1
-            keep = [i for i, e in enumerate(result.epochs) if e > last]
-            if keep:
-                epochs = [result.epochs[i] for i in keep]
-                try:
-                    ingest.append_points(
-                        database=self.database, pool=self.pool, runtime=self.runtime, account_id=monitor.account_id,
-                        monitor_id=monitor.id, from_source=True,
-                        points=IncomingPoints(epochs=epochs, texts=[_text(e) for e in epochs],
-                                              values=[result.values[i] for i in keep]),
-                    )
-                except NotFound:
-                    return  # deleted while it was read
-                except ApiError as exc:
-                    status, message = ERROR, f"The points read could not be judged: {exc}"
+            try:
+                message += self._store(monitor, result)
+            except NotFound:
+                return  # deleted while it was read
+            except ApiError as exc:
+                status, message = ERROR, f"The points read could not be judged: {exc}"
             if status == OK:
                 read_until = span.end
         elif result.status == NO_SERIES and span.catching_up:
             read_until = span.end  # a stretch of history with no data at all: nothing there to wait for
         if status == OK and span.catching_up:
             due = time.time()
-        elif status in (OK, NO_SERIES, SEVERAL_SERIES):
+        elif status in (OK, NO_SERIES):
             due = span.latest + span.step + SETTLE_SECONDS
         else:
             # Prometheus failed: ask again soon (never more often than the poller's pace).
             due = time.time() + min(30.0, max(POLL_SECONDS, float(span.step)))
         self._record(monitor, status=status, message=message, read_until=read_until, due=due, checked=True)
+
+    def _query(self, monitor: Claimed, span: Window) -> ReadResult:
+        origin = _origin(monitor.prometheus_url)
+        remembered = self._failing.get(origin)
+        if remembered is not None and remembered[0] >= time.time():
+            return remembered[1]
+        result = query_range(monitor, span, allow_private=self.settings.allow_private_webhooks,
+                             timeout=self.settings.prometheus_timeout_seconds)
+        if result.status in (UNREACHABLE, TIMEOUT):
+            # Every monitor on this Prometheus would wait out the same failure: they take this one's outcome
+            # until their own retry, so a stalled server holds READ_CONCURRENCY readers, not all of them.
+            self._failing[origin] = (time.time() + FAILURE_MEMORY_SECONDS, result)
+        else:
+            self._failing.pop(origin, None)
+        return result
+
+    def _store(self, monitor: Claimed, result: ReadResult) -> str:
+        """Judges and stores every series read, in batches of at most INGEST_POINTS points; what the outcome's
+        message adds (series the cap or their labels refused)."""
+        from app.monitors import ingest
+
+        batch: list[ingest.SeriesPoints] = []
+        unusable = 0
+        for read in result.series:
+            if label_problem(dict(read.labels)) is not None:
+                unusable += 1
+                continue
+            batch.append(ingest.SeriesPoints(monitor.id, read.labels, IncomingPoints(
+                epochs=read.epochs, texts=[_text(e) for e in read.epochs], values=read.values)))
+        over_cap = 0
+        for outcome in ingest.append_chunked(database=self.database, pool=self.pool, runtime=self.runtime,
+                                             account_id=monitor.account_id, batch=batch, from_source=True,
+                                             lenient=True):
+            if isinstance(outcome, DataValidationError):
+                over_cap += 1
+            elif isinstance(outcome, ApiError):
+                raise outcome
+        extra = ""
+        if over_cap:
+            extra += (f" {over_cap:,} series were not read: the monitor follows its most series "
+                      f"(MAX_SERIES_PER_MONITOR, {self.settings.max_series_per_monitor:,}); their points are counted "
+                      "in series_refused.")
+        if unusable:
+            extra += f" {unusable:,} series were skipped: their labels are too large."
+        return extra
 
     def _record(self, monitor: Claimed, *, status: str | None, message: str | None, read_until: int | None,
                 due: float, checked: bool) -> None:

@@ -5,9 +5,10 @@ An event is "pending" until a sender claims it; a claim sets it to "sending" wit
 transaction. A sender that dies mid-send leaves a lease that runs out, and the event is claimed again:
 delivery is at least once, and every event carries a stable id for the receiver to drop repeats.
 
-Order per monitor and destination (its webhook, its Alertmanager): only the oldest undelivered event of a
-monitor's destination (lowest ``seq`` among pending/sending) can be claimed, so a receiver sees a monitor's
-events in order even across retries and servers. On PostgreSQL the claim is ``SELECT ... FOR UPDATE SKIP
+Order per series and destination (its monitor's webhook, its Alertmanager): only the oldest undelivered event
+of a series' destination (lowest ``seq`` among pending/sending) can be claimed, so a receiver sees a series'
+events in order even across retries and servers, and one series' backlog holds up none of its monitor's other
+series. On PostgreSQL the claim is ``SELECT ... FOR UPDATE SKIP
 LOCKED``: two servers never take the same event and never wait on each other. SQLite has one writer at a
 time, which serializes claims by itself.
 
@@ -83,6 +84,7 @@ def enqueue(
     executor: Session | Connection,
     *,
     monitor_id: str,
+    series_id: int,
     webhook_url: str,
     seq: int,
     kind: str,
@@ -94,6 +96,7 @@ def enqueue(
     executor.execute(_INSERT_EVENT, {
         "id": payload["id"],
         "monitor_id": monitor_id,
+        "series_id": series_id,
         "seq": seq,
         "kind": kind,
         "payload": json.dumps(payload, separators=(",", ":")),
@@ -166,7 +169,7 @@ def _due_statement(limit: int, row_locks: bool) -> Select[tuple[str, str | None,
     earlier = aliased(MonitorEventRecord)
     blocked = exists().where(
         and_(
-            earlier.monitor_id == MonitorEventRecord.monitor_id,
+            earlier.series_id == MonitorEventRecord.series_id,
             earlier.destination == MonitorEventRecord.destination,
             earlier.seq < MonitorEventRecord.seq,
             earlier.status.in_(ACTIVE),

@@ -1,5 +1,6 @@
 """Prometheus remote write 1.0 in (POST /api/v1/write): the body decoded, each series routed to the monitors whose
-``remote_write_selector`` matches its labels, each monitor's samples stored and judged through app.monitors.ingest.
+``remote_write_selector`` matches its labels (as that monitor's series of those labels), and every series' samples
+stored and judged through app.monitors.ingest in a few transactions for the whole body.
 
 A malformed body (not snappy, not a WriteRequest) is a 400 and nothing is stored: Prometheus does not retry a 4xx.
 Within a well-formed body, what cannot become a point is counted by outcome and dropped, and the rest is stored:
@@ -24,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.compute.pool import PoolError, WorkerPool
 from app.db import Database
-from app.monitors import ingest, selectors
+from app.monitors import ingest, selectors, series
 from app.monitors.records import MonitorRecord
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
@@ -39,12 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("app.monitors.remote_write")
 
-# Bounds on one series' labels. Prometheus sets none, but a receiver must: each series' labels are matched against
-# every selector of the account. The limits are far above what exporters produce (Mimir's defaults are 30 labels and
-# 2,048-character values); a series beyond them is dropped and counted as labels_too_large.
-MAX_LABELS = 128
-MAX_LABEL_NAME_CHARS = 1024
-MAX_LABEL_VALUE_CHARS = 4096
 # The decoded protobuf may be larger than the snappy body by this factor at most (snappy's own worst case is
 # about 21); beyond it the body is refused before it is decompressed.
 MAX_EXPANSION = 32
@@ -68,7 +63,7 @@ OUTCOMES = (
     "same_second",  # a later sample in the same whole second as the previous one of its series
     "out_of_order",  # older than the monitor's newest stored point and not stored
     "conflict",  # its second is stored with another value
-    "several_series",  # several series of one request match one monitor (a monitor follows one series)
+    "series_limit",  # a new series of a monitor that follows MAX_SERIES_PER_MONITOR series already
     "invalid_series",  # no __name__, a duplicated or malformed label name
     "labels_too_large",  # beyond MAX_LABELS, MAX_LABEL_NAME_CHARS or MAX_LABEL_VALUE_CHARS
     "histogram",  # native histogram samples: a monitor judges plain values
@@ -126,6 +121,10 @@ class _Targets:
     against every monitor of the account."""
 
     def __init__(self, rows: list[tuple[str, str]]) -> None:
+        # A label set's route, as it came (its outcome when unusable, else its sorted labels and the monitors it
+        # feeds): a fleet sends the same label sets every scrape, so each is checked and matched once per process
+        # while the account's selectors stay as they are.
+        self.routes: dict[tuple[tuple[str, str], ...], tuple[str | None, series.Labels, list[str]]] = {}
         self.by_pair: dict[tuple[str, str], list[tuple[str, selectors.Selector]]] = {}
         self.anywhere: list[tuple[str, selectors.Selector]] = []
         for monitor_id, text in rows:
@@ -145,6 +144,23 @@ class _Targets:
             if candidates:
                 found.extend(m for m, s in candidates if s.matches(labels))
         return found
+
+    def route(self, raw: tuple[tuple[str, str], ...]) -> tuple[str | None, series.Labels, list[str]]:
+        known = self.routes.get(raw)
+        if known is None:
+            labels = dict(raw)
+            problem = _label_outcome(labels, len(raw))
+            identity = tuple(sorted(labels.items()))
+            known = (problem, identity, [] if problem or not self else self.matching(labels))
+            if len(self.routes) >= ROUTES_KEPT:
+                self.routes.clear()
+            self.routes[raw] = known
+        return known
+
+
+# Label sets whose route an account's selectors keep (a few MB at most).
+ROUTES_KEPT = 100_000
+_TARGETS: dict[str, tuple[tuple[tuple[str, str], ...], _Targets]] = {}
 
 
 _PARSED: dict[str, selectors.Selector | None] = {}
@@ -174,35 +190,33 @@ def targets_of(database: Database, account_id: str) -> _Targets:
         monitors.account_id == account_id, monitors.remote_write_selector.is_not(None),
         monitors.prometheus_query.is_(None))
     with database.engine.connect() as connection:
-        return _Targets([(row[0], row[1]) for row in connection.execute(statement)])
+        rows = tuple((row[0], row[1]) for row in connection.execute(statement))
+    kept = _TARGETS.get(account_id)
+    if kept is not None and kept[0] == rows:
+        return kept[1]
+    targets = _Targets(list(rows))
+    if len(_TARGETS) >= _PARSED_LIMIT:
+        _TARGETS.clear()
+    _TARGETS[account_id] = (rows, targets)
+    return targets
 
 
-def _series_labels(series: Any, counts: Counter[str], samples: int) -> dict[str, str] | None:
-    """The series' labels as a dict, or None (its samples counted) when they are unusable."""
-    if len(series.labels) > MAX_LABELS:
-        counts["labels_too_large"] += samples
-        return None
-    labels: dict[str, str] = {}
-    for label in series.labels:
-        name, value = label.name, label.value
-        if len(name) > MAX_LABEL_NAME_CHARS or len(value) > MAX_LABEL_VALUE_CHARS:
-            counts["labels_too_large"] += samples
-            return None
-        if not name or name in labels:
-            counts["invalid_series"] += samples
-            return None
-        labels[name] = value
-    if not labels.get("__name__"):
-        counts["invalid_series"] += samples
-        return None
-    return labels
+def _label_outcome(labels: dict[str, str], sent: int) -> str | None:
+    """The outcome of a series' samples when its labels are unusable (``sent`` labels came), else None."""
+    problem = series.label_problem(labels)
+    if problem == "too_large":
+        return "labels_too_large"
+    if problem is not None or len(labels) != sent or not labels.get("__name__"):
+        return "invalid_series"
+    return None
 
 
-def _points(samples: Any, counts: Counter[str]) -> IncomingPoints:
-    """One series' samples as points: time order, whole seconds, finite values; the rest counted."""
+def _points(samples: Any, counts: Counter[str], texts: dict[int, str]) -> IncomingPoints:
+    """One series' samples as points: time order, whole seconds, finite values; the rest counted. ``texts`` keeps
+    each second's timestamp text for the request (a fleet's samples share their seconds)."""
     epochs: list[int] = []
     values: list[float] = []
-    for sample in sorted(samples, key=lambda s: s.timestamp):
+    for sample in sorted(samples, key=lambda s: s.timestamp) if len(samples) > 1 else samples:
         value = sample.value
         if value != value:
             bits = struct.unpack("<Q", struct.pack("<d", value))[0]
@@ -223,7 +237,8 @@ def _points(samples: Any, counts: Counter[str]) -> IncomingPoints:
             continue
         epochs.append(epoch)
         values.append(value)
-    return IncomingPoints(epochs=epochs, texts=[epoch_text(e) for e in epochs], values=values)
+    return IncomingPoints(epochs=epochs, values=values,
+                          texts=[texts.get(e) or texts.setdefault(e, epoch_text(e)) for e in epochs])
 
 
 def receive(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, account_id: str,
@@ -232,68 +247,69 @@ def receive(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, ac
     received = Received()
     counts = received.counts
     targets = targets_of(database, account_id)
-    # Per monitor, the samples of each label set that matched it: Prometheus sends one TimeSeries entry per sample
-    # (the labels repeated), so entries with equal labels are one series.
-    routed: dict[str, dict[tuple[tuple[str, str], ...], list[Any]]] = {}
-    for series in request.timeseries:
-        samples = len(series.samples)
-        if series.histograms:
-            counts["histogram"] += len(series.histograms)
+    # The samples of each (monitor, label set): Prometheus sends one TimeSeries entry per sample or few (the labels
+    # repeated), so entries with equal labels are one series.
+    routed: dict[tuple[str, series.Labels], list[Any]] = {}
+    for entry in request.timeseries:
+        samples = len(entry.samples)
+        if entry.histograms:
+            counts["histogram"] += len(entry.histograms)
         if not samples:
             continue
-        labels = _series_labels(series, counts, samples)
-        if labels is None:
+        if len(entry.labels) > series.MAX_LABELS:
+            counts["labels_too_large"] += samples
             continue
-        matched = targets.matching(labels) if targets else []
+        problem, identity, matched = targets.route(tuple((label.name, label.value) for label in entry.labels))
+        if problem is not None:
+            counts[problem] += samples
+            continue
         if not matched:
             counts["unmatched"] += samples
             continue
-        identity = tuple(sorted(labels.items()))
         for monitor_id in matched:
-            routed.setdefault(monitor_id, {}).setdefault(identity, []).extend(series.samples)
-    for monitor_id, matched_series in routed.items():
-        if len(matched_series) > 1:
-            counts["several_series"] += sum(len(s) for s in matched_series.values())
-            continue
-        points = _points(next(iter(matched_series.values())), counts)
-        for start in range(0, len(points.epochs), max_points):
-            chunk = IncomingPoints(epochs=points.epochs[start:start + max_points],
-                                   texts=points.texts[start:start + max_points],
-                                   values=points.values[start:start + max_points])
-            _store(database=database, pool=pool, runtime=runtime, account_id=account_id, monitor_id=monitor_id,
-                   points=chunk, received=received)
+            routed.setdefault((monitor_id, identity), []).extend(entry.samples)
+    batch = []
+    texts: dict[int, str] = {}
+    for (monitor_id, identity), samples in routed.items():
+        points = _points(samples, counts, texts)
+        if points.epochs:
+            batch.append(ingest.SeriesPoints(monitor_id, identity, points))
+    if batch:
+        _store(database=database, pool=pool, runtime=runtime, account_id=account_id, batch=batch,
+               received=received, most_points=max_points)
     for outcome, count in counts.items():
         _COUNTERS[outcome].inc(count)
     return received
 
 
-def _store(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, account_id: str, monitor_id: str,
-           points: IncomingPoints, received: Received) -> None:
+def _store(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, account_id: str,
+           batch: list[ingest.SeriesPoints], received: Received, most_points: int) -> None:
     counts = received.counts
     try:
-        answer = ingest.append_points(database=database, pool=pool, runtime=runtime, account_id=account_id,
-                                      monitor_id=monitor_id, points=points, lenient=True)
-    except NotFound:  # deleted since the selectors were read
-        counts["unmatched"] += len(points.epochs)
-        return
-    except DataValidationError:  # not expected in lenient mode; a point-level refusal must not cost a retry loop
-        log.exception("remote write: monitor %s refused points", monitor_id)
-        counts["conflict"] += len(points.epochs)
-        return
-    except (SQLAlchemyError, PoolError) as exc:
-        log.warning("remote write: monitor %s not written now (%s); asking the sender to retry", monitor_id,
-                    type(exc).__name__)
-        counts["failed"] += len(points.epochs)
+        outcomes = ingest.append_chunked(database=database, pool=pool, runtime=runtime, account_id=account_id,
+                                         batch=batch, lenient=True,
+                                         most_points=min(most_points, ingest.INGEST_POINTS))
+    except (SQLAlchemyError, PoolError, ApiError) as exc:
+        if isinstance(exc, ApiError) and exc.status < 500:
+            raise
+        log.warning("remote write: samples not written now (%s); asking the sender to retry", type(exc).__name__)
+        counts["failed"] += sum(len(entry.points.epochs) for entry in batch)
         received.retry = True
         return
-    except ApiError as exc:
-        if exc.status >= 500:
-            counts["failed"] += len(points.epochs)
-            received.retry = True
-        else:  # e.g. became Prometheus-backed: it takes no pushed points
-            counts["unmatched"] += len(points.epochs)
-        return
-    counts["stored"] += answer["new_points"]
-    counts["duplicate"] += answer["duplicate_points"]
-    for outcome, count in answer["dropped_points"].items():
-        counts[outcome] += count
+    for entry, outcome in zip(batch, outcomes, strict=True):
+        sent = len(entry.points.epochs)
+        if isinstance(outcome, NotFound):  # deleted since the selectors were read
+            counts["unmatched"] += sent
+        elif isinstance(outcome, DataValidationError):  # a new series beyond the monitor's cap
+            counts["series_limit"] += sent
+        elif isinstance(outcome, ApiError):
+            if outcome.status >= 500:
+                counts["failed"] += sent
+                received.retry = True
+            else:  # e.g. became Prometheus-backed: it takes no pushed points
+                counts["unmatched"] += sent
+        else:
+            counts["stored"] += len(outcome.verdicts)
+            counts["duplicate"] += len(outcome.old_records)
+            for name, count in outcome.dropped.items():
+                counts[name] += count

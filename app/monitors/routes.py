@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.monitors import exposition, forecasting, ingest, intake_routes, poller, service, sources
+from app.monitors import exposition, forecasting, ingest, intake_routes, poller, selectors, series, service, sources
 from app.monitors.runtime import MonitorRuntime, build_runtime
 from app.monitors.schemas import (
     FeedbackRequestSchema,
@@ -34,6 +34,8 @@ MAX_POINTS_QUERY = 10_000
 MAX_HORIZON = 100
 MAX_LIST_LIMIT = 1000
 MAX_DELIVERIES = 1000
+MAX_SERIES_PAGE = 1000
+DEFAULT_SERIES_PAGE = 100
 
 _create_schema = MonitorCreateSchema()
 _patch_schema = MonitorPatchSchema()
@@ -140,29 +142,69 @@ def metrics() -> Response:
     return Response(text, mimetype=exposition.CONTENT_TYPE)
 
 
-@bp.get("/monitors/<monitor_id>")
-@requires("read")
-def get_one(monitor_id: str) -> Response:
-    points = _int_arg("points", 10, 0, MAX_POINTS_QUERY)
+def _forecast_args() -> tuple[int, str]:
     horizon = _int_arg("horizon", 0, 0, MAX_HORIZON)
     model_id = request.args.get("model") or DEFAULT_MODEL_ID
     if model_id not in MODEL_IDS:
         issue = "Must be one of: " + ", ".join(MODEL_IDS)
         raise InvalidRequest(f"Invalid request: model: {issue}.", details=problem("model", issue, model_id))
+    return horizon, model_id
+
+
+def _forecast(monitor_id: str, series_id: str | None, horizon: int, model_id: str) -> dict[str, Any]:
     services = current_services()
-    account_id = current_key().account_id
-    view = service.get_monitor(database=services.database, account_id=account_id, monitor_id=monitor_id,
-                               points=points)
-    view["forecast"] = None
-    if horizon:
-        monitor, epochs, texts, values = service.history_for_forecast(
-            database=services.database, account_id=account_id, monitor_id=monitor_id,
-            max_points=forecasting.FORECAST_HISTORY_POINTS,
-        )
-        view["forecast"] = forecasting.forecast(
-            pool=services.pool, model_id=model_id, data_frequency=monitor.data_frequency,
-            confidence=monitor.confidence, horizon=horizon, epochs=epochs, texts=texts, values=values,
-        )
+    monitor, epochs, texts, values = service.history_for_forecast(
+        database=services.database, account_id=current_key().account_id, monitor_id=monitor_id,
+        max_points=forecasting.FORECAST_HISTORY_POINTS, series_id=series_id,
+    )
+    return forecasting.forecast(
+        pool=services.pool, model_id=model_id, data_frequency=monitor.data_frequency,
+        confidence=monitor.confidence, horizon=horizon, epochs=epochs, texts=texts, values=values,
+    )
+
+
+@bp.get("/monitors/<monitor_id>")
+@requires("read")
+def get_one(monitor_id: str) -> Response:
+    points = _int_arg("points", 10, 0, MAX_POINTS_QUERY)
+    series_page = _int_arg("series", DEFAULT_SERIES_PAGE, 0, MAX_SERIES_PAGE)
+    horizon, model_id = _forecast_args()
+    services = current_services()
+    view = service.get_monitor(database=services.database, account_id=current_key().account_id,
+                               monitor_id=monitor_id, points=points, series=series_page)
+    view["forecast"] = _forecast(monitor_id, None, horizon, model_id) if horizon else None
+    return jsonify(view)
+
+
+@bp.get("/monitors/<monitor_id>/series")
+@requires("read")
+def list_series(monitor_id: str) -> Response:
+    limit = _int_arg("limit", DEFAULT_SERIES_PAGE, 1, MAX_SERIES_PAGE)
+    points = _int_arg("points", 0, 0, MAX_LIST_POINTS)
+    after = _int_arg("after", 0, 0, 2**63 - 1) or None
+    match = None
+    text = request.args.get("match")
+    if text:
+        try:
+            match = selectors.parse(text)
+        except selectors.SelectorError as exc:
+            issue = f"Not a series selector: {exc}"
+            raise InvalidRequest(f"Invalid request: match: {issue}.", details=problem("match", issue, text)) from None
+    anomalous = request.args.get("anomalous", "").lower() in ("1", "true")
+    views, next_after = service.list_series(
+        database=current_services().database, account_id=current_key().account_id, monitor_id=monitor_id,
+        limit=limit, after=after, points=points, match=match, anomalous=anomalous)
+    return jsonify({"monitor_id": monitor_id, "series": views, "next_after": next_after})
+
+
+@bp.get("/monitors/<monitor_id>/series/<series_id>")
+@requires("read")
+def get_series(monitor_id: str, series_id: str) -> Response:
+    points = _int_arg("points", 10, 0, MAX_POINTS_QUERY)
+    horizon, model_id = _forecast_args()
+    view = service.get_series(database=current_services().database, account_id=current_key().account_id,
+                              monitor_id=monitor_id, series_id=series_id, points=points)
+    view["forecast"] = _forecast(monitor_id, series_id, horizon, model_id) if horizon else None
     return jsonify(view)
 
 
@@ -196,7 +238,7 @@ def add_points(monitor_id: str) -> Response:
     points = check_points(body["timestamps"], body["values"], max_points=services.settings.max_points)
     answer = ingest.append_points(
         database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
-        monitor_id=monitor_id, points=points,
+        monitor_id=monitor_id, points=points, labels=series.checked_labels(body.get("labels")),
     )
     return jsonify(answer)
 
@@ -207,7 +249,7 @@ def feedback(monitor_id: str) -> Response:
     body = load(_feedback_schema, _json_body())
     view = service.mark_not_anomaly(
         database=current_services().database, runtime=_runtime(), account_id=current_key().account_id,
-        monitor_id=monitor_id, epoch=point_epoch(body["timestamp"]),
+        monitor_id=monitor_id, epoch=point_epoch(body["timestamp"]), series_id=body.get("series_id"),
     )
     return jsonify(view)
 

@@ -9,15 +9,18 @@ from typing import Any
 from app.db import Database
 from app.monitors.cache import HistoryCache, MonitorLocks
 from app.monitors.judge import JudgeSlots
+from app.monitors.series import SeriesIds
 from app.settings import Settings
 
 
 @dataclass
 class MonitorRuntime:
-    """The judging-state cache, the per-monitor locks, the alert sender and the judge slots of one process."""
+    """The judging-state cache, the per-series locks, the series ids by labels, the alert sender and the judge slots
+    of one process."""
 
     cache: HistoryCache
     locks: MonitorLocks
+    series_ids: SeriesIds
     sender: Any  # DeliverySender; typed loosely so this module does not import threads it never starts
     # Appends waiting for the worker pool queue here, leaving the pool's own queue room for /forecast and
     # /anomalies, instead of being turned away as "saturated" under a burst of writes.
@@ -36,6 +39,7 @@ def build_runtime(database: Database, settings: Settings, *, judge_slots: int, p
     return MonitorRuntime(
         cache=HistoryCache(),
         locks=MonitorLocks(),
+        series_ids=SeriesIds(),
         sender=DeliverySender(database, allow_private=settings.allow_private_webhooks,
                               policy=RetryPolicy.from_settings(settings), public_url=public_url),
         judge_slots=JudgeSlots(judge_slots),

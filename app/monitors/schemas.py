@@ -166,6 +166,12 @@ class PointsRequestSchema(Schema):
                   "accepted. Whole seconds identify a point.", "items": {"type": "string", "format": "date-time"}},
     )
     values = JsonArray(required=True, metadata={"items": {"type": "number"}})
+    labels = fields.Raw(
+        load_default=None,
+        metadata={"description": "The series the points belong to, as an object of label names to values; absent "
+                  "or null: the monitor's unlabelled series.", "type": "object",
+                  "additionalProperties": {"type": "string"}},
+    )
 
 
 class PointsResponseSchema(Schema):
@@ -204,6 +210,8 @@ class PointSchema(Schema):
         allow_none=True, required=True,
         metadata={"description": "\"not_anomaly\" once a user said so (POST /monitors/{id}/feedback); else null."},
     )
+    series_id = fields.Integer(metadata={"description": "The point's series, when it is a labelled series of its "
+                                         "monitor (a monitor's unlabelled points carry none)."})
 
 
 class ForecastSchema(Schema):
@@ -221,11 +229,36 @@ class SourceSchema(Schema):
     query = fields.String(allow_none=True)
     step_seconds = fields.Integer(allow_none=True)
     status = fields.String(allow_none=True, metadata={
-        "enum": ["pending", "ok", "no_series", "several_series", "unreachable", "timeout", "error"],
+        "enum": ["pending", "ok", "no_series", "unreachable", "timeout", "error"],
         "description": "The last read's outcome; anything but ok and pending is a problem that message names."})
     message = fields.String(allow_none=True)
     checked_at = fields.String(allow_none=True, metadata={"description": "When Prometheus was last asked."})
     read_until = fields.String(allow_none=True, metadata={"description": "Read up to this evaluation time."})
+
+
+class SeriesSchema(Schema):
+    id = fields.Integer(required=True)
+    labels = fields.Dict(keys=fields.String(), values=fields.String(), required=True,
+                         metadata={"description": "The series' label set; {} for a monitor's unlabelled stream."})
+    point_count = fields.Integer(required=True)
+    first_timestamp = fields.String(allow_none=True, required=True)
+    last_timestamp = fields.String(allow_none=True, required=True)
+    last_point = fields.Nested(PointSchema, allow_none=True, required=True)
+    open_anomaly_since = fields.String(allow_none=True, required=True,
+                                       metadata={"description": "The open incident's first point; null: none open."})
+    created_at = fields.String(required=True)
+    last_seen_at = fields.String(required=True, metadata={"description": "When a point was last stored; a "
+                                 "labelled series unseen for MONITOR_SERIES_RETIRE_SECONDS is retired."})
+    points = fields.List(fields.Nested(PointSchema), metadata={"description": "The last ?points=N points."})
+    monitor_id = fields.String(metadata={"description": "GET /monitors/{id}/series/{series_id} only."})
+    open_anomalies = fields.List(fields.Nested(PointSchema), metadata={"description": "One series' page only."})
+    forecast = fields.Nested(ForecastSchema, allow_none=True, metadata={"description": "With ?horizon=H."})
+
+
+class SeriesListSchema(Schema):
+    monitor_id = fields.String(required=True)
+    series = fields.List(fields.Nested(SeriesSchema), required=True)
+    next_after = fields.Integer(allow_none=True, required=True)
 
 
 class MonitorSchema(Schema):
@@ -248,8 +281,17 @@ class MonitorSchema(Schema):
     point_count = fields.Integer(required=True)
     last_timestamp = fields.String(allow_none=True, required=True)
     open_anomalies = fields.List(fields.Nested(PointSchema), required=True)
-    points = fields.List(fields.Nested(PointSchema), metadata={"description": "The last ?points=N points."})
+    points = fields.List(fields.Nested(PointSchema), metadata={"description": "The last ?points=N points of its "
+                         "series when it has one; empty when it has several (each entry of series has its own)."})
     forecast = fields.Nested(ForecastSchema, allow_none=True, metadata={"description": "With ?horizon=H."})
+    series_count = fields.Integer(required=True, metadata={"description": "Its series: one per label set."})
+    series_refused = fields.Integer(required=True, metadata={"description": "Points refused because their new "
+                                    "series would have passed MAX_SERIES_PER_MONITOR."})
+    series_refused_at = fields.String(allow_none=True, required=True)
+    series = fields.List(fields.Nested(SeriesSchema), metadata={"description": "GET /monitors/{id}: the first "
+                         "?series=N of its series."})
+    series_next_after = fields.Integer(allow_none=True, metadata={"description": "Continue with GET "
+                                       "/monitors/{id}/series?after= when it has more."})
     webhook_secret = fields.String(metadata={"description": "Only in the answer that creates or rotates it."})
 
 
@@ -395,6 +437,10 @@ class FeedbackRequestSchema(Schema):
 
     timestamp = fields.String(
         required=True, metadata={"description": "A stored point's timestamp, as sent with the point."}
+    )
+    series_id = fields.Integer(
+        load_default=None, allow_none=True, strict=True, validate=validate.Range(1, 2**63 - 1),
+        metadata={"description": "The series of the point; needed only on a monitor with several series."},
     )
     is_anomaly = fields.Boolean(
         required=True,

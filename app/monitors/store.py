@@ -1,15 +1,16 @@
-"""A monitor's rows in SQL: the monitor as the append path reads it, its stored points, and the one transaction
-that writes judged points, their events and retention.
+"""A monitor's series in SQL: a series as the append path reads it (with its monitor's settings), its stored
+points, and the one transaction that writes the judged points of many series, their events and retention.
 
-Appending is serialized per monitor: a process-local lock (app.monitors.cache), plus on PostgreSQL a row lock on
-the monitor (``SELECT ... FOR UPDATE``) held from reading the stored state to the commit, so writers in other
-processes or hosts wait too. Every write also bumps the monitor's ``revision`` with a compare-and-set, which
+Appending is serialized per series: a process-local lock (app.monitors.cache), plus on PostgreSQL a row lock on
+the series (``SELECT ... FOR UPDATE``, in id order) held from reading the stored state to the commit, so writers
+in other processes or hosts wait too. Every write also bumps the series' ``revision`` with a compare-and-set, which
 makes a lost race visible on any database (SQLite across processes included): the loser retries against the
 new state, so no point is lost and none is judged twice.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 from array import array
 from bisect import bisect_right
@@ -25,7 +26,7 @@ from app.compute.detect.streaming import StreamingDetector, lookback_rows
 from app.db import Prepared
 from app.monitors import queue
 from app.monitors.cache import History, JudgeState
-from app.monitors.records import MonitorPointRecord, MonitorRecord
+from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
 from app.monitors.schemas import IncomingPoints
 from app.series.frequencies import MAX_PERIOD_ROWS
 from app.web.errors import DataValidationError, NotFound
@@ -44,7 +45,7 @@ NOT_ANOMALY = "not_anomaly"
 REBUILD_ROWS = lookback_rows(MAX_PERIOD_ROWS)
 
 
-def tail_rows(monitor: MonitorState) -> int:
+def tail_rows(monitor: SeriesState) -> int:
     return min(TAIL_ROWS, monitor.retention_points)
 
 
@@ -53,11 +54,12 @@ class StaleRevision(Exception):
 
 
 @dataclass
-class MonitorState:
-    """The monitor row as the append path reads it: a plain Core row copy, without the ORM's per-object
-    bookkeeping (which cost more than the rest of the append's own work)."""
+class SeriesState:
+    """A series as the append path reads it: its monitor's settings and its own stored state, a plain Core row copy
+    (the ORM's per-object bookkeeping cost more than the rest of the append's own work)."""
 
-    id: str
+    # the monitor's
+    monitor_id: str
     account_id: str
     name: str
     data_frequency: str
@@ -66,6 +68,14 @@ class MonitorState:
     model: str | None
     retention_points: int
     webhook_url: str | None
+    sensitivity: int | None
+    min_deviation: float
+    min_relative_deviation: float
+    alertmanager_url: str | None
+    prometheus_query: str | None
+    # the series'
+    series_id: int
+    labels: str | None
     point_count: int
     first_epoch: int | None
     last_epoch: int | None
@@ -73,24 +83,22 @@ class MonitorState:
     relearn_revision: int
     event_seq: int
     open_anomaly_epoch: int | None
-    sensitivity: int | None
-    min_deviation: float
-    min_relative_deviation: float
-    alertmanager_url: str | None
-    prometheus_query: str | None
 
     def detector(self) -> StreamingDetector:
         return detector_of(self)
 
+    def label_map(self) -> dict[str, str]:
+        return {} if not self.labels else dict(json.loads(self.labels))
 
-def threshold_of(monitor: MonitorState | MonitorRecord) -> tuple[float | None, float | None]:
+
+def threshold_of(monitor: SeriesState | MonitorRecord) -> tuple[float | None, float | None]:
     """(confidence, false_alarms_per_week) as a monitor's settings give them to a detector."""
     if monitor.sensitivity is not None:
         return None, budget_for_sensitivity(monitor.sensitivity)
     return monitor.confidence, monitor.false_alarms_per_week
 
 
-def detector_of(monitor: MonitorState | MonitorRecord) -> StreamingDetector:
+def detector_of(monitor: SeriesState | MonitorRecord) -> StreamingDetector:
     """The default detector as a monitor's settings configure it."""
     confidence, budget = threshold_of(monitor)
     return StreamingDetector(
@@ -101,18 +109,33 @@ def detector_of(monitor: MonitorState | MonitorRecord) -> StreamingDetector:
     )
 
 
-_STATE_COLUMNS = [MonitorRecord.__table__.c[name] for name in MonitorState.__dataclass_fields__]
+_MONITORS = MonitorRecord.__table__
+_SERIES = MonitorSeriesRecord.__table__
+_POINTS = MonitorPointRecord.__table__
+_POINT = _POINTS.c
+_MONITOR_FIELDS = ("account_id", "name", "data_frequency", "confidence", "false_alarms_per_week", "model",
+                   "retention_points", "webhook_url", "sensitivity", "min_deviation", "min_relative_deviation",
+                   "alertmanager_url", "prometheus_query")
+_SERIES_FIELDS = ("labels", "point_count", "first_epoch", "last_epoch", "revision", "relearn_revision", "event_seq",
+                  "open_anomaly_epoch")
+_STATE_COLUMNS = [_SERIES.c.monitor_id, *(_MONITORS.c[name] for name in _MONITOR_FIELDS),
+                  _SERIES.c.id, *(_SERIES.c[name] for name in _SERIES_FIELDS)]
+assert [c.name for c in _STATE_COLUMNS] == ["monitor_id", *_MONITOR_FIELDS, "id", *_SERIES_FIELDS]
+_STATES = select(*_STATE_COLUMNS).select_from(_SERIES.join(_MONITORS, _MONITORS.c.id == _SERIES.c.monitor_id))
 # The append path's statements, built and compiled once (Prepared) and run on the transaction's DBAPI cursor:
 # building a statement per append, the ORM session's bookkeeping and SQLAlchemy's execution machinery cost
 # more per append than the database's own work and the detector together.
-_MONITORS = MonitorRecord.__table__
-_POINTS = MonitorPointRecord.__table__
-_POINT = _POINTS.c
-_READ_STATE = Prepared(select(*_STATE_COLUMNS).where(_MONITORS.c.id == bindparam("monitor_id")).with_for_update())
+_READ_STATE = Prepared(_STATES.where(_SERIES.c.id == bindparam("series_id")).with_for_update(of=_SERIES))
+# Many series in one statement of STATES_CHUNK ids (padded with 0, no series' id), locked in id order (two writers
+# of overlapping sets never wait on each other in a circle), run on the DBAPI cursor as the other hot statements.
+STATES_CHUNK = 256
+_STATE_IDS = [f"s{i}" for i in range(STATES_CHUNK)]
+_READ_STATES = Prepared(_STATES.where(_SERIES.c.id.in_([bindparam(name) for name in _STATE_IDS]))
+                        .order_by(_SERIES.c.id).with_for_update(of=_SERIES))
 # The compare-and-set on revision: it comes first among the writes, and on SQLite it also takes the write lock.
 _CLAIM_REVISION = Prepared(
-    _MONITORS.update()
-    .where(_MONITORS.c.id == bindparam("monitor_id"), _MONITORS.c.revision == bindparam("old_revision"))
+    _SERIES.update()
+    .where(_SERIES.c.id == bindparam("series_id"), _SERIES.c.revision == bindparam("old_revision"))
     .values(
         revision=bindparam("new_revision"),
         point_count=bindparam("new_point_count"),
@@ -120,22 +143,20 @@ _CLAIM_REVISION = Prepared(
         last_epoch=bindparam("new_last_epoch"),
         event_seq=bindparam("new_event_seq"),
         open_anomaly_epoch=bindparam("new_open_anomaly_epoch"),
-        updated_at=bindparam("new_updated_at"),
+        last_seen_at=bindparam("new_last_seen_at"),
     )
 )
+_CLAIM_NAMES = ("series_id", "old_revision", "new_revision", "new_point_count", "new_first_epoch", "new_last_epoch",
+                "new_event_seq", "new_open_anomaly_epoch", "new_last_seen_at")
 _INSERT_POINTS = Prepared(_POINTS.insert())
-_STORED_RANGE = select(_POINTS).where(
-    _POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch >= bindparam("first"), _POINT.epoch <= bindparam("last")
-)
-_HEAD = Prepared(
-    select(_POINT.epoch, _POINT.value)
-    .where(_POINT.monitor_id == bindparam("monitor_id"))
-    .order_by(_POINT.epoch)
-    .limit(HEAD_ROWS)
-)
+_POINT_NAMES = ("monitor_id", "series_id", "epoch", "timestamp", "value", "expected", "lower", "upper", "score",
+                "is_anomaly", "direction", "warmup", "feedback")
+_IN_SERIES = (_POINT.monitor_id == bindparam("monitor_id")) & (_POINT.series_id == bindparam("series_id"))
+_STORED_RANGE = select(_POINTS).where(_IN_SERIES, _POINT.epoch >= bindparam("first"), _POINT.epoch <= bindparam("last"))
+_HEAD = Prepared(select(_POINT.epoch, _POINT.value).where(_IN_SERIES).order_by(_POINT.epoch).limit(HEAD_ROWS))
 _TAIL_AFTER = Prepared(
     select(_POINT.epoch, _POINT.value)
-    .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch > bindparam("after"))
+    .where(_IN_SERIES, _POINT.epoch > bindparam("after"))
     .order_by(_POINT.epoch.desc())
     .limit(bindparam("rows", type_=Integer))
 )
@@ -143,44 +164,35 @@ _TAIL_AFTER = Prepared(
 # rebuild reads, so that a longer gap is rebuilt instead.
 _POINTS_AFTER = Prepared(
     select(_POINT.epoch, _POINT.value, _POINT.feedback)
-    .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch > bindparam("after"))
+    .where(_IN_SERIES, _POINT.epoch > bindparam("after"))
     .order_by(_POINT.epoch)
     .limit(REBUILD_ROWS + 1)
 )
 _REBUILD = Prepared(
     select(_POINT.epoch, _POINT.value, _POINT.feedback)
-    .where(_POINT.monitor_id == bindparam("monitor_id"))
+    .where(_IN_SERIES)
     .order_by(_POINT.epoch.desc())
     .limit(REBUILD_ROWS)
 )
 # Retention: the newest of the ``dropped`` oldest points, then everything up to it.
 _RETENTION_CUTOFF = Prepared(
-    select(_POINT.epoch)
-    .where(_POINT.monitor_id == bindparam("monitor_id"))
-    .order_by(_POINT.epoch)
-    .offset(bindparam("skip", type_=Integer))
-    .limit(1)
+    select(_POINT.epoch).where(_IN_SERIES).order_by(_POINT.epoch).offset(bindparam("skip", type_=Integer)).limit(1)
 )
-_DROP_THROUGH = Prepared(
-    _POINTS.delete().where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch <= bindparam("cutoff"))
-)
+_DROP_THROUGH = Prepared(_POINTS.delete().where(_IN_SERIES, _POINT.epoch <= bindparam("cutoff")))
 _SET_FIRST_EPOCH = Prepared(
-    _MONITORS.update().where(_MONITORS.c.id == bindparam("monitor_id")).values(first_epoch=bindparam("new_first_epoch"))
+    _SERIES.update().where(_SERIES.c.id == bindparam("series_id")).values(first_epoch=bindparam("new_first_epoch"))
 )
 _ANOMALIES_SINCE = Prepared(
     select(func.count())
     .select_from(_POINTS)
-    .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch >= bindparam("since"),
-           _POINT.is_anomaly.is_(True))
+    .where(_IN_SERIES, _POINT.epoch >= bindparam("since"), _POINT.is_anomaly.is_(True))
 )
 _POINT_AT = Prepared(
     select(_POINT.timestamp, _POINT.value, _POINT.expected, _POINT.lower, _POINT.upper, _POINT.score,
            _POINT.direction)
-    .where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch == bindparam("epoch"))
+    .where(_IN_SERIES, _POINT.epoch == bindparam("epoch"))
 )
-_TIMESTAMP_AT = Prepared(
-    select(_POINT.timestamp).where(_POINT.monitor_id == bindparam("monitor_id"), _POINT.epoch == bindparam("epoch"))
-)
+_TIMESTAMP_AT = Prepared(select(_POINT.timestamp).where(_IN_SERIES, _POINT.epoch == bindparam("epoch")))
 
 
 def _one(cursor: Any) -> Any:
@@ -189,13 +201,29 @@ def _one(cursor: Any) -> Any:
     return None if row is None else row[0]
 
 
-def owned_state(connection: Connection, *, account_id: str, monitor_id: str) -> MonitorState:
-    row = _READ_STATE.execute(connection, {"monitor_id": monitor_id}).fetchone()
-    state = None if row is None else MonitorState(*row)
-    if state is None or state.account_id != account_id:
-        raise NotFound("No such monitor.", details={"field": "monitor_id", "issue": "not found", "provided":
-                                                    monitor_id[:64]})
-    return state
+def _where(series: SeriesState) -> dict[str, Any]:
+    return {"monitor_id": series.monitor_id, "series_id": series.series_id}
+
+
+def series_state(connection: Connection, series_id: int) -> SeriesState | None:
+    row = _READ_STATE.execute(connection, {"series_id": series_id}).fetchone()
+    return None if row is None else SeriesState(*row)
+
+
+def series_states(connection: Connection, series_ids: list[int]) -> dict[int, SeriesState]:
+    """The series' states (and row locks on PostgreSQL), by id; a retired series is missing."""
+    if len(series_ids) == 1:
+        state = series_state(connection, series_ids[0])
+        return {} if state is None else {state.series_id: state}
+    ordered = sorted(series_ids)
+    states: dict[int, SeriesState] = {}
+    for start in range(0, len(ordered), STATES_CHUNK):
+        chunk = ordered[start:start + STATES_CHUNK]
+        chunk += [0] * (STATES_CHUNK - len(chunk))
+        for row in _READ_STATES.execute(connection, dict(zip(_STATE_IDS, chunk, strict=True))).fetchall():
+            state = SeriesState(*row)
+            states[state.series_id] = state
+    return states
 
 
 def utc_now() -> datetime:
@@ -226,65 +254,35 @@ def owned(session: Session, *, account_id: str, monitor_id: str, for_update: boo
     return monitor
 
 
-def last_points(session: Session, monitor_id: str, count: int) -> list[MonitorPointRecord]:
-    if count <= 0:
-        return []
-    rows = session.execute(
-        select(MonitorPointRecord)
-        .where(MonitorPointRecord.monitor_id == monitor_id)
-        .order_by(MonitorPointRecord.epoch.desc())
-        .limit(count)
-    ).scalars()
-    return list(reversed(list(rows)))
-
-
-def open_anomaly_points(session: Session, monitor: MonitorRecord, limit: int = 100) -> list[MonitorPointRecord]:
-    """The open incident's anomalies, less those a user marked normal."""
-    if monitor.open_anomaly_epoch is None:
-        return []
-    rows = session.execute(
-        select(MonitorPointRecord)
-        .where(
-            MonitorPointRecord.monitor_id == monitor.id,
-            MonitorPointRecord.epoch >= monitor.open_anomaly_epoch,
-            MonitorPointRecord.is_anomaly.is_(True),
-            MonitorPointRecord.feedback.is_(None) | (MonitorPointRecord.feedback != NOT_ANOMALY),
-        )
-        .order_by(MonitorPointRecord.epoch)
-        .limit(limit)
-    ).scalars()
-    return list(rows)
-
-
-def load_history(connection: Connection, monitor: MonitorState) -> History:
-    head = _HEAD.execute(connection, {"monitor_id": monitor.id}).fetchall()
+def load_history(connection: Connection, series: SeriesState) -> History:
+    head = _HEAD.execute(connection, _where(series)).fetchall()
     tail: list[Any] = []
-    if head and monitor.point_count > len(head):
+    if head and series.point_count > len(head):
         tail = _TAIL_AFTER.execute(
-            connection, {"monitor_id": monitor.id, "after": head[-1][0], "rows": tail_rows(monitor)}
+            connection, {**_where(series), "after": head[-1][0], "rows": tail_rows(series)}
         ).fetchall()
         tail.reverse()
     return History(
-        revision=monitor.revision,
+        revision=series.revision,
         head_epochs=[int(e) for e, _ in head],
         head_values=[float(v) for _, v in head],
         tail_epochs=array("q", (int(e) for e, _ in tail)),
         tail_values=array("d", (float(v) for _, v in tail)),
-        after_head=max(0, monitor.point_count - len(head)),
+        after_head=max(0, series.point_count - len(head)),
     )
 
 
+def _stored_by_epoch(connection: Connection, series: SeriesState, points: IncomingPoints, count: int) -> dict[int, Any]:
+    return {p.epoch: p for p in connection.execute(
+        _STORED_RANGE, {**_where(series), "first": points.epochs[0], "last": points.epochs[count - 1]})}
+
+
 def stored_rows(
-    connection: Connection, monitor: MonitorState, points: IncomingPoints, count: int
+    connection: Connection, series: SeriesState, points: IncomingPoints, count: int
 ) -> list[Any]:
     """The stored rows of the first ``count`` incoming points (all at or before the newest stored one);
     a 422 naming the index for one that conflicts or is older than the newest and not stored."""
-    stored = {
-        p.epoch: p
-        for p in connection.execute(
-            _STORED_RANGE, {"monitor_id": monitor.id, "first": points.epochs[0], "last": points.epochs[count - 1]}
-        )
-    }
+    stored = _stored_by_epoch(connection, series, points, count)
     out: list[Any] = []
     for index in range(count):
         record = stored.get(points.epochs[index])
@@ -293,7 +291,7 @@ def stored_rows(
                 "Invalid points: timestamp is older than the newest stored point.",
                 details={"field": "timestamps", "issue": "older than the newest stored point and not stored",
                          "provided": points.texts[index], "index": index,
-                         "newest_stored": epoch_text(monitor.last_epoch or 0)},
+                         "newest_stored": epoch_text(series.last_epoch or 0)},
             )
         if record.value != points.values[index]:
             raise DataValidationError(
@@ -307,16 +305,11 @@ def stored_rows(
 
 
 def stored_or_dropped(
-    connection: Connection, monitor: MonitorState, points: IncomingPoints, count: int
+    connection: Connection, series: SeriesState, points: IncomingPoints, count: int
 ) -> tuple[list[Any], dict[str, int]]:
     """As stored_rows, for senders that cannot be refused point by point (remote write): the stored rows of the
     first ``count`` points that are stored with the same value, and how many of the others were dropped."""
-    stored = {
-        p.epoch: p
-        for p in connection.execute(
-            _STORED_RANGE, {"monitor_id": monitor.id, "first": points.epochs[0], "last": points.epochs[count - 1]}
-        )
-    }
+    stored = _stored_by_epoch(connection, series, points, count)
     out: list[Any] = []
     dropped = {"out_of_order": 0, "conflict": 0}
     for index in range(count):
@@ -330,94 +323,101 @@ def stored_or_dropped(
     return out, dropped
 
 
-def anomalies_since(connection: Connection, monitor_id: str, epoch: int) -> int:
-    return int(_one(_ANOMALIES_SINCE.execute(connection, {"monitor_id": monitor_id, "since": epoch})))
+def anomalies_since(connection: Connection, series: SeriesState, epoch: int) -> int:
+    return int(_one(_ANOMALIES_SINCE.execute(connection, {**_where(series), "since": epoch})))
 
 
-def timestamp_at(connection: Connection, monitor_id: str, epoch: int, epochs: list[int], texts: list[str]) -> str:
+def timestamp_at(connection: Connection, series: SeriesState, epoch: int, epochs: list[int], texts: list[str]) -> str:
     position = bisect_right(epochs, epoch) - 1
     if position >= 0 and epochs[position] == epoch:
         return texts[position]
-    text = _one(_TIMESTAMP_AT.execute(connection, {"monitor_id": monitor_id, "epoch": epoch}))
+    text = _one(_TIMESTAMP_AT.execute(connection, {**_where(series), "epoch": epoch}))
     return text or epoch_text(epoch)
 
 
-def write_judged(
-    connection: Connection,
-    monitor: MonitorState,
-    epochs: list[int],
-    texts: list[str],
-    values: list[float],
-    verdicts: list[Verdict],
-    judged: History | JudgeState,
-    plan: IncidentPlan,
-) -> None:
-    """Writes the judged points, the events planned for them, retention, and the monitor's new state; updates
-    ``judged`` in place to the new revision (the caller caches it only once this transaction commits). Raises
-    StaleRevision when another process wrote first."""
+@dataclass
+class JudgedPoints:
+    """One series' new points, judged, with the events they raise: what write_judged stores."""
+
+    series: SeriesState
+    epochs: list[int]
+    texts: list[str]
+    values: list[float]
+    verdicts: list[Verdict]
+    judged: History | JudgeState
+    plan: IncidentPlan
+
+
+def write_judged(connection: Connection, batch: list[JudgedPoints]) -> None:
+    """Writes the judged points of every series in ``batch``, the events planned for them, retention, and each
+    series' new state, in the caller's transaction: one compare-and-set statement and one insert for them all.
+    Updates each ``judged`` in place to its new revision (the caller caches them only once the transaction
+    commits). Raises StaleRevision when another process wrote one of the series first."""
     now = utc_now()
-    old_revision = monitor.revision
-    stored_after = monitor.point_count + len(epochs)
-    dropped = max(0, stored_after - monitor.retention_points)
-    claimed = _CLAIM_REVISION.execute(connection, {
-        "monitor_id": monitor.id,
-        "old_revision": old_revision,
-        "new_revision": old_revision + 1,
-        "new_point_count": stored_after - dropped,
-        "new_first_epoch": monitor.first_epoch if monitor.first_epoch is not None else epochs[0],
-        "new_last_epoch": epochs[-1],
-        "new_event_seq": plan.seq,
-        "new_open_anomaly_epoch": plan.open_epoch,
-        "new_updated_at": now,
-    })
-    if claimed.rowcount != 1:
+    claims = []
+    rows: list[tuple[Any, ...]] = []
+    for item in batch:
+        series, epochs = item.series, item.epochs
+        claims.append((series.series_id, series.revision, series.revision + 1,
+                       min(series.point_count + len(epochs), series.retention_points),
+                       series.first_epoch if series.first_epoch is not None else epochs[0], epochs[-1],
+                       item.plan.seq, item.plan.open_epoch, now))
+        monitor_id, series_id = series.monitor_id, series.series_id
+        rows.extend(
+            (monitor_id, series_id, e, t, v, d.expected, d.lower, d.upper, d.score, d.is_anomaly, d.direction,
+             d.warmup, None)
+            for e, t, v, d in zip(epochs, item.texts, item.values, item.verdicts, strict=True)
+        )
+    claimed = _CLAIM_REVISION.executemany_rows(connection, _CLAIM_NAMES, claims).rowcount
+    if claimed != len(claims):
         raise StaleRevision
-    rows = [
-        {"monitor_id": monitor.id, "epoch": e, "timestamp": t, "value": v, "expected": d.expected,
-         "lower": d.lower, "upper": d.upper, "score": d.score, "is_anomaly": d.is_anomaly,
-         "direction": d.direction, "warmup": d.warmup, "feedback": None}
-        for e, t, v, d in zip(epochs, texts, values, verdicts, strict=True)
-    ]
-    if len(rows) == 1:
-        _INSERT_POINTS.execute(connection, rows[0])
-    else:
-        _INSERT_POINTS.executemany(connection, rows)
-    enqueue_events(connection, monitor, plan, now)
+    _INSERT_POINTS.executemany_rows(connection, _POINT_NAMES, rows)
+    for item in batch:
+        if item.plan.events:
+            enqueue_events(connection, item.series, item.plan, now)
+        _after_write(connection, item)
+
+
+def _after_write(connection: Connection, item: JudgedPoints) -> None:
+    """Retention of one written series, and its in-memory copies moved to the new revision."""
+    series, judged = item.series, item.judged
+    stored_after = series.point_count + len(item.epochs)
+    dropped = max(0, stored_after - series.retention_points)
     history = judged if isinstance(judged, History) else None
     if history is not None:
-        history.append(epochs, values, head_rows=HEAD_ROWS, tail_rows=tail_rows(monitor))
+        history.append(item.epochs, item.values, head_rows=HEAD_ROWS, tail_rows=tail_rows(series))
     if dropped:
-        cutoff = _one(_RETENTION_CUTOFF.execute(connection, {"monitor_id": monitor.id, "skip": dropped - 1}))
+        cutoff = _one(_RETENTION_CUTOFF.execute(connection, {**_where(series), "skip": dropped - 1}))
         if cutoff is not None:
-            _DROP_THROUGH.execute(connection, {"monitor_id": monitor.id, "cutoff": cutoff})
-        head = _HEAD.execute(connection, {"monitor_id": monitor.id}).fetchall()
+            _DROP_THROUGH.execute(connection, {**_where(series), "cutoff": cutoff})
+        head = _HEAD.execute(connection, _where(series)).fetchall()
         first = head[0][0] if head else None
-        _SET_FIRST_EPOCH.execute(connection, {"monitor_id": monitor.id, "new_first_epoch": first})
+        _SET_FIRST_EPOCH.execute(connection, {"series_id": series.series_id, "new_first_epoch": first})
         if history is not None:
             history.replace_head([int(e) for e, _ in head], [float(v) for _, v in head], stored_after - dropped)
-    judged.revision = old_revision + 1
+    judged.revision = series.revision + 1
     if isinstance(judged, JudgeState):
-        judged.last_epoch = epochs[-1]
-    monitor.revision = old_revision + 1
-    monitor.point_count = stored_after - dropped
-    monitor.last_epoch = epochs[-1]
+        judged.last_epoch = item.epochs[-1]
+    series.revision += 1
+    series.point_count = stored_after - dropped
+    series.last_epoch = item.epochs[-1]
 
 
-def points_after(connection: Connection, monitor_id: str, epoch: int) -> list[Any]:
+def points_after(connection: Connection, series: SeriesState, epoch: int) -> list[Any]:
     """(epoch, value, feedback) of the points stored after ``epoch``, oldest first, at most REBUILD_ROWS + 1."""
-    return _POINTS_AFTER.execute(connection, {"monitor_id": monitor_id, "after": epoch}).fetchall()
+    return _POINTS_AFTER.execute(connection, {**_where(series), "after": epoch}).fetchall()
 
 
-def newest_points(connection: Connection, monitor_id: str) -> list[Any]:
+def newest_points(connection: Connection, series: SeriesState) -> list[Any]:
     """(epoch, value, feedback) of the newest REBUILD_ROWS stored points, oldest first."""
-    rows = _REBUILD.execute(connection, {"monitor_id": monitor_id}).fetchall()
+    rows = _REBUILD.execute(connection, _where(series)).fetchall()
     rows.reverse()
     return rows
 
 
-def alert_point(connection: Connection, monitor_id: str, epoch: int) -> dict[str, Any] | None:
+def alert_point(connection: Connection, series: SeriesState, epoch: int) -> dict[str, Any] | None:
     """A stored point as an alert describes it (the fields of a point in an event), or None."""
-    row = _POINT_AT.execute(connection, {"monitor_id": monitor_id, "epoch": epoch}).fetchone()
+    row = _POINT_AT.execute(connection, {**_where(series), "epoch": epoch}).fetchone()
     if row is None:
         return None
     timestamp, value, expected, lower, upper, score, direction = row
@@ -425,13 +425,36 @@ def alert_point(connection: Connection, monitor_id: str, epoch: int) -> dict[str
             "upper_bound": upper, "anomaly_score": score, "direction": direction}
 
 
-def enqueue_events(executor: Connection | Session, monitor: MonitorState | MonitorRecord, plan: IncidentPlan,
+def series_payload(series_id: int, labels: dict[str, str]) -> dict[str, Any]:
+    """What an event says of a labelled series (an unlabelled one's events carry nothing more than before)."""
+    return {"series": {"id": series_id, "labels": labels}} if labels else {}
+
+
+def enqueue_events(executor: Connection | Session, series: SeriesState | EventSource, plan: IncidentPlan,
                    now: datetime) -> None:
     """The planned events into the delivery queue, in the caller's transaction."""
+    labels = series.label_map()
     for event_seq, kind, extra, destination in plan.events:
         event_id = queue.new_event_id()
-        payload = {"id": event_id, "type": kind, "monitor_id": monitor.id, "monitor_name": monitor.name,
-                   "sequence": event_seq, "created_at": iso(now), **extra}
-        url = monitor.webhook_url if destination == "webhook" else monitor.alertmanager_url
-        queue.enqueue(executor, monitor_id=monitor.id, webhook_url=url or "", seq=event_seq, kind=kind,
-                      payload=payload, now=now, destination=destination)
+        payload = {"id": event_id, "type": kind, "monitor_id": series.monitor_id, "monitor_name": series.name,
+                   **series_payload(series.series_id, labels), "sequence": event_seq, "created_at": iso(now), **extra}
+        url = series.webhook_url if destination == "webhook" else series.alertmanager_url
+        queue.enqueue(executor, monitor_id=series.monitor_id, series_id=series.series_id, webhook_url=url or "",
+                      seq=event_seq, kind=kind, payload=payload, now=now, destination=destination)
+
+
+@dataclass
+class EventSource:
+    """A series as an event names it, outside the append path (feedback, retirement)."""
+
+    monitor_id: str
+    name: str
+    webhook_url: str | None
+    alertmanager_url: str | None
+    series_id: int
+    labels: str | None
+    event_seq: int
+    open_anomaly_epoch: int | None
+
+    def label_map(self) -> dict[str, str]:
+        return {} if not self.labels else dict(json.loads(self.labels))

@@ -262,6 +262,7 @@ class HttpAnswer:
     body: bytes
     error: str | None
     duration_ms: float
+    truncated: bool = False  # the body went on past max_answer_bytes
 
 
 def send_request(
@@ -280,7 +281,9 @@ def send_request(
     deadline = time.monotonic() + timeout
 
     def answer(status: int | None, content: bytes, error: str | None) -> HttpAnswer:
-        return HttpAnswer(status, content, error[:500] if error else None, (time.perf_counter() - started) * 1000.0)
+        truncated = len(content) > max_answer_bytes
+        return HttpAnswer(status, content[:max_answer_bytes], error[:500] if error else None,
+                          (time.perf_counter() - started) * 1000.0, truncated)
 
     try:
         target = parse_url(url)
@@ -294,7 +297,7 @@ def send_request(
     try:
         connection.request(method, target.path, body=body, headers={"User-Agent": USER_AGENT, **headers})
         response = connection.getresponse()
-        content = response.read(max_answer_bytes)
+        content = response.read(max_answer_bytes + 1)
         return answer(response.status, content,
                       None if 200 <= response.status < 300 else f"HTTP {response.status}")
     except (OSError, http.client.HTTPException) as exc:

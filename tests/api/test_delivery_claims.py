@@ -4,6 +4,7 @@ retries, accounts taking turns, one monitor in order, and a full destination tha
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -35,12 +36,15 @@ def add_monitor(database: Database, monitor_id: str, *, account: str, url: str |
             retention_points=100, webhook_url=url, webhook_secret="whsec_test", created_at=NOW, updated_at=NOW))
 
 
-def add_event(database: Database, monitor_id: str, seq: int, *, attempts: int = 0, due_ago: float = 1.0) -> str:
-    """An event due ``due_ago`` seconds before NOW; ``attempts`` > 0 makes it a retry."""
-    event_id = f"evt_{monitor_id}_{seq}"
+def add_event(database: Database, monitor_id: str, seq: int, *, attempts: int = 0, due_ago: float = 1.0,
+              series: int = 0) -> str:
+    """An event of the monitor's ``series``-th series due ``due_ago`` seconds before NOW; ``attempts`` > 0 makes it a
+    retry."""
+    event_id = f"evt_{monitor_id}_{series}_{seq}" if series else f"evt_{monitor_id}_{seq}"
     with database.session() as session:
         session.add(MonitorEventRecord(
-            id=event_id, monitor_id=monitor_id, seq=seq, kind="anomaly",
+            id=event_id, monitor_id=monitor_id, series_id=zlib.crc32(monitor_id.encode()) * 100 + series, seq=seq,
+            kind="anomaly",
             payload=json.dumps({"id": event_id, "monitor_id": monitor_id, "sequence": seq}),
             webhook_url="", status="pending", attempts=attempts,
             created_at=NOW - timedelta(seconds=600), next_attempt_at=NOW - timedelta(seconds=due_ago)))
@@ -63,6 +67,17 @@ def test_new_events_are_claimed_before_retries_and_a_monitor_stays_in_order(data
     assert [e.id for e in taken] == [retry]  # the head's successor is not claimable while the head is active
     assert taken[0].attempt == 4
     assert behind not in {e.id for e in claim(database, 5)}
+
+
+def test_each_series_of_a_monitor_keeps_its_own_order_and_holds_up_no_other(database: Database) -> None:
+    add_monitor(database, "mon_fleet", account="acct-a", url="http://127.0.0.1:9/fleet")
+    head = add_event(database, "mon_fleet", 1, series=1, attempts=2, due_ago=300)
+    behind = add_event(database, "mon_fleet", 2, series=1, due_ago=200)
+    other = add_event(database, "mon_fleet", 1, series=2, due_ago=100)  # numbered on its own
+
+    taken = {e.id for e in claim(database, 5)}
+    assert taken == {head, other}  # the other series' event is not held up by the first series' head
+    assert behind not in taken
 
 
 def test_accounts_take_turns_however_large_one_accounts_backlog(database: Database) -> None:

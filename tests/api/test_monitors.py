@@ -75,6 +75,13 @@ def post_points(client: FlaskClient, headers: dict[str, str], monitor_id: str, s
                        headers=headers)
 
 
+def only_series(client: FlaskClient, headers: dict[str, str], monitor_id: str) -> int:
+    """The id of the monitor's one series: the key of its state in a process's cache."""
+    listed = client.get(f"/monitors/{monitor_id}", headers=headers).get_json()["series"]
+    assert len(listed) == 1 and listed[0]["labels"] == {}
+    return int(listed[0]["id"])
+
+
 def test_crud_round_trip_and_delete_removes_every_point(client: FlaskClient, keys: dict, monitor_app: Flask) -> None:
     owner = keys["owner"]
     created = create(client, owner, confidence=0.95, retention_points=500, unknown_field="ignored")
@@ -518,7 +525,10 @@ def test_a_restarted_process_rebuilds_the_state_from_the_stored_points(
     monitor = create(client, keys["owner"], data_frequency="Hours")
     stamps, values = hourly_points(daily_wave(300))
     post_points(client, keys["owner"], monitor["id"], stamps[:250], values[:250])
-    monitor_app.extensions["monitors"].cache.drop(monitor["id"])  # what a restart or another process sees
+    cache = monitor_app.extensions["monitors"].cache
+    series_id = only_series(client, keys["owner"], monitor["id"])
+    assert cache.peek(series_id) is not None
+    cache.drop(series_id)  # what a restart or another process sees
     after = post_points(client, keys["owner"], monitor["id"], stamps[250:], values[250:]).get_json()
     whole = client.post("/anomalies", headers=keys["owner"],
                         json={"series": [{"timestamps": stamps, "values": values}], "data_frequency": "Hours"})
@@ -548,7 +558,9 @@ def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replayin
                 end = min(seeded, start + 5000)
                 assert post_points(client, owner, monitor_id, stamps[start:end], values[start:end]).status_code == 200
         mine = monitor_app.extensions["monitors"].cache
-        state = mine.peek(shared)
+        shared_series = only_series(client, owner, shared)
+        state = mine.peek(shared_series)
+        assert state is not None
         turns, answers = [client, other], {shared: [], alone: []}
         for row in range(seeded, count):
             for monitor_id, sender in ((shared, turns[row % 2]), (alone, client)):
@@ -556,17 +568,18 @@ def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replayin
                 answers[monitor_id].append(answer.get_json()["anomaly_score"][0])
         # Each process advanced its own state over the points the other stored: the same verdicts as one process.
         assert answers[shared] == answers[alone]
-        assert mine.peek(shared) is state
+        assert mine.peek(shared_series) is state
         # A point marked normal changes what the detector learns from the stored points: that is replayed.
         for monitor_id in (shared, alone):
             assert client.post(f"/monitors/{monitor_id}/feedback", headers=owner,
                                json={"timestamp": stamps[count - 20], "is_anomaly": False}).status_code == 200
         more = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1.6e9 + 3600 * (count + i))) for i in range(2)]
-        theirs = other_app.extensions["monitors"].cache.peek(shared)
+        theirs = other_app.extensions["monitors"].cache.peek(shared_series)
+        assert theirs is not None
         after_shared = post_points(other, owner, shared, more, [120.0, 125.0]).get_json()["anomaly_score"]
         after_alone = post_points(client, owner, alone, more, [120.0, 125.0]).get_json()["anomaly_score"]
         assert after_shared == after_alone
-        assert other_app.extensions["monitors"].cache.peek(shared) is not theirs
+        assert other_app.extensions["monitors"].cache.peek(shared_series) is not theirs
     finally:
         other_app.extensions["monitors"].sender.stop()
         services_of(other_app).close()
@@ -668,8 +681,8 @@ def test_feedback_on_a_point_of_the_last_append_is_relearnt_without_a_rebuild(
 
     rebuilds: list[str] = []
     real = store.newest_points
-    monkeypatch.setattr(store, "newest_points", lambda connection, monitor_id: (
-        rebuilds.append(monitor_id), real(connection, monitor_id))[1])
+    monkeypatch.setattr(store, "newest_points", lambda connection, series: (
+        rebuilds.append(series.monitor_id), real(connection, series))[1])
     noise, walk = random.Random(11), [100.0]
     for i in range(1, 320):  # a random walk that steps up at row 300
         walk.append(walk[-1] + noise.gauss(0, 1) + (60 if i == 300 else 0))

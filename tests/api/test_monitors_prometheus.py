@@ -5,6 +5,7 @@ tests/e2e/test_prometheus.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import socket
@@ -18,7 +19,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from app.monitors import alertmanager, poller, prometheus
-from app.monitors.records import MonitorEventRecord, MonitorRecord
+from app.monitors.records import MonitorEventRecord, MonitorRecord, MonitorSeriesRecord
 from tests.support import build_app, minute_series, new_key, services_of, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
@@ -215,7 +216,8 @@ def test_open_alerts_are_resent_once_per_interval_and_only_while_open(client: Fl
 
     def revision() -> int:
         with database.session() as session:
-            return session.get(MonitorRecord, created["id"]).revision
+            return session.execute(select(MonitorSeriesRecord.revision).where(
+                MonitorSeriesRecord.monitor_id == created["id"])).scalar_one()
 
     now = datetime.now(UTC)
     before = revision()
@@ -277,7 +279,7 @@ def test_one_poller_holds_the_lease_until_it_runs_out(prom_app: Flask) -> None:
 def test_reading_windows_are_aligned_bounded_and_start_where_the_last_read_stopped() -> None:
     def claimed(**fields: Any) -> prometheus.Claimed:
         base = {"id": "m", "account_id": "a", "data_frequency": "Minutes", "retention_points": 10_000,
-                "prometheus_url": "http://p", "prometheus_query": "up", "last_epoch": None, "read_until": None}
+                "prometheus_url": "http://p", "prometheus_query": "up", "series_count": 0, "read_until": None}
         return prometheus.Claimed(**{**base, **fields})
 
     now = 1_800_000_030.5  # 30.5 s into a minute
@@ -287,9 +289,14 @@ def test_reading_windows_are_aligned_bounded_and_start_where_the_last_read_stopp
     small = prometheus.window(claimed(retention_points=20), now)
     assert small is not None and (small.end - small.start) // 60 + 1 == 20
     assert prometheus.window(claimed(read_until=1_800_000_000), now) is None  # the next step is not readable yet
-    behind = prometheus.window(claimed(last_epoch=1_800_000_000 - 5000 * 60), now)
+    behind = prometheus.window(claimed(read_until=1_800_000_000 - 5000 * 60), now)
     assert behind is not None and behind.start == 1_800_000_000 - 4999 * 60 and behind.catching_up
     assert (behind.end - behind.start) // 60 + 1 == prometheus.CHUNK_POINTS
+    # The more series a monitor follows, the fewer steps one read asks for: at most CHUNK_SAMPLES samples.
+    fleet = prometheus.window(claimed(read_until=1_800_000_000 - 5000 * 60, series_count=5000), now)
+    assert fleet is not None and (fleet.end - fleet.start) // 60 + 1 == prometheus.CHUNK_SAMPLES // 5000
+    huge = prometheus.window(claimed(read_until=1_800_000_000 - 5000 * 60, series_count=10**7), now)
+    assert huge is not None and huge.start == huge.end
     # A step is read SETTLE_SECONDS after its time, not before.
     assert prometheus.window(claimed(read_until=1_800_000_000), 1_800_000_060 + 0.5) is None
     assert prometheus.window(claimed(read_until=1_800_000_000), 1_800_000_061.5) is not None
@@ -479,11 +486,11 @@ def _matrix(values: list[Any]) -> bytes:
                                                       "result": [{"metric": {}, "values": values}]}}).encode()
 
 
-def _read_once(prom_app: Flask, client: FlaskClient, owner: dict[str, str], body: bytes, status: int = 200
-               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _read_once(prom_app: Flask, client: FlaskClient, owner: dict[str, str], body: bytes, status: int = 200,
+               **settings: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     server = _Answering(body, status)
     created = create(client, owner, name="hostile", prometheus_url=server.url, prometheus_query="up").json
-    reader = prometheus.Reader(services_of(prom_app).settings)
+    reader = prometheus.Reader(dataclasses.replace(services_of(prom_app).settings, **settings))
     try:
         claimed = [m for m in reader.claim(datetime.now(UTC) + timedelta(seconds=1)) if m.id == created["id"]]
         reader._safe_read(claimed[0])
@@ -491,7 +498,7 @@ def _read_once(prom_app: Flask, client: FlaskClient, owner: dict[str, str], body
         reader.close()
         server.close()
     view = client.get(f"/monitors/{created['id']}?points=1000", headers=owner).json
-    return view["source"], view["points"]
+    return {**view["source"], "monitor": view}, view["points"]
 
 
 def _now_steps(count: int) -> list[int]:
@@ -509,9 +516,29 @@ def _now_steps(count: int) -> list[int]:
 def test_a_malformed_prometheus_answer_is_a_visible_error_never_a_stuck_monitor(
         client: FlaskClient, keys: dict, prom_app: Flask, body: bytes) -> None:
     source, points = _read_once(prom_app, client, keys["owner"], body)
-    assert source["status"] in {"error", "ok", "several_series"}, source
+    assert source["status"] in {"error", "ok"}, source
     assert "\x00" not in source["message"] and len(source["message"]) <= prometheus.MESSAGE_CHARS
     assert points == []
+
+
+def test_a_query_of_several_series_reads_each_as_a_series_within_the_cap(client: FlaskClient, keys: dict,
+                                                                         prom_app: Flask) -> None:
+    steps = _now_steps(15)
+    body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"queue": name}, "values": [[stamp, str(10 + i % 3)] for i, stamp in enumerate(steps)]}
+        for name in ("b", "d", "a")] + [
+        {"metric": {"queue": "c", "blob": "x" * 5000}, "values": [[steps[0], "1"]]},  # labels too large
+        {"metric": {"queue": "e"}, "values": [[steps[0], "NaN"]]},  # nothing readable: no series made
+    ]}}).encode()
+    source, points = _read_once(prom_app, client, keys["owner"], body, max_series_per_monitor=2)
+    monitor = source["monitor"]
+    assert source["status"] == "ok" and "5 series" in source["message"], source
+    assert "1 series were not read" in source["message"] and "MAX_SERIES_PER_MONITOR" in source["message"]
+    assert "1 series were skipped: their labels are too large" in source["message"]
+    assert monitor["series_count"] == 2 and points == []  # several series: each has its own points
+    assert sorted(s["labels"]["queue"] for s in monitor["series"]) == ["a", "b"]  # the first label sets, in order
+    assert all(s["point_count"] == 15 for s in monitor["series"])
+    assert monitor["series_refused"] == 15 and monitor["series_refused_at"]
 
 
 def test_samples_off_the_steps_outside_the_window_or_unreadable_are_skipped(client: FlaskClient, keys: dict,

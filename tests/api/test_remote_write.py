@@ -4,6 +4,7 @@ sample stored once or counted and dropped; malformed bodies refused whole (400) 
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 from collections.abc import Iterator
@@ -14,8 +15,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
+from sqlalchemy import func, select
 
 from app.monitors.prompb.remote_pb2 import WriteRequest
+from app.monitors.records import MonitorEventRecord, MonitorPointRecord
 from tests.support import build_app, minute_series, new_key, services_of, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
@@ -25,7 +28,8 @@ T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 @pytest.fixture(scope="module")
 def rw_app(module_database_url: str) -> Iterator[Flask]:
-    app = build_app(settings_for(module_database_url, max_points=5000), start_workers=True)
+    app = build_app(settings_for(module_database_url, max_points=5000, allow_private_webhooks=True),
+                    start_workers=True)
     yield app
     app.extensions["monitors"].sender.stop()
     services_of(app).close()
@@ -186,15 +190,119 @@ def test_odd_samples_are_counted_and_dropped_and_the_rest_stored(client: FlaskCl
     assert [p["value"] for p in points_of(client, writer, monitor["id"])][-1] == 8.0
 
 
-def test_several_series_for_one_monitor_are_counted_not_mixed(client: FlaskClient, keys: dict) -> None:
+def series_of(client: FlaskClient, headers: dict[str, str], monitor_id: str) -> dict[str, dict[str, Any]]:
+    """The monitor's series by their ``instance`` label, each with its points."""
+    listed = client.get(f"/monitors/{monitor_id}/series?points=1000", headers=headers)
+    assert listed.status_code == 200, listed.json
+    return {s["labels"].get("instance", ""): s for s in listed.json["series"]}
+
+
+def test_each_label_set_a_selector_matches_is_a_series_of_its_own(client: FlaskClient, keys: dict,
+                                                                    rw_app: Flask) -> None:
     writer = keys["writer"]
-    monitor = create(client, writer, remote_write_selector='{__name__="fleet_up"}')
-    before = counted("several_series")
-    answer = write(client, writer, body_of(series({"__name__": "fleet_up", "instance": "a"}, minutes(3)),
-                                           series({"__name__": "fleet_up", "instance": "b"}, minutes(3))))
-    assert answer.status_code == 204
-    assert counted("several_series") - before == 6
-    assert points_of(client, writer, monitor["id"]) == []
+    monitor = create(client, writer, remote_write_selector='{__name__="fleet_up"}',
+                     alertmanager_url="http://127.0.0.1:9")
+    spiked = minutes(60, value=lambda i: 10 + 3 * math.sin(i / 15) + (60 if i == 55 else 0))
+    answer = write(client, writer, body_of(*(series({"__name__": "fleet_up", "instance": name, "job": "api"},
+                                                    spiked if name == "c" else minutes(60)) for name in "abc")))
+    assert answer.status_code == 204 and answer.headers["X-Samples-Stored"] == "180"
+    found = series_of(client, writer, monitor["id"])
+    assert sorted(found) == ["a", "b", "c"]
+    for name, one in found.items():
+        assert one["labels"] == {"__name__": "fleet_up", "instance": name, "job": "api"}
+        assert one["point_count"] == 60 and len(one["points"]) == 60
+        assert [p["timestamp"] for p in one["points"]] == minute_series(60)[0]
+        assert any(p["is_anomaly"] for p in one["points"]) == (name == "c")
+    # Each series is judged as a monitor of its own would judge it.
+    twin = create(client, writer)
+    alone = client.post(f"/monitors/{twin['id']}/points", headers=writer, json={
+        "timestamps": minute_series(60)[0], "values": [v for _, v in spiked]}).json
+    assert [p["anomaly_score"] for p in found["c"]["points"]] == alone["anomaly_score"]
+
+    view = client.get(f"/monitors/{monitor['id']}?points=5", headers=writer).json
+    assert view["series_count"] == 3 and view["point_count"] == 180 and view["points"] == []
+    assert {s["id"] for s in view["series"]} == {s["id"] for s in found.values()}
+    assert all(len(s["points"]) == 5 for s in view["series"])
+    assert {p["series_id"] for p in view["open_anomalies"]} <= {found["c"]["id"]}
+    one = client.get(f"/monitors/{monitor['id']}/series/{found['c']['id']}?points=3", headers=writer).json
+    assert one["labels"]["instance"] == "c" and len(one["points"]) == 3 and one["monitor_id"] == monitor["id"]
+    assert client.get(f"/monitors/{monitor['id']}/series/{found['c']['id'] + 10_000}",
+                      headers=writer).status_code == 404
+    assert client.get(f"/monitors/{twin['id']}/series/{found['c']['id']}", headers=writer).status_code == 404
+    matched = client.get(f"/monitors/{monitor['id']}/series", query_string={"match": '{instance=~"a|b"}'},
+                         headers=writer).json["series"]
+    assert sorted(s["labels"]["instance"] for s in matched) == ["a", "b"]
+    assert client.get(f"/monitors/{monitor['id']}/series?match=%7B", headers=writer).status_code == 400
+    # A forecast and feedback name their series on a monitor of several.
+    assert client.get(f"/monitors/{monitor['id']}?horizon=3", headers=writer).status_code == 400
+    ahead = client.get(f"/monitors/{monitor['id']}/series/{found['a']['id']}?horizon=3", headers=writer)
+    assert ahead.status_code == 200 and len(ahead.json["forecast"]["median"]) == 3
+
+    # The Alertmanager alert of the spike carries its series' labels, not __name__; the other series raised none.
+    with services_of(rw_app).database.session() as session:
+        events = list(session.execute(select(MonitorEventRecord).where(
+            MonitorEventRecord.monitor_id == monitor["id"])).scalars())
+    assert events and {e.series_id for e in events} == {found["c"]["id"]}
+    alert = json.loads(events[0].payload)["alert"]
+    assert alert["labels"] == {"alertname": "MonitorAnomaly", "monitor_id": monitor["id"], "monitor_name": "rw",
+                               "instance": "c", "job": "api", "series_id": str(found["c"]["id"])}
+    assert alert["annotations"]["series"] == f"/monitors/{monitor['id']}/series/{found['c']['id']}"
+    assert json.loads(events[0].payload)["series"] == {"id": found["c"]["id"], "labels": found["c"]["labels"]}
+
+    # GET /monitors/metrics: one line per series per gauge, with its labels.
+    admin, _ = new_key(rw_app, permissions=("admin",), account_id="acct-rw")
+    text = client.get("/monitors/metrics", headers={"Authorization": f"Bearer {admin}"}).get_data(as_text=True)
+    for name in "abc":
+        assert (f'forecast_monitor_value{{monitor_id="{monitor["id"]}",monitor_name="rw",instance="{name}",'
+                f'job="api",series_id="{found[name]["id"]}"}}') in text
+    assert f'forecast_monitor_series{{monitor_id="{monitor["id"]}",monitor_name="rw"}} 3' in text
+
+
+def test_a_monitor_follows_at_most_its_cap_of_series_and_counts_the_rest(module_database_url: str) -> None:
+    app = build_app(settings_for(module_database_url, max_series_per_monitor=2))
+    try:
+        client = app.test_client()
+        plain, _ = new_key(app, permissions=("read", "write"), account_id="acct-cap", **BIG_LIMITS)
+        writer = {"Authorization": f"Bearer {plain}"}
+        monitor = create(client, writer, remote_write_selector='{__name__="capped"}')
+        before = counted("series_limit")
+        first = write(client, writer, body_of(*(series({"__name__": "capped", "instance": name}, minutes(5))
+                                                for name in "abc")))
+        assert first.status_code == 204 and first.headers["X-Samples-Stored"] == "10"
+        assert first.headers["X-Samples-Dropped"] == "5"
+        assert counted("series_limit") - before == 5
+        assert sorted(series_of(client, writer, monitor["id"])) == ["a", "b"]  # the first label sets, in order
+        later = write(client, writer, body_of(series({"__name__": "capped", "instance": "c"}, minutes(2, 5)),
+                                              series({"__name__": "capped", "instance": "a"}, minutes(2, 5))))
+        assert later.headers["X-Samples-Stored"] == "2" and later.headers["X-Samples-Dropped"] == "2"
+        view = client.get(f"/monitors/{monitor['id']}", headers=writer).json
+        assert view["series_count"] == 2 and view["series_refused"] == 7 and view["series_refused_at"]
+        # A labelled push to a full monitor is refused as clearly, naming the cap.
+        pushed = client.post(f"/monitors/{monitor['id']}/points", headers=writer, json={
+            "timestamps": ["2026-01-01T00:00:00Z"], "values": [1.0], "labels": {"instance": "d"}})
+        assert pushed.status_code == 422 and pushed.json["error"]["details"]["field"] == "labels"
+        assert "MAX_SERIES_PER_MONITOR" in pushed.json["error"]["message"]
+    finally:
+        app.extensions["monitors"].sender.stop()
+        services_of(app).close()
+
+
+def test_odd_samples_of_a_series_among_several_are_counted_and_change_no_other(client: FlaskClient,
+                                                                               keys: dict) -> None:
+    writer = keys["writer"]
+    monitor = create(client, writer, remote_write_selector='{__name__="odd_fleet"}')
+    good, odd = {"__name__": "odd_fleet", "instance": "good"}, {"__name__": "odd_fleet", "instance": "odd"}
+    assert write(client, writer, body_of(series(good, minutes(10)), series(odd, minutes(10)))).status_code == 204
+    before = {o: counted(o) for o in ("stale_marker", "nan", "out_of_order", "conflict", "duplicate")}
+    answer = write(client, writer, body_of(
+        series(odd, [(T0_MS + 3 * 60_000, minutes(10)[3][1]), (T0_MS + 4 * 60_000, 99.0),
+                     (T0_MS + 10 * 60_000, STALE_NAN), (T0_MS + 11 * 60_000, math.nan)]),
+        series(good, minutes(2, 10))))
+    assert answer.status_code == 204 and answer.headers["X-Samples-Stored"] == "3"
+    assert {o: counted(o) - before[o] for o in before} == {"stale_marker": 1, "nan": 1, "out_of_order": 0,
+                                                           "conflict": 1, "duplicate": 1}
+    found = series_of(client, writer, monitor["id"])
+    assert found["good"]["point_count"] == 12 and found["odd"]["point_count"] == 10
 
 
 def test_malformed_bodies_are_400_and_store_nothing(client: FlaskClient, keys: dict) -> None:
@@ -260,3 +368,52 @@ def test_entries_with_equal_labels_are_one_series(client: FlaskClient, keys: dic
     answer = write(client, writer, body_of(*entries[3:], *entries[:3]))
     assert answer.status_code == 204 and answer.headers["X-Samples-Stored"] == "6"
     assert [p["value"] for p in points_of(client, writer, monitor["id"])] == [v for _, v in samples]
+
+
+def test_series_that_stop_coming_are_retired_and_their_incident_ends(client: FlaskClient, keys: dict,
+                                                                     rw_app: Flask) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from app.monitors.records import MonitorSeriesRecord
+    from app.monitors.retirement import retire_series
+
+    writer = keys["writer"]
+    monitor = create(client, writer, remote_write_selector='{__name__="coming_going"}',
+                     webhook_url="http://127.0.0.1:9/hook")
+    spiked = minutes(60, value=lambda i: 10 + 3 * math.sin(i / 15) + (60 if i == 59 else 0))
+    assert write(client, writer, body_of(series({"__name__": "coming_going", "instance": "stays"}, minutes(60)),
+                                         series({"__name__": "coming_going", "instance": "goes"}, spiked))
+                 ).status_code == 204
+    pushed = client.post(f"/monitors/{monitor['id']}/points", headers=writer, json={
+        "timestamps": minute_series(3)[0], "values": [1.0, 2.0, 3.0]})  # the monitor's unlabelled series
+    assert pushed.status_code == 200
+    found = series_of(client, writer, monitor["id"])
+    assert found["goes"]["open_anomaly_since"] is not None
+    database = services_of(rw_app).database
+    long_ago = datetime.now(UTC) - timedelta(days=2)
+    with database.session() as session:  # what two days without a sample look like
+        session.execute(update(MonitorSeriesRecord).where(
+            MonitorSeriesRecord.id.in_([found["goes"]["id"], found[""]["id"]])).values(last_seen_at=long_ago))
+    assert retire_series(database, retire_seconds=86_400) == 1
+    assert retire_series(database, retire_seconds=86_400) == 0
+    left = series_of(client, writer, monitor["id"])
+    assert sorted(left) == ["", "stays"]  # the unlabelled series is the monitor's own: never retired
+    with database.session() as session:
+        stored = session.execute(select(func.count()).select_from(MonitorPointRecord).where(
+            MonitorPointRecord.series_id == found["goes"]["id"])).scalar()
+    assert stored == 0
+    ended = [d for d in client.get(f"/monitors/{monitor['id']}/deliveries", headers=writer).json["deliveries"]
+             if d["type"] == "anomaly_ended"]
+    assert len(ended) == 1 and ended[0]["series_id"] == found["goes"]["id"]
+    with database.session() as session:
+        event = session.get(MonitorEventRecord, ended[0]["event_id"])
+        assert event is not None
+        run = json.loads(event.payload)["run"]
+    assert run["closed_by"] == "retired" and run["anomalous_points"] >= 1
+    # The label set comes back: a new series, warming up afresh.
+    again = write(client, writer, body_of(series({"__name__": "coming_going", "instance": "goes"}, minutes(2, 60))))
+    assert again.status_code == 204 and again.headers["X-Samples-Stored"] == "2"
+    back = series_of(client, writer, monitor["id"])["goes"]
+    assert back["id"] != found["goes"]["id"] and back["point_count"] == 2

@@ -416,6 +416,43 @@ def test_monitor_calls(running: Running) -> None:
         receiver.stop()
 
 
+def test_a_monitor_of_several_series(running: Running) -> None:
+    series = five_minute_series(300, spike_at=299)  # the last point: its incident is still open
+    calm = series.copy()
+    calm.iloc[299] = calm.iloc[298]
+    with Client(running.url, running.owner_key, max_retries=1) as owner:
+        monitor = owner.create_monitor("road sensors", "5min")
+        stamps = [t.strftime("%Y-%m-%dT%H:%M:%SZ") for t in series.index]
+        rows = [{"monitor_id": monitor.id, "timestamp": stamp, "labels": {"sensor": name}, "value": float(value)}
+                for name, values in (("s7", series), ("s8", calm))
+                for stamp, value in zip(stamps, values, strict=True)]
+        fed = httpx.post(f"{running.url}/monitors/points", json={"points": rows}, timeout=120,
+                         headers={"Authorization": f"Bearer {running.owner_key}"})
+        assert fed.status_code == 200, fed.text
+
+        seen = owner.get_monitor(monitor.id, points=5)
+        assert seen.series_count == 2 and seen.point_count == 600 and seen.points == [] and seen.series_refused == 0
+        by_sensor = {s.labels["sensor"]: s for s in seen.series}
+        assert set(by_sensor) == {"s7", "s8"} and all(len(s.points) == 5 for s in seen.series)
+        assert by_sensor["s7"].is_anomalous and not by_sensor["s8"].is_anomalous
+        assert {p.series_id for p in seen.open_anomalies} == {by_sensor["s7"].id}
+        page = owner.list_series(monitor.id, match='{sensor="s7"}', points=300)
+        assert [s.id for s in page.series] == [by_sensor["s7"].id] and page.next_after is None
+        assert 299 in [i for i, p in enumerate(page.series[0].points) if p.is_anomaly]
+        one = owner.get_series(monitor.id, by_sensor["s8"].id, points=10, horizon=4)
+        assert one.monitor_id == monitor.id and one.labels == {"sensor": "s8"} and len(one.points) == 10
+        assert one.forecast is not None and len(one.forecast.median) == 4 and not one.open_anomalies
+        assert owner.list_series(monitor.id, anomalous=True, limit=1).series[0].labels == {"sensor": "s7"}
+
+        async def read_async() -> list[int]:
+            async with AsyncClient(running.url, running.owner_key) as client:
+                listed = await client.list_series(monitor.id)
+                return [(await client.get_series(monitor.id, s.id)).point_count for s in listed.series]
+
+        assert asyncio.run(read_async()) == [300, 300]
+        owner.delete_monitor(monitor.id)
+
+
 # -- errors from real answers ------------------------------------------------------------------------------
 
 

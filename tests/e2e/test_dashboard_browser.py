@@ -372,6 +372,33 @@ def test_a_person_manages_keys_and_forecasts_in_the_dashboard(
                               headers=bearer(admin["key"]), timeout=30).json()["points"]
         assert [p["timestamp"] for p in stored if p["feedback"] == "not_anomaly"] == [hours[150]]
 
+        # A monitor of several series: its page lists them with their latest verdicts and charts one.
+        fleet = requests.post(server.url + "/monitors", json={"name": "fleet latency", "data_frequency": "Hours"},
+                              headers=bearer(admin["key"]), timeout=30).json()["id"]
+        calm = [100 + 20 * ((h % 24) in range(9, 18)) + (h * 7 % 5) for h in range(168)]
+        rows = [{"monitor_id": fleet, "timestamp": hours[h], "labels": {"instance": f"web-{i}"},
+                 "value": calm[h] + 3 * i + (300 if i == 1 and h == 160 else 0)}
+                for h in range(161) for i in range(3)]
+        bulk = requests.post(server.url + "/monitors/points", json={"points": rows}, headers=bearer(admin["key"]),
+                             timeout=120)
+        assert bulk.status_code == 200, bulk.text
+        page.open(f"/dashboard/monitors?monitor={fleet}")
+        table = f"table.series-table[data-monitor-id='{fleet}']"
+        listed = page.all(table + " tbody tr")
+        assert len(listed) == 3 and "in 3 series" in page.text()
+        spiked = page.find(table + " tbody tr.anomalous")
+        assert 'instance="web-1"' in spiked.text and "charted" in spiked.get_attribute("class")
+        assert len(page.all(table + " tr.anomalous")) == 1
+        assert len(page.all(table + " tbody tr:first-child span.verdict")) == 30
+        area = f"figure[data-monitor-id='{fleet}'] .chart-area"
+        drawn = page.js(f"return document.querySelector(\"{area}\").uplot.data")
+        assert drawn[1][-1] == calm[160] + 3 + 300
+        page.screenshot("monitor-series")
+        page.find(table + " tbody tr:first-child a").click()
+        wait_for(lambda: "web-0" in page.find(table + " tr.charted").text, timeout=30, message="the other series")
+        drawn = page.js(f"return document.querySelector(\"{area}\").uplot.data")
+        assert drawn[1][-1] == calm[160]
+
     # Usable at 390 px: nothing wider than the screen, the create form reachable.
     browser.set_window_size(NARROW, 800)
     page.open("/dashboard/keys")

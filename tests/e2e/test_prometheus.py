@@ -1,6 +1,8 @@
 """Prometheus in, Alertmanager out, with the real things: Prometheus scrapes a small exporter whose values this
 test controls, a real gunicorn and a real `jobs worker` read a monitor's query from it, judge the points, expose
-the verdicts (which Prometheus scrapes back), and send the anomaly to a real Alertmanager, firing and resolved.
+the verdicts (which Prometheus scrapes back), and send the anomaly to a real Alertmanager, firing and resolved. A
+query that yields several series is a monitor of several series: each judged on its own, exposed and alerted with
+its labels.
 
 Between our service and Prometheus sits a TCP relay the test can cut (connections dropped: "unreachable") or
 stall (connections held: "timeout") while Prometheus keeps scraping, so the points it gathers meanwhile must be
@@ -34,6 +36,9 @@ from tests.support import (
 pytestmark = pytest.mark.slow
 
 METRIC = "exporter_queue_depth"
+FLEET = "exporter_node_load"
+NODES = 3
+SPIKE_NODE = "n1"
 SPIKE = 80.0
 
 
@@ -59,7 +64,13 @@ class Exporter(ScrapeTarget):
                 self.spike_scrapes -= 1
                 if self.spike_scrapes <= 0:
                     self.mode = "absent"
-        return f"# TYPE {METRIC} gauge\n{METRIC} {value}\n"
+            lines = [f"# TYPE {METRIC} gauge", f"{METRIC} {value}", f"# TYPE {FLEET} gauge"]
+            for node in range(NODES):
+                load = 5 + node + 1.5 * math.sin(self.scrapes / 4 + node) + 0.2 * math.cos(self.scrapes * 1.3)
+                if value > SPIKE and f"n{node}" == SPIKE_NODE:
+                    load += SPIKE
+                lines.append(f'{FLEET}{{node="n{node}"}} {load}')
+        return "\n".join(lines) + "\n"
 
     def spike(self, scrapes: int) -> None:
         with self._lock:
@@ -208,6 +219,11 @@ def test_a_prometheus_query_is_judged_exposed_and_alerted(stack: dict[str, Any])
     several = requests.post(f"{server.url}/monitors", headers=headers, timeout=10, json={
         "name": "two jobs", "data_frequency": "Seconds", "prometheus_url": relay.url, "prometheus_query": "up"})
     assert several.status_code == 201, several.text
+    nodes = requests.post(f"{server.url}/monitors", headers=headers, timeout=10, json={
+        "name": "node load", "data_frequency": "Seconds", "prometheus_url": relay.url,
+        "prometheus_query": f"{FLEET} * 1", "alertmanager_url": alertmanager.url})
+    assert nodes.status_code == 201, nodes.text
+    nodes_id = nodes.json()["id"]
     pushed = requests.post(f"{server.url}/monitors/{monitor_id}/points", headers=headers, timeout=10,
                            json={"timestamps": ["2026-01-01T00:00:00Z"], "values": [1.0]})
     assert pushed.status_code == 400 and "Prometheus" in pushed.json()["error"]["message"]
@@ -215,9 +231,12 @@ def test_a_prometheus_query_is_judged_exposed_and_alerted(stack: dict[str, Any])
     backfilled = wait_for(lambda: monitor(monitor_id)["point_count"] >= 15 and monitor(monitor_id), 60,
                           f"the backfill\n{worker.log()[-3000:]}")
     assert backfilled["source"]["status"] == "ok", backfilled["source"]
-    up = wait_for(lambda: monitor(several.json()["id"])["source"]["status"] == "several_series"
-                  and monitor(several.json()["id"])["source"], 30, "the several-series state")
-    assert "2 series" in up["message"]
+    # `up` yields a series per scrape job: a monitor of two series, each with its labels.
+    up = wait_for(lambda: monitor(several.json()["id"])["series_count"] == 2 and monitor(several.json()["id"]), 30,
+                  "the two series of up")
+    assert up["source"]["status"] == "ok" and "2 series" in up["source"]["message"], up["source"]
+    assert sorted(s["labels"]["job"] for s in up["series"]) == ["exporter", "forecast"]
+    assert all(s["labels"]["__name__"] == "up" and s["point_count"] >= 10 for s in up["series"])
 
     # Live reading: the count grows second by second, every stored point one step after the previous one.
     wait_for(lambda: monitor(monitor_id)["point_count"] >= backfilled["point_count"] + 10, 30, "live points")
@@ -235,6 +254,23 @@ def test_a_prometheus_query_is_judged_exposed_and_alerted(stack: dict[str, Any])
     assert alert["labels"]["alertname"] == "MonitorAnomaly" and alert["labels"]["monitor_name"] == "queue depth"
     assert alert["annotations"]["monitor"] == f"https://forecast.example.com/monitors/{monitor_id}"
     assert alert["generatorURL"].startswith("https://forecast.example.com/dashboard/monitors")
+    # The node monitor's spiked series alone fires, its alert carrying that series' labels.
+    node_alerts = wait_for(lambda: alertmanager.alerts(monitor_id=nodes_id), 30, "the node's firing alert")
+    assert len(node_alerts) == 1, node_alerts
+    labels = node_alerts[0]["labels"]
+    assert labels["node"] == SPIKE_NODE and labels["job"] == "exporter" and labels["monitor_name"] == "node load"
+    assert "__name__" not in labels and labels["instance"].startswith("127.0.0.1:")
+    node_view = monitor(nodes_id)
+    assert node_view["series_count"] == NODES and node_view["source"]["status"] in ("ok", "no_series")
+    spiked = [s for s in node_view["series"] if s["labels"]["node"] == SPIKE_NODE][0]
+    assert labels["series_id"] == str(spiked["id"])
+    assert node_alerts[0]["annotations"]["series"] == (
+        f"https://forecast.example.com/monitors/{nodes_id}/series/{spiked['id']}")
+    assert {s["labels"]["node"] for s in node_view["series"] if s["open_anomaly_since"]} == {SPIKE_NODE}
+    gauges = requests.get(f"{server.url}/monitors/metrics", headers=headers, timeout=10).text
+    for node in range(NODES):
+        assert f'monitor_name="node load",instance="127.0.0.1:{exporter.port}",job="exporter",node="n{node}"' \
+            in gauges
     stale = wait_for(lambda: monitor(monitor_id)["source"]["status"] == "no_series" and monitor(monitor_id), 30,
                      "the no-series state once the series is gone")
     assert "no series" in stale["source"]["message"] and stale["open_anomalies"]

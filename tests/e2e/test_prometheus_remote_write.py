@@ -1,6 +1,7 @@
 """Prometheus remote write, with the real things: a real Prometheus scrapes a small exporter of several series and
-remote-writes them to a real gunicorn, which routes each series to the monitor whose selector matches it, stores
-and judges every sample once, counts the samples no monitor takes, and loses nothing across its own restart
+remote-writes them to a real gunicorn, which routes each series to the monitors whose selector matches it (one
+monitor per shard, and one monitor over the whole fleet that follows each shard as a series of its own), stores and
+judges every sample once, counts the samples no monitor takes, and loses nothing across its own restart
 (Prometheus keeps the samples in its WAL and retries)."""
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class PortServer(Server):
 def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
     fleet = Fleet().start()
     env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'monitors.sqlite3'}", "FORECAST_WORKERS": "1",
-           "LOG_LEVEL": "WARNING", "WEB_CONCURRENCY": "1"}
+           "LOG_LEVEL": "WARNING", "WEB_CONCURRENCY": "1", "ALLOW_PRIVATE_WEBHOOKS": "1"}
     cli_in_process("db", "upgrade", env=env)
     key = json.loads(cli_in_process("keys", "create", "--permissions", "read,write,admin", "--per-minute",
                                     "100000", "--per-hour", "1000000", "--per-day", "10000000", "--json",
@@ -120,14 +121,28 @@ def test_prometheus_remote_writes_a_fleet_through_a_restart(stack: dict[str, Any
             "remote_write_selector": f'{METRIC}{{shard="{shard}", job="fleet"}}'})
         assert created.status_code == 201, created.text
         monitors[shard] = created.json()["id"]
+    created = requests.post(f"{url}/monitors", headers=headers, timeout=10, json={
+        "name": "the fleet", "data_frequency": "Seconds", "remote_write_selector": f'{METRIC}{{job="fleet"}}',
+        "webhook_url": "http://127.0.0.1:9/nowhere"})
+    assert created.status_code == 201, created.text
+    fleet_monitor = created.json()["id"]
 
     def points(shard: int) -> list[dict[str, Any]]:
         answer = requests.get(f"{url}/monitors/{monitors[shard]}?points=10000", headers=headers, timeout=10)
         assert answer.status_code == 200, answer.text
         return answer.json()["points"]
 
+    def series_points(shard: int) -> list[dict[str, Any]]:
+        """The points of the fleet monitor's series of that shard."""
+        answer = requests.get(f"{url}/monitors/{fleet_monitor}/series", headers=headers, timeout=10, params={
+            "match": f'{{shard="{shard}"}}', "points": 1000})
+        assert answer.status_code == 200, answer.text
+        found = answer.json()["series"]
+        assert len(found) <= 1
+        return found[0]["points"] if found else []
+
     prometheus.start()
-    wait_for(lambda: all(len(points(s)) >= 10 for s in range(SHARDS)), 90,
+    wait_for(lambda: all(len(points(s)) >= 10 and len(series_points(s)) >= 10 for s in range(SHARDS)), 90,
              f"10 remote-written points per shard\n{servers[-1].log()[-3000:]}")
 
     # The service goes away for a few scrapes; Prometheus keeps them and retries until it is back.
@@ -155,14 +170,32 @@ def test_prometheus_remote_writes_a_fleet_through_a_restart(stack: dict[str, Any
         first_epoch, last_epoch = _epoch(first), _epoch(last)
         wanted = [(e, v) for e, v in sorted(expected.items()) if first_epoch <= e <= last_epoch]
         assert [(_epoch(p["timestamp"]), p["value"]) for p in stored] == wanted, (shard, _counters(url, headers))
+        # The fleet monitor's series of this shard holds the same samples, judged the same way.
+        in_fleet = series_points(shard)
+        assert [p["timestamp"] for p in in_fleet] == [p["timestamp"] for p in stored][-len(in_fleet):]
+        assert [p["anomaly_score"] for p in in_fleet] == [p["anomaly_score"] for p in stored][-len(in_fleet):]
 
     # One scrape of a spike on one shard: that shard's monitor, and only it, judges an anomaly.
     def anomalous(shard: int) -> bool:
         return any(p["is_anomaly"] for p in points(shard)[-5:])
 
+    def anomalous_in_fleet(shard: int) -> bool:
+        return any(p["is_anomaly"] for p in series_points(shard)[-5:])
+
     fleet.spike_next = True
-    wait_for(lambda: anomalous(SPIKE_SHARD), 60, f"the spike's verdict\n{servers[-1].log()[-3000:]}")
-    assert not any(anomalous(s) for s in range(SHARDS) if s != SPIKE_SHARD)
+    wait_for(lambda: anomalous(SPIKE_SHARD) and anomalous_in_fleet(SPIKE_SHARD), 60,
+             f"the spike's verdict\n{servers[-1].log()[-3000:]}")
+    assert not any(anomalous(s) or anomalous_in_fleet(s) for s in range(SHARDS) if s != SPIKE_SHARD)
+    # The alert names the shard's series; the fleet monitor's gauges carry each shard's labels.
+    deliveries = requests.get(f"{url}/monitors/{fleet_monitor}/deliveries", headers=headers, timeout=10).json()
+    spiked = [d for d in deliveries["deliveries"] if d["type"] == "anomaly"]
+    shard_series = requests.get(f"{url}/monitors/{fleet_monitor}/series", headers=headers, timeout=10, params={
+        "match": f'{{shard="{SPIKE_SHARD}"}}'}).json()["series"][0]
+    assert spiked and {d["series_id"] for d in spiked} == {shard_series["id"]}
+    gauges = requests.get(f"{url}/monitors/metrics", headers=headers, timeout=10).text
+    for shard in range(SHARDS):
+        assert f'forecast_monitor_value{{monitor_id="{fleet_monitor}",monitor_name="the fleet",instance=' in gauges
+        assert f'job="fleet",shard="{shard}",series_id=' in gauges
 
     # What no monitor takes (the unwatched counter, Prometheus' own up and scrape_* series) is counted.
     def counted(outcome: str) -> float:

@@ -49,6 +49,8 @@ from forecast_client._types import (
     ModelInfo,
     Monitor,
     MonitorPage,
+    MonitorSeries,
+    MonitorSeriesPage,
     PointsResult,
     RateLimit,
     RotatedKey,
@@ -557,6 +559,22 @@ class _Calls(_Common):
             self._monitor_read(lambda b: str(b["webhook_secret"])), idempotent=False,
         )
 
+    def _list_series_call(self, monitor_id: str, limit: int | None, after: int | None, points: int | None,
+                          match: str | None, anomalous: bool) -> _Call[MonitorSeriesPage]:
+        params = {k: v for k, v in {"limit": limit, "after": after, "points": points, "match": match,
+                                    "anomalous": "true" if anomalous else None}.items() if v is not None}
+
+        def build(body: dict[str, Any]) -> MonitorSeriesPage:
+            return MonitorSeriesPage([MonitorSeries.from_body(s) for s in body["series"]], body.get("next_after"))
+
+        return _Call("GET", f"/monitors/{_segment(monitor_id)}/series", self._monitor_read(build), params=params)
+
+    def _get_series_call(self, monitor_id: str, series_id: int, points: int | None, horizon: int | None,
+                         model: str | None) -> _Call[MonitorSeries]:
+        params = {k: v for k, v in {"points": points, "horizon": horizon, "model": model}.items() if v is not None}
+        return _Call("GET", f"/monitors/{_segment(monitor_id)}/series/{int(series_id)}",
+                     self._monitor_read(MonitorSeries.from_body), params=params)
+
     def _deliveries_call(self, monitor_id: str, limit: int | None) -> _Call[list[Delivery]]:
         params = None if limit is None else {"limit": limit}
         return _Call(
@@ -912,6 +930,23 @@ class Client(_BatchCalls):
     def rotate_webhook_secret(self, monitor_id: str) -> str:
         """POST /monitors/{id}/webhook-secret (write): a new signing secret, shown this once."""
         return self._send(self._rotate_secret_call(monitor_id))
+
+    def list_series(
+        self, monitor_id: str, *, limit: int | None = None, after: int | None = None, points: int | None = None,
+        match: str | None = None, anomalous: bool = False,
+    ) -> MonitorSeriesPage:
+        """GET /monitors/{id}/series (read): one page of the monitor's series (one per label set), each with its
+        latest verdict and its last ``points`` points; ``match`` a series selector on their labels
+        (``'{instance=~"web-.*"}'``), ``anomalous`` only those with an open incident."""
+        return self._send(self._list_series_call(monitor_id, limit, after, points, match, anomalous))
+
+    def get_series(
+        self, monitor_id: str, series_id: int, *, points: int | None = None, horizon: int | None = None,
+        model: str | None = None,
+    ) -> MonitorSeries:
+        """GET /monitors/{id}/series/{series_id} (read): one series with its last ``points`` points and verdicts,
+        its open anomalies and, when ``horizon`` is given, its forecast."""
+        return self._send(self._get_series_call(monitor_id, series_id, points, horizon, model))
 
     def deliveries(self, monitor_id: str, *, limit: int | None = None) -> list[Delivery]:
         """GET /monitors/{id}/deliveries (read): the webhook events and every attempt to deliver them."""
@@ -1276,6 +1311,18 @@ class AsyncClient(_BatchCalls):
 
     async def rotate_webhook_secret(self, monitor_id: str) -> str:
         return await self._send(self._rotate_secret_call(monitor_id))
+
+    async def list_series(
+        self, monitor_id: str, *, limit: int | None = None, after: int | None = None, points: int | None = None,
+        match: str | None = None, anomalous: bool = False,
+    ) -> MonitorSeriesPage:
+        return await self._send(self._list_series_call(monitor_id, limit, after, points, match, anomalous))
+
+    async def get_series(
+        self, monitor_id: str, series_id: int, *, points: int | None = None, horizon: int | None = None,
+        model: str | None = None,
+    ) -> MonitorSeries:
+        return await self._send(self._get_series_call(monitor_id, series_id, points, horizon, model))
 
     async def deliveries(self, monitor_id: str, *, limit: int | None = None) -> list[Delivery]:
         return await self._send(self._deliveries_call(monitor_id, limit))

@@ -354,6 +354,7 @@ class MonitorPoint:
     is_anomaly: bool
     direction: str | None
     warmup: bool
+    series_id: int | None = None  # the point's series, when it is a labelled series of its monitor
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> MonitorPoint:
@@ -367,7 +368,70 @@ class MonitorPoint:
             is_anomaly=bool(body["is_anomaly"]),
             direction=body["direction"],
             warmup=bool(body["warmup"]),
+            series_id=None if body.get("series_id") is None else int(body["series_id"]),
         )
+
+
+def _forecast_of(body: Mapping[str, Any], frequency: str) -> ForecastResult | None:
+    forecast = body.get("forecast")
+    return None if not forecast else ForecastResult(
+        timestamps=[str(t) for t in forecast["forecast_timestamps"]],
+        median=[float(v) for v in forecast["median"]],
+        lower=[float(v) for v in forecast["lower_bound"]],
+        upper=[float(v) for v in forecast["upper_bound"]],
+        model=str(forecast["model"]),
+        frequency=frequency,
+        confidence=float(forecast["confidence"]),
+    )
+
+
+@dataclass(frozen=True)
+class MonitorSeries:
+    """One series of a monitor (one label set its source yields; ``labels`` is empty for a monitor's unlabelled
+    stream), with its latest point and verdict. ``points`` holds the last points asked for; ``open_anomalies``,
+    ``monitor_id`` and ``forecast`` come with get_series()."""
+
+    id: int
+    labels: dict[str, str]
+    point_count: int
+    first_timestamp: str | None
+    last_timestamp: str | None
+    last_point: MonitorPoint | None
+    open_anomaly_since: str | None
+    points: list[MonitorPoint]
+    open_anomalies: list[MonitorPoint] = field(default_factory=list)
+    monitor_id: str | None = None
+    forecast: ForecastResult | None = None
+
+    @property
+    def is_anomalous(self) -> bool:
+        """An incident of this series is open (its last anomalies are not yet followed by a normal point)."""
+        return self.open_anomaly_since is not None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any], frequency: str = "") -> MonitorSeries:
+        last = body.get("last_point")
+        return cls(
+            id=int(body["id"]),
+            labels={str(k): str(v) for k, v in (body.get("labels") or {}).items()},
+            point_count=int(body.get("point_count") or 0),
+            first_timestamp=body.get("first_timestamp"),
+            last_timestamp=body.get("last_timestamp"),
+            last_point=None if not last else MonitorPoint.from_body(last),
+            open_anomaly_since=body.get("open_anomaly_since"),
+            points=[MonitorPoint.from_body(p) for p in body.get("points") or []],
+            open_anomalies=[MonitorPoint.from_body(p) for p in body.get("open_anomalies") or []],
+            monitor_id=body.get("monitor_id"),
+            forecast=_forecast_of(body, frequency),
+        )
+
+
+@dataclass(frozen=True)
+class MonitorSeriesPage:
+    """One page of list_series(); pass ``next_after`` as ``after=`` for the next (None on the last page)."""
+
+    series: list[MonitorSeries]
+    next_after: int | None
 
 
 @dataclass(frozen=True)
@@ -394,10 +458,14 @@ class Monitor:
     webhook_secret: str | None = field(default=None, repr=False)
     false_alarms_per_week: float | None = None
     sensitivity: int | None = None
+    # Its series (one per label set its source yields): how many, the first page of them (get_monitor), and the
+    # points refused because a new series would have passed the server's per-monitor cap.
+    series_count: int = 0
+    series: list[MonitorSeries] = field(default_factory=list)
+    series_refused: int = 0
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Monitor:
-        forecast = body.get("forecast")
         return cls(
             id=str(body["id"]),
             name=str(body["name"]),
@@ -412,18 +480,13 @@ class Monitor:
             last_timestamp=body.get("last_timestamp"),
             open_anomalies=[MonitorPoint.from_body(p) for p in body.get("open_anomalies") or []],
             points=[MonitorPoint.from_body(p) for p in body.get("points") or []],
-            forecast=None if not forecast else ForecastResult(
-                timestamps=[str(t) for t in forecast["forecast_timestamps"]],
-                median=[float(v) for v in forecast["median"]],
-                lower=[float(v) for v in forecast["lower_bound"]],
-                upper=[float(v) for v in forecast["upper_bound"]],
-                model=str(forecast["model"]),
-                frequency=str(body["data_frequency"]),
-                confidence=float(forecast["confidence"]),
-            ),
+            forecast=_forecast_of(body, str(body["data_frequency"])),
             webhook_secret=body.get("webhook_secret"),
             false_alarms_per_week=_optional_float(body.get("false_alarms_per_week")),
             sensitivity=None if body.get("sensitivity") is None else int(body["sensitivity"]),
+            series_count=int(body.get("series_count") or 0),
+            series=[MonitorSeries.from_body(s) for s in body.get("series") or []],
+            series_refused=int(body.get("series_refused") or 0),
         )
 
 

@@ -1,0 +1,172 @@
+"""What the monitor answers are built from (GET /monitors, /monitors/{id}, its series, the dashboard): a monitor's
+series and their totals, a series' last points and open anomalies, read through an ORM session."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, func, select
+from sqlalchemy.orm import Session
+
+from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
+from app.monitors.selectors import Selector
+from app.monitors.series import stored_labels
+from app.monitors.store import NOT_ANOMALY
+from app.web.errors import InvalidRequest, NotFound
+from app.web.validation import problem
+
+# Open anomalies a monitor or series view lists at most.
+OPEN_ANOMALIES = 100
+
+_POINT = MonitorPointRecord
+_SERIES = MonitorSeriesRecord
+
+
+@dataclass(frozen=True)
+class Totals:
+    """A monitor's series taken together: how many, their points, the newest point's timestamp."""
+
+    series_count: int
+    point_count: int
+    last_timestamp: str | None
+    only_series: MonitorSeriesRecord | None  # the series, when the monitor has exactly one
+
+
+def totals(session: Session, monitors: Sequence[MonitorRecord]) -> dict[str, Totals]:
+    ids = [m.id for m in monitors]
+    if not ids:
+        return {}
+    counts = {
+        row[0]: (int(row[1]), int(row[2] or 0), row[3])
+        for row in session.execute(
+            select(_SERIES.monitor_id, func.count(), func.sum(_SERIES.point_count), func.max(_SERIES.last_epoch))
+            .where(_SERIES.monitor_id.in_(ids)).group_by(_SERIES.monitor_id))
+    }
+    singles = {s.monitor_id: s for s in session.execute(
+        select(_SERIES).where(_SERIES.monitor_id.in_([m for m, c in counts.items() if c[0] == 1]))).scalars()}
+    out: dict[str, Totals] = {}
+    for monitor_id in ids:
+        count, points, newest = counts.get(monitor_id, (0, 0, None))
+        last_text = None
+        if newest is not None:
+            newest_series = session.execute(
+                select(_SERIES.id).where(_SERIES.monitor_id == monitor_id, _SERIES.last_epoch == newest).limit(1)
+            ).scalar()
+            point = session.get(_POINT, (monitor_id, newest_series, newest))
+            last_text = None if point is None else point.timestamp
+        out[monitor_id] = Totals(count, points, last_text, singles.get(monitor_id))
+    return out
+
+
+def last_points(session: Session, series: MonitorSeriesRecord, count: int) -> list[MonitorPointRecord]:
+    if count <= 0:
+        return []
+    rows = session.execute(
+        select(_POINT)
+        .where(_POINT.monitor_id == series.monitor_id, _POINT.series_id == series.id)
+        .order_by(_POINT.epoch.desc())
+        .limit(count)
+    ).scalars()
+    return list(reversed(list(rows)))
+
+
+def open_anomaly_points(session: Session, series: MonitorSeriesRecord, limit: int = OPEN_ANOMALIES
+                        ) -> list[MonitorPointRecord]:
+    """The open incident's anomalies, less those a user marked normal."""
+    if series.open_anomaly_epoch is None:
+        return []
+    return list(session.execute(
+        select(_POINT)
+        .where(_POINT.monitor_id == series.monitor_id, _POINT.series_id == series.id,
+               _POINT.epoch >= series.open_anomaly_epoch, _POINT.is_anomaly.is_(True),
+               _POINT.feedback.is_(None) | (_POINT.feedback != NOT_ANOMALY))
+        .order_by(_POINT.epoch)
+        .limit(limit)
+    ).scalars())
+
+
+def monitor_open_anomalies(session: Session, monitor_id: str, limit: int = OPEN_ANOMALIES
+                           ) -> list[tuple[MonitorSeriesRecord, MonitorPointRecord]]:
+    """Every series' open anomalies (each series' oldest first, by series), at most ``limit``."""
+    rows = session.execute(
+        select(_SERIES, _POINT)
+        .join(_POINT, and_(_POINT.monitor_id == _SERIES.monitor_id, _POINT.series_id == _SERIES.id,
+                           _POINT.epoch >= _SERIES.open_anomaly_epoch))
+        .where(_SERIES.monitor_id == monitor_id, _SERIES.open_anomaly_epoch.is_not(None), _POINT.is_anomaly.is_(True),
+               _POINT.feedback.is_(None) | (_POINT.feedback != NOT_ANOMALY))
+        .order_by(_SERIES.id, _POINT.epoch)
+        .limit(limit)
+    ).all()
+    return [(s, p) for s, p in rows]
+
+
+def last_point_of(session: Session, series: Sequence[MonitorSeriesRecord]) -> dict[int, MonitorPointRecord]:
+    """Each series' newest point, by series id."""
+    if not series:
+        return {}
+    monitor_id = series[0].monitor_id
+    wanted = {s.id: s.last_epoch for s in series if s.last_epoch is not None}
+    if not wanted:
+        return {}
+    rows = session.execute(select(_POINT).join(_SERIES, and_(_SERIES.id == _POINT.series_id,
+                                                             _SERIES.last_epoch == _POINT.epoch))
+                           .where(_POINT.monitor_id == monitor_id, _POINT.series_id.in_(list(wanted)))).scalars()
+    return {p.series_id: p for p in rows}
+
+
+def series_page(session: Session, monitor_id: str, *, limit: int, after: int | None, match: Selector | None = None,
+                anomalous: bool = False) -> tuple[list[MonitorSeriesRecord], int | None]:
+    """A page of the monitor's series by id, those ``match`` selects (and with an open incident when
+    ``anomalous``); the id to continue after when there are more."""
+    statement = select(_SERIES).where(_SERIES.monitor_id == monitor_id)
+    if after is not None:
+        statement = statement.where(_SERIES.id > after)
+    if anomalous:
+        statement = statement.where(_SERIES.open_anomaly_epoch.is_not(None))
+    statement = statement.order_by(_SERIES.id)
+    if match is None:
+        rows = list(session.execute(statement.limit(limit + 1)).scalars())
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return rows, (rows[-1].id if more and rows else None)
+    found: list[MonitorSeriesRecord] = []
+    for row in session.execute(statement).scalars():
+        if match.matches(stored_labels(row.labels)):
+            if len(found) == limit:
+                return found, found[-1].id
+            found.append(row)
+    return found, None
+
+
+def owned_series(session: Session, monitor_id: str, series_id: Any) -> MonitorSeriesRecord:
+    """The monitor's series of that id (the monitor already found the caller's), or a 404."""
+    number = _series_number(series_id)
+    row = None if number is None else session.get(_SERIES, number)
+    if row is None or row.monitor_id != monitor_id:
+        raise NotFound("No such series.", details={"field": "series_id", "issue": "not found",
+                                                   "provided": str(series_id)[:64]})
+    return row
+
+
+def sole_series(session: Session, monitor: MonitorRecord, series_id: Any) -> MonitorSeriesRecord | None:
+    """The series a request about one stream means: ``series_id`` when given; else the monitor's only series (None
+    before its first point); a 400 when it has several."""
+    if series_id is not None:
+        return owned_series(session, monitor.id, series_id)
+    rows = list(session.execute(select(_SERIES).where(_SERIES.monitor_id == monitor.id).limit(2)).scalars())
+    if len(rows) > 1:
+        issue = "This monitor has several series: name one (GET /monitors/{id}/series lists them)"
+        raise InvalidRequest(f"Invalid request: series_id: {issue}.", details=problem("series_id", issue, None))
+    return rows[0] if rows else None
+
+
+def _series_number(raw: Any) -> int | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw if 0 < raw < 2**63 else None
+    if isinstance(raw, str) and raw.isdigit() and len(raw) <= 18:
+        return int(raw)
+    return None
