@@ -126,6 +126,7 @@ def _series_row(row: dict[str, Any]) -> dict[str, Any]:
         "point_count": row["point_count"],
         "last": last,
         "open_since": row["open_anomaly_since"],
+        "incident": row.get("open_incident"),
         # Its latest verdicts, oldest first: "a" anomaly, "w" warm-up, "n" normal.
         "verdicts": "".join("a" if p["is_anomaly"] else ("w" if p["warmup"] else "n") for p in row["points"]),
     }

@@ -14,7 +14,7 @@ from app.monitors.store import epoch_text, iso
 
 if TYPE_CHECKING:
     from app.monitors.judge import Verdict
-    from app.monitors.reads import Totals
+    from app.monitors.reads import OpenIncident, Totals
     from app.monitors.store import SeriesState
 
 
@@ -66,6 +66,15 @@ def monitor_view(monitor: MonitorRecord, totals: Totals) -> dict[str, Any]:
         "series_refused": monitor.series_refused,
         "series_refused_at": iso(monitor.series_refused_at),
     }
+
+
+def incident_view(incident: OpenIncident | None) -> dict[str, Any] | None:
+    if incident is None:
+        return None
+    last = incident.last_anomaly_epoch
+    return {"started_at": epoch_text(incident.started_epoch),
+            "last_anomaly_at": None if last is None else epoch_text(last), "anomalous_points": incident.anomalies,
+            "peak": None if incident.peak is None else point_view(incident.peak)}
 
 
 def series_view(series: MonitorSeriesRecord, last_point: MonitorPointRecord | None) -> dict[str, Any]:

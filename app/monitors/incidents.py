@@ -1,8 +1,11 @@
 """Which alert events a run of judged points raises: one incident opens with its first anomaly and ends at the
-first normal point after it. Pure logic over the verdicts; the store writes what it plans.
+first point after which the detector's incident is over (48 points in a row with nothing beyond their range, its
+level adopted as the new normal, or a point of it marked normal); a gap in the points does not end it. Pure logic
+over the verdicts; the store writes what it plans.
 
-A webhook gets every anomalous point and the incident's end (with its start and length); Alertmanager gets one
-firing alert when the incident opens and one resolved when it ends."""
+A webhook gets every anomalous point and the incident's end (with its start, length and peak: its anomaly
+furthest from what was expected); Alertmanager gets one firing alert when the incident opens and one resolved
+when it ends."""
 
 from __future__ import annotations
 
@@ -35,10 +38,12 @@ def plan_events(
     anomalies_since: Callable[[int], int],
     started_text: Callable[[int], str],
     stored_point: Callable[[int], dict[str, Any] | None],
+    peak_since: Callable[[int], dict[str, Any] | None],
 ) -> IncidentPlan:
     """The events of these new points (in time order, after every stored one). ``anomalies_since(epoch)`` counts
-    the stored anomalies of an incident that opened before them; ``started_text(epoch)`` is a point's timestamp
-    as it was sent; ``stored_point(epoch)`` a stored point as an alert describes it."""
+    the stored anomalies of an incident that opened before them and ``peak_since(epoch)`` is its stored peak;
+    ``started_text(epoch)`` is a point's timestamp as it was sent; ``stored_point(epoch)`` a stored point as an
+    alert describes it."""
     plan = IncidentPlan(open_epoch=monitor.open_anomaly_epoch, seq=monitor.event_seq)
     if plan.open_epoch is None:
         for verdict in verdicts:
@@ -48,6 +53,7 @@ def plan_events(
             return plan  # nothing opens, nothing closes: most appends
     run_count: int | None = None  # anomalies in the open incident, looked up only when needed
     first: dict[str, Any] | None = None  # the open incident's first point, which its resolved alert describes
+    peak: dict[str, Any] | None = None  # its anomaly furthest from expected among these points
     for epoch, text, value, verdict in zip(epochs, texts, values, verdicts, strict=True):
         if verdict.warmup:
             continue
@@ -63,15 +69,20 @@ def plan_events(
                 plan.events.append((plan.seq, "firing", alertmanager.firing(monitor, epoch, point),
                                     alertmanager.DESTINATION))
             run_count += 1
+            if peak is None or _deviation(point) > _deviation(peak):
+                peak = point
             if monitor.webhook_url:
                 plan.seq += 1
                 plan.events.append((plan.seq, "anomaly", {"point": point}, "webhook"))
-        elif plan.open_epoch is not None:
+        elif plan.open_epoch is not None and not verdict.incident:
             if run_count is None:
                 run_count = anomalies_since(plan.open_epoch)
             if monitor.webhook_url:
                 plan.seq += 1
-                run = {"started_at": started_text(plan.open_epoch), "ended_at": text, "anomalous_points": run_count}
+                # An incident that opened before these points has its peak so far among the stored ones.
+                peaks = [p for p in (peak, None if first else peak_since(plan.open_epoch)) if p is not None]
+                run = {"started_at": started_text(plan.open_epoch), "ended_at": text, "anomalous_points": run_count,
+                       "peak": max(peaks, key=_deviation) if peaks else None}
                 plan.events.append((plan.seq, "anomaly_ended", {"run": run, "point": point}, "webhook"))
             if monitor.alertmanager_url:
                 plan.seq += 1
@@ -79,8 +90,12 @@ def plan_events(
                 plan.events.append((plan.seq, "resolved",
                                     alertmanager.resolved(monitor, plan.open_epoch, epoch, described),
                                     alertmanager.DESTINATION))
-            plan.open_epoch, run_count, first = None, None, None
+            plan.open_epoch, run_count, first, peak = None, None, None, None
     return plan
+
+
+def _deviation(point: dict[str, Any]) -> float:
+    return abs(point["value"] - point["expected"])
 
 
 def closed_by_feedback(monitor: EventSource, *, first: dict[str, Any], marked: dict[str, Any],
@@ -91,13 +106,14 @@ def closed_by_feedback(monitor: EventSource, *, first: dict[str, Any], marked: d
 
 
 def closed(monitor: EventSource, *, first: dict[str, Any], last: dict[str, Any], last_epoch: int, anomalies: int,
-           by: str) -> IncidentPlan:
-    """The events of an open incident closed by ``by`` ("feedback", "retired") at the point ``last``."""
+           by: str, peak: dict[str, Any] | None = None) -> IncidentPlan:
+    """The events of an open incident closed by ``by`` ("feedback", "retired") at the point ``last``; ``peak`` is
+    its anomaly furthest from expected (none once every anomaly was marked normal)."""
     plan = IncidentPlan(open_epoch=None, seq=monitor.event_seq)
     if monitor.webhook_url:
         plan.seq += 1
         run = {"started_at": first["timestamp"], "ended_at": last["timestamp"], "anomalous_points": anomalies,
-               "closed_by": by}
+               "peak": peak, "closed_by": by}
         plan.events.append((plan.seq, "anomaly_ended", {"run": run, "point": last}, "webhook"))
     if monitor.alertmanager_url:
         assert monitor.open_anomaly_epoch is not None

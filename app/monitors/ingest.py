@@ -313,6 +313,7 @@ def _judge(connection: Any, pool: WorkerPool, runtime: MonitorRuntime, item: _Ju
         anomalies_since=_bound(store.anomalies_since, connection, state),
         started_text=lambda epoch: store.timestamp_at(connection, state, epoch, epochs, texts),
         stored_point=_bound(store.alert_point, connection, state),
+        peak_since=_bound(store.peak_since, connection, state),
     )
     return JudgedPoints(series=state, epochs=epochs, texts=texts, values=values, verdicts=item.verdicts,
                         judged=judged, plan=plan)

@@ -38,6 +38,7 @@ class Verdict:
     is_anomaly: bool
     direction: str | None
     warmup: bool
+    incident: bool  # the detector's incident is still open after the point (it ends at the first that is not)
 
 
 def judge_on_pool(pool: WorkerPool, job: DetectJob) -> DetectionResult:
@@ -116,6 +117,7 @@ def judge_on_worker(
 
 def verdicts_of(result: DetectionResult | Verdicts, count: int, *, warm: int) -> list[Verdict]:
     """One Verdict per judged row; the first ``warm`` of them are warm-up rows."""
+    incident = result.incident if result.incident is not None else result.is_anomaly
     return [
         Verdict(
             expected=result.expected[i],
@@ -125,6 +127,7 @@ def verdicts_of(result: DetectionResult | Verdicts, count: int, *, warm: int) ->
             is_anomaly=bool(result.is_anomaly[i]),
             direction=result.direction[i],
             warmup=i < warm,
+            incident=bool(incident[i]),
         )
         for i in range(count)
     ]

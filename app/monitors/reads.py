@@ -87,6 +87,30 @@ def open_anomaly_points(session: Session, series: MonitorSeriesRecord, limit: in
     ).scalars())
 
 
+@dataclass(frozen=True)
+class OpenIncident:
+    """A series' open incident: its first point, its latest anomaly, its anomalies (less those marked normal) and the
+    furthest of them from what was expected."""
+
+    started_epoch: int
+    last_anomaly_epoch: int | None
+    anomalies: int
+    peak: MonitorPointRecord | None
+
+
+def open_incident(session: Session, series: MonitorSeriesRecord) -> OpenIncident | None:
+    if series.open_anomaly_epoch is None:
+        return None
+    in_incident = (_POINT.monitor_id == series.monitor_id, _POINT.series_id == series.id,
+                   _POINT.epoch >= series.open_anomaly_epoch, _POINT.is_anomaly.is_(True),
+                   _POINT.feedback.is_(None) | (_POINT.feedback != NOT_ANOMALY))
+    count, last = session.execute(select(func.count(), func.max(_POINT.epoch)).where(*in_incident)).one()
+    peak = session.execute(select(_POINT).where(*in_incident).order_by(
+        func.abs(_POINT.value - _POINT.expected).desc(), _POINT.epoch).limit(1)).scalar()
+    return OpenIncident(started_epoch=series.open_anomaly_epoch, last_anomaly_epoch=last, anomalies=int(count or 0),
+                        peak=peak)
+
+
 def monitor_open_anomalies(session: Session, monitor_id: str, limit: int = OPEN_ANOMALIES
                            ) -> list[tuple[MonitorSeriesRecord, MonitorPointRecord]]:
     """Every series' open anomalies (each series' oldest first, by series), at most ``limit``."""

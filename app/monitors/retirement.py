@@ -75,11 +75,13 @@ def _retire(connection: Connection, row: Row[Any], now: datetime) -> bool:
         source = EventSource(monitor_id=monitor_id, name=row.name, webhook_url=row.webhook_url,
                              alertmanager_url=row.alertmanager_url, series_id=series_id, labels=row.labels,
                              event_seq=row.event_seq, open_anomaly_epoch=opened)
-        anomalies = connection.execute(select(func.count()).select_from(_POINTS).where(
-            _POINTS.c.monitor_id == monitor_id, _POINTS.c.series_id == series_id, _POINTS.c.epoch >= opened,
-            _POINTS.c.is_anomaly.is_(True))).scalar() or 0
+        in_incident = (_POINTS.c.monitor_id == monitor_id, _POINTS.c.series_id == series_id,
+                       _POINTS.c.epoch >= opened, _POINTS.c.is_anomaly.is_(True))
+        anomalies = connection.execute(select(func.count()).select_from(_POINTS).where(*in_incident)).scalar() or 0
+        peak = connection.execute(select(_POINTS).where(*in_incident).order_by(
+            func.abs(_POINTS.c.value - _POINTS.c.expected).desc(), _POINTS.c.epoch).limit(1)).first()
         plan = incidents.closed(source, first=alert_view(first), last=alert_view(last), last_epoch=last.epoch,
-                                anomalies=int(anomalies), by="retired")
+                                anomalies=int(anomalies), by="retired", peak=peak and alert_view(peak))
         enqueue_events(connection, source, plan, now)
     connection.execute(delete(_POINTS).where(_POINTS.c.monitor_id == monitor_id, _POINTS.c.series_id == series_id))
     connection.execute(delete(_SERIES).where(_SERIES.c.id == series_id))

@@ -236,6 +236,16 @@ class SourceSchema(Schema):
     read_until = fields.String(allow_none=True, metadata={"description": "Read up to this evaluation time."})
 
 
+class IncidentSchema(Schema):
+    started_at = fields.String(required=True, metadata={"description": "Its first anomaly's time."})
+    last_anomaly_at = fields.String(allow_none=True, required=True, metadata={
+        "description": "Its latest anomaly's time (null once every one was marked normal); it ends after "
+                       "48 points in a row within their range, when its level is adopted, or by feedback."})
+    anomalous_points = fields.Integer(required=True, metadata={"description": "Its anomalies not marked normal."})
+    peak = fields.Nested(PointSchema, allow_none=True, required=True,
+                         metadata={"description": "Its anomaly furthest from what was expected."})
+
+
 class SeriesSchema(Schema):
     id = fields.Integer(required=True)
     labels = fields.Dict(keys=fields.String(), values=fields.String(), required=True,
@@ -246,6 +256,8 @@ class SeriesSchema(Schema):
     last_point = fields.Nested(PointSchema, allow_none=True, required=True)
     open_anomaly_since = fields.String(allow_none=True, required=True,
                                        metadata={"description": "The open incident's first point; null: none open."})
+    open_incident = fields.Nested(IncidentSchema, allow_none=True, required=True,
+                                  metadata={"description": "The open incident; null: none open."})
     created_at = fields.String(required=True)
     last_seen_at = fields.String(required=True, metadata={"description": "When a point was last stored; a "
                                  "labelled series unseen for MONITOR_SERIES_RETIRE_SECONDS is retired."})
@@ -281,6 +293,8 @@ class MonitorSchema(Schema):
     point_count = fields.Integer(required=True)
     last_timestamp = fields.String(allow_none=True, required=True)
     open_anomalies = fields.List(fields.Nested(PointSchema), required=True)
+    open_incident = fields.Nested(IncidentSchema, allow_none=True, metadata={"description": "Its series' open "
+                                  "incident when it has one series (each entry of series has its own)."})
     points = fields.List(fields.Nested(PointSchema), metadata={"description": "The last ?points=N points of its "
                          "series when it has one; empty when it has several (each entry of series has its own)."})
     forecast = fields.Nested(ForecastSchema, allow_none=True, metadata={"description": "With ?horizon=H."})

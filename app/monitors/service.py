@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from app.compute.detect.budget import THRESHOLD_FIELDS, threshold_fields_given
 from app.db import Database
 from app.monitors import incidents, queue, reads, sources
-from app.monitors.answers import alert_view, monitor_view, point_view, series_view
+from app.monitors.answers import alert_view, incident_view, monitor_view, point_view, series_view
 from app.monitors.cache import JudgeState
 from app.monitors.judge import relearn_last_append
 from app.monitors.records import (
@@ -49,6 +49,7 @@ def describe_monitor(session: Session, monitor: MonitorRecord, *, points: int, t
     if only is not None:
         labelled = bool(stored_labels(only.labels))
         view["open_anomalies"] = [point_view(p, labelled=labelled) for p in reads.open_anomaly_points(session, only)]
+        view["open_incident"] = incident_view(reads.open_incident(session, only))
         if points > 0:
             view["points"] = [point_view(p, labelled=labelled) for p in reads.last_points(session, only, points)]
     else:
@@ -68,6 +69,7 @@ def describe_series(session: Session, page: list[MonitorSeriesRecord], *, points
     views = []
     for row in page:
         view = series_view(row, latest.get(row.id))
+        view["open_incident"] = incident_view(reads.open_incident(session, row))
         if points > 0:
             view["points"] = [point_view(p) for p in reads.last_points(session, row, points)]
         views.append(view)

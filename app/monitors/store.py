@@ -187,6 +187,14 @@ _ANOMALIES_SINCE = Prepared(
     .select_from(_POINTS)
     .where(_IN_SERIES, _POINT.epoch >= bindparam("since"), _POINT.is_anomaly.is_(True))
 )
+# The incident's peak: its anomaly furthest from what was expected (a user's "not an anomaly" does not count).
+_PEAK_SINCE = Prepared(
+    select(_POINT.epoch)
+    .where(_IN_SERIES, _POINT.epoch >= bindparam("since"), _POINT.is_anomaly.is_(True),
+           _POINT.feedback.is_(None) | (_POINT.feedback != NOT_ANOMALY))
+    .order_by(func.abs(_POINT.value - _POINT.expected).desc(), _POINT.epoch)
+    .limit(1)
+)
 _POINT_AT = Prepared(
     select(_POINT.timestamp, _POINT.value, _POINT.expected, _POINT.lower, _POINT.upper, _POINT.score,
            _POINT.direction)
@@ -325,6 +333,12 @@ def stored_or_dropped(
 
 def anomalies_since(connection: Connection, series: SeriesState, epoch: int) -> int:
     return int(_one(_ANOMALIES_SINCE.execute(connection, {**_where(series), "since": epoch})))
+
+
+def peak_since(connection: Connection, series: SeriesState, epoch: int) -> dict[str, Any] | None:
+    """The stored peak of an incident that opened at ``epoch``, as an alert describes a point."""
+    peak = _one(_PEAK_SINCE.execute(connection, {**_where(series), "since": epoch}))
+    return None if peak is None else alert_point(connection, series, peak)
 
 
 def timestamp_at(connection: Connection, series: SeriesState, epoch: int, epochs: list[int], texts: list[str]) -> str:

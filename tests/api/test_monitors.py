@@ -353,15 +353,16 @@ def test_alerts_are_signed_ordered_and_logged(client: FlaskClient, keys: dict, m
         created = create(client, owner, webhook_url=receiver.url)
         monitor_id = created["id"]
         receiver.secrets[monitor_id] = created["webhook_secret"]
-        stamps, values = minute_series(200)
+        stamps, values = minute_series(260)
         values[150] += 30
         values[151] += 30
         values[180] -= 30
         answer = post_points(client, owner, monitor_id, stamps, values).json
         flagged = [i for i, a in enumerate(answer["is_anomaly"]) if a]
         assert 150 in flagged and len(flagged) >= 2
-        runs = sum(1 for i in flagged if i - 1 not in flagged)
-        expected_events = len(flagged) + runs
+        # One incident: it stays open until 48 points in a row have nothing beyond their range, so the spike and
+        # the dip 30 points later are one incident, ended by a single event after the last of them.
+        expected_events = len(flagged) + 1
         events = receiver.wait_for(expected_events)
         assert len(events) == expected_events
         assert [e["sequence"] for e in events] == list(range(1, expected_events + 1))
@@ -369,7 +370,10 @@ def test_alerts_are_signed_ordered_and_logged(client: FlaskClient, keys: dict, m
         first = events[0]
         assert first["type"] == "anomaly" and first["point"]["timestamp"] == stamps[flagged[0]]
         ended = [e for e in events if e["type"] == "anomaly_ended"]
-        assert len(ended) == runs and ended[0]["run"]["started_at"] == stamps[flagged[0]]
+        assert len(ended) == 1 and ended[0]["run"]["started_at"] == stamps[flagged[0]]
+        assert stamps.index(ended[0]["run"]["ended_at"]) >= flagged[-1] + 48
+        anomalies = [e["point"] for e in events if e["type"] == "anomaly"]
+        assert ended[0]["run"]["peak"] == max(anomalies, key=lambda p: abs(p["value"] - p["expected"]))
 
         view = client.get(f"/monitors/{monitor_id}", headers=owner).json
         assert view["open_anomalies"] == []
@@ -383,7 +387,7 @@ def test_alerts_are_signed_ordered_and_logged(client: FlaskClient, keys: dict, m
         rotated = client.post(f"/monitors/{monitor_id}/webhook-secret", headers=owner).json["webhook_secret"]
         assert rotated != created["webhook_secret"]
         receiver.secrets[monitor_id] = rotated
-        more_stamps, more_values = minute_series(2, start=200)
+        more_stamps, more_values = minute_series(2, start=260)
         more_values[1] += 60
         post_points(client, owner, monitor_id, more_stamps, more_values)
         receiver.wait_for(expected_events + 1)
@@ -642,6 +646,27 @@ def test_feedback_marks_a_point_normal_and_the_detector_learns_it(client: FlaskC
     assert reader.status_code == 403
 
 
+def test_an_open_incident_shows_its_start_latest_anomaly_count_and_peak(client: FlaskClient, keys: dict) -> None:
+    owner = keys["owner"]
+    monitor = create(client, owner, name="incident view")
+    stamps, values = minute_series(190)
+    values[150] += 20
+    values[152] += 35
+    flagged = [i for i, a in enumerate(post_points(client, owner, monitor["id"], stamps, values).json["is_anomaly"])
+               if a]
+    assert flagged[0] == 150 and 152 in flagged
+    view = client.get(f"/monitors/{monitor['id']}", headers=owner).json
+    incident = view["open_incident"]  # fewer than 48 quiet points since: still open
+    assert incident["started_at"] == stamps[150] and incident["last_anomaly_at"] == stamps[flagged[-1]]
+    assert incident["anomalous_points"] == len(flagged)
+    assert incident["peak"]["timestamp"] == stamps[152] and incident["peak"]["value"] == values[152]
+    series = client.get(f"/monitors/{monitor['id']}/series", headers=owner).json["series"]
+    assert series[0]["open_incident"] == incident
+    stamps, values = minute_series(48, start=190)
+    post_points(client, owner, monitor["id"], stamps, values)
+    assert client.get(f"/monitors/{monitor['id']}", headers=owner).json["open_incident"] is None
+
+
 def test_feedback_on_the_open_incidents_last_anomaly_closes_it_with_its_end_events(
         client: FlaskClient, keys: dict, monitor_app: Flask) -> None:
     """Marking the newest point normal left it in open_anomalies, the incident open and its alert firing."""
@@ -665,7 +690,9 @@ def test_feedback_on_the_open_incidents_last_anomaly_closes_it_with_its_end_even
                   .filter(MonitorEventRecord.monitor_id == monitor["id"]).order_by(MonitorEventRecord.seq)]
     assert [kind for kind, _ in events] == ["anomaly", "anomaly_ended"]
     run = events[1][1]["run"]
-    assert run == {"started_at": stamps[-1], "ended_at": stamps[-1], "anomalous_points": 1, "closed_by": "feedback"}
+    # Every anomaly of it was marked normal: no peak is left.
+    assert run == {"started_at": stamps[-1], "ended_at": stamps[-1], "anomalous_points": 1, "peak": None,
+                   "closed_by": "feedback"}
     # A second word on the same point changes nothing more.
     client.post(f"/monitors/{monitor['id']}/feedback", headers=keys["owner"],
                 json={"timestamp": stamps[-1], "is_anomaly": False})

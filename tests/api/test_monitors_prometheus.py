@@ -18,6 +18,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
+from app.compute.detect.streaming import QUIET_ROWS
 from app.monitors import alertmanager, poller, prometheus
 from app.monitors.records import MonitorEventRecord, MonitorRecord, MonitorSeriesRecord
 from tests.support import build_app, minute_series, new_key, services_of, settings_for
@@ -155,9 +156,13 @@ def prometheus_gauges() -> tuple[tuple[str, str, str], ...]:
     return GAUGES
 
 
+# A spike at point 45 opens an incident; the detector ends it after QUIET_ROWS normal points in a row, at this point.
+INCIDENT_END = 45 + QUIET_ROWS
+
+
 def spiky_run(client: FlaskClient, headers: dict[str, str], monitor_id: str) -> Any:
-    stamps, values = minute_series(60)
-    values[45] += 60  # opens a run at 45; 46 is normal again and closes it
+    stamps, values = minute_series(INCIDENT_END + 10)
+    values[45] += 60  # opens an incident at 45; 46 is normal again, and INCIDENT_END closes it
     return client.post(f"/monitors/{monitor_id}/points", json={"timestamps": stamps, "values": values},
                        headers=headers)
 
@@ -181,7 +186,8 @@ def test_alertmanager_events_fire_and_resolve_in_the_shared_queue(client: FlaskC
                                          "monitor_name": "cpu"}
     assert resolved["alert"]["labels"] == firing["alert"]["labels"]
     assert firing["alert"]["startsAt"] == "2026-01-01T00:45:00Z" == resolved["alert"]["startsAt"]
-    assert resolved["alert"]["endsAt"] == "2026-01-01T00:46:00Z" and "endsAt" not in firing["alert"]
+    ends = minute_series(1, start=INCIDENT_END)[0][0]
+    assert resolved["alert"]["endsAt"] == ends and "endsAt" not in firing["alert"]
     # The resolved alert describes the incident's first point, as the firing one did, not the normal one closing it.
     assert resolved["alert"]["annotations"] == firing["alert"]["annotations"]
 
@@ -193,7 +199,7 @@ def test_alertmanager_events_fire_and_resolve_in_the_shared_queue(client: FlaskC
     assert body[0]["generatorURL"].startswith("https://f.example/dashboard/monitors#")
     assert "expected" in body[0]["annotations"]["summary"]
     sent = json.loads(alertmanager.render(events[3].payload.encode(), public_url=None, now=now))
-    assert sent[0]["endsAt"] == "2026-01-01T00:46:00Z" and sent[0]["annotations"]["monitor"].startswith("/monitors/")
+    assert sent[0]["endsAt"] == ends and sent[0]["annotations"]["monitor"].startswith("/monitors/")
 
     log = client.get(f"/monitors/{created['id']}/deliveries", headers=owner).json["deliveries"]
     assert {d["destination"] for d in log} == {"alertmanager", "webhook"}
@@ -229,8 +235,8 @@ def test_open_alerts_are_resent_once_per_interval_and_only_while_open(client: Fl
     alertmanager.refresh_alerts(database, now=now + timedelta(seconds=alertmanager.RESEND_SECONDS))
     assert len(events()) == 3
 
-    # The next point appends after the re-sends (their sequence numbers never collide) and closes the run.
-    more, more_values = minute_series(48)
+    # The next points append after the re-sends (their sequence numbers never collide) and close the incident.
+    more, more_values = minute_series(INCIDENT_END + 2)
     answer = client.post(f"/monitors/{created['id']}/points", json={"timestamps": more[46:],
                                                                       "values": more_values[46:]}, headers=owner)
     assert answer.status_code == 200 and not answer.json["is_anomaly"][0]
@@ -574,7 +580,7 @@ def test_a_resolved_alert_describes_the_first_point_of_an_incident_opened_by_an_
         client: FlaskClient, keys: dict, prom_app: Flask) -> None:
     owner = keys["owner"]
     created = create(client, owner, name="split", alertmanager_url=closed_port_url()).json
-    stamps, values = minute_series(60)
+    stamps, values = minute_series(INCIDENT_END + 10)
     values[45] += 60
     first = client.post(f"/monitors/{created['id']}/points", json={"timestamps": stamps[:46], "values": values[:46]},
                         headers=owner)

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import requests
 
+from app.compute.detect.streaming import QUIET_ROWS
 from app.monitors.sender import PER_DESTINATION
 from app.monitors.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from tests.support import Server, bearer, cli_in_process, wait_for
@@ -225,7 +226,11 @@ def test_dead_receivers_of_one_account_do_not_delay_another_accounts_alert(tmp_p
 
             # Now retries and the rest of the tarpit's new events compete for the sender: still no wait.
             started = time.monotonic()
-            append(session, server, key_b, healthy["id"], WARMUP_POINTS + 1, 0)
+            # Normal points until the detector's incident is over: its `anomaly_ended` event (sequence 2).
+            stamps, values = minute_series(QUIET_ROWS, start=WARMUP_POINTS + 1)
+            answer = session.post(f"{server.url}/monitors/{healthy['id']}/points", headers=bearer(key_b), timeout=30,
+                                  json={"timestamps": stamps, "values": values})
+            assert answer.status_code == 200 and not any(answer.json()["is_anomaly"]), answer.text
             arrived_at, event, signed = wait_for(lambda: receiver.arrival(1), 15, "the healthy receiver's second "
                                                  "alert", interval=0.02)
             took = arrived_at - started

@@ -388,6 +388,7 @@ def test_a_person_manages_keys_and_forecasts_in_the_dashboard(
         assert len(listed) == 3 and "in 3 series" in page.text()
         spiked = page.find(table + " tbody tr.anomalous")
         assert 'instance="web-1"' in spiked.text and "charted" in spiked.get_attribute("class")
+        assert f"1 anomalous, peak {calm[160] + 3 + 300:.4g}" in spiked.text  # its open incident
         assert len(page.all(table + " tr.anomalous")) == 1
         assert len(page.all(table + " tbody tr:first-child span.verdict")) == 30
         area = f"figure[data-monitor-id='{fleet}'] .chart-area"

@@ -105,6 +105,7 @@ def streaming_detector(job: DetectJob) -> DetectionResult:
         warmup_points=min(WARMUP, len(values)),
         period=state.period or None,
         threshold=detector.threshold(state),
+        incident=verdicts.incident[start:],
     )
 
 

@@ -25,6 +25,8 @@ class DetectionResult:
     period: int | None  # seasonality used, in rows, or None
     threshold: float = 0.5  # the least score of an anomaly
     fallback: str | None = None  # why the fallback detector answered instead of the requested one
+    # An incident is open after the row (the default detector's incidents; None: each anomaly is its own).
+    incident: list[bool] | None = None
 
 
 @dataclass(frozen=True)
