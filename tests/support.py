@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import selectors
 import shutil
 import signal
 import socket
@@ -776,3 +777,60 @@ class JobWorker:
             pass
         self._log.close()
         return self.process.returncode
+
+
+class Tarpit:
+    """A TCP server on 127.0.0.1 that accepts every connection, reads what it is sent and never answers.
+
+    It counts the connections open at once, so the test can see how many deliveries one dead receiver
+    holds. Closed connections are handled before new ones in each round, so a sender that closes one and
+    opens the next is never counted twice."""
+
+    def __init__(self) -> None:
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(512)
+        self._listener.setblocking(False)
+        self.port: int = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.accepted = 0
+        self.most_open = 0
+        self._open: set[socket.socket] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="tarpit", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._listener, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                ready = [key.fileobj for key, _ in selector.select(timeout=0.1)]
+                for conn in ready:
+                    if conn is self._listener or not isinstance(conn, socket.socket):
+                        continue
+                    try:
+                        data = conn.recv(65536)
+                    except OSError:
+                        data = b""
+                    if not data:  # the sender gave up on this delivery
+                        selector.unregister(conn)
+                        self._open.discard(conn)
+                        conn.close()
+                if self._listener in ready:
+                    while True:
+                        try:
+                            conn, _ = self._listener.accept()
+                        except (BlockingIOError, InterruptedError):
+                            break
+                        conn.setblocking(False)
+                        selector.register(conn, selectors.EVENT_READ)
+                        self._open.add(conn)
+                        self.accepted += 1
+                        self.most_open = max(self.most_open, len(self._open))
+        for conn in self._open:
+            conn.close()
+        self._listener.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import selectors
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,7 +21,7 @@ import requests
 from app.compute.detect.streaming import QUIET_ROWS
 from app.monitors.sender import PER_DESTINATION
 from app.monitors.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
-from tests.support import Server, bearer, cli_in_process, wait_for
+from tests.support import Server, Tarpit, bearer, cli_in_process, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -70,63 +68,6 @@ class Receiver:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-
-
-class Tarpit:
-    """A TCP server on 127.0.0.1 that accepts every connection, reads what it is sent and never answers.
-
-    It counts the connections open at once, so the test can see how many deliveries one dead receiver
-    holds. Closed connections are handled before new ones in each round, so a sender that closes one and
-    opens the next is never counted twice."""
-
-    def __init__(self) -> None:
-        self._listener = socket.socket()
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(512)
-        self._listener.setblocking(False)
-        self.port: int = self._listener.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}/hook"
-        self.accepted = 0
-        self.most_open = 0
-        self._open: set[socket.socket] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="tarpit", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._listener, selectors.EVENT_READ)
-            while not self._stop.is_set():
-                ready = [key.fileobj for key, _ in selector.select(timeout=0.1)]
-                for conn in ready:
-                    if conn is self._listener or not isinstance(conn, socket.socket):
-                        continue
-                    try:
-                        data = conn.recv(65536)
-                    except OSError:
-                        data = b""
-                    if not data:  # the sender gave up on this delivery
-                        selector.unregister(conn)
-                        self._open.discard(conn)
-                        conn.close()
-                if self._listener in ready:
-                    while True:
-                        try:
-                            conn, _ = self._listener.accept()
-                        except (BlockingIOError, InterruptedError):
-                            break
-                        conn.setblocking(False)
-                        selector.register(conn, selectors.EVENT_READ)
-                        self._open.add(conn)
-                        self.accepted += 1
-                        self.most_open = max(self.most_open, len(self._open))
-        for conn in self._open:
-            conn.close()
-        self._listener.close()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
 
 def create_key(env: dict[str, str], account: str) -> str:
@@ -200,7 +141,8 @@ def test_dead_receivers_of_one_account_do_not_delay_another_accounts_alert(tmp_p
         server.wait_ready()
         with requests.Session() as session:
             # Account A: every monitor alerts a receiver that never answers (the default 10 s timeout).
-            dead = [warmed_monitor(session, server, key_a, f"dead-{i}", tarpit.url)["id"] for i in range(TARPITS)]
+            dead = [warmed_monitor(session, server, key_a, f"dead-{i}", f"{tarpit.url}/hook")["id"]
+                    for i in range(TARPITS)]
             healthy = warmed_monitor(session, server, key_b, "healthy", receiver.url)
             receiver.secrets[healthy["id"]] = healthy["webhook_secret"]
             for monitor_id in dead:

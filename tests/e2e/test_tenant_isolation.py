@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import JobWorker, Server, bearer, cli_in_process, wait_for
+from tests.support import JobWorker, Server, Tarpit, bearer, cli_in_process, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -27,35 +25,6 @@ LARGE_BATCH_SERIES = 400
 FIELDS = {"forecast_horizon": 6, "data_frequency": "Monthly", "forecast_frequency": "Monthly"}
 ENV = {"FORECAST_WORKERS": "1", "LOG_LEVEL": "WARNING", "ALLOW_PRIVATE_WEBHOOKS": "1",
        "PROMETHEUS_TIMEOUT_SECONDS": "5"}
-
-
-class Tarpit:
-    """Accepts every connection and never answers: each read of it waits out the whole timeout."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0), backlog=512)
-        self.listener.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.accepted = 0
-        self._held: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._hold, daemon=True)
-        self._thread.start()
-
-    def _hold(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._held.append(self.listener.accept()[0])
-                self.accepted += 1
-            except TimeoutError:
-                continue
-        for conn in self._held:
-            conn.close()
-        self.listener.close()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
 
 def create_key(env: dict[str, str], account: str) -> str:
