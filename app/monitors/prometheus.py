@@ -64,6 +64,8 @@ CHUNK_SAMPLES = 200_000
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 # A poller round stops claiming after this long, so it renews its lease (POLLER_LEASE_SECONDS) in time.
 ROUND_SECONDS = 10.0
+# While reads are under way a round looks for monitors fallen due this often (one UPDATE when none are).
+RECLAIM_SECONDS = 0.5
 # A Prometheus that was unreachable or slow is not asked again by other monitors' reads for this long.
 FAILURE_MEMORY_SECONDS = 5.0
 # A read's outcome message is stored and logged at most this long.
@@ -433,46 +435,51 @@ class Reader:
                                                                  "message": _storable(message)}})
 
     def round(self, executor: ThreadPoolExecutor) -> int:
-        """Reads monitors due now, starting none after ROUND_SECONDS: the round ends within that plus one read's
-        timeout, well within the poller's lease, however many sources hang. Returns how many were read."""
-        count = 0
+        """Reads monitors as they fall due, READ_CONCURRENCY at a time and at most ACCOUNT_READERS of one account
+        at once, claiming more whenever a reader is free: a read that hangs holds its reader, not the monitors that
+        fall due meanwhile (they waited for it, up to a whole timeout late). Starts no read after ROUND_SECONDS, so
+        the round ends within that plus one read's timeout, well within the poller's lease, and hands back what it
+        claimed and did not start (due again at once). Returns how many were read."""
         ends = time.monotonic() + ROUND_SECONDS
-        while time.monotonic() < ends:
-            claimed = self.claim(_now())
-            if not claimed:
-                return count
-            count += self._read_claimed(executor, claimed, ends)
-            if len(claimed) < CLAIM_BATCH:
-                return count
-        return count
-
-    def _read_claimed(self, executor: ThreadPoolExecutor, claimed: list[Claimed], ends: float) -> int:
-        """Reads the claimed monitors READ_CONCURRENCY at a time, at most ACCOUNT_READERS of one account at once,
-        so one account's slow sources leave the other readers to everyone else's; starts none after ``ends`` and
-        hands back those it did not start (due again at once)."""
-        waiting = deque(claimed)
+        waiting: deque[Claimed] = deque()
         running: dict[Future[None], Claimed] = {}
         per_account: Counter[str] = Counter()
-        started = 0
-        while waiting or running:
-            if time.monotonic() < ends:
-                held: list[Claimed] = []
-                while waiting and len(running) < READ_CONCURRENCY:
-                    monitor = waiting.popleft()
-                    if per_account[monitor.account_id] >= ACCOUNT_READERS:
-                        held.append(monitor)
-                        continue
-                    running[executor.submit(self._safe_read, monitor)] = monitor
-                    per_account[monitor.account_id] += 1
-                    started += 1
-                waiting.extendleft(reversed(held))
+        started, more_due, next_claim = 0, True, 0.0
+        while True:
+            now = time.monotonic()
+            if now < ends:
+                started += self._start(executor, waiting, running, per_account)
+                if len(running) < READ_CONCURRENCY and (more_due or now >= next_claim):
+                    claimed = self.claim(_now())
+                    more_due, next_claim = len(claimed) == CLAIM_BATCH, now + RECLAIM_SECONDS
+                    waiting.extend(claimed)
+                    started += self._start(executor, waiting, running, per_account)
             if not running:
-                break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+                if now < ends and more_due:
+                    continue
+                break  # nothing was due at the last claim, or the round is over
+            done, _ = wait(running, timeout=RECLAIM_SECONDS, return_when=FIRST_COMPLETED)
             for future in done:
                 per_account[running.pop(future).account_id] -= 1
         if waiting:
             self._release(list(waiting))
+        return started
+
+    def _start(self, executor: ThreadPoolExecutor, waiting: deque[Claimed], running: dict[Future[None], Claimed],
+               per_account: Counter[str]) -> int:
+        """Starts waiting monitors while readers are free, skipping (and keeping, in order) those whose account
+        holds its ACCOUNT_READERS already."""
+        held: list[Claimed] = []
+        started = 0
+        while waiting and len(running) < READ_CONCURRENCY:
+            monitor = waiting.popleft()
+            if per_account[monitor.account_id] >= ACCOUNT_READERS:
+                held.append(monitor)
+                continue
+            running[executor.submit(self._safe_read, monitor)] = monitor
+            per_account[monitor.account_id] += 1
+            started += 1
+        waiting.extendleft(reversed(held))
         return started
 
     def _release(self, monitors: list[Claimed]) -> None:

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from app.compute.detect.streaming import QUIET_ROWS
 from app.monitors import alertmanager, poller, prometheus
 from app.monitors.records import MonitorEventRecord, MonitorRecord, MonitorSeriesRecord
-from tests.support import build_app, minute_series, new_key, services_of, settings_for
+from tests.support import build_app, minute_series, new_key, services_of, settings_for, wait_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
 
@@ -456,6 +456,38 @@ def test_one_accounts_hanging_sources_hold_a_share_of_the_readers_and_the_round_
     unread = [(claim, due) for claim, due, checked in rows if checked is None]
     assert len(unread) == len(hanging) - prometheus.ACCOUNT_READERS
     assert all(claim is None and due.replace(tzinfo=UTC) <= datetime.now(UTC) for claim, due in unread)
+
+
+def test_a_monitor_due_while_a_read_hangs_is_read_without_waiting_for_it(
+        client: FlaskClient, keys: dict, prom_app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round read what it had claimed and claimed again only when all of it was done: a monitor falling due
+    while one source hung waited out that read's whole timeout (another account's monitor read 11 s late). Now a
+    free reader claims it at once; the hanging read is still under way when it is recorded."""
+    monkeypatch.setattr(prometheus, "ROUND_SECONDS", 3.0)
+    owner, other = keys["owner"], keys["other_admin"]
+    server = _Hanging()
+    hanging = create(client, owner, name="hangs", prometheus_url=server.url, prometheus_query="up").json
+    reader = prometheus.Reader(dataclasses.replace(services_of(prom_app).settings, prometheus_timeout_seconds=8.0))
+    executor = prometheus.ThreadPoolExecutor(prometheus.READ_CONCURRENCY)
+    round_thread = prometheus.ThreadPoolExecutor(1)
+
+    def status(headers: dict[str, str], monitor_id: str) -> str | None:
+        return client.get(f"/monitors/{monitor_id}", headers=headers).json["source"]["status"]
+
+    try:
+        rounds = round_thread.submit(reader.round, executor)
+        wait_for(lambda: server.held, 10, "the hanging server to hold the read")
+        late = create(client, other, name="falls due meanwhile", prometheus_url=closed_port_url(),
+                      prometheus_query="up").json
+        wait_for(lambda: status(other, late["id"]) == "unreachable", 10, "the monitor due meanwhile to be read")
+        assert status(owner, hanging["id"]) != "timeout"  # the hanging read has not ended yet
+        assert rounds.result(timeout=30) >= 2
+        assert status(owner, hanging["id"]) == "timeout"
+    finally:
+        round_thread.shutdown()
+        executor.shutdown()
+        reader.close()
+        server.close()
 
 
 class _Answering:
