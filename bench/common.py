@@ -188,9 +188,13 @@ def database(kind: str, tmp: Path, app_root: Path | None = None) -> Iterator[str
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def create_key(database_url: str, permissions: str = "read", app_root: Path | None = None) -> str:
+def create_key(database_url: str, permissions: str = "read", app_root: Path | None = None,
+               account: str | None = None) -> str:
+    """A key with limits no benchmark reaches, in the default account or in ``account`` (keys of different
+    accounts see none of each other's batches or monitors, and share the workers fairly)."""
     out = flask_cli("keys", "create", "--permissions", permissions, "--name", "bench",
                     "--per-minute", HUGE, "--per-hour", HUGE, "--per-day", HUGE, "--json",
+                    *(("--account", account) if account else ()),
                     env=base_env(app_root, DATABASE_URL=database_url))
     return json.loads(out.strip().splitlines()[-1])["key"]
 
@@ -283,6 +287,16 @@ def gunicorn(database_url: str, tmp: Path, *, redis_url: str | None = None, work
         yield server
     finally:
         server.stop()
+
+
+def start_jobs_worker(env: dict[str, str], log_path: Path, processes: int | None = None) -> subprocess.Popen[bytes]:
+    """`flask --app wsgi jobs worker` as the Procfile runs it (one process per core unless ``processes``), in a
+    session of its own: stop it with stop_process."""
+    with open(log_path, "a") as log:
+        return subprocess.Popen(
+            [str(VENV_BIN / "flask"), "--app", "wsgi", "jobs", "worker",
+             *(("--processes", str(processes)) if processes else ())],
+            cwd=env["BENCH_APP_ROOT"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -1,7 +1,8 @@
 """Performance benchmarks of the service (`make bench`, `make bench-quick`).
 
     python bench/run.py [--quick] [--only footprint,import,web,verify,limiter,forecast,anomaly,synthetic,monitors,
-                                          prometheus,remote-write,fleet,load,accuracy,batches,batch-results,backtest]
+                                          prometheus,remote-write,fleet,load,accuracy,batches,batch-results,backtest,
+                                          tenant-isolation]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -30,6 +31,8 @@ Suites (each writes bench/results/<suite>.md and prints it):
             once, long ids) and the upload scan's on distinct ids
   backtest  bench/backtest.py: every monthly dev series x 6 windows, models 1 and 2, beside statsforecast's
             cross_validation with AutoETS (100 series with --quick)
+  tenant-isolation bench/tenant_isolation.py: another account's 1-series batch (and healthy Prometheus-backed
+            monitor) while 150 monitors hang and a 3,000-series batch is queued; SQLite and PostgreSQL + Redis
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
 a suite whose service is missing fails on its own and the others still run. Exit status 1 if any failed.
@@ -55,7 +58,8 @@ import common as c  # noqa: E402
 import latency  # noqa: E402
 
 SUITES = ["footprint", "import", "web", "verify", "limiter", "forecast", "anomaly", "synthetic", "monitors",
-          "prometheus", "remote-write", "fleet", "load", "accuracy", "batches", "batch-results", "backtest"]
+          "prometheus", "remote-write", "fleet", "load", "accuracy", "batches", "batch-results", "backtest",
+          "tenant-isolation"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
@@ -170,6 +174,13 @@ def suite_backtest(quick: bool) -> str:
     return _script("backtest.py", *(["--quick"] if quick else []), timeout=4 * 3600)
 
 
+def suite_tenant_isolation(quick: bool) -> str:
+    """bench/tenant_isolation.py: another account's 1-series batch done within 10 s, and its healthy
+    Prometheus-backed monitor's lag, while one account's 150 monitors hang and another's 3,000-series batch is
+    queued; SQLite and PostgreSQL + Redis."""
+    return _script("tenant_isolation.py", *(["--quick"] if quick else []), timeout=1800)
+
+
 def suite_load(quick: bool) -> str:
     """bench/load.py: 50 clients through nginx (TLS) and gunicorn, /verify and /forecast mixed."""
     cmd = [c.PYTHON, str(c.BENCH / "load.py"), "--seconds", "15" if quick else "60"]
@@ -195,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                "limiter": latency.suite_limiter,
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy,
                "batches": suite_batches, "batch-results": suite_batch_results, "backtest": suite_backtest,
-               "remote-write": suite_remote_write, "fleet": suite_fleet}
+               "remote-write": suite_remote_write, "fleet": suite_fleet, "tenant-isolation": suite_tenant_isolation}
     failed = []
     with c.code_snapshot() as code:
         c.CODE_LINE = code
