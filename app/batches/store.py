@@ -285,7 +285,10 @@ def claim_fairest_chunk(database: Database, *, lease_seconds: float) -> ClaimedC
     Chunk tasks are queued first come, first served, so a small batch waited behind every chunk of a large one
     queued before it (another account's one series, 281 s behind 3,000). Each chunk task therefore computes the
     chunk that is fairest now, not the one it was queued for (every chunk still has a task, so none is left):
-    a chunk of the account with the fewest chunks being computed, and within it of its oldest batch."""
+    a chunk of the account with the fewest chunks being computed, among those the one served least recently
+    (an account never served first: with one process free at a time, the large batch's account, its last
+    chunk just done, tied at zero with a newcomer and won by its older batch), and within it of its oldest
+    batch."""
     for _ in range(_CLAIM_TRIES):
         picked = _fairest_pending(database)
         if picked is None:
@@ -311,6 +314,13 @@ def _fairest_pending(database: Database) -> tuple[str, int] | None:
             .where(runnable, chunks.lease_token.is_not(None), chunks.lease_until >= now)
             .group_by(batches.account_id)
         ).all())
+        # When each account was last served: its latest chunk finished (or lease taken) in a runnable batch.
+        served = dict(session.execute(
+            select(batches.account_id, func.max(chunks.lease_until))
+            .select_from(chunks).join(batches, batches.id == chunks.batch_id)
+            .where(batches.status.in_(RUNNABLE), or_(chunks.status == "done", chunks.lease_token.is_not(None)))
+            .group_by(batches.account_id)
+        ).all())
         waiting = session.execute(
             select(batches.account_id, func.min(batches.created_at))
             .select_from(chunks).join(batches, batches.id == chunks.batch_id)
@@ -319,7 +329,8 @@ def _fairest_pending(database: Database) -> tuple[str, int] | None:
         ).all()
         if not waiting:
             return None
-        account = min(waiting, key=lambda row: (computing.get(row[0], 0), row[1]))[0]
+        account = min(waiting, key=lambda row: (computing.get(row[0], 0), served.get(row[0]) is not None,
+                                                 served.get(row[0]) or row[1], row[1]))[0]
         row = session.execute(
             select(chunks.batch_id, chunks.seq)
             .select_from(chunks).join(batches, batches.id == chunks.batch_id)
@@ -361,7 +372,8 @@ def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], 
             update(BatchChunkRecord)
             .where(BatchChunkRecord.batch_id == chunk.batch_id, BatchChunkRecord.seq == chunk.seq,
                    BatchChunkRecord.lease_token == chunk.token, BatchChunkRecord.status == "pending")
-            .values(status="done", output=zlib.compress(b"".join(lines), 1), lease_token=None, lease_until=None)
+            # lease_until of a done chunk is when it was done: when its account was last served (fair share).
+            .values(status="done", output=zlib.compress(b"".join(lines), 1), lease_token=None, lease_until=now)
         ).rowcount
         if stored != 1:
             return False

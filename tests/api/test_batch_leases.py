@@ -218,3 +218,25 @@ def test_chunks_are_claimed_by_fair_share_between_accounts(database: Database) -
     assert third is not None and (third.batch_id, third.seq) == (big.id, 1)
     store.cancel(database, "acct-a", big.id, ttl=TTL)
     assert store.claim_fairest_chunk(database, lease_seconds=60) is None
+
+
+def test_an_account_never_served_goes_before_one_just_served(database: Database) -> None:
+    """With one worker free at a time, the large batch's account (its chunk just done, none computing) tied at
+    zero with a newcomer and won by its older batch: the newcomer waited a whole poller round or chunk. Ties
+    now go to the account served least recently."""
+    series = [{"id": f"s{i}", "timestamps": [], "values": []} for i in range(40)]
+    fields = {"fields": {}, "headers": {"X-Model-Id": "forecast-model-1"}}
+    big = store.create_batch(database, key_id="key_a", account_id="acct-a", kind="forecast", parameters=fields,
+                             series=series, chunk_series=2, lease_seconds=60)
+    small = store.create_batch(database, key_id="key_b", account_id="acct-b", kind="forecast", parameters=fields,
+                               series=series[:1], chunk_series=2, lease_seconds=60)
+    # acct-a's first chunk was claimed before acct-b's batch arrived (oldest batch first among the never served).
+    first = store.claim_fairest_chunk(database, lease_seconds=60)
+    assert first is not None and first.batch_id == big.id
+    assert store.complete_chunk(database, first, [b"{}\n", b"{}\n"], succeeded=2, failed=0, ttl=TTL)
+    # Neither computes now; acct-a was served, acct-b never: acct-b's chunk goes next.
+    second = store.claim_fairest_chunk(database, lease_seconds=60)
+    assert second is not None and (second.batch_id, second.seq) == (small.id, 0)
+    assert store.complete_chunk(database, second, [b"{}\n"], succeeded=1, failed=0, ttl=TTL)
+    third = store.claim_fairest_chunk(database, lease_seconds=60)
+    assert third is not None and (third.batch_id, third.seq) == (big.id, 1)
