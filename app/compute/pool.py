@@ -70,8 +70,20 @@ class PoolBusy(PoolError):
     retry_after = 5
 
 
+class PoolClosed(PoolError):
+    """The process is stopping: its workers are gone, so a job waiting for one (or running on one) ends now
+    rather than at its deadline, which held a stopping server for the whole forecast timeout."""
+
+    retry_after = 5
+
+
 class JobError(PoolError):
     pass
+
+
+STOPPING = "The server is stopping; retry shortly."
+# How often a job waiting for a free worker looks whether the pool was closed meanwhile.
+CLOSED_CHECK_SECONDS = 0.25
 
 
 class _NeverTaken(Exception):
@@ -261,9 +273,13 @@ class WorkerPool:
         try:
             deadline = time.monotonic() + self.timeout_seconds
             while True:
+                if self._closed:
+                    raise PoolClosed(STOPPING)
                 try:
-                    worker = self._idle.get(timeout=max(0.0, deadline - time.monotonic()))
+                    worker = self._idle.get(timeout=min(CLOSED_CHECK_SECONDS, max(0.0, deadline - time.monotonic())))
                 except queue.Empty as exc:
+                    if time.monotonic() < deadline:
+                        continue
                     raise PoolBusy("No worker became free in time; retry shortly.") from exc
                 # A worker that died while idle never took this job: another (or its replacement) runs it.
                 if not worker.idle_and_alive() or not self._hand_over(worker, job):
@@ -299,6 +315,8 @@ class WorkerPool:
             self._replace(worker, reason="died before taking its job")
             raise _NeverTaken from exc
         except (EOFError, OSError) as exc:
+            if self._closed:  # close() ended it: the process is stopping
+                raise PoolClosed(STOPPING) from exc
             self._replace(worker, reason="crash")
             raise WorkerCrashed("The worker process stopped unexpectedly.") from exc
         self._idle.put(worker)
@@ -330,6 +348,10 @@ class WorkerPool:
 
     def close(self) -> None:
         self._closed = True
+        with self._lock:
+            admitted = self._admitted
+        if admitted:
+            log.info("worker pool stopping: %d job(s) running or waiting end with a retry-later error", admitted)
         while True:
             try:
                 worker = self._idle.get_nowait()

@@ -128,7 +128,14 @@ class ServingWorker(ThreadWorker):
         self.poller.close()
         for sock in self.sockets:
             sock.close()
-        futures.wait(self.futures, timeout=self.cfg.graceful_timeout)
+        in_flight = [future for future in self.futures if not future.done()]
+        if in_flight:
+            self.log.info("Stopping: waiting up to %gs for %d request(s) in progress.", self.cfg.graceful_timeout,
+                          len(in_flight))
+            unfinished = futures.wait(in_flight, timeout=self.cfg.graceful_timeout).not_done
+            if unfinished:
+                self.log.warning("Stopped with %d request(s) unfinished after %gs.", len(unfinished),
+                                 self.cfg.graceful_timeout)
 
     def _drain(self) -> None:
         """A graceful stop serves the requests already sent to this process rather than resetting them: the

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import socket
 import ssl
 import time
@@ -26,6 +28,7 @@ from tests.support import (
 
 pytestmark = pytest.mark.slow
 KEY = re.compile(r"ak_[0-9a-f]{64}")
+CONCURRENT_FORECASTS = 10
 
 
 @pytest.fixture
@@ -221,3 +224,40 @@ def test_nginx_terminates_tls_in_front_of_gunicorn(sqlite_server_env: dict[str, 
             assert too_big.json()["error"]["code"] == "INVALID_REQUEST"
     finally:
         app.stop()
+
+
+def test_ctrl_c_with_forecasts_running_and_queued_stops_at_once(sqlite_server_env: dict[str, str],
+                                                                  tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group: gunicorn quits at once and its worker's exit closes the forecast
+    pool. A forecast waiting for a worker waited out the whole forecast timeout for one that would never come
+    (make run took 30-60 s to stop, then gunicorn's "Worker was sent SIGKILL!"); it now ends at once with a
+    retry-later 500, and the process is gone well within that timeout."""
+    timeout = 120
+    env = {**sqlite_server_env, "FORECAST_TIMEOUT_SECONDS": str(timeout)}
+    key = create_key(env)["key"]
+    server = Server(env, log_path=tmp_path / "gunicorn.log")
+    start = 1_577_836_800  # 2020-01-01T00:00:00Z
+    stamps = [time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(start + 3600 * i)) for i in range(20_000)]
+    body = {"forecast_horizon": 48, "data_frequency": "Hours", "forecast_frequency": "Hours",
+            "series": [{"timestamps": stamps, "values": [100 + (i % 24) + (i * 7 % 5) for i in range(20_000)]}]}
+    try:
+        server.wait_ready()
+        with ThreadPoolExecutor(CONCURRENT_FORECASTS) as clients:
+            # One worker in the pool: one forecast runs, the others wait for it.
+            answers = [clients.submit(requests.post, f"{server.url}/forecast", json=body, timeout=timeout + 30,
+                                      headers={**bearer(key), "X-Model-Id": "forecast-model-1"})
+                       for _ in range(CONCURRENT_FORECASTS)]
+            time.sleep(1.0)
+            os.killpg(server.process.pid, signal.SIGINT)
+            server.process.wait(timeout=timeout / 4)  # before: the whole forecast timeout
+            for answer in answers:
+                try:
+                    got = answer.result()
+                except requests.ConnectionError:
+                    continue  # a quick stop may drop a request outright; what matters is that none hangs
+                assert got.status_code in (200, 500), got.text
+                if got.status_code == 500:  # "the server is stopping", or refused before: "saturated"
+                    assert got.headers["Retry-After"] == "5", got.text
+        assert "SIGKILL" not in server.log()
+    finally:
+        server.stop()
