@@ -395,7 +395,6 @@ def main(argv: list[str] | None = None) -> int:
                       healthy_idle=healthy_idle, hostile=args.hostile, big=args.big) for kind in kinds]
 
     rows, lag_rows, notes = [], [], []
-    missed = False
     for run in runs:
         idle = [r["seconds"] for r in run["idle"]]
         loaded = [r["seconds"] for r in run["loaded"]]
@@ -425,23 +424,6 @@ def main(argv: list[str] | None = None) -> int:
         if waited:
             notes[-1] += (f" While C's batches waited (202 to running), B's chunks being computed averaged "
                           f"{sum(waited) / len(waited):.2f} (of {os.cpu_count()} job worker processes).")
-        missed = missed or not met
-    if missed:
-        notes.append(
-            "Where C's wait went: a job worker process not on B's chunks was running the Prometheus "
-            "poller's task, which holds its process for a whole round (reads start for up to 10 s, and the round "
-            "ends when A's hanging reads time out), so a chunk of B's (50 series, several seconds) usually held "
-            "the only process left. The chunk picked next (app/batches/store.py, "
-            "_fairest_pending) is of the account with the fewest chunks being computed, ties to the oldest batch: "
-            "when the one process left for chunks frees, B has none computing, ties with C at zero, and B's older "
-            "batch wins; C's chunk runs when the poller's process frees while a chunk of B's is still running, so "
-            "C waits about one poller round.")
-    if any(row[-1] == "MISSED" for row in lag_rows):
-        notes.append(
-            "Where C's monitor's lag went: its reads came a poller round apart (the longest gap in the second "
-            "table). A round (app/monitors/prometheus.py, Reader.round) claims the monitors due and ends only when "
-            "all its reads have, so although at most 2 readers take A's monitors and C's read itself is quick, C's "
-            "next read waits until A's hanging reads time out.")
     extra = ""
     if lag_rows:
         extra = "\n".join(
