@@ -102,10 +102,12 @@ def test_hanging_sources_and_a_large_batch_do_not_hold_back_another_accounts_sma
         assert still["status"] in ("queued", "running"), still
         assert still["progress"]["done"] < LARGE_BATCH_SERIES // 2, still
 
-        # The hanging monitors are reported as what they are, not left pending.
-        listed = requests.get(f"{server.url}/monitors?limit=100", headers=bearer(hoarder), timeout=30).json()
-        states = {m["source"]["status"] for m in listed["monitors"]}
-        assert "timeout" in states, states
+        # The hanging monitors are reported as what they are once their reads time out, not left pending.
+        def states() -> set[str]:
+            listed = requests.get(f"{server.url}/monitors?limit=100", headers=bearer(hoarder), timeout=30).json()
+            return {m["source"]["status"] for m in listed["monitors"]}
+
+        wait_for(lambda: "timeout" in states(), 60, "a hanging monitor's read to time out")
     finally:
         tarpit.stop()
     assert "Traceback" not in server.log() + worker.log()
