@@ -38,9 +38,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import math  # noqa: E402
 import random  # noqa: E402
-import selectors  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -57,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 from fleet import Gauges, Observer  # noqa: E402
 
-from tests.support import PROMETHEUS_BINARY, PrometheusServer  # noqa: E402
+from tests.support import PROMETHEUS_BINARY, PrometheusServer, Tarpit  # noqa: E402
 
 HOSTILE_MONITORS = 150
 BIG_SERIES = 3_000
@@ -67,57 +65,6 @@ POLL_SECONDS = 0.1
 SAMPLE_SECONDS = 0.25
 HORIZON = 12
 FIELDS = {"forecast_horizon": HORIZON, "data_frequency": "Monthly", "forecast_frequency": "Monthly"}
-
-
-class Hanging:
-    """A TCP server that accepts every connection, reads whatever is sent and never answers; a connection stays
-    open until its client gives up. Counts the connections it took."""
-
-    def __init__(self) -> None:
-        self._listener = socket.socket()
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(1024)
-        self._listener.setblocking(False)
-        self.port = self._listener.getsockname()[1]
-        self.accepted = 0
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Hanging:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for key, _ in self._selector.select(timeout=0.2):
-                sock = key.fileobj
-                if sock is self._listener:
-                    try:
-                        conn, _ = self._listener.accept()
-                    except OSError:
-                        continue
-                    conn.setblocking(False)
-                    self._selector.register(conn, selectors.EVENT_READ)
-                    self.accepted += 1
-                    continue
-                try:
-                    data = sock.recv(65536)  # type: ignore[union-attr]
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                if not data:  # the client gave up
-                    self._selector.unregister(sock)
-                    sock.close()  # type: ignore[union-attr]
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        for key in list(self._selector.get_map().values()):
-            key.fileobj.close()  # type: ignore[union-attr]
-        self._selector.close()
 
 
 def monthly_series(rng: random.Random, points: int) -> list[float]:
@@ -263,7 +210,7 @@ def run_store(kind: str, *, small_batches: int, spacing: tuple[float, float], id
         if kind == "postgres":
             c.flush_redis()
             env.update(REDIS_URL=c.REDIS_URL, WEB_CONCURRENCY="2")
-        hanging = Hanging().start()
+        hanging = Tarpit()
         have_prometheus = os.path.exists(PROMETHEUS_BINARY)
         gauges = prometheus = observer = sampler = None
         server = c.Gunicorn(env, tmp / "gunicorn.log")
@@ -311,7 +258,7 @@ def run_store(kind: str, *, small_batches: int, spacing: tuple[float, float], id
             for i in range(hostile):
                 answer = a.session.post(f"{server.url}/monitors", timeout=30, json={
                     "name": f"hanging {i}", "data_frequency": "Seconds",
-                    "prometheus_url": f"http://127.0.0.1:{hanging.port}/tenant-a/{i}", "prometheus_query": "up"})
+                    "prometheus_url": f"{hanging.url}/tenant-a/{i}", "prometheus_query": "up"})
                 if answer.status_code != 201:
                     raise RuntimeError(f"hostile monitor answered {answer.status_code}: {answer.text[:300]}")
             out["hostile_create_seconds"] = time.time() - phase["hostile"]
