@@ -19,7 +19,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from app.compute.detect.streaming import QUIET_ROWS
-from app.monitors import alertmanager, poller, prometheus
+from app.monitors import alertmanager, poller, prometheus, promql
 from app.monitors.records import MonitorEventRecord, MonitorRecord, MonitorSeriesRecord
 from tests.support import build_app, minute_series, new_key, services_of, settings_for, wait_for
 
@@ -283,30 +283,30 @@ def test_one_poller_holds_the_lease_until_it_runs_out(prom_app: Flask) -> None:
 
 
 def test_reading_windows_are_aligned_bounded_and_start_where_the_last_read_stopped() -> None:
-    def claimed(**fields: Any) -> prometheus.Claimed:
+    def claimed(**fields: Any) -> promql.Claimed:
         base = {"id": "m", "account_id": "a", "data_frequency": "Minutes", "retention_points": 10_000,
                 "prometheus_url": "http://p", "prometheus_query": "up", "series_count": 0, "read_until": None}
-        return prometheus.Claimed(**{**base, **fields})
+        return promql.Claimed(**{**base, **fields})
 
     now = 1_800_000_030.5  # 30.5 s into a minute
-    first = prometheus.window(claimed(), now)
+    first = promql.window(claimed(), now)
     assert first is not None and first.end == 1_800_000_000 and first.step == 60
     assert (first.end - first.start) // 60 + 1 == 1000 and not first.catching_up
-    small = prometheus.window(claimed(retention_points=20), now)
+    small = promql.window(claimed(retention_points=20), now)
     assert small is not None and (small.end - small.start) // 60 + 1 == 20
-    assert prometheus.window(claimed(read_until=1_800_000_000), now) is None  # the next step is not readable yet
-    behind = prometheus.window(claimed(read_until=1_800_000_000 - 5000 * 60), now)
+    assert promql.window(claimed(read_until=1_800_000_000), now) is None  # the next step is not readable yet
+    behind = promql.window(claimed(read_until=1_800_000_000 - 5000 * 60), now)
     assert behind is not None and behind.start == 1_800_000_000 - 4999 * 60 and behind.catching_up
-    assert (behind.end - behind.start) // 60 + 1 == prometheus.CHUNK_POINTS
+    assert (behind.end - behind.start) // 60 + 1 == promql.CHUNK_POINTS
     # The more series a monitor follows, the fewer steps one read asks for: at most CHUNK_SAMPLES samples.
-    fleet = prometheus.window(claimed(read_until=1_800_000_000 - 5000 * 60, series_count=5000), now)
-    assert fleet is not None and (fleet.end - fleet.start) // 60 + 1 == prometheus.CHUNK_SAMPLES // 5000
-    huge = prometheus.window(claimed(read_until=1_800_000_000 - 5000 * 60, series_count=10**7), now)
+    fleet = promql.window(claimed(read_until=1_800_000_000 - 5000 * 60, series_count=5000), now)
+    assert fleet is not None and (fleet.end - fleet.start) // 60 + 1 == promql.CHUNK_SAMPLES // 5000
+    huge = promql.window(claimed(read_until=1_800_000_000 - 5000 * 60, series_count=10**7), now)
     assert huge is not None and huge.start == huge.end
     # A step is read SETTLE_SECONDS after its time, not before.
-    assert prometheus.window(claimed(read_until=1_800_000_000), 1_800_000_060 + 0.5) is None
-    assert prometheus.window(claimed(read_until=1_800_000_000), 1_800_000_061.5) is not None
-    assert math.isclose(prometheus.SETTLE_SECONDS, 1.0)
+    assert promql.window(claimed(read_until=1_800_000_000), 1_800_000_060 + 0.5) is None
+    assert promql.window(claimed(read_until=1_800_000_000), 1_800_000_061.5) is not None
+    assert math.isclose(promql.SETTLE_SECONDS, 1.0)
 
 
 def test_the_dashboard_shows_the_source_its_state_and_the_alertmanager(prom_app: Flask) -> None:
