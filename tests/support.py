@@ -834,3 +834,17 @@ class Tarpit:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+def batch_status(server: Server, key: str, batch_id: str) -> dict[str, Any]:
+    """GET /batches/{id} through a real server, asserted 200."""
+    answer = requests.get(f"{server.url}/batches/{batch_id}", headers=bearer(key), timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def batch_finished(server: Server, key: str, batch_id: str, *, timeout: float = 300.0,
+                   interval: float = 0.5) -> dict[str, Any]:
+    """The batch's status once it is done or failed, polled until ``timeout``."""
+    return wait_for(lambda: (lambda s: s if s["status"] in ("done", "failed") else None)(
+        batch_status(server, key, batch_id)), timeout, f"batch {batch_id} to finish", interval=interval)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import JobWorker, Server, bearer, cli_in_process, wait_for
+from tests.support import JobWorker, Server, batch_finished, bearer, cli_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -78,14 +78,6 @@ def error(answer: requests.Response, status: int) -> dict[str, Any]:
     return answer.json()["error"]
 
 
-def finished(server: Server, key: str, batch_id: str) -> dict[str, Any]:
-    def poll() -> dict[str, Any] | None:
-        body = requests.get(f"{server.url}/batches/{batch_id}", headers=bearer(key), timeout=10).json()
-        return body if body["status"] in ("done", "failed") else None
-
-    return wait_for(poll, 180, f"batch {batch_id} to finish", interval=0.3)
-
-
 def delete(server: Server, key: str, batch_id: str) -> None:
     assert requests.delete(f"{server.url}/batches/{batch_id}", headers=bearer(key), timeout=10).status_code == 204
 
@@ -99,7 +91,7 @@ def test_cr_only_rows_are_counted_and_computed_alike(service: tuple[Server, dict
     key = generous(env)
     answer = post_csv(server, key, csv_text([f"s{i}" for i in range(9)], end="\r"))
     assert answer.status_code == 202 and answer.json()["progress"]["total"] == 9, answer.text
-    done = finished(server, key, answer.json()["id"])
+    done = batch_finished(server, key, answer.json()["id"], timeout=180, interval=0.3)
     assert done["status"] == "done" and done["progress"] == {"total": 9, "done": 9, "failed": 0}
     delete(server, key, done["id"])
 
@@ -126,7 +118,7 @@ def test_csv_results_of_long_and_formula_shaped_ids(service: tuple[Server, dict[
     answer = requests.post(f"{server.url}/batches", json=body, headers=bearer(key), timeout=60)
     assert answer.status_code == 202, answer.text
     batch_id = answer.json()["id"]
-    assert finished(server, key, batch_id)["status"] == "done"
+    assert batch_finished(server, key, batch_id, timeout=180, interval=0.3)["status"] == "done"
     with requests.get(f"{server.url}/batches/{batch_id}/results", params={"format": "csv"}, headers=bearer(key),
                       timeout=60, stream=True) as streamed:
         text = b"".join(streamed.iter_content(None)).decode()
@@ -146,7 +138,7 @@ def test_date_only_timestamps_and_a_batch_whose_every_series_failed(service: tup
     key = generous(env)
     dated = post_csv(server, key, csv_text(["d1", "d2"], dated=True))
     assert dated.status_code == 202, dated.text
-    done = finished(server, key, dated.json()["id"])
+    done = batch_finished(server, key, dated.json()["id"], timeout=180, interval=0.3)
     assert done["status"] == "done" and done["progress"] == {"total": 2, "done": 2, "failed": 0}
     single = requests.post(f"{server.url}/forecast", headers=bearer(key), timeout=60, json={
         **FIELDS, "series": [{"timestamps": [t for t, _ in points(dated=True)], "values": [v for _, v in points()]}]})
@@ -154,7 +146,7 @@ def test_date_only_timestamps_and_a_batch_whose_every_series_failed(service: tup
     assert single.json()["forecast_timestamps"][0] == "2026-01-31T00:00:00"
 
     short = post_csv(server, key, csv_text(["a", "b", "c"], count=4))
-    failed = finished(server, key, short.json()["id"])
+    failed = batch_finished(server, key, short.json()["id"], timeout=180, interval=0.3)
     assert failed["status"] == "failed" and failed["progress"] == {"total": 3, "done": 0, "failed": 3}
     assert failed["error"]["details"]["failed"] == 3
     results = requests.get(f"{server.url}/batches/{failed['id']}/results", headers=bearer(key), timeout=60)
@@ -192,7 +184,7 @@ def test_the_account_quota_on_stored_batch_data(service: tuple[Server, dict[str,
     other = generous(env)
     assert post_csv(server, other, text).status_code == 202
     for batch in (first, second):
-        assert finished(server, key, batch.json()["id"])["status"] == "failed"
+        assert batch_finished(server, key, batch.json()["id"], timeout=180, interval=0.3)["status"] == "failed"
         delete(server, key, batch.json()["id"])
     assert post_csv(server, key, text).status_code == 202
 
@@ -203,6 +195,6 @@ def test_the_id_limit_counts_characters_not_bytes(service: tuple[Server, dict[st
     name = "é" * 150  # 150 characters, 300 bytes: within the 200-character id limit
     answer = post_csv(server, key, csv_text([name]))
     assert answer.status_code == 202, answer.text
-    done = finished(server, key, answer.json()["id"])
+    done = batch_finished(server, key, answer.json()["id"], timeout=180, interval=0.3)
     assert done["status"] == "done"
     delete(server, key, done["id"])

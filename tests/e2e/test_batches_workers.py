@@ -23,6 +23,8 @@ from tests.support import (
     REDIS_URL,
     JobWorker,
     Server,
+    batch_finished,
+    batch_status,
     bearer,
     cli_in_process,
     flush_redis,
@@ -62,17 +64,6 @@ def submit(server: Server, key: str, body: dict[str, Any]) -> str:
     answer = requests.post(f"{server.url}/batches", json=body, headers=bearer(key), timeout=60)
     assert answer.status_code == 202, answer.text
     return answer.json()["id"]
-
-
-def status(server: Server, key: str, batch_id: str) -> dict[str, Any]:
-    answer = requests.get(f"{server.url}/batches/{batch_id}", headers=bearer(key), timeout=10)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
-
-
-def finished(server: Server, key: str, batch_id: str, timeout: float = 300.0) -> dict[str, Any]:
-    return wait_for(lambda: (lambda s: s if s["status"] in ("done", "failed") else None)(
-        status(server, key, batch_id)), timeout, f"batch {batch_id} to finish", interval=0.5)
 
 
 def results(server: Server, key: str, batch_id: str) -> list[dict[str, Any]]:
@@ -115,7 +106,7 @@ def test_json_and_csv_batches_give_post_forecast_answers(
     csv_id = answer.json()["id"]
 
     for batch_id in (json_id, csv_id):
-        done = finished(server, key, batch_id)
+        done = batch_finished(server, key, batch_id)
         assert done["status"] == "done", worker.log()
         assert done["progress"] == {"total": 6, "done": 5, "failed": 1}
     from_json, from_csv = results(server, key, json_id), results(server, key, csv_id)
@@ -142,9 +133,9 @@ def test_json_and_csv_batches_give_post_forecast_answers(
 def test_delete_cancels_a_running_batch(sqlite_service: tuple[Server, JobWorker, str, dict[str, str]]) -> None:
     server, worker, key, env = sqlite_service
     batch_id = submit(server, key, {"series": [series(f"s{i}", seed=i) for i in range(200)], **FIELDS})
-    wait_for(lambda: status(server, key, batch_id)["progress"]["done"] > 0, 180, "the batch to start")
+    wait_for(lambda: batch_status(server, key, batch_id)["progress"]["done"] > 0, 180, "the batch to start")
     assert requests.delete(f"{server.url}/batches/{batch_id}", headers=bearer(key), timeout=10).status_code == 204
-    cancelled = status(server, key, batch_id)
+    cancelled = batch_status(server, key, batch_id)
     assert cancelled["status"] == "cancelled"
     done_then = cancelled["progress"]["done"]
     engine = create_engine(Settings(database_url=env["DATABASE_URL"]).database_url_for_sqlalchemy)
@@ -158,7 +149,7 @@ def test_delete_cancels_a_running_batch(sqlite_service: tuple[Server, JobWorker,
             time.sleep(1)
     finally:
         engine.dispose()
-    later = status(server, key, batch_id)
+    later = batch_status(server, key, batch_id)
     assert later["status"] == "cancelled" and later["progress"]["done"] == done_then
     assert requests.get(f"{server.url}/batches/{batch_id}/results", headers=bearer(key), timeout=10).status_code == 404
     assert "Traceback" not in worker.log()
@@ -211,10 +202,10 @@ def test_a_worker_killed_mid_batch_loses_no_series_and_repeats_none(tmp_path: Pa
             batch_id = submit(server, key, {"series": [series(name, seed=i) for i, name in enumerate(ids)],
                                             **FIELDS})
             # Both workers hold a chunk: the one killed now dies in the middle of its chunk.
-            wait_for(lambda: status(server, key, batch_id)["progress"]["done"] >= 6
+            wait_for(lambda: batch_status(server, key, batch_id)["progress"]["done"] >= 6
                      and leased_chunks(database_url, batch_id) == 2, 240, "both workers busy", interval=0.05)
             victim.kill()
-            done = finished(server, key, batch_id)
+            done = batch_finished(server, key, batch_id)
             assert done["status"] == "done" and done["progress"] == {"total": 60, "done": 60, "failed": 0}, (
                 survivor.log())
             exactly_once(results(server, key, batch_id), ids)
@@ -238,7 +229,7 @@ def test_a_batch_finishes_after_the_whole_service_restarts(tmp_path: Path) -> No
     try:
         server.wait_ready()
         batch_id = submit(server, key, {"series": [series(name, seed=i) for i, name in enumerate(ids)], **FIELDS})
-        wait_for(lambda: status(server, key, batch_id)["progress"]["done"] >= 6, 240, "the batch to be under way")
+        wait_for(lambda: batch_status(server, key, batch_id)["progress"]["done"] >= 6, 240, "the batch to be under way")
     finally:
         worker.stop()
         server.stop()
@@ -249,7 +240,7 @@ def test_a_batch_finishes_after_the_whole_service_restarts(tmp_path: Path) -> No
     worker = JobWorker(env, log_path=tmp_path / "worker-2.log", processes=2)
     try:
         server.wait_ready()
-        done = finished(server, key, batch_id)
+        done = batch_finished(server, key, batch_id)
         assert done["status"] == "done" and done["progress"]["done"] == 45, worker.log()
         exactly_once(results(server, key, batch_id), ids)
     finally:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import JobWorker, Server, Tarpit, bearer, cli_in_process, wait_for
+from tests.support import JobWorker, Server, Tarpit, batch_finished, batch_status, bearer, cli_in_process, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -52,12 +52,6 @@ def submit(server: Server, key: str, series: list[dict[str, Any]], model: str) -
     return answer.json()["id"]
 
 
-def status(server: Server, key: str, batch_id: str) -> dict[str, Any]:
-    answer = requests.get(f"{server.url}/batches/{batch_id}", headers=bearer(key), timeout=10)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
-
-
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[Server, JobWorker, dict[str, str]]]:
     env = {**ENV, "DATABASE_URL": f"sqlite:///{tmp_path / 'tenants.sqlite3'}"}
@@ -89,16 +83,15 @@ def test_hanging_sources_and_a_large_batch_do_not_hold_back_another_accounts_sma
 
         # Account 2: a large batch of the slowest model, queued first.
         large = submit(server, bulk, [monthly(f"sku-{i}", i) for i in range(LARGE_BATCH_SERIES)], "forecast-model-1")
-        wait_for(lambda: status(server, bulk, large)["progress"]["done"] > 0, 120, "the large batch to start")
+        wait_for(lambda: batch_status(server, bulk, large)["progress"]["done"] > 0, 120, "the large batch to start")
 
         # Account 3: one series, queued behind all of it.
         tiny = submit(server, small, [monthly("only", 7)], "forecast-model-1")
-        done = wait_for(lambda: (lambda s: s if s["status"] in ("done", "failed") else None)(
-            status(server, small, tiny)), 240, "the small batch to finish", interval=0.2)
+        done = batch_finished(server, small, tiny, timeout=240, interval=0.2)
         assert done["status"] == "done" and done["progress"] == {"total": 1, "done": 1, "failed": 0}, done
 
         # It did not wait for the large batch: that one is still under way, most of it not yet computed.
-        still = status(server, bulk, large)
+        still = batch_status(server, bulk, large)
         assert still["status"] in ("queued", "running"), still
         assert still["progress"]["done"] < LARGE_BATCH_SERIES // 2, still
 
