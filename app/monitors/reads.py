@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
 from app.monitors.selectors import Selector
 from app.monitors.series import stored_labels
-from app.monitors.store import NOT_ANOMALY
+from app.monitors.store import peak_first, standing_anomaly
 from app.web.errors import InvalidRequest, NotFound
 from app.web.validation import problem
 
@@ -78,13 +78,14 @@ def open_anomaly_points(session: Session, series: MonitorSeriesRecord, limit: in
     if series.open_anomaly_epoch is None:
         return []
     return list(session.execute(
-        select(_POINT)
-        .where(_POINT.monitor_id == series.monitor_id, _POINT.series_id == series.id,
-               _POINT.epoch >= series.open_anomaly_epoch, _POINT.is_anomaly.is_(True),
-               _POINT.feedback.is_(None) | (_POINT.feedback != NOT_ANOMALY))
-        .order_by(_POINT.epoch)
-        .limit(limit)
+        select(_POINT).where(*_in_open_incident(series)).order_by(_POINT.epoch).limit(limit)
     ).scalars())
+
+
+def _in_open_incident(series: MonitorSeriesRecord) -> tuple[Any, ...]:
+    """The series' standing anomalies since its open incident's first point."""
+    return (_POINT.monitor_id == series.monitor_id, _POINT.series_id == series.id,
+            _POINT.epoch >= series.open_anomaly_epoch, standing_anomaly(_POINT))
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,9 @@ class OpenIncident:
 def open_incident(session: Session, series: MonitorSeriesRecord) -> OpenIncident | None:
     if series.open_anomaly_epoch is None:
         return None
-    in_incident = (_POINT.monitor_id == series.monitor_id, _POINT.series_id == series.id,
-                   _POINT.epoch >= series.open_anomaly_epoch, _POINT.is_anomaly.is_(True),
-                   _POINT.feedback.is_(None) | (_POINT.feedback != NOT_ANOMALY))
+    in_incident = _in_open_incident(series)
     count, last = session.execute(select(func.count(), func.max(_POINT.epoch)).where(*in_incident)).one()
-    peak = session.execute(select(_POINT).where(*in_incident).order_by(
-        func.abs(_POINT.value - _POINT.expected).desc(), _POINT.epoch).limit(1)).scalar()
+    peak = session.execute(select(_POINT).where(*in_incident).order_by(*peak_first(_POINT)).limit(1)).scalar()
     return OpenIncident(started_epoch=series.open_anomaly_epoch, last_anomaly_epoch=last, anomalies=int(count or 0),
                         peak=peak)
 
@@ -118,8 +116,7 @@ def monitor_open_anomalies(session: Session, monitor_id: str, limit: int = OPEN_
         select(_SERIES, _POINT)
         .join(_POINT, and_(_POINT.monitor_id == _SERIES.monitor_id, _POINT.series_id == _SERIES.id,
                            _POINT.epoch >= _SERIES.open_anomaly_epoch))
-        .where(_SERIES.monitor_id == monitor_id, _SERIES.open_anomaly_epoch.is_not(None), _POINT.is_anomaly.is_(True),
-               _POINT.feedback.is_(None) | (_POINT.feedback != NOT_ANOMALY))
+        .where(_SERIES.monitor_id == monitor_id, _SERIES.open_anomaly_epoch.is_not(None), standing_anomaly(_POINT))
         .order_by(_SERIES.id, _POINT.epoch)
         .limit(limit)
     ).all()

@@ -40,6 +40,17 @@ if TYPE_CHECKING:
 HEAD_ROWS = 16
 TAIL_ROWS = 64
 NOT_ANOMALY = "not_anomaly"
+
+
+def standing_anomaly(point: Any) -> Any:
+    """Of a point table's columns (or its record's attributes): judged anomalous and not marked normal by a user."""
+    return point.is_anomaly.is_(True) & (point.feedback.is_(None) | (point.feedback != NOT_ANOMALY))
+
+
+def peak_first(point: Any) -> tuple[Any, Any]:
+    """An incident's anomalies ordered furthest from what was expected first (the earliest among equals)."""
+    return func.abs(point.value - point.expected).desc(), point.epoch
+
 # anomaly-model-1 keeps its state in this process; after a restart (or another process's write) the state is
 # rebuilt by replaying the last REBUILD_ROWS stored points: what the state holds at the longest season.
 REBUILD_ROWS = lookback_rows(MAX_PERIOD_ROWS)
@@ -190,9 +201,8 @@ _ANOMALIES_SINCE = Prepared(
 # The incident's peak: its anomaly furthest from what was expected (a user's "not an anomaly" does not count).
 _PEAK_SINCE = Prepared(
     select(_POINT.epoch)
-    .where(_IN_SERIES, _POINT.epoch >= bindparam("since"), _POINT.is_anomaly.is_(True),
-           _POINT.feedback.is_(None) | (_POINT.feedback != NOT_ANOMALY))
-    .order_by(func.abs(_POINT.value - _POINT.expected).desc(), _POINT.epoch)
+    .where(_IN_SERIES, _POINT.epoch >= bindparam("since"), standing_anomaly(_POINT))
+    .order_by(*peak_first(_POINT))
     .limit(1)
 )
 _POINT_AT = Prepared(
