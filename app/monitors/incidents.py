@@ -80,7 +80,8 @@ def plan_events(
             if monitor.webhook_url:
                 plan.seq += 1
                 # An incident that opened before these points has its peak so far among the stored ones.
-                peaks = [p for p in (peak, None if first else peak_since(plan.open_epoch)) if p is not None]
+                # The stored one first: max() keeps the earliest of equals, as the stored peak's order does.
+                peaks = [p for p in (None if first else peak_since(plan.open_epoch), peak) if p is not None]
                 run = {"started_at": started_text(plan.open_epoch), "ended_at": text, "anomalous_points": run_count,
                        "peak": max(peaks, key=_deviation) if peaks else None}
                 plan.events.append((plan.seq, "anomaly_ended", {"run": run, "point": point}, "webhook"))

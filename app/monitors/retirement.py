@@ -20,7 +20,7 @@ from app.monitors import incidents
 from app.monitors.answers import alert_view
 from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
 from app.monitors.series import retire_after
-from app.monitors.store import EventSource, enqueue_events
+from app.monitors.store import EventSource, enqueue_events, peak_first, standing_anomaly
 
 log = logging.getLogger("app.monitors.retirement")
 
@@ -78,8 +78,8 @@ def _retire(connection: Connection, row: Row[Any], now: datetime) -> bool:
         in_incident = (_POINTS.c.monitor_id == monitor_id, _POINTS.c.series_id == series_id,
                        _POINTS.c.epoch >= opened, _POINTS.c.is_anomaly.is_(True))
         anomalies = connection.execute(select(func.count()).select_from(_POINTS).where(*in_incident)).scalar() or 0
-        peak = connection.execute(select(_POINTS).where(*in_incident).order_by(
-            func.abs(_POINTS.c.value - _POINTS.c.expected).desc(), _POINTS.c.epoch).limit(1)).first()
+        peak = connection.execute(select(_POINTS).where(*in_incident, standing_anomaly(_POINTS.c))
+                                  .order_by(*peak_first(_POINTS.c)).limit(1)).first()
         plan = incidents.closed(source, first=alert_view(first), last=alert_view(last), last_epoch=last.epoch,
                                 anomalies=int(anomalies), by="retired", peak=peak and alert_view(peak))
         enqueue_events(connection, source, plan, now)

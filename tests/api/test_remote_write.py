@@ -412,6 +412,7 @@ def test_series_that_stop_coming_are_retired_and_their_incident_ends(client: Fla
         assert event is not None
         run = json.loads(event.payload)["run"]
     assert run["closed_by"] == "retired" and run["anomalous_points"] >= 1
+    assert run["peak"]["value"] > 60  # the spike: its furthest anomaly
     # The label set comes back: a new series, warming up afresh.
     again = write(client, writer, body_of(series({"__name__": "coming_going", "instance": "goes"}, minutes(2, 60))))
     assert again.status_code == 204 and again.headers["X-Samples-Stored"] == "2"
