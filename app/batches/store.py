@@ -308,29 +308,24 @@ def _fairest_pending(database: Database) -> tuple[str, int] | None:
     chunks, batches = BatchChunkRecord, BatchRecord
     runnable = and_(chunks.status == "pending", batches.status.in_(RUNNABLE))
     with database.session() as session:
-        computing = dict(session.execute(
-            select(batches.account_id, func.count())
+        # Per account, in one pass over its runnable batches' chunks: chunks being computed, when it was last
+        # served (its latest chunk done or leased: a done chunk keeps its completion time), its oldest batch with
+        # a chunk free to take.
+        accounts = session.execute(
+            select(batches.account_id,
+                   func.count(case((and_(chunks.status == "pending", chunks.lease_token.is_not(None),
+                                         chunks.lease_until >= now), 1))),
+                   func.max(case((or_(chunks.status == "done", chunks.lease_token.is_not(None)),
+                                  chunks.lease_until))),
+                   func.min(case((and_(chunks.status == "pending", free(chunks, now)), batches.created_at))))
             .select_from(chunks).join(batches, batches.id == chunks.batch_id)
-            .where(runnable, chunks.lease_token.is_not(None), chunks.lease_until >= now)
-            .group_by(batches.account_id)
-        ).all())
-        # When each account was last served: its latest chunk finished (or lease taken) in a runnable batch.
-        served = dict(session.execute(
-            select(batches.account_id, func.max(chunks.lease_until))
-            .select_from(chunks).join(batches, batches.id == chunks.batch_id)
-            .where(batches.status.in_(RUNNABLE), or_(chunks.status == "done", chunks.lease_token.is_not(None)))
-            .group_by(batches.account_id)
-        ).all())
-        waiting = session.execute(
-            select(batches.account_id, func.min(batches.created_at))
-            .select_from(chunks).join(batches, batches.id == chunks.batch_id)
-            .where(runnable, free(chunks, now))
+            .where(batches.status.in_(RUNNABLE))
             .group_by(batches.account_id)
         ).all()
+        waiting = [row for row in accounts if row[3] is not None]
         if not waiting:
             return None
-        account = min(waiting, key=lambda row: (computing.get(row[0], 0), served.get(row[0]) is not None,
-                                                 served.get(row[0]) or row[1], row[1]))[0]
+        account = min(waiting, key=lambda row: (row[1], row[2] is not None, row[2] or row[3], row[3]))[0]
         row = session.execute(
             select(chunks.batch_id, chunks.seq)
             .select_from(chunks).join(batches, batches.id == chunks.batch_id)
