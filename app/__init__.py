@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
             workers=settings.forecast_workers,
             timeout_seconds=settings.forecast_timeout_seconds,
             queue_limit=settings.forecast_queue_limit,
-            warm_up="app.compute.forecast.jobs:warm_up",
+            warm_up="app.compute.forecast.work:warm_up",
             on_ready_change=metrics.WORKERS_READY.set,
         ),
         limits=init_rate_limits(app, settings),

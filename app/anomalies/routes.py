@@ -12,8 +12,8 @@ from app.anomalies.schemas import AnomalyRequest, CheckedSeries, check_series, l
 from app.compute.detect.results import DetectionResult
 from app.services import current_services
 from app.web.body import read_json as read_json_body
-from app.web.jobs import run_job
 from app.web.pipeline import requires
+from app.web.pool_work import compute_on_pool
 
 bp = Blueprint("anomalies", __name__)
 
@@ -24,8 +24,8 @@ def _read() -> tuple[AnomalyRequest, CheckedSeries]:
     return anomaly_request, check_series(anomaly_request, max_points=settings.max_points)
 
 
-def _run_on_pool(job: Any) -> Any:
-    return run_job(current_services().pool, job, failure="Anomaly detection failed")
+def _run_on_pool(work: Any) -> Any:
+    return compute_on_pool(current_services().pool, work, failure="Anomaly detection failed")
 
 
 def _detect(anomaly_request: AnomalyRequest, series: CheckedSeries, start: int = 0) -> DetectionResult:

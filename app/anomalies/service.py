@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from app.anomalies.schemas import CheckedSeries
-from app.compute.detect.jobs import ChangePointJob, DetectJob
 from app.compute.detect.results import DEFAULT_DETECTOR, ChangePointResult, DetectionResult
+from app.compute.detect.work import ChangePointWork, DetectionWork
 
 # Every door that answers detection over HTTP says with this header when the fallback detector answered.
 FALLBACK_HEADER = "X-Anomaly-Fallback"
@@ -37,7 +37,7 @@ def detect(
     The threshold comes from ``false_alarms_per_week`` (default one) or, instead, ``confidence``."""
     import numpy as np
 
-    job = DetectJob(
+    work = DetectionWork(
         epoch_seconds=np.asarray(epoch_seconds, dtype=np.float64),
         values=np.asarray(values, dtype=np.float64),
         data_frequency=data_frequency,
@@ -47,12 +47,12 @@ def detect(
         start=start,
         period=period,
     )
-    result: DetectionResult = run(job)
+    result: DetectionResult = run(work)
     return result
 
 
 def change_points(values: Any, *, window: int, threshold: float, period: int | None, run: Runner) -> ChangePointResult:
-    result: ChangePointResult = run(ChangePointJob(values, window, threshold, period))
+    result: ChangePointResult = run(ChangePointWork(values, window, threshold, period))
     return result
 
 

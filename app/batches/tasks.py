@@ -86,7 +86,7 @@ def register(engine: Huey, settings: Settings) -> None:
     def warm_up() -> None:
         # Each job worker process loads the numeric stack and fits once before it takes tasks: else the first
         # series it computes pays seconds for that, and a new batch's first progress waits for it.
-        from app.compute.forecast.jobs import warm_up
+        from app.compute.forecast.work import warm_up
 
         warm_up()
 

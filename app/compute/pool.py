@@ -1,11 +1,12 @@
-"""A generic pool of worker processes: numeric jobs (forecasts, detections) run there, so the web threads
-stay free and a stuck job can be killed.
+"""A generic pool of worker processes: numeric work (forecasts, detections) runs there, so the web threads
+stay free and a stuck computation can be killed.
 
-Each worker is a spawned process with one BLAS thread that takes one job at a time over a pipe.
-A job past its timeout kills its worker, which is replaced in the background; so does a worker crash. A
-worker found dead before it took a job (killed while idle) is replaced too, and the job goes to another.
-The pool knows nothing of what its jobs compute: a job is any picklable object with ``run()``, a job may
-raise JobFailed with a message safe to show, and the pool reports its ready count through a callback.
+Each worker is a spawned process with one BLAS thread that takes one piece of work at a time over a pipe.
+Work past its timeout kills its worker, which is replaced in the background; so does a worker crash. A worker
+found dead before it took its work (killed while idle) is replaced too, and the work goes to another. The pool
+knows nothing of what it computes: work is any picklable object with ``run()``, which may raise WorkFailed
+with a message safe to show, and the pool reports its ready count through a callback. ("Jobs" are something
+else: the background jobs of app.jobs.)
 """
 
 from __future__ import annotations
@@ -42,23 +43,23 @@ def pin_blas_threads() -> None:
         os.environ.setdefault(name, "1")
 
 
-class Job(Protocol):
-    """Anything picklable whose run() computes in a worker (app.compute.forecast.jobs, app.compute.detect.jobs)."""
+class Work(Protocol):
+    """Anything picklable whose run() computes in a worker (app.compute.forecast.work, app.compute.detect.work)."""
 
     def run(self) -> Any: ...
 
 
-class JobFailed(Exception):
-    """Raised by a job whose failure is expected and whose message is safe to show a client."""
+class WorkFailed(Exception):
+    """Raised by a piece of work whose failure is expected and whose message is safe to show a client."""
 
 
 class PoolError(Exception):
-    """A job could not be computed by the pool; the message is safe to show a client."""
+    """A piece of work could not be computed by the pool; the message is safe to show a client."""
 
     retry_after: int | None = None
 
 
-class JobTimeout(PoolError):
+class WorkTimeout(PoolError):
     pass
 
 
@@ -71,23 +72,23 @@ class PoolBusy(PoolError):
 
 
 class PoolClosed(PoolError):
-    """The process is stopping: its workers are gone, so a job waiting for one (or running on one) ends now
-    rather than at its deadline, which held a stopping server for the whole forecast timeout."""
+    """The process is stopping: its workers are gone, so work waiting for one (or running on one) ends now rather
+    than at its deadline, which held a stopping server for the whole forecast timeout."""
 
     retry_after = 5
 
 
-class JobError(PoolError):
+class WorkError(PoolError):
     pass
 
 
 STOPPING = "The server is stopping; retry shortly."
-# How often a job waiting for a free worker looks whether the pool was closed meanwhile.
+# How often work waiting for a free worker looks whether the pool was closed meanwhile.
 CLOSED_CHECK_SECONDS = 0.25
 
 
 class _NeverTaken(Exception):
-    """The worker a job was sent to died without reading it: the job can run on another."""
+    """The worker some work was sent to died without reading it: the work can run on another."""
 
 
 def _worker_main(connection: Connection, warm_up: str | None) -> None:
@@ -96,20 +97,20 @@ def _worker_main(connection: Connection, warm_up: str | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pin_blas_threads()
-    if warm_up:  # "module:function", run once so a worker's first real job is not the slow one
+    if warm_up:  # "module:function", run once so a worker's first real computation is not the slow one
         module, _, function = warm_up.partition(":")
         getattr(import_module(module), function)()
     connection.send(("ready", os.getpid()))
     while True:
         try:
-            job: Job | None = connection.recv()
+            work: Work | None = connection.recv()
         except (EOFError, OSError):
             return
-        if job is None:
+        if work is None:
             return
         try:
-            connection.send(("ok", job.run()))
-        except JobFailed as exc:
+            connection.send(("ok", work.run()))
+        except WorkFailed as exc:
             connection.send(("failed", str(exc)[:300]))
         except Exception as exc:  # the parent answers 500; the worker stays useful
             connection.send(("failed", f"{type(exc).__name__}: {str(exc)[:300]}"))
@@ -134,8 +135,8 @@ class _Worker:
         return bool(self._readable.poll(max(0, math.ceil(timeout * 1000))))
 
     def idle_and_alive(self) -> bool:
-        """For a worker waiting for a job: its process runs and its pipe is quiet. An idle worker has nothing to
-        say, so a readable pipe means its end (EOF, hang-up) or a stray message: either way it cannot take a job.
+        """For a worker waiting for work: its process runs and its pipe is quiet. An idle worker has nothing to say,
+        so a readable pipe means its end (EOF, hang-up) or a stray message: either way it cannot take work.
         The process check alone could miss a death another thread has already reaped."""
         return not self.connection.closed and self.process.is_alive() and not self.wait_for_answer(0)
 
@@ -172,7 +173,7 @@ class WorkerPool:
         warm_up: str | None = None,
         on_ready_change: Callable[[int], None] | None = None,
     ):
-        """``warm_up`` names a "module:function" each worker runs before it takes jobs; ``on_ready_change``
+        """``warm_up`` names a "module:function" each worker runs before it takes work; ``on_ready_change``
         hears the number of ready workers whenever it changes (metrics, readiness)."""
         self.size = max(1, workers)
         self.warm_up = warm_up
@@ -193,7 +194,7 @@ class WorkerPool:
 
     def start(self, *, wait: bool = False) -> None:
         """Spawns the workers (once; later calls only wait when asked). gunicorn's post_worker_init calls
-        this at server start; the first job or readiness probe calls it otherwise (flask run, tests)."""
+        this at server start; the first computation or readiness probe calls it otherwise (flask run, tests)."""
         with self._lock:
             already, self._started = self._started or self._closed, True
         if already:
@@ -248,7 +249,7 @@ class WorkerPool:
 
     def check_idle_workers(self) -> int:
         """Replaces idle workers that died (killed, out of memory) and returns the ready count. A dead idle worker
-        is otherwise noticed only by the job handed to it, so readiness would count it meanwhile."""
+        is otherwise noticed only by the work handed to it, so readiness would count it meanwhile."""
         for _ in range(self._idle.qsize()):
             try:
                 worker = self._idle.get_nowait()
@@ -260,7 +261,7 @@ class WorkerPool:
                 self._replace(worker, reason="died while idle")
         return self.ready_workers
 
-    def submit(self, job: Job) -> Any:
+    def submit(self, work: Work) -> Any:
         self.start()
         # Forecasts admitted (running or queued) are capped below the web threads, so /verify and the
         # other cheap endpoints always find a free thread however many forecasts arrive.
@@ -281,8 +282,8 @@ class WorkerPool:
                     if time.monotonic() < deadline:
                         continue
                     raise PoolBusy("No worker became free in time; retry shortly.") from exc
-                # A worker that died while idle never took this job: another (or its replacement) runs it.
-                if not worker.idle_and_alive() or not self._hand_over(worker, job):
+                # A worker that died while idle never took this work: another (or its replacement) runs it.
+                if not worker.idle_and_alive() or not self._hand_over(worker, work):
                     self._replace(worker, reason="died while idle")
                     continue
                 try:
@@ -294,11 +295,11 @@ class WorkerPool:
                 self._admitted -= 1
 
     @staticmethod
-    def _hand_over(worker: _Worker, job: Job) -> bool:
-        """False when the job could not be sent: the worker is gone and never saw it."""
+    def _hand_over(worker: _Worker, work: Work) -> bool:
+        """False when the work could not be sent: the worker is gone and never saw it."""
         try:
-            worker.connection.send(job)
-        except OSError:  # a broken pipe, mostly; a partly written job is as lost, with the worker
+            worker.connection.send(work)
+        except OSError:  # a broken pipe, mostly; a partly written work is as lost, with the worker
             return False
         return True
 
@@ -306,13 +307,13 @@ class WorkerPool:
         try:
             if not worker.wait_for_answer(self.timeout_seconds):
                 self._replace(worker, reason="timeout")
-                raise JobTimeout(f"The job did not finish within {self.timeout_seconds:g} seconds.")
+                raise WorkTimeout(f"The computation did not finish within {self.timeout_seconds:g} seconds.")
             status, payload = worker.connection.recv()
         except ConnectionResetError as exc:
-            # Its end of the pipe closed with the job still unread in it (Linux resets the pipe then; a worker
-            # that read its job and crashed leaves a plain end of file): it was dying when the job was sent, its
-            # threads still exiting, so the checks before could not tell yet. The job never ran.
-            self._replace(worker, reason="died before taking its job")
+            # Its end of the pipe closed with the work still unread in it (Linux resets the pipe then; a worker
+            # that read its work and crashed leaves a plain end of file): it was dying when the work was sent, its
+            # threads still exiting, so the checks before could not tell yet. The work never ran.
+            self._replace(worker, reason="died before taking its work")
             raise _NeverTaken from exc
         except (EOFError, OSError) as exc:
             if self._closed:  # close() ended it: the process is stopping
@@ -321,7 +322,7 @@ class WorkerPool:
             raise WorkerCrashed("The worker process stopped unexpectedly.") from exc
         self._idle.put(worker)
         if status == "failed":
-            raise JobError(payload)
+            raise WorkError(payload)
         return payload
 
     def _replace(self, worker: _Worker, *, reason: str) -> None:
@@ -351,7 +352,8 @@ class WorkerPool:
         with self._lock:
             admitted = self._admitted
         if admitted:
-            log.info("worker pool stopping: %d job(s) running or waiting end with a retry-later error", admitted)
+            log.info("worker pool stopping: %d computation(s) running or waiting end with a retry-later error",
+                     admitted)
         while True:
             try:
                 worker = self._idle.get_nowait()

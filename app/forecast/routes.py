@@ -8,8 +8,8 @@ import time
 from flask import Blueprint, Response, jsonify, request
 
 from app.compute.forecast.catalog import describe_models
-from app.compute.forecast.jobs import ForecastJob
 from app.compute.forecast.results import ForecastResult
+from app.compute.forecast.work import ForecastWork
 from app.forecast import service
 from app.forecast.body import read_forecast_request
 from app.forecast.schemas import invalid_future_timestamps
@@ -17,9 +17,9 @@ from app.series.timestamps import TimestampError
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
 from app.web.errors import InternalError
-from app.web.jobs import run_job
 from app.web.metrics import record_forecast
 from app.web.pipeline import requires, uncounted
+from app.web.pool_work import compute_on_pool
 
 bp = Blueprint("forecast", __name__)
 meta = Blueprint("meta", __name__)
@@ -35,14 +35,14 @@ def forecast() -> Response:
         read_body(services.settings.max_body_bytes), request.headers, max_points=services.settings.max_points
     )
 
-    def run_on_pool(job: ForecastJob) -> ForecastResult:
+    def run_on_pool(work: ForecastWork) -> ForecastResult:
         started = time.perf_counter()
         try:
-            result: ForecastResult = run_job(services.pool, job)
+            result: ForecastResult = compute_on_pool(services.pool, work)
         except InternalError as exc:
-            record_forecast(job.model_id, type(exc.__cause__).__name__, time.perf_counter() - started)
+            record_forecast(work.model_id, type(exc.__cause__).__name__, time.perf_counter() - started)
             raise
-        record_forecast(job.model_id, "ok", time.perf_counter() - started, fallback=result.fallback is not None)
+        record_forecast(work.model_id, "ok", time.perf_counter() - started, fallback=result.fallback is not None)
         return result
 
     try:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.compute.forecast.jobs import ForecastJob
 from app.compute.forecast.results import ForecastResult
+from app.compute.forecast.work import ForecastWork
 from app.forecast.schemas import RECOMMENDED_POINTS, ForecastRequest, SeriesData
 from app.series.frequencies import seasonal_periods
 from app.series.timestamps import future_timestamps
 
-Runner = Callable[[ForecastJob], ForecastResult]
+Runner = Callable[[ForecastWork], ForecastResult]
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class Forecast:
     warning: str | None  # a history shorter than the frequency's recommended length
 
 
-def job_for(forecast_request: ForecastRequest, series: SeriesData) -> ForecastJob:
-    return ForecastJob(
+def work_for(forecast_request: ForecastRequest, series: SeriesData) -> ForecastWork:
+    return ForecastWork(
         model_id=forecast_request.model_id,
         values=series.values,
         horizon=forecast_request.forecast_horizon,
@@ -44,7 +44,7 @@ def forecast(forecast_request: ForecastRequest, series: SeriesData, *, run: Runn
     """The forecast of one checked series. Raises TimestampError when the future timestamps cannot be written
     (each door names that in its own words) before any computation starts."""
     timestamps = future_timestamps(series.axis, forecast_request.forecast_horizon)
-    result = run(job_for(forecast_request, series))
+    result = run(work_for(forecast_request, series))
     return Forecast(
         forecast_timestamps=timestamps,
         lower_bound=result.lower,

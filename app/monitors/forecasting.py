@@ -12,7 +12,7 @@ from app.forecast import service
 from app.forecast.schemas import ForecastRequest, SeriesData
 from app.series.timestamps import TimeAxis, TimestampError, parse_axis
 from app.web.errors import DataValidationError
-from app.web.jobs import run_job
+from app.web.pool_work import compute_on_pool
 
 # The most recent points a forecast fits on: two cycles of the longest season /forecast looks for at
 # minute spacing (a day), with room to spare, while keeping the fit's cost bounded.
@@ -84,7 +84,7 @@ def forecast(
                                        confidence=confidence, model_id=model_id)
     series = SeriesData(axis=_axis(data_frequency, epochs, texts), values=np.asarray(values, dtype=np.float64))
     try:
-        answer = service.forecast(forecast_request, series, run=lambda job: run_job(pool, job))
+        answer = service.forecast(forecast_request, series, run=lambda work: compute_on_pool(pool, work))
     except TimestampError as exc:
         raise DataValidationError(f"Invalid forecast: {exc.issue}.", details=exc.details("horizon")) from exc
     return {

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Row
 
 from app.anomalies import service as detection
-from app.compute.detect.jobs import DetectJob
 from app.compute.detect.results import DetectionResult
 from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts
+from app.compute.detect.work import DetectionWork
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
 from app.monitors import store
 from app.monitors.cache import History, JudgeState
@@ -41,12 +41,12 @@ class Verdict:
     incident: bool  # the detector's incident is still open after the point (it ends at the first that is not)
 
 
-def judge_on_pool(pool: WorkerPool, job: DetectJob) -> DetectionResult:
+def judge_on_pool(pool: WorkerPool, work: DetectionWork) -> DetectionResult:
     deadline = time.monotonic() + POOL_BUSY_PATIENCE_SECONDS
     pause = 0.005
     while True:
         try:
-            return pool.submit(job)
+            return pool.submit(work)
         except PoolBusy as exc:
             if time.monotonic() + pause > deadline:
                 error = InternalError(str(exc))
@@ -110,7 +110,7 @@ def judge_on_worker(
         false_alarms_per_week=false_alarms_per_week,
         detector=monitor.model,
         start=len(hist_epochs),
-        run=lambda job: judge_on_pool(pool, job),
+        run=lambda work: judge_on_pool(pool, work),
     )
     return verdicts_of(result, len(epochs), warm=result.warmup_points - len(hist_epochs)), result.period
 

@@ -16,8 +16,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.compute.forecast.catalog import MODEL_IDS
-from app.compute.forecast.jobs import ForecastJob
-from app.compute.pool import JobTimeout, WorkerPool
+from app.compute.forecast.work import ForecastWork
+from app.compute.pool import WorkerPool, WorkTimeout
 from tests.support import ROOMY_LIMITS, bearer, build_app, new_key, services_of, serving_app, settings_for
 
 
@@ -155,15 +155,15 @@ def _wait_for_workers(pool: WorkerPool, count: int, timeout: float = 60) -> None
         time.sleep(0.1)
 
 
-JOB = ForecastJob("forecast-model-2", [float(i % 5) for i in range(50)], 4, 0.9, (5,))
+JOB = ForecastWork("forecast-model-2", [float(i % 5) for i in range(50)], 4, 0.9, (5,))
 
 
 def test_a_forecast_past_its_timeout_frees_the_worker() -> None:
     pool = WorkerPool(workers=1, timeout_seconds=0.001, queue_limit=4)
     pool.start(wait=True)
     try:
-        long_job = ForecastJob("forecast-model-1", [float(i % 24) for i in range(50_000)], 48, 0.95, (24, 168))
-        with pytest.raises(JobTimeout):
+        long_job = ForecastWork("forecast-model-1", [float(i % 24) for i in range(50_000)], 48, 0.95, (24, 168))
+        with pytest.raises(WorkTimeout):
             pool.submit(long_job)
         pool.timeout_seconds = 30
         _wait_for_workers(pool, 1)
@@ -219,7 +219,8 @@ def test_saturated_pool_answers_busy_with_retry_after() -> None:
     pool = WorkerPool(workers=1, timeout_seconds=30, queue_limit=0)
     pool.start(wait=True)
     try:
-        slow = ForecastJob("forecast-model-3", [float(i % 24) + i * 1e-3 for i in range(100_000)], 100, 0.95, (24, 168))
+        slow = ForecastWork("forecast-model-3", [float(i % 24) + i * 1e-3 for i in range(100_000)], 100, 0.95,
+                            (24, 168))
         first = threading.Thread(target=pool.submit, args=(slow,))
         first.start()
         deadline = time.monotonic() + 10

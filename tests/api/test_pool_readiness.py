@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from app.compute.forecast.jobs import ForecastJob
+from app.compute.forecast.work import ForecastWork
 from app.compute.pool import WorkerCrashed, WorkerPool
 from tests.support import bearer, build_app, new_key, services_of, settings_for, wait_for
 
@@ -124,7 +124,7 @@ def test_a_job_that_kills_its_worker_fails_and_is_not_run_again() -> None:
     try:
         with pytest.raises(WorkerCrashed):
             pool.submit(KillsItsWorker())
-        job = ForecastJob("forecast-model-2", [float(i % 5) for i in range(50)], 4, 0.9, (5,))
+        job = ForecastWork("forecast-model-2", [float(i % 5) for i in range(50)], 4, 0.9, (5,))
         assert len(pool.submit(job).median) == 4
         wait_for(lambda: pool.check_idle_workers() == 2, timeout=60, message="the replacement worker")
     finally:

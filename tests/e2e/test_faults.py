@@ -459,7 +459,7 @@ def test_killed_forecast_worker_answers_500_once_and_is_replaced(serving: Servin
 
     statuses = [r.status_code for r in answers]
     assert sorted(set(statuses)) == [200, 500], statuses
-    # The job on the killed worker (running, or sent to it next) fails; no other request does.
+    # The forecast on the killed worker (running, or sent to it next) fails; no other request does.
     assert statuses.count(500) == 1, statuses
     (crashed,) = [r for r in answers if r.status_code == 500]
     assert error_code(crashed) == "INTERNAL_ERROR"

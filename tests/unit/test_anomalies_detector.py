@@ -1,4 +1,4 @@
-"""The detectors behind DetectJob, called in-process: causality, exactness of partial judging, fallback."""
+"""The detectors behind DetectionWork, called in-process: causality, exactness of partial judging, fallback."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from app.compute.detect import detectors
-from app.compute.detect.jobs import DetectJob
 from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, FALLBACK_DETECTOR, DetectionResult
+from app.compute.detect.work import DetectionWork
 
 FIELDS = ("expected", "lower", "upper", "score", "is_anomaly", "direction")
 
@@ -38,8 +38,8 @@ def check_sane(result: DetectionResult, judged: int) -> None:
 @pytest.mark.parametrize("start", [1, 11, 500, 1500, 2999])
 def test_judging_a_suffix_equals_judging_everything(detector: str, start: int) -> None:
     times, values = five_minute_series(3000)
-    full = DetectJob(times, values, "Minutes", 0.99, detector).run()
-    part = DetectJob(times, values, "Minutes", 0.99, detector, start=start).run()
+    full = DetectionWork(times, values, "Minutes", 0.99, detector).run()
+    part = DetectionWork(times, values, "Minutes", 0.99, detector, start=start).run()
     check_sane(full, 3000)
     check_sane(part, 3000 - start)
     for name in FIELDS:
@@ -50,9 +50,9 @@ def test_judging_a_suffix_equals_judging_everything(detector: str, start: int) -
 @pytest.mark.parametrize("detector", DETECTOR_IDS)
 def test_verdicts_are_causal(detector: str) -> None:
     times, values = five_minute_series(1200, seed=3)
-    full = DetectJob(times, values, "Minutes", 0.99, detector).run()
+    full = DetectionWork(times, values, "Minutes", 0.99, detector).run()
     for cut in (12, 300, 1199):
-        prefix = DetectJob(times[:cut], values[:cut], "Minutes", 0.99, detector).run()
+        prefix = DetectionWork(times[:cut], values[:cut], "Minutes", 0.99, detector).run()
         for name in FIELDS:
             assert getattr(prefix, name) == getattr(full, name)[:cut], (name, cut)
 
@@ -62,7 +62,7 @@ def test_a_spike_is_flagged_up_and_a_dip_down() -> None:
     values = values.copy()
     values[1500] += 25
     values[1800] -= 25
-    result = DetectJob(times, values, "Minutes", 0.99).run()
+    result = DetectionWork(times, values, "Minutes", 0.99).run()
     assert result.is_anomaly[1500] and result.direction[1500] == "up"
     assert result.is_anomaly[1800] and result.direction[1800] == "down"
     assert sum(result.is_anomaly) < 40  # a quiet series is mostly normal
@@ -71,7 +71,7 @@ def test_a_spike_is_flagged_up_and_a_dip_down() -> None:
 
 def test_warm_up_rows_score_zero_and_the_minimum_series_judges_its_last_row() -> None:
     times, values = five_minute_series(12)
-    result = DetectJob(times, values, "Minutes", 0.99).run()
+    result = DetectionWork(times, values, "Minutes", 0.99).run()
     assert result.warmup_points == detectors.WARMUP == 11
     assert result.score[:11] == [0.0] * 11 and not any(result.is_anomaly[:11])
     check_sane(result, 12)
@@ -80,17 +80,17 @@ def test_warm_up_rows_score_zero_and_the_minimum_series_judges_its_last_row() ->
 def test_flat_series_never_flags_and_a_step_does() -> None:
     times = np.arange(500, dtype=np.int64) * 3600
     flat = np.full(500, 7.0)
-    assert not any(DetectJob(times, flat, "Hours", 0.99).run().is_anomaly)
+    assert not any(DetectionWork(times, flat, "Hours", 0.99).run().is_anomaly)
     stepped = flat.copy()
     stepped[400:] = 9.0
-    result = DetectJob(times, stepped, "Hours", 0.99).run()
+    result = DetectionWork(times, stepped, "Hours", 0.99).run()
     assert result.is_anomaly[400] and result.direction[400] == "up"
 
 
 def test_higher_confidence_widens_the_range() -> None:
     times, values = five_minute_series(1500, seed=8)
-    narrow = DetectJob(times, values, "Minutes", 0.9).run()
-    wide = DetectJob(times, values, "Minutes", 0.9999).run()
+    narrow = DetectionWork(times, values, "Minutes", 0.9).run()
+    wide = DetectionWork(times, values, "Minutes", 0.9999).run()
     assert all(
         w >= n
         for w, n in zip(np.subtract(wide.upper, wide.expected), np.subtract(narrow.upper, narrow.expected), strict=True)
@@ -104,7 +104,7 @@ def test_a_failing_default_detector_falls_back_and_says_so(monkeypatch: pytest.M
 
     monkeypatch.setattr(detectors, "streaming_detector", broken)
     times, values = five_minute_series(300)
-    result = DetectJob(times, values, "Minutes", 0.99).run()
+    result = DetectionWork(times, values, "Minutes", 0.99).run()
     assert result.fallback is not None and FALLBACK_DETECTOR in result.fallback and DEFAULT_DETECTOR in result.fallback
     check_sane(result, 300)
 
@@ -115,7 +115,7 @@ def test_huge_and_tiny_values_stay_finite() -> None:
     for scale in (1e-200, 1e200):
         values = scale * (1 + rng.random(400))
         for detector in DETECTOR_IDS:
-            check_sane(DetectJob(times, values, "Minutes", 0.9999, detector).run(), 400)
+            check_sane(DetectionWork(times, values, "Minutes", 0.9999, detector).run(), 400)
 
 
 @pytest.mark.parametrize("detector", DETECTOR_IDS)
@@ -124,10 +124,10 @@ def test_any_length_and_any_start_including_nothing_to_judge(detector: str) -> N
     for n in range(16):
         times = np.arange(n, dtype=np.int64) * 300
         values = np.sin(np.arange(n))
-        full = DetectJob(times, values, "Minutes", 0.99, detector).run()
+        full = DetectionWork(times, values, "Minutes", 0.99, detector).run()
         assert full.fallback is None
         for start in range(n + 1):
-            part = DetectJob(times, values, "Minutes", 0.99, detector, start=start).run()
+            part = DetectionWork(times, values, "Minutes", 0.99, detector, start=start).run()
             assert part.fallback is None and (part.period, part.warmup_points) == (full.period, full.warmup_points)
             for name in FIELDS:
                 assert getattr(part, name) == getattr(full, name)[start:]

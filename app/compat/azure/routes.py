@@ -32,8 +32,8 @@ from app.compute.detect.streaming import lookback_rows
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
 from app.web.errors import ApiError
-from app.web.jobs import run_job
 from app.web.pipeline import key_header, requires
+from app.web.pool_work import compute_on_pool
 from app.web.validation import parse_json_body
 
 bp = Blueprint("azure", __name__, url_prefix=URL_PREFIX)
@@ -85,8 +85,8 @@ def _http_error(exc: HTTPException) -> Response:
     return _azure_response(status, _CODES_BY_STATUS.get(status, "BadArgument"), exc.description or "Bad request.")
 
 
-def _run_on_pool(job: Any) -> Any:
-    return run_job(current_services().pool, job, failure="Anomaly detection failed")
+def _run_on_pool(work: Any) -> Any:
+    return compute_on_pool(current_services().pool, work, failure="Anomaly detection failed")
 
 
 def _detect(series: AzureSeries, sensitivity: int, start: int = 0) -> DetectionResult:

@@ -24,8 +24,8 @@ from app.compute.forecast.catalog import MODEL_IDS
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
 from app.web.errors import ApiError, PayloadTooLarge, UnsupportedMediaType
-from app.web.jobs import run_job
 from app.web.pipeline import current_context, current_key, requires, uncounted
+from app.web.pool_work import compute_on_pool
 from app.web.ratelimit import too_many
 from app.web.validation import parse_json_body
 
@@ -64,8 +64,8 @@ def _json(body: Any) -> Response:
     return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), mimetype="application/json")
 
 
-def _run_on_pool(job: Any) -> Any:
-    return run_job(current_services().pool, job)
+def _run_on_pool(work: Any) -> Any:
+    return compute_on_pool(current_services().pool, work)
 
 
 def _body() -> Any:

@@ -20,16 +20,16 @@ from numpy.lib.stride_tricks import sliding_window_view
 from app.compute.detect.results import ChangePointResult
 
 if TYPE_CHECKING:
-    from app.compute.detect.jobs import ChangePointJob
+    from app.compute.detect.work import ChangePointWork
 
 NOISE_INFLATION = 1.2
 
 
-def detect_change_points(job: ChangePointJob) -> ChangePointResult:
-    values = np.asarray(job.values, dtype=np.float64)
+def detect_change_points(work: ChangePointWork) -> ChangePointResult:
+    values = np.asarray(work.values, dtype=np.float64)
     n = len(values)
-    window = max(3, int(job.stable_trend_window))
-    period = job.period if job.period is not None and job.period >= 2 and n >= 3 * job.period else None
+    window = max(3, int(work.stable_trend_window))
+    period = work.period if work.period is not None and work.period >= 2 and n >= 3 * work.period else None
     level = values - _seasonal_profile(values, period) if period else values
     confidence = np.zeros(n)
     strength = np.zeros(n)  # the gap in noise units: confidence saturates at 1, this keeps ranking
@@ -51,7 +51,7 @@ def detect_change_points(job: ChangePointJob) -> ChangePointResult:
         confidence[rows] = np.array([math.erf(value / math.sqrt(2.0)) for value in z.tolist()])
     confidence = np.nan_to_num(confidence, nan=0.0, posinf=1.0, neginf=0.0).clip(0.0, 1.0)
     is_change = np.zeros(n, dtype=bool)
-    for i in np.flatnonzero(confidence >= job.threshold):
+    for i in np.flatnonzero(confidence >= work.threshold):
         neighbourhood = strength[max(0, i - window) : i + window + 1]
         # The strongest row within a window either side; on a tie the first, so one shift is one point.
         if strength[i] >= neighbourhood.max() and not is_change[max(0, i - window) : i].any():

@@ -1,4 +1,4 @@
-"""The detectors behind DetectJob; they run in worker processes.
+"""The detectors behind DetectionWork; they run in worker processes.
 
 anomaly-model-1 (default): app.compute.detect.streaming, every row judged from the rows before it.
 anomaly-model-2 (fallback): rolling median of the recent values, range from their median absolute
@@ -20,7 +20,7 @@ from app.compute.detect.streaming import WARMUP, StreamingDetector
 from app.series.frequencies import nominal_step
 
 if TYPE_CHECKING:
-    from app.compute.detect.jobs import DetectJob
+    from app.compute.detect.work import DetectionWork
 
 log = logging.getLogger("app.compute.detect")
 
@@ -32,7 +32,7 @@ FALLBACK_MARGIN = 1.5
 class Detector(Protocol):
     """The one contract every detector keeps: configuration in the constructor, one method."""
 
-    def detect(self, job: DetectJob) -> DetectionResult: ...
+    def detect(self, work: DetectionWork) -> DetectionResult: ...
 
 
 class RollingMedianDetector:
@@ -41,14 +41,14 @@ class RollingMedianDetector:
     def __init__(self, *, rows: int = FALLBACK_MEDIAN_ROWS, margin: float = FALLBACK_MARGIN) -> None:
         self.rows, self.margin = rows, margin
 
-    def detect(self, job: DetectJob) -> DetectionResult:
-        times = np.asarray(job.epoch_seconds, dtype=np.float64)
-        values = np.asarray(job.values, dtype=np.float64)
-        confidence = job.confidence
+    def detect(self, work: DetectionWork) -> DetectionResult:
+        times = np.asarray(work.epoch_seconds, dtype=np.float64)
+        values = np.asarray(work.values, dtype=np.float64)
+        confidence = work.confidence
         if confidence is None:
-            budget = DEFAULT_FALSE_ALARMS_PER_WEEK if job.false_alarms_per_week is None else job.false_alarms_per_week
+            budget = DEFAULT_FALSE_ALARMS_PER_WEEK if work.false_alarms_per_week is None else work.false_alarms_per_week
             confidence = 1.0 - row_probability(budget, nominal_step(times))
-        return median_detector(times, values, confidence, job.start, rows=self.rows, margin=self.margin)
+        return median_detector(times, values, confidence, work.start, rows=self.rows, margin=self.margin)
 
 
 class StreamingDetectorWithFallback:
@@ -57,13 +57,13 @@ class StreamingDetectorWithFallback:
     def __init__(self, *, fallback: Detector, fallback_id: str) -> None:
         self.fallback, self.fallback_id = fallback, fallback_id
 
-    def detect(self, job: DetectJob) -> DetectionResult:
+    def detect(self, work: DetectionWork) -> DetectionResult:
         try:
-            return streaming_detector(job)
+            return streaming_detector(work)
         except Exception as exc:  # noqa: BLE001 - any failure of the default detector falls back
             log.warning("%s failed (%s: %s); answering with %s", DEFAULT_DETECTOR, type(exc).__name__, exc,
                         self.fallback_id)
-            result = self.fallback.detect(job)
+            result = self.fallback.detect(work)
             note = f"{DEFAULT_DETECTOR} failed ({type(exc).__name__}); answered by {self.fallback_id}"
             return DetectionResult(**{**result.__dict__, "fallback": note})
 
@@ -76,22 +76,22 @@ REGISTRY: dict[str, Detector] = {
 }
 
 
-def detect(job: DetectJob) -> DetectionResult:
-    detector = REGISTRY.get(job.detector or DEFAULT_DETECTOR)
+def detect(work: DetectionWork) -> DetectionResult:
+    detector = REGISTRY.get(work.detector or DEFAULT_DETECTOR)
     if detector is None:
-        raise ValueError(f"unknown detector {job.detector!r}")
-    return detector.detect(job)
+        raise ValueError(f"unknown detector {work.detector!r}")
+    return detector.detect(work)
 
 
-def streaming_detector(job: DetectJob) -> DetectionResult:
-    """Every row from row 0 (the state needs them), answered from ``job.start`` on."""
-    detector = StreamingDetector(data_frequency=job.data_frequency, confidence=job.confidence,
-                                 false_alarms_per_week=job.false_alarms_per_week, period=job.period)
+def streaming_detector(work: DetectionWork) -> DetectionResult:
+    """Every row from row 0 (the state needs them), answered from ``work.start`` on."""
+    detector = StreamingDetector(data_frequency=work.data_frequency, confidence=work.confidence,
+                                 false_alarms_per_week=work.false_alarms_per_week, period=work.period)
     state = detector.initial_state()
-    times = np.asarray(job.epoch_seconds, dtype=np.float64).tolist()
-    values = np.asarray(job.values, dtype=np.float64).tolist()
+    times = np.asarray(work.epoch_seconds, dtype=np.float64).tolist()
+    values = np.asarray(work.values, dtype=np.float64).tolist()
     verdicts = detector.update(state, times, values)
-    start = max(0, min(job.start, len(values)))
+    start = max(0, min(work.start, len(values)))
     for name in ("expected", "lower", "upper", "score"):
         if not all(np.isfinite(getattr(verdicts, name)[start:])):
             raise FloatingPointError(f"non-finite {name}")

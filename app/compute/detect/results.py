@@ -1,4 +1,4 @@
-"""The detectors' ids and what a detection job returns to the web process (plain lists, picklable)."""
+"""The detectors' ids and what detection work returns to the web process (plain lists, picklable)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from app.compute.forecast.model_3_mstl import MSTLForecaster
 from app.compute.forecast.model_4_spike_robust import SpikeRobustCombination
 from app.compute.forecast.results import ForecastResult
 from app.compute.forecast.template import ForecastModel
-from app.compute.pool import JobFailed
+from app.compute.pool import WorkFailed
 from app.series.frequencies import seasonal_periods
 
 __all__ = [
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-class ForecastError(JobFailed):
+class ForecastError(WorkFailed):
     """The model and its fallback both failed."""
 
 

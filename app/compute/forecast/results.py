@@ -1,4 +1,4 @@
-"""What a forecast job returns to the web process (plain lists, picklable)."""
+"""What forecast work returns to the web process (plain lists, picklable)."""
 
 from __future__ import annotations
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.compute.pool import Job, PoolError, WorkerPool
+from app.compute.pool import PoolError, Work, WorkerPool
 from app.web.errors import InternalError
 
 
-def run_job(pool: WorkerPool, job: Job, *, failure: str = "") -> Any:
-    """The job's result; a pool failure (timeout, crash, busy) is a 500 carrying the request id, with
+def compute_on_pool(pool: WorkerPool, work: Work, *, failure: str = "") -> Any:
+    """The work's result; a pool failure (timeout, crash, busy) is a 500 carrying the request id, with
     Retry-After when waiting helps. ``failure`` prefixes the message ("Anomaly detection failed")."""
     try:
-        return pool.submit(job)
+        return pool.submit(work)
     except PoolError as exc:
         error = InternalError(f"{failure}: {exc}" if failure else str(exc))
         if exc.retry_after:

@@ -1,4 +1,4 @@
-"""The detection job the web process hands to the worker pool, and what comes back.
+"""The detection work the web process hands to the worker pool, and what comes back.
 
 Shared by POST /anomalies, the Azure-compatible routes and monitors. Nothing numeric is imported at
 module level: the web process imports this module, and the detectors load numpy inside ``run()``.
@@ -19,7 +19,7 @@ from app.compute.detect.results import DEFAULT_DETECTOR, ChangePointResult, Dete
 
 
 @dataclass(frozen=True)
-class DetectJob:
+class DetectionWork:
     epoch_seconds: Any  # int64 numpy array (or list[int]): every row's time, UTC seconds
     values: Any  # float64 numpy array (or list[float]), same length
     data_frequency: str  # "Seconds" ... "Yearly": the nominal spacing, which sets the seasonality tried
@@ -43,7 +43,7 @@ class DetectJob:
 
 
 @dataclass(frozen=True)
-class ChangePointJob:
+class ChangePointWork:
     """Where the level of a series shifts, judged on the whole series (rows before and after each row)."""
 
     values: Any  # float64 numpy array or list of floats

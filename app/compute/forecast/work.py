@@ -1,8 +1,8 @@
-"""Jobs the web process hands to the worker pool, and what comes back.
+"""Work the web process hands to the worker pool, and what comes back.
 
-A job is a picklable object whose ``run()`` executes inside a worker process; its numeric imports happen
+A piece of work is a picklable object whose ``run()`` executes inside a worker process; its numeric imports happen
 there, inside ``run()``, so this module (imported by the web process) loads nothing heavy. Any other
-capability that needs the numeric stack (anomaly detection, monitors) sends its own job class the same way.
+capability that needs the numeric stack (anomaly detection, monitors) sends its own work class the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from app.compute.forecast.results import ForecastResult
 
 
 @dataclass(frozen=True)
-class ForecastJob:
+class ForecastWork:
     model_id: str
     values: Any  # a float64 numpy array or a list of floats
     horizon: int
@@ -32,5 +32,5 @@ class ForecastJob:
 
 
 def warm_up() -> None:
-    """Loads the numeric stack and runs one small fit, so a worker's first real job is not the slow one."""
-    ForecastJob("forecast-model-2", [float(i % 7) for i in range(60)], 3, 0.9, (7,)).run()
+    """Loads the numeric stack and runs one small fit, so a worker's first real forecast is not the slow one."""
+    ForecastWork("forecast-model-2", [float(i % 7) for i in range(60)], 3, 0.9, (7,)).run()
