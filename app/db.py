@@ -102,11 +102,62 @@ class Prepared:
         cursor.executemany(compiled.sql, compiled.row_parameters(names, rows))
         return cursor
 
+    def insert_rows(self, connection: Connection, names: tuple[str, ...], rows: Sequence[Sequence[Any]]) -> None:
+        """An INSERT's rows, as executemany_rows; on SQLite in statements of many rows each. The sqlite3 module
+        lets go of the GIL for every row of an executemany, and a thread that lets go of it waits up to the switch
+        interval (5 ms) to get it back while another thread computes: a 2,000-point append held SQLite's one
+        writer (this process's write lock) long enough that the slowest single-point appends meanwhile waited
+        130-175 ms for it (bench/remote_write.py). A few statements of many rows let go of the GIL a few times."""
+        compiled = self._compiled(connection.dialect)
+        if connection.dialect.name != "sqlite" or compiled.order is None:
+            self.executemany_rows(connection, names, rows)
+            return
+        parameters = compiled.row_parameters(names, rows)
+        head, values, placeholders = compiled.sql.rpartition(" VALUES ")
+        per_statement = max(1, SQLITE_MAX_VARIABLES // max(1, len(compiled.order)))
+        cursor = connection.connection.cursor()
+        for start in range(0, len(parameters), per_statement):
+            chunk = parameters[start:start + per_statement]
+            cursor.execute(f"{head}{values}{', '.join([placeholders] * len(chunk))}",
+                           [value for row in chunk for value in row])
+        cursor.close()
+
+    def update_rows(self, connection: Connection, names: tuple[str, ...], rows: Sequence[Sequence[Any]]) -> int:
+        """An UPDATE for each row, as executemany_rows; the rows it changed. On SQLite one statement joins the
+        rows as a VALUES table (UPDATE ... FROM, SQLite 3.33 and later), for the reason insert_rows gives."""
+        compiled = self._compiled(connection.dialect)
+        pieces = compiled.sql.split("?")
+        sqlite_version = getattr(connection.dialect.dbapi, "sqlite_version_info", (0,))
+        if (connection.dialect.name != "sqlite" or compiled.order is None or len(rows) < 2
+                or sqlite_version < (3, 33) or len(pieces) != len(compiled.order) + 1
+                or compiled.sql.count(" WHERE ") != 1):
+            return self.executemany_rows(connection, names, rows).rowcount
+        parameters = compiled.row_parameters(names, rows)
+        width = len(compiled.order)
+        per_statement = max(1, SQLITE_MAX_VARIABLES // width)
+        # Each placeholder becomes its column of the VALUES table (SQLite names them column1, column2, ...).
+        joined = pieces[0] + "".join(f"rows.column{i + 1}{piece}" for i, piece in enumerate(pieces[1:]))
+        head, where, condition = joined.partition(" WHERE ")
+        row = "(" + ", ".join("?" * width) + ")"
+        changed = 0
+        cursor = connection.connection.cursor()
+        for start in range(0, len(parameters), per_statement):
+            chunk = parameters[start:start + per_statement]
+            cursor.execute(f"{head} FROM (VALUES {', '.join([row] * len(chunk))}) AS rows{where}{condition}",
+                           [value for one in chunk for value in one])
+            changed += cursor.rowcount
+        cursor.close()
+        return changed
+
     def _compiled(self, dialect: Dialect) -> _Compiled:
         compiled = self._by_dialect.get(dialect.name)
         if compiled is None:
             compiled = self._by_dialect[dialect.name] = _Compiled(self._statement, dialect)
         return compiled
+
+
+# The most parameters one SQLite statement takes (SQLITE_MAX_VARIABLE_NUMBER's default since SQLite 3.32).
+SQLITE_MAX_VARIABLES = 32_766
 
 
 class _Compiled:

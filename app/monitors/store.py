@@ -392,10 +392,10 @@ def write_judged(connection: Connection, batch: list[JudgedPoints]) -> None:
              d.warmup, None)
             for e, t, v, d in zip(epochs, item.texts, item.values, item.verdicts, strict=True)
         )
-    claimed = _CLAIM_REVISION.executemany_rows(connection, _CLAIM_NAMES, claims).rowcount
+    claimed = _CLAIM_REVISION.update_rows(connection, _CLAIM_NAMES, claims)
     if claimed != len(claims):
         raise StaleRevision
-    _INSERT_POINTS.executemany_rows(connection, _POINT_NAMES, rows)
+    _INSERT_POINTS.insert_rows(connection, _POINT_NAMES, rows)
     for item in batch:
         if item.plan.events:
             enqueue_events(connection, item.series, item.plan, now)
