@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 import ssl
+import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -249,7 +250,11 @@ def test_ctrl_c_with_forecasts_running_and_queued_stops_at_once(sqlite_server_en
                        for _ in range(CONCURRENT_FORECASTS)]
             time.sleep(1.0)
             os.killpg(server.process.pid, signal.SIGINT)
-            server.process.wait(timeout=timeout / 4)  # before: the whole forecast timeout
+            try:
+                server.process.wait(timeout=timeout / 4)  # before: the whole forecast timeout
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the server was still running {timeout / 4:g} s after Ctrl-C; its log:\n"
+                            f"{server.log()[-6000:]}")
             for answer in answers:
                 try:
                     got = answer.result()
