@@ -112,15 +112,9 @@ class Prepared:
         if connection.dialect.name != "sqlite" or compiled.order is None:
             self.executemany_rows(connection, names, rows)
             return
-        parameters = compiled.row_parameters(names, rows)
         head, values, placeholders = compiled.sql.rpartition(" VALUES ")
-        per_statement = max(1, SQLITE_MAX_VARIABLES // max(1, len(compiled.order)))
-        cursor = connection.connection.cursor()
-        for start in range(0, len(parameters), per_statement):
-            chunk = parameters[start:start + per_statement]
-            cursor.execute(f"{head}{values}{', '.join([placeholders] * len(chunk))}",
-                           [value for row in chunk for value in row])
-        cursor.close()
+        _in_statements(connection, compiled.row_parameters(names, rows), len(compiled.order),
+                       lambda count: f"{head}{values}{', '.join([placeholders] * count)}")
 
     def update_rows(self, connection: Connection, names: tuple[str, ...], rows: Sequence[Sequence[Any]]) -> int:
         """An UPDATE for each row, as executemany_rows; the rows it changed. On SQLite one statement joins the
@@ -132,22 +126,14 @@ class Prepared:
                 or sqlite_version < (3, 33) or len(pieces) != len(compiled.order) + 1
                 or compiled.sql.count(" WHERE ") != 1):
             return self.executemany_rows(connection, names, rows).rowcount
-        parameters = compiled.row_parameters(names, rows)
         width = len(compiled.order)
-        per_statement = max(1, SQLITE_MAX_VARIABLES // width)
         # Each placeholder becomes its column of the VALUES table (SQLite names them column1, column2, ...).
         joined = pieces[0] + "".join(f"rows.column{i + 1}{piece}" for i, piece in enumerate(pieces[1:]))
         head, where, condition = joined.partition(" WHERE ")
         row = "(" + ", ".join("?" * width) + ")"
-        changed = 0
-        cursor = connection.connection.cursor()
-        for start in range(0, len(parameters), per_statement):
-            chunk = parameters[start:start + per_statement]
-            cursor.execute(f"{head} FROM (VALUES {', '.join([row] * len(chunk))}) AS rows{where}{condition}",
-                           [value for one in chunk for value in one])
-            changed += cursor.rowcount
-        cursor.close()
-        return changed
+        return _in_statements(
+            connection, compiled.row_parameters(names, rows), width,
+            lambda count: f"{head} FROM (VALUES {', '.join([row] * count)}) AS rows{where}{condition}")
 
     def _compiled(self, dialect: Dialect) -> _Compiled:
         compiled = self._by_dialect.get(dialect.name)
@@ -158,6 +144,21 @@ class Prepared:
 
 # The most parameters one SQLite statement takes (SQLITE_MAX_VARIABLE_NUMBER's default since SQLite 3.32).
 SQLITE_MAX_VARIABLES = 32_766
+
+
+def _in_statements(connection: Connection, parameters: Sequence[Sequence[Any]], width: int,
+                   statement: Callable[[int], str]) -> int:
+    """Runs ``statement(count)`` (its text for ``count`` rows of ``width`` parameters) over the rows, as many a
+    statement as SQLite takes; the rows they changed."""
+    per_statement = max(1, SQLITE_MAX_VARIABLES // max(1, width))
+    changed = 0
+    cursor = connection.connection.cursor()
+    for start in range(0, len(parameters), per_statement):
+        chunk = parameters[start:start + per_statement]
+        cursor.execute(statement(len(chunk)), [value for row in chunk for value in row])
+        changed += max(0, cursor.rowcount)
+    cursor.close()
+    return changed
 
 
 class _Compiled:
