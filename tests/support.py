@@ -779,6 +779,21 @@ class JobWorker:
         return self.process.returncode
 
 
+
+@contextmanager
+def served_with_jobs(env: dict[str, str], directory: Path, *, processes: int = 1) -> Iterator[tuple[Server, JobWorker]]:
+    """The database in ``env`` migrated, then a real gunicorn and a jobs worker of ``processes`` on it (their logs
+    server.log and worker.log in ``directory``), both stopped afterwards."""
+    cli_in_process("db", "upgrade", env=env)
+    server = Server(env, log_path=directory / "server.log")
+    worker = JobWorker(env, log_path=directory / "worker.log", processes=processes)
+    try:
+        server.wait_ready()
+        yield server, worker
+    finally:
+        worker.stop()
+        server.stop()
+
 class Tarpit:
     """A TCP server on 127.0.0.1 that accepts every connection, reads what it is sent and never answers.
 

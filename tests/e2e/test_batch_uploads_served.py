@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import JobWorker, Server, batch_finished, bearer, cli_in_process
+from tests.support import Server, batch_finished, bearer, cli_in_process, served_with_jobs
 
 pytestmark = pytest.mark.slow
 
@@ -37,16 +37,9 @@ def create_key(env: dict[str, str], *limits: str) -> str:
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, str]]]:
     directory = tmp_path_factory.mktemp("uploads-served")
     env = {**ENV, "DATABASE_URL": f"sqlite:///{directory / 'batches.sqlite3'}"}
-    cli_in_process("db", "upgrade", env=env)
-    server = Server(env, log_path=directory / "server.log")
-    worker = JobWorker(env, log_path=directory / "worker.log", processes=2)
-    try:
-        server.wait_ready()
+    with served_with_jobs(env, directory, processes=2) as (server, worker):
         yield server, env
         assert "Traceback" not in server.log() + worker.log()
-    finally:
-        worker.stop()
-        server.stop()
 
 
 def generous(env: dict[str, str]) -> str:

@@ -31,6 +31,7 @@ from tests.support import (
     missing_service,
     postgres_database,
     redis_available,
+    served_with_jobs,
     wait_for,
 )
 
@@ -77,16 +78,8 @@ def results(server: Server, key: str, batch_id: str) -> list[dict[str, Any]]:
 @pytest.fixture
 def sqlite_service(tmp_path: Path) -> Iterator[tuple[Server, JobWorker, str, dict[str, str]]]:
     env = {**BASE_ENV, "DATABASE_URL": f"sqlite:///{tmp_path / 'batches.sqlite3'}"}
-    cli_in_process("db", "upgrade", env=env)
-    key = create_key(env)
-    server = Server(env, log_path=tmp_path / "server.log")
-    worker = JobWorker(env, log_path=tmp_path / "worker.log", processes=2)
-    try:
-        server.wait_ready()
-        yield server, worker, key, env
-    finally:
-        worker.stop()
-        server.stop()
+    with served_with_jobs(env, tmp_path, processes=2) as (server, worker):
+        yield server, worker, create_key(env), env
 
 
 def test_json_and_csv_batches_give_post_forecast_answers(

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from forecast_client import AsyncClient, Client
 
-from tests.support import JobWorker, Server, cli_in_process
+from tests.support import cli_in_process, served_with_jobs
 
 pytestmark = pytest.mark.slow
 
@@ -25,17 +25,11 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     directory: Path = tmp_path_factory.mktemp("client-backtest")
     env = {"DATABASE_URL": f"sqlite:///{directory / 'batches.sqlite3'}", "FORECAST_WORKERS": "1",
            "LOG_LEVEL": "WARNING", "BATCH_CHUNK_SERIES": "2"}
-    cli_in_process("db", "upgrade", env=env)
-    key = json.loads(cli_in_process("keys", "create", "--permissions", "read,write", "--per-minute", "100000",
-                                    "--per-hour", "1000000", "--per-day", "10000000", "--json", env=env).stdout)["key"]
-    server = Server(env, log_path=directory / "server.log")
-    worker = JobWorker(env, log_path=directory / "worker.log")
-    try:
-        server.wait_ready()
+    with served_with_jobs(env, directory) as (server, _):
+        key = json.loads(cli_in_process("keys", "create", "--permissions", "read,write", "--per-minute", "100000",
+                                        "--per-hour", "1000000", "--per-day", "10000000", "--json",
+                                        env=env).stdout)["key"]
         yield server.url, key
-    finally:
-        worker.stop()
-        server.stop()
 
 
 def monthly(ids: list[str], points: int) -> pd.DataFrame:

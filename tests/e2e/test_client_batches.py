@@ -14,7 +14,7 @@ import pytest
 from forecast_client import AsyncClient, BatchFailed, BatchTimeout, Client, NotFound
 from forecast_client._batches import UPLOAD_ROWS
 
-from tests.support import JobWorker, Server, cli_in_process
+from tests.support import JobWorker, Server, cli_in_process, served_with_jobs
 
 pytestmark = pytest.mark.slow
 
@@ -35,17 +35,11 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     directory: Path = tmp_path_factory.mktemp("client-batches")
     env = {"DATABASE_URL": f"sqlite:///{directory / 'batches.sqlite3'}", "FORECAST_WORKERS": "1",
            "LOG_LEVEL": "WARNING", "BATCH_CHUNK_SERIES": "4"}
-    cli_in_process("db", "upgrade", env=env)
-    key = json.loads(cli_in_process("keys", "create", "--permissions", "read,write,delete", "--per-minute", "100000",
-                                    "--per-hour", "1000000", "--per-day", "10000000", "--json", env=env).stdout)["key"]
-    server = Server(env, log_path=directory / "server.log")
-    worker = JobWorker(env, log_path=directory / "worker.log", processes=2)
-    try:
-        server.wait_ready()
+    with served_with_jobs(env, directory, processes=2) as (server, worker):
+        key = json.loads(cli_in_process("keys", "create", "--permissions", "read,write,delete", "--per-minute",
+                                        "100000", "--per-hour", "1000000", "--per-day", "10000000", "--json",
+                                        env=env).stdout)["key"]
         yield Running(server, worker, key)
-    finally:
-        worker.stop()
-        server.stop()
 
 
 def long_frame(ids: list[object], points: int, *, freq: str = "D", tz: str | None = None,

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import requests
 
-from tests.support import REQUIRE_SERVICES, JobWorker, Server, bearer, cli_in_process, wait_for
+from tests.support import REQUIRE_SERVICES, Server, bearer, cli_in_process, served_with_jobs, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -36,18 +36,11 @@ ENV = {"FORECAST_WORKERS": "1", "LOG_LEVEL": "WARNING", "BATCH_CHUNK_SERIES": "2
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str, dict[str, str]]]:
     folder = tmp_path_factory.mktemp("nixtla")
     env = {**ENV, "DATABASE_URL": f"sqlite:///{folder / 'service.sqlite3'}"}
-    cli_in_process("db", "upgrade", env=env)
-    key = json.loads(cli_in_process("keys", "create", "--permissions", "read,write", "--per-minute", "100000",
-                                    "--per-hour", "1000000", "--per-day", "10000000", "--json",
-                                    env=env).stdout)["key"]
-    server = Server(env, log_path=folder / "gunicorn.log")
-    worker = JobWorker(env, log_path=folder / "worker.log")
-    try:
-        server.wait_ready()
+    with served_with_jobs(env, folder) as (server, _):
+        key = json.loads(cli_in_process("keys", "create", "--permissions", "read,write", "--per-minute", "100000",
+                                        "--per-hour", "1000000", "--per-day", "10000000", "--json",
+                                        env=env).stdout)["key"]
         yield server, key, env
-    finally:
-        worker.stop()
-        server.stop()
 
 
 def client_for(server: Server, key: str) -> NixtlaClient:

@@ -16,7 +16,17 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import JobWorker, Server, Tarpit, batch_finished, batch_status, bearer, cli_in_process, wait_for
+from tests.support import (
+    JobWorker,
+    Server,
+    Tarpit,
+    batch_finished,
+    batch_status,
+    bearer,
+    cli_in_process,
+    served_with_jobs,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -55,15 +65,8 @@ def submit(server: Server, key: str, series: list[dict[str, Any]], model: str) -
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[Server, JobWorker, dict[str, str]]]:
     env = {**ENV, "DATABASE_URL": f"sqlite:///{tmp_path / 'tenants.sqlite3'}"}
-    cli_in_process("db", "upgrade", env=env)
-    server = Server(env, log_path=tmp_path / "server.log")
-    worker = JobWorker(env, log_path=tmp_path / "worker.log", processes=2)
-    try:
-        server.wait_ready()
+    with served_with_jobs(env, tmp_path, processes=2) as (server, worker):
         yield server, worker, env
-    finally:
-        worker.stop()
-        server.stop()
 
 
 def test_hanging_sources_and_a_large_batch_do_not_hold_back_another_accounts_small_batch(
