@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from app.db import Database
 from app.monitors import sources
@@ -157,8 +156,12 @@ _MONITORS = MonitorRecord.__table__
 
 
 def _insert_ignoring_duplicates(dialect: str) -> Any:
-    insert = postgresql.insert(_SERIES) if dialect == "postgresql" else sqlite.insert(_SERIES)
-    return insert.on_conflict_do_nothing(index_elements=["monitor_id", "labels_key"])
+    # Imported here: a process only loads the dialect of the database it is configured with.
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+    return insert(_SERIES).on_conflict_do_nothing(index_elements=["monitor_id", "labels_key"])
 
 
 def resolve(database: Database, ids: SeriesIds, *, account_id: str, wanted: Mapping[str, Iterable[Labels]],

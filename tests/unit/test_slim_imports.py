@@ -16,8 +16,9 @@ from tests.support import ROOT
 
 NEVER_IN_WEB = ("scipy", "statsmodels", "pmdarima", "sklearn", "pandas")
 NOT_FOR_ADMIN_COMMANDS = ("numpy", "apispec")
-# The job engine and the clients of backends the embedded default does not use: SQLite and no Redis load none.
-UNCONFIGURED_BACKENDS = ("huey", "redis", "psycopg", "psycopg2")
+# The job engine, and the clients and SQL dialects of backends the embedded default does not use: SQLite and no
+# Redis load none.
+UNCONFIGURED_BACKENDS = ("huey", "redis", "psycopg", "psycopg2", "sqlalchemy.dialects.postgresql")
 # Prometheus remote write's decoders: loaded by the first write, not by every process that builds the app.
 FIRST_WRITE_ONLY = ("google.protobuf", "cramjam")
 
