@@ -425,7 +425,7 @@ def test_failed_deliveries_are_retried_in_order(client: FlaskClient, keys: dict,
                 MonitorEventRecord.monitor_id == monitor_id)).scalar_one()
         events = receiver.wait_for(total)
         assert [e["sequence"] for e in events] == list(range(1, total + 1))
-        log = client.get(f"/monitors/{monitor_id}/deliveries", headers=owner).json["deliveries"]
+        log = settled_deliveries(client, owner, monitor_id)
         head = next(d for d in log if d["sequence"] == 1)
         assert head["status"] == "delivered" and len(head["attempts"]) >= 3
         assert [a["status_code"] for a in head["attempts"]][:2] == [503, 503]
