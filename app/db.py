@@ -65,6 +65,18 @@ class Database:
         self.engine.dispose()
 
 
+def dialect_insert(dialect: str, table: Any) -> Any:
+    """An INSERT into ``table`` in the dialect's own form (it has ON CONFLICT), imported here so a process loads
+    only the dialect of the database it is configured with."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+    else:  # pragma: no cover - the service ships for SQLite and PostgreSQL only
+        raise RuntimeError(f"an insert with ON CONFLICT needs SQLite or PostgreSQL, not {dialect}")
+    return insert(table)
+
+
 class Prepared:
     """One fixed Core statement, compiled once per dialect and run on the DBAPI cursor of a Core connection.
 

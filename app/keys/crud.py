@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Connection, bindparam, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.db import Prepared
+from app.db import Prepared, dialect_insert
 from app.keys.limits import TIERS, KeyLimits, resolve_limits
 from app.keys.records import (
     OUTCOME_COLUMNS,
@@ -307,13 +307,7 @@ def add_usage_bucket_batch(session: Session | Connection, buckets: dict[tuple[st
 def _upsert_buckets(dialect: str) -> Prepared:
     prepared = _UPSERT_BUCKETS.get(dialect)
     if prepared is None:
-        if dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        elif dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
-        else:  # pragma: no cover - the service ships for SQLite and PostgreSQL only
-            raise RuntimeError(f"usage buckets need SQLite or PostgreSQL, not {dialect}")
-        statement = insert(_BUCKETS)
+        statement = dialect_insert(dialect, _BUCKETS)
         statement = statement.on_conflict_do_update(
             index_elements=[_BUCKETS.c.key_id, _BUCKETS.c.hour],
             set_={column: _BUCKETS.c[column] + statement.excluded[column] for column in OUTCOME_COLUMNS.values()},

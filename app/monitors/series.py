@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
-from app.db import Database
+from app.db import Database, dialect_insert
 from app.monitors import sources
 from app.monitors.records import MonitorRecord, MonitorSeriesRecord
 from app.web.errors import ApiError, DataValidationError, NotFound
@@ -156,12 +156,7 @@ _MONITORS = MonitorRecord.__table__
 
 
 def _insert_ignoring_duplicates(dialect: str) -> Any:
-    # Imported here: a process only loads the dialect of the database it is configured with.
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
-    return insert(_SERIES).on_conflict_do_nothing(index_elements=["monitor_id", "labels_key"])
+    return dialect_insert(dialect, _SERIES).on_conflict_do_nothing(index_elements=["monitor_id", "labels_key"])
 
 
 def resolve(database: Database, ids: SeriesIds, *, account_id: str, wanted: Mapping[str, Iterable[Labels]],
