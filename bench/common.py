@@ -60,18 +60,23 @@ def base_env(app_root: Path | None = None, **extra: str) -> dict[str, str]:
 SNAPSHOT_ITEMS = ("app", "migrations", "wsgi.py", "gunicorn.conf.py", "pyproject.toml")
 
 
+def copy_service(root: Path, dest: Path) -> Path:
+    """The service files (SNAPSHOT_ITEMS) of the checkout at ``root`` copied to ``dest``, without bytecode."""
+    for item in SNAPSHOT_ITEMS:
+        src = root / item
+        if src.is_dir():
+            shutil.copytree(src, dest / item, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif src.exists():
+            shutil.copy2(src, dest / item)
+    return dest
+
+
 @contextmanager
 def code_snapshot() -> Iterator[str]:
     """Copies the service code to a temp dir and points APP_ROOT (and child processes) at it."""
     global APP_ROOT
     with tempfile.TemporaryDirectory(prefix="bench-code-") as tmp:
-        dest = Path(tmp)
-        for item in SNAPSHOT_ITEMS:
-            src = ROOT / item
-            if src.is_dir():
-                shutil.copytree(src, dest / item, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-            elif src.exists():
-                shutil.copy2(src, dest / item)
+        dest = copy_service(ROOT, Path(tmp))
         previous = APP_ROOT, os.environ.get("BENCH_APP_ROOT")
         APP_ROOT = dest
         os.environ["BENCH_APP_ROOT"] = str(dest)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -45,12 +44,7 @@ def child_cpu(args: list[str], cwd: Path, database_url: str) -> float:
 
 def compiled_copy(root: Path, dest: Path) -> Path:
     """The service files of ``root`` copied to ``dest``, byte-compiled (the working tree stays untouched)."""
-    for item in c.SNAPSHOT_ITEMS:
-        source = root / item
-        if source.is_dir():
-            shutil.copytree(source, dest / item, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        elif source.exists():
-            shutil.copy2(source, dest / item)
+    c.copy_service(root, dest)
     env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run([c.PYTHON, "-m", "compileall", "-q", "app", "migrations", "wsgi.py"], cwd=dest, env=env,
                    check=True, stdout=subprocess.DEVNULL, timeout=300)
