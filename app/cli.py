@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import click
 from flask import Flask
 from flask.cli import AppGroup
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.keys import crud
 from app.keys.limits import TIERS
@@ -98,13 +98,13 @@ def _fail(message: str) -> NoReturn:
 
 
 @contextmanager
-def _key_store() -> Iterator[Session]:
-    """A session on the key store; a database that cannot answer is one clear line, not a traceback."""
+def _key_store() -> Iterator[Connection]:
+    """A transaction on the key store; a database that cannot answer is one clear line, not a traceback."""
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
-        with current_services().database.session() as session:
-            yield session
+        with current_services().database.transaction() as connection:
+            yield connection
     except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         _fail(f"the key store cannot be used ({reason}). Is the database reachable and migrated (db upgrade)?")
@@ -205,9 +205,9 @@ def keys_create(
 ) -> None:
     """Create a key and print it once."""
     try:
-        with _key_store() as session:
+        with _key_store() as connection:
             created = crud.create_key(
-                session,
+                connection,
                 permissions=crud.parse_permissions(permissions),
                 name=name,
                 account_id=account_id,
@@ -226,8 +226,8 @@ def keys_create(
 @click.option("--json", "as_json", is_flag=True)
 def keys_list(as_json: bool) -> None:
     """List keys (never the keys themselves)."""
-    with _key_store() as session:
-        keys = crud.list_keys(session)
+    with _key_store() as connection:
+        keys = crud.list_keys(connection)
     if as_json:
         click.echo(json.dumps([key_summary(k) for k in keys]))
         return
@@ -293,8 +293,8 @@ def _key_table(keys: list[ApiKey]) -> str:
 def keys_show(key_id: str, as_json: bool) -> None:
     """Show one key."""
     try:
-        with _key_store() as session:
-            key = crud.get_key(session, key_id=key_id)
+        with _key_store() as connection:
+            key = crud.get_key(connection, key_id=key_id)
     except crud.KeyInputError as exc:
         _fail(str(exc))
     if as_json:
@@ -308,9 +308,9 @@ def keys_show(key_id: str, as_json: bool) -> None:
 def keys_revoke(key_id: str) -> None:
     """Revoke a key at once, and every key it created (running servers refuse them within 5 s)."""
     try:
-        with _key_store() as session:
-            key = crud.revoke_key(session, key_id=key_id)
-            cascade = crud.revoke_created(session, key_id=key_id)
+        with _key_store() as connection:
+            key = crud.revoke_key(connection, key_id=key_id)
+            cascade = crud.revoke_created(connection, key_id=key_id)
     except crud.KeyInputError as exc:
         _fail(str(exc))
     click.echo(f"Revoked {key.id} at {_iso(key.revoked_at)}.")
@@ -325,8 +325,8 @@ def keys_revoke(key_id: str) -> None:
 def keys_rotate(key_id: str, grace: str, as_json: bool) -> None:
     """Make a replacement key with the same account, permissions and limits."""
     try:
-        with _key_store() as session:
-            created, old = crud.rotate_key(session, key_id=key_id, grace=_parse_duration(grace))
+        with _key_store() as connection:
+            created, old = crud.rotate_key(connection, key_id=key_id, grace=_parse_duration(grace))
     except crud.KeyInputError as exc:
         _fail(str(exc))
     ends = _iso(old.revoked_at) if old.revoked_at else _iso(old.expires_at)
@@ -347,9 +347,9 @@ def keys_set_limits(
     if tier is None and per_minute is None and per_hour is None and per_day is None:
         _fail("give --tier and/or --per-minute/--per-hour/--per-day")
     try:
-        with _key_store() as session:
+        with _key_store() as connection:
             key = crud.set_limits(
-                session, key_id=key_id, tier=tier, per_minute=per_minute, per_hour=per_hour, per_day=per_day
+                connection, key_id=key_id, tier=tier, per_minute=per_minute, per_hour=per_hour, per_day=per_day
             )
     except crud.KeyInputError as exc:
         _fail(str(exc))
@@ -364,8 +364,8 @@ FULL_ACCESS = "read,write,admin,delete"
 def keys_bootstrap(url: str) -> None:
     """Create a first full-access key when the store is empty, and show how to call the service."""
     dashboard = f"{url.rstrip('/')}/dashboard/"
-    with _key_store() as session:
-        existing = crud.count_keys(session)
+    with _key_store() as connection:
+        existing = crud.count_keys(connection)
         if existing > 0:
             # The first key is printed once only; someone who lost it needs the way to a new one, not a dead end.
             click.echo(f"{existing} key(s) already exist, so none was created (see: {_invoked_as()} keys list).")
@@ -374,7 +374,7 @@ def keys_bootstrap(url: str) -> None:
             click.echo(f"Then sign in to the dashboard at {dashboard} with it.")
             return
         created = crud.create_key(
-            session, permissions=tuple(FULL_ACCESS.split(",")), name="first key"
+            connection, permissions=tuple(FULL_ACCESS.split(",")), name="first key"
         )
     click.echo(f"Created the first API key {created.key.id} (full access). It is shown once; keep it safe:")
     click.echo("")

@@ -23,14 +23,14 @@ config = context.config
 
 
 def load_models() -> MetaData:
-    """Every table the app maps: each package keeps its ORM classes in a `records` module."""
-    from app.db import Base
+    """Every table the app declares: each package keeps its tables in a `records` module."""
+    from app.db import metadata
 
     package_root = REPO_ROOT / "app"
     for path in sorted(package_root.rglob("records.py")):
         module = ".".join(("app", *path.relative_to(package_root).with_suffix("").parts))
         importlib.import_module(module)
-    return Base.metadata
+    return metadata
 
 
 def database_url() -> str:

@@ -431,8 +431,8 @@ def services_of(app: Flask) -> Services:
 
 def new_key(app: Flask, permissions: tuple[str, ...] = ("read",), **kwargs: Any) -> tuple[str, str]:
     """Creates a key through the same CRUD the CLI uses; returns (plain key, key id)."""
-    with services_of(app).database.session() as session:
-        created = crud.create_key(session, permissions=permissions, **kwargs)
+    with services_of(app).database.transaction() as connection:
+        created = crud.create_key(connection, permissions=permissions, **kwargs)
     return created.plain_key, created.key.id
 
 

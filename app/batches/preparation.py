@@ -9,23 +9,26 @@ from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, delete, literal, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, and_, case, delete, insert, literal, select, update
 
-from app.batches.records import BatchChunkRecord, BatchRecord, BatchUploadRecord
+from app.batches.records import batch_chunks_table, batch_uploads_table, batches_table
 from app.batches.store import RUNNABLE, add_chunks, all_failed, free, new_chunk, now_utc
 from app.db import Database
 from app.keys.records import UTCDateTime
+
+_batches = batches_table.c
+_chunks = batch_chunks_table.c
+_uploads = batch_uploads_table.c
 
 
 def claim_preparation(database: Database, batch_id: str, *, lease_seconds: float) -> str | None:
     """A lease on splitting a CSV batch's upload into chunks; None when done already or leased to another."""
     now, token = now_utc(), secrets.token_hex(16)
-    with database.session() as session:
-        claimed = session.execute(
-            update(BatchRecord)
-            .where(BatchRecord.id == batch_id, BatchRecord.status.in_(RUNNABLE), BatchRecord.prepared.is_(False),
-                   free(BatchRecord, now))
+    with database.transaction() as connection:
+        claimed = connection.execute(
+            update(batches_table)
+            .where(_batches.id == batch_id, _batches.status.in_(RUNNABLE), _batches.prepared.is_(False),
+                   free(batches_table, now))
             .values(lease_token=token, lease_until=now + timedelta(seconds=lease_seconds))
         ).rowcount
     return token if claimed == 1 else None
@@ -33,20 +36,18 @@ def claim_preparation(database: Database, batch_id: str, *, lease_seconds: float
 
 def counted_series(database: Database, batch_id: str) -> int:
     """The series the web process counted in the batch's upload (0 when the batch is gone)."""
-    with database.session() as session:
-        return session.scalar(select(BatchRecord.series_total).where(BatchRecord.id == batch_id)) or 0
+    with database.transaction() as connection:
+        return connection.scalar(select(_batches.series_total).where(_batches.id == batch_id)) or 0
 
 
 def upload_pieces(database: Database, batch_id: str) -> Iterator[bytes]:
     """The uploaded CSV, one stored piece at a time."""
-    with database.session() as session:
-        sequence = session.scalars(
-            select(BatchUploadRecord.seq).where(BatchUploadRecord.batch_id == batch_id).order_by(BatchUploadRecord.seq)
-        ).all()
+    with database.transaction() as connection:
+        sequence = connection.scalars(
+            select(_uploads.seq).where(_uploads.batch_id == batch_id).order_by(_uploads.seq)).all()
     for seq in sequence:
-        with database.session() as session:
-            data = session.scalar(select(BatchUploadRecord.data).where(BatchUploadRecord.batch_id == batch_id,
-                                                                     BatchUploadRecord.seq == seq))
+        with database.transaction() as connection:
+            data = connection.scalar(select(_uploads.data).where(_uploads.batch_id == batch_id, _uploads.seq == seq))
         if data is None:  # cancelled meanwhile
             return
         yield data
@@ -55,28 +56,28 @@ def upload_pieces(database: Database, batch_id: str) -> Iterator[bytes]:
 def renew_preparation(database: Database, batch_id: str, token: str, *, lease_seconds: float) -> bool:
     """Extends the caller's lease on splitting the upload; False when it no longer holds it (cancelled, or
     another worker took over after this one stalled), and the caller stops."""
-    with database.session() as session:
-        return session.execute(
-            update(BatchRecord)
-            .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
-                   BatchRecord.status.in_(RUNNABLE))
+    with database.transaction() as connection:
+        return connection.execute(
+            update(batches_table)
+            .where(_batches.id == batch_id, _batches.lease_token == token, _batches.prepared.is_(False),
+                   _batches.status.in_(RUNNABLE))
             .values(lease_until=now_utc() + timedelta(seconds=lease_seconds))
         ).rowcount == 1
 
 
-def _unsplit(session: Session, batch_id: str, token: str, **values: Any) -> bool:
+def _unsplit(connection: Connection, batch_id: str, token: str, **values: Any) -> bool:
     """Deletes the chunks an unfinished split stored (and any results of them) and zeroes their counts, with
     ``values``, if the caller holds the split's lease. The chunks go first: a worker storing a chunk's results
     locks that chunk and then the batch, so the batch's counts are updated after its last such write and a
     later one finds its chunk gone (it writes nothing)."""
-    session.execute(delete(BatchChunkRecord).where(BatchChunkRecord.batch_id == batch_id))
-    if session.execute(
-        update(BatchRecord)
-        .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
-               BatchRecord.status.in_(RUNNABLE))
+    connection.execute(delete(batch_chunks_table).where(_chunks.batch_id == batch_id))
+    if connection.execute(
+        update(batches_table)
+        .where(_batches.id == batch_id, _batches.lease_token == token, _batches.prepared.is_(False),
+               _batches.status.in_(RUNNABLE))
         .values(chunks_total=0, chunks_done=0, series_done=0, series_failed=0, updated_at=now_utc(), **values)
     ).rowcount != 1:
-        session.rollback()
+        connection.rollback()
         return False
     return True
 
@@ -86,8 +87,8 @@ def restart_preparation(database: Database, batch_id: str, token: str) -> bool:
     died) or when a streamed split finds the upload's series are not grouped and splits it whole instead: the
     series stored so far are dropped with their results, and the batch is queued again. False when the caller
     no longer holds the lease."""
-    with database.session() as session:
-        return _unsplit(session, batch_id, token, status="queued")
+    with database.transaction() as connection:
+        return _unsplit(connection, batch_id, token, status="queued")
 
 
 def add_prepared_chunk(database: Database, batch_id: str, token: str, *, seq: int, first_index: int,
@@ -96,16 +97,16 @@ def add_prepared_chunk(database: Database, batch_id: str, token: str, *, seq: in
     split's lease is extended in the same transaction. False when the caller no longer holds the lease."""
     now = now_utc()
     until = now + timedelta(seconds=lease_seconds)
-    with database.session() as session:
-        if session.execute(
-            update(BatchRecord)
-            .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
-                   BatchRecord.status.in_(RUNNABLE), BatchRecord.chunks_total == seq)
+    with database.transaction() as connection:
+        if connection.execute(
+            update(batches_table)
+            .where(_batches.id == batch_id, _batches.lease_token == token, _batches.prepared.is_(False),
+                   _batches.status.in_(RUNNABLE), _batches.chunks_total == seq)
             .values(chunks_total=seq + 1, lease_until=until, updated_at=now)
         ).rowcount != 1:
-            session.rollback()
+            connection.rollback()
             return False
-        session.add(new_chunk(batch_id, seq, first_index, series, until))
+        connection.execute(insert(batch_chunks_table).values(**new_chunk(batch_id, seq, first_index, series, until)))
     return True
 
 
@@ -115,24 +116,24 @@ def finish_preparation(database: Database, batch_id: str, token: str, *, total: 
     UPDATE decides, so a worker finishing the last chunk meanwhile cannot leave the batch running. False when
     the caller no longer holds the lease."""
     now = now_utc()
-    with database.session() as session:
-        all_done = BatchRecord.chunks_done >= BatchRecord.chunks_total
-        none = and_(all_done, BatchRecord.series_done == 0, BatchRecord.series_failed > 0)
-        if session.execute(
-            update(BatchRecord)
-            .where(BatchRecord.id == batch_id, BatchRecord.lease_token == token, BatchRecord.prepared.is_(False),
-                   BatchRecord.status.in_(RUNNABLE))
+    with database.transaction() as connection:
+        all_done = _batches.chunks_done >= _batches.chunks_total
+        none = and_(all_done, _batches.series_done == 0, _batches.series_failed > 0)
+        if connection.execute(
+            update(batches_table)
+            .where(_batches.id == batch_id, _batches.lease_token == token, _batches.prepared.is_(False),
+                   _batches.status.in_(RUNNABLE))
             .values(
                 prepared=True, series_total=total, lease_token=None, lease_until=None, updated_at=now,
-                status=case((none, literal("failed")), (all_done, literal("done")), else_=BatchRecord.status),
-                error=case((none, all_failed(BatchRecord.series_failed)), else_=BatchRecord.error),
-                finished_at=case((all_done, literal(now, UTCDateTime())), else_=BatchRecord.finished_at),
-                expires_at=case((all_done, literal(now + ttl, UTCDateTime())), else_=BatchRecord.expires_at),
+                status=case((none, literal("failed")), (all_done, literal("done")), else_=_batches.status),
+                error=case((none, all_failed(_batches.series_failed)), else_=_batches.error),
+                finished_at=case((all_done, literal(now, UTCDateTime())), else_=_batches.finished_at),
+                expires_at=case((all_done, literal(now + ttl, UTCDateTime())), else_=_batches.expires_at),
             )
         ).rowcount != 1:
-            session.rollback()
+            connection.rollback()
             return False
-        session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
+        connection.execute(delete(batch_uploads_table).where(_uploads.batch_id == batch_id))
     return True
 
 
@@ -142,17 +143,17 @@ def store_preparation(database: Database, batch_id: str, token: str, series: Ite
     dropped. The number of chunks, or None when the caller no longer holds the lease. (A split of the whole
     file at once: restart_preparation has removed any chunks of an earlier attempt.)"""
     now = now_utc()
-    with database.session() as session:
-        record = session.get(BatchRecord, batch_id, with_for_update=True)
+    with database.transaction() as connection:
+        record = connection.execute(select(_batches.lease_token, _batches.prepared, _batches.status)
+                                    .where(_batches.id == batch_id).with_for_update()).first()
         if record is None or record.lease_token != token or record.prepared or record.status not in RUNNABLE:
             return None
-        record.chunks_total = chunks = add_chunks(session, batch_id, series, chunk_series,
-                                                   now + timedelta(seconds=lease_seconds))
-        record.series_total, record.prepared, record.updated_at = total, True, now
-        record.lease_token = record.lease_until = None
-        if not total:
-            record.status, record.finished_at, record.expires_at = "done", now, now + ttl
-        session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
+        chunks = add_chunks(connection, batch_id, series, chunk_series, now + timedelta(seconds=lease_seconds))
+        done = {} if total else {"status": "done", "finished_at": now, "expires_at": now + ttl}
+        connection.execute(update(batches_table).where(_batches.id == batch_id).values(
+            chunks_total=chunks, series_total=total, prepared=True, updated_at=now, lease_token=None,
+            lease_until=None, **done))
+        connection.execute(delete(batch_uploads_table).where(_uploads.batch_id == batch_id))
     return chunks
 
 
@@ -161,9 +162,9 @@ def fail_batch(database: Database, batch_id: str, token: str, error: dict[str, A
     split may have stored (and workers computed) its first chunks before it met the error: they are deleted
     with their results and counts, so the batch reads exactly as if the error had been found first."""
     now = now_utc()
-    with database.session() as session:
-        if not _unsplit(session, batch_id, token, status="failed", error=json.dumps(error), finished_at=now,
+    with database.transaction() as connection:
+        if not _unsplit(connection, batch_id, token, status="failed", error=json.dumps(error), finished_at=now,
                         expires_at=now + ttl, lease_token=None, lease_until=None, upload_bytes=0):
             return False
-        session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
+        connection.execute(delete(batch_uploads_table).where(_uploads.batch_id == batch_id))
     return True

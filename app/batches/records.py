@@ -2,74 +2,66 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from sqlalchemy import BigInteger, Boolean, Column, ForeignKey, Index, Integer, LargeBinary, String, Table, Text
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, LargeBinary, String, Text
-from sqlalchemy.orm import Mapped, mapped_column
-
-from app.db import Base
+from app.db import metadata
 from app.keys.records import UTCDateTime
 
-
-class BatchRecord(Base):
-    __tablename__ = "batches"
-    __table_args__ = (
-        Index("ix_batches_account_created", "account_id", "created_at"),
-        # The periodic sweep: unfinished batches, and finished ones past their expiry.
-        Index("ix_batches_status", "status"),
-        Index("ix_batches_expires_at", "expires_at"),
-    )
-
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    account_id: Mapped[str] = mapped_column(String(64))
-    key_id: Mapped[str] = mapped_column(String(32))
-    kind: Mapped[str] = mapped_column(String(16))  # forecast | anomalies | backtest
-    source: Mapped[str] = mapped_column(String(8))  # json | csv
+batches_table = Table(
+    "batches", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("account_id", String(64), nullable=False),
+    Column("key_id", String(32), nullable=False),
+    Column("kind", String(16), nullable=False),  # forecast | anomalies | backtest
+    Column("source", String(8), nullable=False),  # json | csv
     # The checked request fields every series is judged with (JSON), and the model header.
-    parameters: Mapped[str] = mapped_column(Text)
+    Column("parameters", Text, nullable=False),
     # uploading (a CSV still arriving) | queued | running | done | failed | cancelled
-    status: Mapped[str] = mapped_column(String(16))
-    series_total: Mapped[int] = mapped_column(Integer)
-    series_done: Mapped[int] = mapped_column(Integer, default=0)
-    series_failed: Mapped[int] = mapped_column(Integer, default=0)
-    chunks_total: Mapped[int] = mapped_column(Integer, default=0)
-    chunks_done: Mapped[int] = mapped_column(Integer, default=0)
-    upload_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    Column("status", String(16), nullable=False),
+    Column("series_total", Integer, nullable=False),
+    Column("series_done", Integer, default=0, nullable=False),
+    Column("series_failed", Integer, default=0, nullable=False),
+    Column("chunks_total", Integer, default=0, nullable=False),
+    Column("chunks_done", Integer, default=0, nullable=False),
+    Column("upload_bytes", BigInteger, default=0, nullable=False),
     # A CSV batch is split into chunks by a worker under this lease; JSON batches are split on submission.
-    prepared: Mapped[bool] = mapped_column(default=False)
-    lease_token: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    error: Mapped[str | None] = mapped_column(Text, nullable=True)  # the envelope of a batch that failed whole
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    Column("prepared", Boolean, default=False, nullable=False),
+    Column("lease_token", String(32), nullable=True),
+    Column("lease_until", UTCDateTime(), nullable=True),
+    Column("error", Text, nullable=True),  # the envelope of a batch that failed whole
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("finished_at", UTCDateTime(), nullable=True),
+    Column("expires_at", UTCDateTime(), nullable=True),
+    Index("ix_batches_account_created", "account_id", "created_at"),
+    # The periodic sweep: unfinished batches, and finished ones past their expiry.
+    Index("ix_batches_status", "status"),
+    Index("ix_batches_expires_at", "expires_at"),
+)
 
 
-class BatchUploadRecord(Base):
-    """A piece of an uploaded CSV, in arrival order; deleted once a worker has split the upload into chunks."""
+# A piece of an uploaded CSV, in arrival order; deleted once a worker has split the upload into chunks.
+batch_uploads_table = Table(
+    "batch_uploads", metadata,
+    Column("batch_id", String(40), ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+)
 
-    __tablename__ = "batch_uploads"
 
-    batch_id: Mapped[str] = mapped_column(String(40), ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True)
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
-    data: Mapped[bytes] = mapped_column(LargeBinary)
-
-
-class BatchChunkRecord(Base):
-    """Some series of a batch: their input, and once done their results, written in the transaction that marks
-    the chunk done (so each series' result exists once, whoever computed it)."""
-
-    __tablename__ = "batch_chunks"
-    __table_args__ = (Index("ix_batch_chunks_status_lease", "status", "lease_until"),)
-
-    batch_id: Mapped[str] = mapped_column(String(40), ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True)
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
-    status: Mapped[str] = mapped_column(String(16))  # pending | done
-    first_index: Mapped[int] = mapped_column(Integer)  # position of its first series in the batch
-    series_count: Mapped[int] = mapped_column(Integer)
-    input: Mapped[bytes] = mapped_column(LargeBinary)  # zlib-compressed JSON array of series
-    output: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # zlib-compressed JSON lines
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
-    lease_token: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+# Some series of a batch: their input, and once done their results, written in the transaction that marks the chunk
+# done (so each series' result exists once, whoever computed it).
+batch_chunks_table = Table(
+    "batch_chunks", metadata,
+    Column("batch_id", String(40), ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("status", String(16), nullable=False),  # pending | done
+    Column("first_index", Integer, nullable=False),  # position of its first series in the batch
+    Column("series_count", Integer, nullable=False),
+    Column("input", LargeBinary, nullable=False),  # zlib-compressed JSON array of series
+    Column("output", LargeBinary, nullable=True),  # zlib-compressed JSON lines
+    Column("attempts", Integer, default=0, nullable=False),
+    Column("lease_token", String(32), nullable=True),
+    Column("lease_until", UTCDateTime(), nullable=True),
+    Index("ix_batch_chunks_status_lease", "status", "lease_until"),
+)

@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import secrets
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import String, and_, case, cast, delete, func, literal, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, String, Table, and_, case, cast, delete, func, insert, literal, or_, select, update
 
-from app.batches.records import BatchChunkRecord, BatchRecord, BatchUploadRecord
+from app.batches.records import batch_chunks_table, batch_uploads_table, batches_table
 from app.db import Database
 from app.keys.records import UTCDateTime
 
@@ -29,6 +28,10 @@ UNFINISHED = ("uploading", "queued", "running")
 RUNNABLE = ("queued", "running")
 # A CSV upload abandoned mid-way (the web process died) is deleted after this long.
 ABANDONED_UPLOAD = timedelta(hours=24)
+
+_batches = batches_table.c
+_chunks = batch_chunks_table.c
+_uploads = batch_uploads_table.c
 
 
 def new_batch_id() -> str:
@@ -67,34 +70,37 @@ class Batch:
     expires_at: datetime | None
 
     @classmethod
-    def of(cls, record: BatchRecord) -> Batch:
+    def of(cls, record: Mapping[str, Any]) -> Batch:
+        """The batch of a row's mapping (``row._mapping``) or of the values it was stored with."""
         return cls(
-            id=record.id,
-            account_id=record.account_id,
-            kind=record.kind,
-            source=record.source,
-            status=record.status,
-            parameters=json.loads(record.parameters),
-            series_total=record.series_total,
-            series_done=record.series_done,
-            series_failed=record.series_failed,
-            chunks_total=record.chunks_total,
-            error=json.loads(record.error) if record.error else None,
-            created_at=record.created_at,
-            updated_at=record.updated_at,
-            finished_at=record.finished_at,
-            expires_at=record.expires_at,
+            id=record["id"],
+            account_id=record["account_id"],
+            kind=record["kind"],
+            source=record["source"],
+            status=record["status"],
+            parameters=json.loads(record["parameters"]),
+            series_total=record["series_total"],
+            series_done=record["series_done"],
+            series_failed=record["series_failed"],
+            chunks_total=record["chunks_total"],
+            error=json.loads(record["error"]) if record["error"] else None,
+            created_at=record["created_at"],
+            updated_at=record["updated_at"],
+            finished_at=record["finished_at"],
+            expires_at=record["expires_at"],
         )
 
 
 def _new_record(*, key_id: str, account_id: str, kind: str, source: str, parameters: dict[str, Any], status: str,
-                series_total: int, now: datetime) -> BatchRecord:
-    return BatchRecord(
-        id=new_batch_id(), account_id=account_id, key_id=key_id, kind=kind, source=source,
-        parameters=json.dumps(parameters, separators=(",", ":")), status=status, series_total=series_total,
-        series_done=0, series_failed=0, chunks_total=0, chunks_done=0, upload_bytes=0, prepared=False,
-        created_at=now, updated_at=now,
-    )
+                series_total: int, now: datetime) -> dict[str, Any]:
+    """A new batch's row, every column given (so Batch.of reads it as stored)."""
+    return {
+        "id": new_batch_id(), "account_id": account_id, "key_id": key_id, "kind": kind, "source": source,
+        "parameters": json.dumps(parameters, separators=(",", ":")), "status": status, "series_total": series_total,
+        "series_done": 0, "series_failed": 0, "chunks_total": 0, "chunks_done": 0, "upload_bytes": 0,
+        "prepared": False, "lease_token": None, "lease_until": None, "error": None, "created_at": now,
+        "updated_at": now, "finished_at": None, "expires_at": None,
+    }
 
 
 def chunk_sizes(chunk_series: int) -> Iterator[int]:
@@ -111,23 +117,27 @@ def chunk_sizes(chunk_series: int) -> Iterator[int]:
 
 
 def new_chunk(batch_id: str, seq: int, first: int, part: list[dict[str, Any]],
-               queued_until: datetime) -> BatchChunkRecord:
+              queued_until: datetime) -> dict[str, Any]:
+    """A chunk's row, to insert into batch_chunks_table."""
     # lease_until without a holder: the time until which the chunk's task may still be waiting in the queue;
     # a chunk nobody has taken by then is queued again (requeue_stalled), since the engine may have lost it.
-    return BatchChunkRecord(batch_id=batch_id, seq=seq, status="pending", first_index=first, series_count=len(part),
-                            input=pack(part), attempts=0, lease_until=queued_until)
+    return {"batch_id": batch_id, "seq": seq, "status": "pending", "first_index": first, "series_count": len(part),
+            "input": pack(part), "attempts": 0, "lease_until": queued_until}
 
 
-def add_chunks(session: Session, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int,
-                queued_until: datetime) -> int:
+def add_chunks(connection: Connection, batch_id: str, series: Iterable[dict[str, Any]], chunk_series: int,
+               queued_until: datetime) -> int:
     """Adds the series as chunks (sized by chunk_sizes); each chunk's series are packed (compressed) as soon as
     they are read, so an iterator that lets go of what it handed over keeps only the packed form alive."""
     remaining = iter(series)
     count = first = 0
     sizes = chunk_sizes(chunk_series)
+    rows: list[dict[str, Any]] = []
     while part := list(islice(remaining, next(sizes))):
-        session.add(new_chunk(batch_id, count, first, part, queued_until))
+        rows.append(new_chunk(batch_id, count, first, part, queued_until))
         count, first = count + 1, first + len(part)
+    if rows:
+        connection.execute(insert(batch_chunks_table), rows)
     return count
 
 
@@ -136,108 +146,111 @@ def create_batch(database: Database, *, key_id: str, account_id: str, kind: str,
                  body_bytes: int = 0) -> Batch:
     """A JSON batch, stored whole and already split into chunks, in one transaction."""
     now = now_utc()
-    with database.session() as session:
+    with database.transaction() as connection:
         record = _new_record(key_id=key_id, account_id=account_id, kind=kind, source="json", parameters=parameters,
                              status="queued", series_total=len(series), now=now)
-        session.add(record)
-        session.flush()
-        record.chunks_total = add_chunks(session, record.id, series, chunk_series,
-                                          now + timedelta(seconds=lease_seconds))
-        record.prepared, record.upload_bytes = True, body_bytes
+        record["prepared"], record["upload_bytes"] = True, body_bytes
+        # The batch first: its chunks refer to it.
+        connection.execute(insert(batches_table).values(**record))
+        record["chunks_total"] = add_chunks(connection, record["id"], series, chunk_series,
+                                            now + timedelta(seconds=lease_seconds))
+        connection.execute(update(batches_table).where(_batches.id == record["id"])
+                           .values(chunks_total=record["chunks_total"]))
     return Batch.of(record)
 
 
 def start_upload(database: Database, *, key_id: str, account_id: str, kind: str,
                  parameters: dict[str, Any]) -> str:
     """A CSV batch whose upload is about to arrive; it is invisible to the account until finish_upload."""
-    with database.session() as session:
+    with database.transaction() as connection:
         record = _new_record(key_id=key_id, account_id=account_id, kind=kind, source="csv", parameters=parameters,
                              status="uploading", series_total=0, now=now_utc())
-        session.add(record)
-    return record.id
+        connection.execute(insert(batches_table).values(**record))
+    return record["id"]
 
 
 def add_upload_piece(database: Database, batch_id: str, seq: int, data: bytes) -> None:
     # One short transaction per piece: SQLite has one writer, and an upload may take minutes to arrive. The
     # batch's size grows with each piece, so the account's quota counts uploads still arriving.
-    with database.session() as session:
-        session.add(BatchUploadRecord(batch_id=batch_id, seq=seq, data=data))
-        session.execute(update(BatchRecord).where(BatchRecord.id == batch_id)
-                        .values(upload_bytes=BatchRecord.upload_bytes + len(data)))
+    with database.transaction() as connection:
+        connection.execute(insert(batch_uploads_table).values(batch_id=batch_id, seq=seq, data=data))
+        connection.execute(update(batches_table).where(_batches.id == batch_id)
+                           .values(upload_bytes=_batches.upload_bytes + len(data)))
 
 
 def stored_bytes(database: Database, account_id: str) -> int:
     """The size of the account's stored batch submissions (app.batches.quota): a batch whose data is deleted
     (cancelled, or an upload that could not be read) counts nothing."""
-    with database.session() as session:
-        return int(session.scalar(select(func.coalesce(func.sum(BatchRecord.upload_bytes), 0))
-                                  .where(BatchRecord.account_id == account_id)) or 0)
+    with database.transaction() as connection:
+        return int(connection.scalar(select(func.coalesce(func.sum(_batches.upload_bytes), 0))
+                                     .where(_batches.account_id == account_id)) or 0)
 
 
 def first_expiry(database: Database, account_id: str) -> datetime | None:
     """When the first of the account's stored batches expires, freeing its share of the quota."""
-    with database.session() as session:
-        return session.scalar(select(func.min(BatchRecord.expires_at))
-                              .where(BatchRecord.account_id == account_id, BatchRecord.upload_bytes > 0))
+    with database.transaction() as connection:
+        return connection.scalar(select(func.min(_batches.expires_at))
+                                 .where(_batches.account_id == account_id, _batches.upload_bytes > 0))
 
 
 def finish_upload(database: Database, batch_id: str, *, series_total: int, upload_bytes: int,
                   lease_seconds: float) -> Batch:
     now = now_utc()
-    with database.session() as session:
-        record = session.get(BatchRecord, batch_id)
-        assert record is not None
-        record.status, record.series_total, record.upload_bytes = "queued", series_total, upload_bytes
+    with database.transaction() as connection:
+        row = connection.execute(select(batches_table).where(_batches.id == batch_id)).first()
+        assert row is not None
         # As for a chunk: the split's task is given one lease to be taken before it is queued again.
-        record.updated_at, record.lease_until = now, now + timedelta(seconds=lease_seconds)
-    return Batch.of(record)
+        changes = {"status": "queued", "series_total": series_total, "upload_bytes": upload_bytes,
+                   "updated_at": now, "lease_until": now + timedelta(seconds=lease_seconds)}
+        connection.execute(update(batches_table).where(_batches.id == batch_id).values(**changes))
+    return Batch.of({**row._mapping, **changes})
 
 
-def _delete_data(session: Session, batch_id: str) -> None:
-    session.execute(delete(BatchChunkRecord).where(BatchChunkRecord.batch_id == batch_id))
-    session.execute(delete(BatchUploadRecord).where(BatchUploadRecord.batch_id == batch_id))
+def _delete_data(connection: Connection, batch_id: str) -> None:
+    connection.execute(delete(batch_chunks_table).where(_chunks.batch_id == batch_id))
+    connection.execute(delete(batch_uploads_table).where(_uploads.batch_id == batch_id))
 
 
 def discard(database: Database, batch_id: str) -> None:
-    with database.session() as session:
-        _delete_data(session, batch_id)
-        session.execute(delete(BatchRecord).where(BatchRecord.id == batch_id))
+    with database.transaction() as connection:
+        _delete_data(connection, batch_id)
+        connection.execute(delete(batches_table).where(_batches.id == batch_id))
 
 
 def get_batch(database: Database, account_id: str, batch_id: str) -> Batch | None:
-    with database.session() as session:
-        record = session.get(BatchRecord, batch_id)
+    with database.transaction() as connection:
+        record = connection.execute(select(batches_table).where(_batches.id == batch_id)).first()
         if record is None or record.account_id != account_id or record.status == "uploading":
             return None
-        return Batch.of(record)
+        return Batch.of(record._mapping)
 
 
 def list_batches(database: Database, account_id: str, *, limit: int) -> list[Batch]:
-    with database.session() as session:
-        records = session.scalars(
-            select(BatchRecord)
-            .where(BatchRecord.account_id == account_id, BatchRecord.status != "uploading")
-            .order_by(BatchRecord.created_at.desc(), BatchRecord.id)
+    with database.transaction() as connection:
+        records = connection.execute(
+            select(batches_table)
+            .where(_batches.account_id == account_id, _batches.status != "uploading")
+            .order_by(_batches.created_at.desc(), _batches.id)
             .limit(limit)
         ).all()
-        return [Batch.of(record) for record in records]
+        return [Batch.of(record._mapping) for record in records]
 
 
 def cancel(database: Database, account_id: str, batch_id: str, *, ttl: timedelta) -> bool:
     """Deletes the batch's series and results. An unfinished batch is kept as "cancelled" (its record only)
     until it expires, so its owner sees what happened; a finished one goes entirely. False when not found."""
     now = now_utc()
-    with database.session() as session:
-        record = session.get(BatchRecord, batch_id, with_for_update=True)
+    with database.transaction() as connection:
+        record = connection.execute(select(batches_table).where(_batches.id == batch_id).with_for_update()).first()
         if record is None or record.account_id != account_id or record.status == "uploading":
             return False
-        _delete_data(session, batch_id)
+        _delete_data(connection, batch_id)
         if record.status in RUNNABLE:
-            record.status, record.updated_at, record.finished_at = "cancelled", now, now
-            record.expires_at, record.lease_token, record.lease_until = now + ttl, None, None
-            record.upload_bytes = 0
+            connection.execute(update(batches_table).where(_batches.id == batch_id).values(
+                status="cancelled", updated_at=now, finished_at=now, expires_at=now + ttl, lease_token=None,
+                lease_until=None, upload_bytes=0))
         elif record.status != "cancelled":
-            session.delete(record)
+            connection.execute(delete(batches_table).where(_batches.id == batch_id))
     return True
 
 
@@ -258,22 +271,25 @@ class ClaimedChunk:
 def claim_chunk(database: Database, batch_id: str, seq: int, *, lease_seconds: float) -> ClaimedChunk | None:
     """The chunk, leased to the caller; None when it is done, gone, or leased to another worker."""
     now, token = now_utc(), secrets.token_hex(16)
-    with database.session() as session:
-        claimed = session.execute(
-            update(BatchChunkRecord)
-            .where(BatchChunkRecord.batch_id == batch_id, BatchChunkRecord.seq == seq,
-                   BatchChunkRecord.status == "pending", free(BatchChunkRecord, now))
+    with database.transaction() as connection:
+        claimed = connection.execute(
+            update(batch_chunks_table)
+            .where(_chunks.batch_id == batch_id, _chunks.seq == seq, _chunks.status == "pending",
+                   free(batch_chunks_table, now))
             .values(lease_token=token, lease_until=now + timedelta(seconds=lease_seconds),
-                    attempts=BatchChunkRecord.attempts + 1)
+                    attempts=_chunks.attempts + 1)
         ).rowcount
         if claimed != 1:
             return None
-        batch = session.get(BatchRecord, batch_id)
+        batch = connection.execute(
+            select(_batches.status, _batches.kind, _batches.parameters).where(_batches.id == batch_id)).first()
         if batch is None or batch.status not in RUNNABLE:
             return None
         if batch.status == "queued":
-            batch.status, batch.updated_at = "running", now
-        chunk = session.get(BatchChunkRecord, (batch_id, seq))
+            connection.execute(update(batches_table).where(_batches.id == batch_id)
+                               .values(status="running", updated_at=now))
+        chunk = connection.execute(select(_chunks.first_index, _chunks.input)
+                                   .where(_chunks.batch_id == batch_id, _chunks.seq == seq)).first()
         assert chunk is not None
         return ClaimedChunk(batch_id=batch_id, seq=seq, token=token, first_index=chunk.first_index, kind=batch.kind,
                             parameters=json.loads(batch.parameters), series=unpack(chunk.input))
@@ -305,20 +321,21 @@ _CLAIM_TRIES = 5
 
 def _fairest_pending(database: Database) -> tuple[str, int] | None:
     now = now_utc()
-    chunks, batches = BatchChunkRecord, BatchRecord
+    chunks, batches = _chunks, _batches
     runnable = and_(chunks.status == "pending", batches.status.in_(RUNNABLE))
-    with database.session() as session:
+    with database.transaction() as connection:
         # Per account, in one pass over its runnable batches' chunks: chunks being computed, when it was last
         # served (its latest chunk done or leased: a done chunk keeps its completion time), its oldest batch with
         # a chunk free to take.
-        accounts = session.execute(
+        accounts = connection.execute(
             select(batches.account_id,
                    func.count(case((and_(chunks.status == "pending", chunks.lease_token.is_not(None),
                                          chunks.lease_until >= now), 1))),
                    func.max(case((or_(chunks.status == "done", chunks.lease_token.is_not(None)),
                                   chunks.lease_until))),
-                   func.min(case((and_(chunks.status == "pending", free(chunks, now)), batches.created_at))))
-            .select_from(chunks).join(batches, batches.id == chunks.batch_id)
+                   func.min(case((and_(chunks.status == "pending", free(batch_chunks_table, now)),
+                                  batches.created_at))))
+            .select_from(batch_chunks_table).join(batches_table, batches.id == chunks.batch_id)
             .where(batches.status.in_(RUNNABLE))
             .group_by(batches.account_id)
         ).all()
@@ -326,10 +343,10 @@ def _fairest_pending(database: Database) -> tuple[str, int] | None:
         if not waiting:
             return None
         account = min(waiting, key=lambda row: (row[1], row[2] is not None, row[2] or row[3], row[3]))[0]
-        row = session.execute(
+        row = connection.execute(
             select(chunks.batch_id, chunks.seq)
-            .select_from(chunks).join(batches, batches.id == chunks.batch_id)
-            .where(runnable, free(chunks, now), batches.account_id == account)
+            .select_from(batch_chunks_table).join(batches_table, batches.id == chunks.batch_id)
+            .where(runnable, free(batch_chunks_table, now), batches.account_id == account)
             .order_by(batches.created_at, chunks.seq).limit(1)
         ).first()
     return None if row is None else (row[0], row[1])
@@ -338,11 +355,11 @@ def _fairest_pending(database: Database) -> tuple[str, int] | None:
 def renew(database: Database, chunk: ClaimedChunk, *, lease_seconds: float) -> bool:
     """Extends the caller's lease; False when it no longer holds it (another worker took over, or the batch
     was cancelled), and the caller stops."""
-    with database.session() as session:
-        return session.execute(
-            update(BatchChunkRecord)
-            .where(BatchChunkRecord.batch_id == chunk.batch_id, BatchChunkRecord.seq == chunk.seq,
-                   BatchChunkRecord.lease_token == chunk.token, BatchChunkRecord.status == "pending")
+    with database.transaction() as connection:
+        return connection.execute(
+            update(batch_chunks_table)
+            .where(_chunks.batch_id == chunk.batch_id, _chunks.seq == chunk.seq,
+                   _chunks.lease_token == chunk.token, _chunks.status == "pending")
             .values(lease_until=now_utc() + timedelta(seconds=lease_seconds))
         ).rowcount == 1
 
@@ -362,31 +379,31 @@ def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], 
     two chunks at once cannot both miss it), once its upload is split whole: while a CSV is still being split,
     its chunks so far may all be done before the next is stored, and finish_preparation decides then."""
     now = now_utc()
-    with database.session() as session:
-        stored = session.execute(
-            update(BatchChunkRecord)
-            .where(BatchChunkRecord.batch_id == chunk.batch_id, BatchChunkRecord.seq == chunk.seq,
-                   BatchChunkRecord.lease_token == chunk.token, BatchChunkRecord.status == "pending")
+    with database.transaction() as connection:
+        stored = connection.execute(
+            update(batch_chunks_table)
+            .where(_chunks.batch_id == chunk.batch_id, _chunks.seq == chunk.seq,
+                   _chunks.lease_token == chunk.token, _chunks.status == "pending")
             # lease_until of a done chunk is when it was done: when its account was last served (fair share).
             .values(status="done", output=zlib.compress(b"".join(lines), 1), lease_token=None, lease_until=now)
         ).rowcount
         if stored != 1:
             return False
-        last = and_(BatchRecord.chunks_done + 1 >= BatchRecord.chunks_total, BatchRecord.prepared.is_(True))
+        last = and_(_batches.chunks_done + 1 >= _batches.chunks_total, _batches.prepared.is_(True))
         # Every series failed: the batch did nothing, and says so (its results hold each series' error).
-        none = and_(last, BatchRecord.series_done + succeeded == 0)
-        session.execute(
-            update(BatchRecord)
-            .where(BatchRecord.id == chunk.batch_id, BatchRecord.status.in_(RUNNABLE))
+        none = and_(last, _batches.series_done + succeeded == 0)
+        connection.execute(
+            update(batches_table)
+            .where(_batches.id == chunk.batch_id, _batches.status.in_(RUNNABLE))
             .values(
-                series_done=BatchRecord.series_done + succeeded,
-                series_failed=BatchRecord.series_failed + failed,
-                chunks_done=BatchRecord.chunks_done + 1,
+                series_done=_batches.series_done + succeeded,
+                series_failed=_batches.series_failed + failed,
+                chunks_done=_batches.chunks_done + 1,
                 updated_at=now,
                 status=case((none, literal("failed")), (last, literal("done")), else_=literal("running")),
-                error=case((none, all_failed(BatchRecord.series_failed + failed)), else_=BatchRecord.error),
-                finished_at=case((last, literal(now, UTCDateTime())), else_=BatchRecord.finished_at),
-                expires_at=case((last, literal(now + ttl, UTCDateTime())), else_=BatchRecord.expires_at),
+                error=case((none, all_failed(_batches.series_failed + failed)), else_=_batches.error),
+                finished_at=case((last, literal(now, UTCDateTime())), else_=_batches.finished_at),
+                expires_at=case((last, literal(now + ttl, UTCDateTime())), else_=_batches.expires_at),
             )
         )
     return True
@@ -395,23 +412,22 @@ def complete_chunk(database: Database, chunk: ClaimedChunk, lines: list[bytes], 
 # ------------------------------------------------------------------------------------------- the sweep
 
 
-def free(table: type[BatchChunkRecord] | type[BatchRecord], now: datetime) -> Any:
-    """Claimable: no worker holds it (never taken, or queued again), or its worker's lease ran out."""
-    return or_(table.lease_token.is_(None), table.lease_until < now)
+def free(table: Table, now: datetime) -> Any:
+    """Claimable (a row of batches_table or batch_chunks_table): no worker holds it (never taken, or queued
+    again), or its worker's lease ran out."""
+    return or_(table.c.lease_token.is_(None), table.c.lease_until < now)
 
 
 def _done_chunks(database: Database, batch_id: str) -> Iterator[bytes]:
     """The compressed results of the batch's finished chunks in submission order, one chunk at a time."""
-    with database.session() as session:
-        sequence = session.scalars(
-            select(BatchChunkRecord.seq)
-            .where(BatchChunkRecord.batch_id == batch_id, BatchChunkRecord.status == "done")
-            .order_by(BatchChunkRecord.seq)
+    with database.transaction() as connection:
+        sequence = connection.scalars(
+            select(_chunks.seq).where(_chunks.batch_id == batch_id, _chunks.status == "done").order_by(_chunks.seq)
         ).all()
     for seq in sequence:
-        with database.session() as session:
-            output = session.scalar(select(BatchChunkRecord.output).where(BatchChunkRecord.batch_id == batch_id,
-                                                                          BatchChunkRecord.seq == seq))
+        with database.transaction() as connection:
+            output = connection.scalar(select(_chunks.output).where(_chunks.batch_id == batch_id,
+                                                                    _chunks.seq == seq))
         if output is None:  # deleted meanwhile (cancelled or expired)
             return
         yield output

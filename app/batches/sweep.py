@@ -7,11 +7,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import Table, and_, or_, select, update
 
-from app.batches.records import BatchChunkRecord, BatchRecord
+from app.batches.records import batch_chunks_table, batches_table
 from app.batches.store import ABANDONED_UPLOAD, RUNNABLE, discard, now_utc
 from app.db import Database
+
+_batches = batches_table.c
+_chunks = batch_chunks_table.c
 
 
 @dataclass(frozen=True)
@@ -33,39 +36,39 @@ def requeue_stalled(database: Database, *, lease_seconds: float, held_only: bool
     now = now_utc()
     again = now + timedelta(seconds=lease_seconds)
 
-    def due(table: type[BatchChunkRecord] | type[BatchRecord]) -> Any:
-        expired = table.lease_until < now
+    def due(table: Table) -> Any:
+        expired = table.c.lease_until < now
         if held_only:
-            return and_(table.lease_token.is_not(None), expired)
-        return or_(expired, table.lease_until.is_(None))
+            return and_(table.c.lease_token.is_not(None), expired)
+        return or_(expired, table.c.lease_until.is_(None))
 
-    with database.session() as session:
-        preparations = session.scalars(
-            select(BatchRecord.id).where(BatchRecord.status.in_(RUNNABLE), BatchRecord.prepared.is_(False),
-                                         due(BatchRecord)).limit(limit)
+    with database.transaction() as connection:
+        preparations = connection.scalars(
+            select(_batches.id).where(_batches.status.in_(RUNNABLE), _batches.prepared.is_(False),
+                                      due(batches_table)).limit(limit)
         ).all()
-        chunks = session.execute(
-            select(BatchChunkRecord.batch_id, BatchChunkRecord.seq)
-            .join(BatchRecord, BatchRecord.id == BatchChunkRecord.batch_id)
-            .where(BatchChunkRecord.status == "pending", due(BatchChunkRecord), BatchRecord.status.in_(RUNNABLE))
-            .order_by(BatchRecord.created_at, BatchChunkRecord.seq)
+        chunks = connection.execute(
+            select(_chunks.batch_id, _chunks.seq)
+            .join(batches_table, _batches.id == _chunks.batch_id)
+            .where(_chunks.status == "pending", due(batch_chunks_table), _batches.status.in_(RUNNABLE))
+            .order_by(_batches.created_at, _chunks.seq)
             .limit(limit)
         ).all()
     marked_preparations, marked_chunks = [], []
     for batch_id in preparations:
-        with database.session() as session:
-            if session.execute(
-                update(BatchRecord).where(BatchRecord.id == batch_id, BatchRecord.prepared.is_(False),
-                                          BatchRecord.status.in_(RUNNABLE), due(BatchRecord))
+        with database.transaction() as connection:
+            if connection.execute(
+                update(batches_table).where(_batches.id == batch_id, _batches.prepared.is_(False),
+                                            _batches.status.in_(RUNNABLE), due(batches_table))
                 .values(lease_token=None, lease_until=again)
             ).rowcount == 1:
                 marked_preparations.append(batch_id)
     for batch_id, seq in chunks:
-        with database.session() as session:
-            if session.execute(
-                update(BatchChunkRecord)
-                .where(BatchChunkRecord.batch_id == batch_id, BatchChunkRecord.seq == seq,
-                       BatchChunkRecord.status == "pending", due(BatchChunkRecord))
+        with database.transaction() as connection:
+            if connection.execute(
+                update(batch_chunks_table)
+                .where(_chunks.batch_id == batch_id, _chunks.seq == seq, _chunks.status == "pending",
+                       due(batch_chunks_table))
                 .values(lease_token=None, lease_until=again)
             ).rowcount == 1:
                 marked_chunks.append((batch_id, seq))
@@ -75,11 +78,11 @@ def requeue_stalled(database: Database, *, lease_seconds: float, held_only: bool
 def purge_expired(database: Database) -> int:
     """Deletes batches past their expiry and uploads abandoned mid-way; returns how many."""
     now = now_utc()
-    with database.session() as session:
-        ids = session.scalars(
-            select(BatchRecord.id).where(or_(
-                BatchRecord.expires_at < now,
-                (BatchRecord.status == "uploading") & (BatchRecord.updated_at < now - ABANDONED_UPLOAD),
+    with database.transaction() as connection:
+        ids = connection.scalars(
+            select(_batches.id).where(or_(
+                _batches.expires_at < now,
+                (_batches.status == "uploading") & (_batches.updated_at < now - ABANDONED_UPLOAD),
             )).limit(1000)
         ).all()
     for batch_id in ids:

@@ -149,8 +149,8 @@ def _not_found() -> Response:
 
 
 def _usage_series(key_id: str, hours: int) -> dict[str, Any]:
-    with current_services().database.session() as db:
-        buckets = crud.usage_history(db, key_id=key_id, hours=hours)
+    with current_services().database.transaction() as connection:
+        buckets = crud.usage_history(connection, key_id=key_id, hours=hours)
     return {
         "hours": [int(b.hour.timestamp()) for b in buckets],
         **{outcome: [b.counts[outcome] for b in buckets] for outcome in OUTCOMES},

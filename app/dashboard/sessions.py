@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from flask import Flask, Request, Response, request
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 
 from app.db import Database
-from app.keys.records import ApiKey, DashboardSessionRecord
+from app.keys.records import ApiKey, dashboard_sessions_table
 from app.keys.store import KeyStore
 
 log = logging.getLogger("app.dashboard")
@@ -28,6 +28,8 @@ CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
 SESSION_LIFETIME = timedelta(hours=12)
 REQUIRED_PERMISSION = "admin"
+
+_SESSIONS = dashboard_sessions_table
 
 
 @dataclass(frozen=True)
@@ -46,22 +48,22 @@ def start(database: Database, key: ApiKey, *, now: datetime | None = None) -> tu
     """A new session for ``key``; returns the cookie token (shown to the browser only) and the session."""
     now = now or datetime.now(UTC)
     token = secrets.token_urlsafe(32)
-    record = DashboardSessionRecord(
-        token_hash=_hash(token),
-        key_id=key.id,
-        account_id=key.account_id,
-        csrf_token=secrets.token_urlsafe(32),
-        created_at=now,
-        expires_at=now + SESSION_LIFETIME,
-    )
-    with database.session() as session:
-        session.add(record)
+    started = DashboardSession(_hash(token), key, secrets.token_urlsafe(32), now + SESSION_LIFETIME)
+    with database.transaction() as connection:
+        connection.execute(insert(_SESSIONS).values(
+            token_hash=started.token_hash,
+            key_id=key.id,
+            account_id=key.account_id,
+            csrf_token=started.csrf_token,
+            created_at=now,
+            expires_at=started.expires_at,
+        ))
         # Housekeeping: sessions past their expiry are of no further use.
         stale = now - timedelta(days=1)
-        session.execute(delete(DashboardSessionRecord).where(DashboardSessionRecord.expires_at < stale))
+        connection.execute(delete(_SESSIONS).where(_SESSIONS.c.expires_at < stale))
     log.info("dashboard sign-in", extra={"fields": {"key_id": key.id, "account_id": key.account_id,
-                                                    "session": record.token_hash[:12]}})
-    return token, DashboardSession(record.token_hash, key, record.csrf_token, record.expires_at)
+                                                    "session": started.token_hash[:12]}})
+    return token, started
 
 
 def load(
@@ -71,10 +73,8 @@ def load(
     if not token or len(token) > 128:
         return None
     now = now or datetime.now(UTC)
-    with database.session() as session:
-        record = session.scalars(
-            select(DashboardSessionRecord).where(DashboardSessionRecord.token_hash == _hash(token))
-        ).one_or_none()
+    with database.transaction() as connection:
+        record = connection.execute(select(_SESSIONS).where(_SESSIONS.c.token_hash == _hash(token))).one_or_none()
     if record is None or record.revoked_at is not None or record.expires_at <= now:
         return None
     key = keys.get_by_id(record.key_id)
@@ -85,11 +85,9 @@ def load(
 
 def end(database: Database, token_hash: str, *, now: datetime | None = None) -> None:
     log.info("dashboard sign-out", extra={"fields": {"session": token_hash[:12]}})
-    with database.session() as session:
-        session.execute(
-            update(DashboardSessionRecord)
-            .where(DashboardSessionRecord.token_hash == token_hash)
-            .values(revoked_at=now or datetime.now(UTC))
+    with database.transaction() as connection:
+        connection.execute(
+            update(_SESSIONS).where(_SESSIONS.c.token_hash == token_hash).values(revoked_at=now or datetime.now(UTC))
         )
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Row, bindparam, delete, func, insert, or_, select, update
 
 from app.db import Prepared, dialect_insert
 from app.keys.limits import TIERS, KeyLimits, resolve_limits
@@ -17,8 +17,8 @@ from app.keys.records import (
     OUTCOMES,
     PERMISSIONS,
     ApiKey,
-    ApiKeyRecord,
-    KeyUsageBucketRecord,
+    api_keys_table,
+    key_usage_buckets_table,
 )
 
 KEY_PREFIX = "ak_"
@@ -67,8 +67,12 @@ def _check_tier(tier: str | None) -> None:
         raise KeyInputError(f"unknown tier {tier!r}; choose from {', '.join(TIERS)} (or give custom numbers)")
 
 
+_KEYS = api_keys_table
+_BUCKETS = key_usage_buckets_table
+
+
 def create_key(
-    session: Session,
+    connection: Connection,
     *,
     permissions: tuple[str, ...],
     name: str = "",
@@ -91,72 +95,92 @@ def create_key(
     )
     _check_limits(limits)
     plain_key = generate_plain_key()
-    record = ApiKeyRecord(
+    key = ApiKey(
         id="key_" + secrets.token_hex(8),
         account_id=account_id,
         name=name,
-        key_hash=hash_key(plain_key),
         prefix=plain_key[:DISPLAY_PREFIX_LENGTH],
-        last4=plain_key[-4:],
-        permissions=",".join(permissions),
+        permissions=permissions,
         tier=tier,
         per_minute=limits.per_minute,
         per_hour=limits.per_hour,
         per_day=limits.per_day,
         created_at=now,
         expires_at=expires_at,
+        revoked_at=None,
         usage_count=0,
+        last_used_at=None,
+        rotated_to=None,
+        last4=plain_key[-4:],
         created_by=created_by,
     )
-    session.add(record)
-    session.flush()
-    return CreatedKey(key=ApiKey.from_record(record), plain_key=plain_key)
+    connection.execute(insert(_KEYS).values(
+        id=key.id,
+        account_id=key.account_id,
+        name=key.name,
+        key_hash=hash_key(plain_key),
+        prefix=key.prefix,
+        last4=key.last4,
+        permissions=",".join(permissions),
+        tier=key.tier,
+        per_minute=key.per_minute,
+        per_hour=key.per_hour,
+        per_day=key.per_day,
+        created_at=key.created_at,
+        expires_at=key.expires_at,
+        usage_count=key.usage_count,
+        created_by=key.created_by,
+    ))
+    return CreatedKey(key=key, plain_key=plain_key)
 
 
-def find_by_hash(session: Session, *, key_hash: str) -> ApiKey | None:
-    record = session.scalars(select(ApiKeyRecord).where(ApiKeyRecord.key_hash == key_hash)).one_or_none()
+def find_by_hash(connection: Connection, *, key_hash: str) -> ApiKey | None:
+    record = connection.execute(select(_KEYS).where(_KEYS.c.key_hash == key_hash)).one_or_none()
     return None if record is None else ApiKey.from_record(record)
 
 
-def _get_record(session: Session, key_id: str) -> ApiKeyRecord:
-    record = session.get(ApiKeyRecord, key_id)
+def _get_record(connection: Connection, key_id: str) -> Row[Any]:
+    record = connection.execute(select(_KEYS).where(_KEYS.c.id == key_id)).first()
     if record is None:
         raise KeyInputError(f"no key with id {key_id!r} (see: keys list)")
     return record
 
 
-def get_key(session: Session, *, key_id: str) -> ApiKey:
-    return ApiKey.from_record(_get_record(session, key_id))
+def _change(connection: Connection, key: ApiKey, **values: Any) -> ApiKey:
+    """Writes ``values`` (columns that are also ApiKey fields) to the key's row; the key as it now stands."""
+    connection.execute(update(_KEYS).where(_KEYS.c.id == key.id).values(**values))
+    return replace(key, **values)
 
 
-def rename_key(session: Session, *, key_id: str, name: str) -> ApiKey:
-    record = _get_record(session, key_id)
-    record.name = name
-    session.flush()
-    return ApiKey.from_record(record)
+def get_key(connection: Connection, *, key_id: str) -> ApiKey:
+    return ApiKey.from_record(_get_record(connection, key_id))
 
 
-def list_keys(session: Session, *, account_id: str | None = None) -> list[ApiKey]:
-    query = select(ApiKeyRecord).order_by(ApiKeyRecord.created_at, ApiKeyRecord.id)
+def rename_key(connection: Connection, *, key_id: str, name: str) -> ApiKey:
+    key = get_key(connection, key_id=key_id)
+    return _change(connection, key, name=name)
+
+
+def list_keys(connection: Connection, *, account_id: str | None = None) -> list[ApiKey]:
+    query = select(_KEYS).order_by(_KEYS.c.created_at, _KEYS.c.id)
     if account_id is not None:
-        query = query.where(ApiKeyRecord.account_id == account_id)
-    return [ApiKey.from_record(record) for record in session.scalars(query)]
+        query = query.where(_KEYS.c.account_id == account_id)
+    return [ApiKey.from_record(record) for record in connection.execute(query)]
 
 
-def count_keys(session: Session) -> int:
-    return session.scalar(select(func.count()).select_from(ApiKeyRecord)) or 0
+def count_keys(connection: Connection) -> int:
+    return connection.scalar(select(func.count()).select_from(_KEYS)) or 0
 
 
-def revoke_key(session: Session, *, key_id: str, now: datetime | None = None) -> ApiKey:
-    record = _get_record(session, key_id)
+def revoke_key(connection: Connection, *, key_id: str, now: datetime | None = None) -> ApiKey:
+    key = get_key(connection, key_id=key_id)
     now = now or datetime.now(UTC)
-    if record.revoked_at is None or record.revoked_at > now:
-        record.revoked_at = now
-    session.flush()
-    return ApiKey.from_record(record)
+    if key.revoked_at is None or key.revoked_at > now:
+        key = _change(connection, key, revoked_at=now)
+    return key
 
 
-def revoke_created(session: Session, *, key_id: str, now: datetime | None = None) -> list[str]:
+def revoke_created(connection: Connection, *, key_id: str, now: datetime | None = None) -> list[str]:
     """Revokes every key ``key_id`` created, and every key those created, and so on: a key made with a key's
     authority must not outlive that authority (a leaked key's offspring would otherwise keep working). The
     ids of the keys this revoked, in the order found; keys revoked already are walked through, not listed."""
@@ -164,23 +188,27 @@ def revoke_created(session: Session, *, key_id: str, now: datetime | None = None
     revoked: list[str] = []
     seen, frontier = {key_id}, [key_id]
     while frontier:
-        children = session.scalars(select(ApiKeyRecord).where(ApiKeyRecord.created_by.in_(frontier))
-                                   .order_by(ApiKeyRecord.created_at, ApiKeyRecord.id)).all()
+        children = connection.execute(
+            select(_KEYS.c.id, _KEYS.c.revoked_at).where(_KEYS.c.created_by.in_(frontier))
+            .order_by(_KEYS.c.created_at, _KEYS.c.id)
+        ).all()
         frontier = []
+        level: list[str] = []
         for child in children:
             if child.id in seen:
                 continue
             seen.add(child.id)
             frontier.append(child.id)
             if child.revoked_at is None or child.revoked_at > now:
-                child.revoked_at = now
-                revoked.append(child.id)
-    session.flush()
+                level.append(child.id)
+        if level:
+            connection.execute(update(_KEYS).where(_KEYS.c.id.in_(level)).values(revoked_at=now))
+            revoked.extend(level)
     return revoked
 
 
 def rotate_key(
-    session: Session,
+    connection: Connection,
     *,
     key_id: str,
     grace: timedelta = timedelta(hours=24),
@@ -190,40 +218,38 @@ def rotate_key(
     """A new key with the same account, permissions, limits and expiry (no later than ``expires_by`` when
     given: the expiry of the key that asked for the rotation); the old one ends after the grace."""
     now = now or datetime.now(UTC)
-    old = _get_record(session, key_id)
-    old_key = ApiKey.from_record(old)
+    old_key = get_key(connection, key_id=key_id)
     if not old_key.is_active(now):
         raise KeyInputError(f"key {key_id} is {old_key.status(now)}; only an active key can be rotated")
     if grace < timedelta(0):
         raise KeyInputError("grace must not be negative")
-    expires_at = old.expires_at
+    expires_at = old_key.expires_at
     if expires_by is not None and (expires_at is None or expires_by < expires_at):
         expires_at = expires_by
     created = create_key(
-        session,
+        connection,
         permissions=old_key.permissions,
-        name=old.name,
-        account_id=old.account_id,
+        name=old_key.name,
+        account_id=old_key.account_id,
         expires_at=expires_at,
-        tier=old.tier,
-        per_minute=old.per_minute,
-        per_hour=old.per_hour,
-        per_day=old.per_day,
+        tier=old_key.tier,
+        per_minute=old_key.per_minute,
+        per_hour=old_key.per_hour,
+        per_day=old_key.per_day,
         now=now,
-        created_by=old.created_by,
+        created_by=old_key.created_by,
     )
+    ending: dict[str, Any] = {"rotated_to": created.key.id}
     if grace == timedelta(0):
-        old.revoked_at = now
+        ending["revoked_at"] = now
     else:
         end = now + grace
-        old.expires_at = end if old.expires_at is None else min(old.expires_at, end)
-    old.rotated_to = created.key.id
-    session.flush()
-    return created, ApiKey.from_record(old)
+        ending["expires_at"] = end if old_key.expires_at is None else min(old_key.expires_at, end)
+    return created, _change(connection, old_key, **ending)
 
 
 def set_limits(
-    session: Session,
+    connection: Connection,
     *,
     key_id: str,
     tier: str | None = None,
@@ -231,11 +257,12 @@ def set_limits(
     per_hour: int | None = None,
     per_day: int | None = None,
 ) -> ApiKey:
-    record = _get_record(session, key_id)
+    record = _get_record(connection, key_id)
     _check_tier(tier)
+    changes: dict[str, Any] = {}
     if tier is not None:
         base = resolve_limits(set(record.permissions.split(",")), tier=tier)
-        record.tier = tier
+        changes["tier"] = tier
     else:
         base = KeyLimits(record.per_minute, record.per_hour, record.per_day)
     limits = KeyLimits(
@@ -244,15 +271,12 @@ def set_limits(
         per_day=per_day if per_day is not None else base.per_day,
     )
     _check_limits(limits)
-    record.per_minute, record.per_hour, record.per_day = limits.per_minute, limits.per_hour, limits.per_day
-    session.flush()
-    return ApiKey.from_record(record)
+    changes.update(per_minute=limits.per_minute, per_hour=limits.per_hour, per_day=limits.per_day)
+    return _change(connection, ApiKey.from_record(record), **changes)
 
 
 # The usage flusher's statements, built and compiled once (Prepared): every web process runs them each second, and
-# building, compiling and executing them through the ORM cost it more CPU than the database's own work.
-_KEYS = ApiKeyRecord.__table__
-_BUCKETS = KeyUsageBucketRecord.__table__
+# building, compiling and executing them through SQLAlchemy each time cost it more CPU than the database's own work.
 _ADD_COUNT = Prepared(
     update(_KEYS).where(_KEYS.c.id == bindparam("key_id")).values(usage_count=_KEYS.c.usage_count + bindparam("count"))
 )
@@ -266,13 +290,7 @@ _ADVANCE_LAST_USED = Prepared(
 _UPSERT_BUCKETS: dict[str, Prepared] = {}
 
 
-def _connection(session: Session | Connection) -> Connection:
-    """The Core connection of a session's transaction (Prepared statements run on its cursor)."""
-    return session.connection() if isinstance(session, Session) else session
-
-
-def add_usage(session: Session | Connection, *, key_id: str, count: int, last_used_at: datetime) -> None:
-    connection = _connection(session)
+def add_usage(connection: Connection, *, key_id: str, count: int, last_used_at: datetime) -> None:
     _ADD_COUNT.execute(connection, {"key_id": key_id, "count": count}).close()
     _ADVANCE_LAST_USED.execute(connection, {"key_id": key_id, "used_at": last_used_at}).close()
 
@@ -283,19 +301,18 @@ def hour_of(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def add_usage_buckets(session: Session | Connection, *, key_id: str, hour: datetime, counts: dict[str, int]) -> None:
+def add_usage_buckets(connection: Connection, *, key_id: str, hour: datetime, counts: dict[str, int]) -> None:
     """Adds outcome counts to one key-hour bucket, creating it when it is new."""
-    add_usage_bucket_batch(session, {(key_id, hour): counts})
+    add_usage_bucket_batch(connection, {(key_id, hour): counts})
 
 
-def add_usage_bucket_batch(session: Session | Connection, buckets: dict[tuple[str, datetime], dict[str, int]]) -> None:
+def add_usage_bucket_batch(connection: Connection, buckets: dict[tuple[str, datetime], dict[str, int]]) -> None:
     """Adds outcome counts to many key-hour buckets, creating the ones that are new.
 
     An upsert, because two replicas may flush the same key-hour at the same moment.
     """
     if not buckets:
         return
-    connection = _connection(session)
     rows = [
         {"key_id": key_id, "hour": hour_of(hour),
          **{OUTCOME_COLUMNS[outcome]: counts.get(outcome, 0) for outcome in OUTCOMES}}
@@ -326,17 +343,17 @@ class UsageBucket:
         return sum(self.counts.values())
 
 
-def usage_history(session: Session, *, key_id: str, hours: int, now: datetime | None = None) -> list[UsageBucket]:
+def usage_history(connection: Connection, *, key_id: str, hours: int, now: datetime | None = None) -> list[UsageBucket]:
     """One bucket per hour for the last ``hours`` hours (the current hour included), oldest first, zeros kept
     so a chart's x axis is even."""
     now = now or datetime.now(UTC)
     end = hour_of(now)
     start = end - timedelta(hours=hours - 1)
-    rows = session.scalars(
-        select(KeyUsageBucketRecord)
-        .where(KeyUsageBucketRecord.key_id == key_id)
-        .where(KeyUsageBucketRecord.hour >= start)
-        .where(KeyUsageBucketRecord.hour <= end)
+    rows = connection.execute(
+        select(_BUCKETS)
+        .where(_BUCKETS.c.key_id == key_id)
+        .where(_BUCKETS.c.hour >= start)
+        .where(_BUCKETS.c.hour <= end)
     )
     found = {
         row.hour: {outcome: int(getattr(row, column)) for outcome, column in OUTCOME_COLUMNS.items()} for row in rows
@@ -348,7 +365,7 @@ def usage_history(session: Session, *, key_id: str, hours: int, now: datetime | 
     return buckets
 
 
-def prune_usage(session: Session, *, keep: timedelta, now: datetime | None = None) -> int:
+def prune_usage(connection: Connection, *, keep: timedelta, now: datetime | None = None) -> int:
     cutoff = hour_of(now or datetime.now(UTC)) - keep
-    result = session.execute(delete(KeyUsageBucketRecord).where(KeyUsageBucketRecord.hour < cutoff))
-    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+    result = connection.execute(delete(_BUCKETS).where(_BUCKETS.c.hour < cutoff))
+    return int(result.rowcount or 0)

@@ -57,9 +57,9 @@ def _audit(action: str, actor: ApiKey, key: ApiKey, **fields: object) -> None:
 
 
 def _own(database: Database, actor: ApiKey, key_id: str) -> ApiKey:
-    with database.session() as session:
+    with database.transaction() as connection:
         try:
-            key = crud.get_key(session, key_id=key_id)
+            key = crud.get_key(connection, key_id=key_id)
         except crud.KeyInputError:
             raise KeyNotFound(key_id) from None
     if key.account_id != actor.account_id:
@@ -144,8 +144,8 @@ def _check_limits(actor: ApiKey, limits: KeyLimits) -> None:
 
 
 def list_keys(database: Database, actor: ApiKey) -> list[ApiKey]:
-    with database.session() as session:
-        return crud.list_keys(session, account_id=actor.account_id)
+    with database.transaction() as connection:
+        return crud.list_keys(connection, account_id=actor.account_id)
 
 
 def get_key(database: Database, actor: ApiKey, key_id: str) -> ApiKey:
@@ -179,9 +179,9 @@ def create_key(
         raise Refused("The expiry must be in the future.", field="expires_at", issue="must be in the future",
                       provided=expires_at.isoformat())
     expires_at = _expiry_within_actor(actor, expires_at)
-    with database.session() as session:
+    with database.transaction() as connection:
         created = crud.create_key(
-            session,
+            connection,
             permissions=permissions,
             name=name,
             account_id=actor.account_id,
@@ -201,9 +201,9 @@ def revoke_key(database: Database, actor: ApiKey, key_id: str) -> tuple[ApiKey, 
     """The revoked key and the ids of the keys revoked with it (every key it created, and theirs)."""
     _check_may_manage(actor)
     _check_target(actor, _own(database, actor, key_id))
-    with database.session() as session:
-        key = crud.revoke_key(session, key_id=key_id)
-        cascade = crud.revoke_created(session, key_id=key_id)
+    with database.transaction() as connection:
+        key = crud.revoke_key(connection, key_id=key_id)
+        cascade = crud.revoke_created(connection, key_id=key_id)
     _audit("revoked", actor, key, revoked_with=cascade)
     return key, cascade
 
@@ -223,8 +223,8 @@ def rotate_key(
     # no longer than the old key nor than the actor.
     _check_target(actor, old)
     _check_limits(actor, KeyLimits(old.per_minute, old.per_hour, old.per_day))
-    with database.session() as session:
-        created, old_after = crud.rotate_key(session, key_id=key_id, grace=grace, expires_by=actor.expires_at)
+    with database.transaction() as connection:
+        created, old_after = crud.rotate_key(connection, key_id=key_id, grace=grace, expires_by=actor.expires_at)
     _audit("rotated", actor, old_after, new_key_id=created.key.id, grace_seconds=int(grace.total_seconds()))
     return created, old_after
 
@@ -255,12 +255,12 @@ def update_key(
             per_day=per_day if per_day is not None else base.per_day,
         )
         _check_limits(actor, wanted)
-    with database.session() as session:
+    with database.transaction() as connection:
         if name is not None:
-            key = crud.rename_key(session, key_id=key_id, name=name)
+            key = crud.rename_key(connection, key_id=key_id, name=name)
         if changes_limits:
             key = crud.set_limits(
-                session, key_id=key_id, tier=tier, per_minute=wanted.per_minute, per_hour=wanted.per_hour,
+                connection, key_id=key_id, tier=tier, per_minute=wanted.per_minute, per_hour=wanted.per_hour,
                 per_day=wanted.per_day,
             )
     _audit("updated", actor, key, name=name, tier=tier, per_minute=key.per_minute, per_hour=key.per_hour,
@@ -270,8 +270,8 @@ def update_key(
 
 def usage(database: Database, actor: ApiKey, key_id: str, *, hours: int) -> tuple[ApiKey, list[crud.UsageBucket]]:
     key = _own(database, actor, key_id)
-    with database.session() as session:
-        return key, crud.usage_history(session, key_id=key_id, hours=hours)
+    with database.transaction() as connection:
+        return key, crud.usage_history(connection, key_id=key_id, hours=hours)
 
 
 __all__ = ["PERMISSIONS", "KeyNotFound", "Refused"]

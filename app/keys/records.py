@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, String, TypeDecorator
+from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, Integer, Row, String, Table, TypeDecorator
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.db import metadata
 
 PERMISSIONS: tuple[str, ...] = ("read", "write", "admin", "delete")
 
@@ -31,30 +31,30 @@ class UTCDateTime(TypeDecorator[datetime]):
         return None if value is None else value.replace(tzinfo=UTC)
 
 
-class ApiKeyRecord(Base):
-    __tablename__ = "api_keys"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    account_id: Mapped[str] = mapped_column(String(64), index=True)
-    name: Mapped[str] = mapped_column(String(200), default="")
-    key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
-    prefix: Mapped[str] = mapped_column(String(16))
-    permissions: Mapped[str] = mapped_column(String(64))
-    tier: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    per_minute: Mapped[int] = mapped_column(Integer)
-    per_hour: Mapped[int] = mapped_column(Integer)
-    per_day: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    usage_count: Mapped[int] = mapped_column(BigInteger, default=0)
-    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    rotated_to: Mapped[str | None] = mapped_column(String(32), nullable=True)
+api_keys_table = Table(
+    "api_keys", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("account_id", String(64), index=True, nullable=False),
+    Column("name", String(200), default="", nullable=False),
+    Column("key_hash", String(64), unique=True, index=True, nullable=False),
+    Column("prefix", String(16), nullable=False),
+    Column("permissions", String(64), nullable=False),
+    Column("tier", String(16), nullable=True),
+    Column("per_minute", Integer, nullable=False),
+    Column("per_hour", Integer, nullable=False),
+    Column("per_day", Integer, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=True),
+    Column("revoked_at", UTCDateTime(), nullable=True),
+    Column("usage_count", BigInteger, default=0, nullable=False),
+    Column("last_used_at", UTCDateTime(), nullable=True),
+    Column("rotated_to", String(32), nullable=True),
     # Keys made before the dashboard existed have no stored tail; they show the prefix only.
-    last4: Mapped[str | None] = mapped_column(String(4), nullable=True)
+    Column("last4", String(4), nullable=True),
     # The key that made this one through the API or the dashboard (None: the operator's command line); a
     # rotation's replacement takes its predecessor's. Revoking a key revokes every key below it.
-    created_by: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    Column("created_by", String(32), nullable=True, index=True),
+)
 
 
 # The outcome classes a usage bucket splits requests into, in display order.
@@ -72,36 +72,34 @@ def outcome_of(status: int) -> str:
     return "2xx"
 
 
-class KeyUsageBucketRecord(Base):
-    """Counted requests of one key in one UTC hour, by outcome."""
-
-    __tablename__ = "key_usage_buckets"
-
-    key_id: Mapped[str] = mapped_column(String(32), ForeignKey("api_keys.id", ondelete="CASCADE"), primary_key=True)
-    hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True, index=True)
-    ok: Mapped[int] = mapped_column(BigInteger, default=0)
-    client_error: Mapped[int] = mapped_column(BigInteger, default=0)
-    rate_limited: Mapped[int] = mapped_column(BigInteger, default=0)
-    server_error: Mapped[int] = mapped_column(BigInteger, default=0)
+# Counted requests of one key in one UTC hour, by outcome.
+key_usage_buckets_table = Table(
+    "key_usage_buckets", metadata,
+    Column("key_id", String(32), ForeignKey("api_keys.id", ondelete="CASCADE"), primary_key=True),
+    Column("hour", UTCDateTime(), primary_key=True, index=True),
+    Column("ok", BigInteger, default=0, nullable=False),
+    Column("client_error", BigInteger, default=0, nullable=False),
+    Column("rate_limited", BigInteger, default=0, nullable=False),
+    Column("server_error", BigInteger, default=0, nullable=False),
+)
 
 
 # Bucket columns by outcome class.
 OUTCOME_COLUMNS: dict[str, str] = {"2xx": "ok", "4xx": "client_error", "429": "rate_limited", "5xx": "server_error"}
 
 
-class DashboardSessionRecord(Base):
-    """A signed-in dashboard browser. Only the hash of the cookie's token is stored, so a leaked table
-    cannot be replayed; revoking the row (sign-out) ends the session everywhere at once."""
-
-    __tablename__ = "dashboard_sessions"
-
-    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
-    key_id: Mapped[str] = mapped_column(String(32), ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
-    account_id: Mapped[str] = mapped_column(String(64))
-    csrf_token: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
-    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+# A signed-in dashboard browser. Only the hash of the cookie's token is stored, so a leaked table cannot be replayed;
+# revoking the row (sign-out) ends the session everywhere at once.
+dashboard_sessions_table = Table(
+    "dashboard_sessions", metadata,
+    Column("token_hash", String(64), primary_key=True),
+    Column("key_id", String(32), ForeignKey("api_keys.id", ondelete="CASCADE"), index=True, nullable=False),
+    Column("account_id", String(64), nullable=False),
+    Column("csrf_token", String(64), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), index=True, nullable=False),
+    Column("revoked_at", UTCDateTime(), nullable=True),
+)
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ class ApiKey:
     created_by: str | None = None
 
     @classmethod
-    def from_record(cls, record: ApiKeyRecord) -> ApiKey:
+    def from_record(cls, record: Row[Any]) -> ApiKey:
         return cls(
             id=record.id,
             account_id=record.account_id,

@@ -35,8 +35,8 @@ class KeyStore:
             cached = self._cache.get(key_hash)
         if cached is not None and now - cached[0] < self._cache_seconds:
             return cached[1]
-        with self._database.session() as session:
-            key = crud.find_by_hash(session, key_hash=key_hash)
+        with self._database.transaction() as connection:
+            key = crud.find_by_hash(connection, key_hash=key_hash)
         if key is None:
             hmac.compare_digest(key_hash, _DUMMY_HASH)
             return None
@@ -54,9 +54,9 @@ class KeyStore:
             cached = self._cache.get(cache_id)
         if cached is not None and now - cached[0] < self._cache_seconds:
             return cached[1]
-        with self._database.session() as session:
+        with self._database.transaction() as connection:
             try:
-                key = crud.get_key(session, key_id=key_id)
+                key = crud.get_key(connection, key_id=key_id)
             except crud.KeyInputError:
                 return None
         with self._lock:
@@ -137,9 +137,8 @@ class UsageRecorder:
             if not batch and not buckets:
                 return True
             try:
-                # One transaction (a Core one: the ORM session would have nothing to track): totals and buckets
-                # land together or are retried together.
-                with self._database.engine.begin() as connection:
+                # One transaction: totals and buckets land together or are retried together.
+                with self._database.transaction() as connection:
                     for key_id, (count, last_used) in batch.items():
                         crud.add_usage(connection, key_id=key_id, count=count, last_used_at=last_used)
                     crud.add_usage_bucket_batch(connection, buckets)
@@ -163,8 +162,8 @@ class UsageRecorder:
             return
         self._pruned_at = now
         try:
-            with self._database.session() as session:
-                crud.prune_usage(session, keep=self._retention)
+            with self._database.transaction() as connection:
+                crud.prune_usage(connection, keep=self._retention)
         except Exception:
             # Retention is housekeeping; the next hour tries again.
             log.warning("pruning old usage buckets failed", exc_info=True)

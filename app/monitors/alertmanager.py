@@ -22,7 +22,7 @@ from sqlalchemy import select, update
 
 from app.db import Database
 from app.monitors import queue
-from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
+from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.series import public_labels, stored_labels
 from app.monitors.webhooks import DeliveryOutcome, send_request
 
@@ -120,10 +120,10 @@ def refresh_alerts(database: Database, *, now: datetime | None = None) -> int:
     append's (an append that lost the race retries)."""
     now = now or datetime.now(UTC)
     due_before = now - timedelta(seconds=RESEND_SECONDS * 0.9)
-    series, monitors = MonitorSeriesRecord.__table__, MonitorRecord.__table__
+    series, monitors, points = monitor_series_table, monitors_table, monitor_points_table
     queued = 0
-    with database.session() as session:
-        rows = session.execute(
+    with database.transaction() as connection:
+        rows = connection.execute(
             select(series.c.id, series.c.monitor_id, series.c.labels, series.c.revision, series.c.event_seq,
                    series.c.open_anomaly_epoch, monitors.c.name, monitors.c.alertmanager_url)
             .join(monitors, monitors.c.id == series.c.monitor_id)
@@ -133,14 +133,17 @@ def refresh_alerts(database: Database, *, now: datetime | None = None) -> int:
         ).all()
         for row in rows:
             seq = row.event_seq + 1
-            claimed = session.execute(
+            claimed = connection.execute(
                 update(series)
                 .where(series.c.id == row.id, series.c.revision == row.revision)
                 .values(revision=row.revision + 1, event_seq=seq, alertmanager_refreshed_at=now)
             )
             if claimed.rowcount != 1:  # type: ignore[attr-defined]
                 continue
-            first = session.get(MonitorPointRecord, (row.monitor_id, row.id, row.open_anomaly_epoch))
+            first = connection.execute(
+                select(points).where(points.c.monitor_id == row.monitor_id, points.c.series_id == row.id,
+                                     points.c.epoch == row.open_anomaly_epoch)
+            ).first()
             point = None if first is None else {
                 "timestamp": first.timestamp, "value": first.value, "expected": first.expected,
                 "lower_bound": first.lower, "upper_bound": first.upper, "anomaly_score": first.score,
@@ -154,7 +157,7 @@ def refresh_alerts(database: Database, *, now: datetime | None = None) -> int:
             payload = {"id": event_id, "type": "firing", "monitor_id": row.monitor_id, "monitor_name": row.name,
                        **({"series": {"id": row.id, "labels": series_labels}} if series_labels else {}),
                        "sequence": seq, "created_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "alert": alert}
-            queue.enqueue(session, monitor_id=row.monitor_id, series_id=row.id, webhook_url=row.alertmanager_url,
+            queue.enqueue(connection, monitor_id=row.monitor_id, series_id=row.id, webhook_url=row.alertmanager_url,
                           seq=seq, kind="firing", payload=payload, now=now, destination=DESTINATION)
             queued += 1
     return queued

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import Row
+
 from app.compute.detect.results import DEFAULT_DETECTOR
 from app.monitors import sources
-from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
 from app.monitors.series import stored_labels
 from app.monitors.store import epoch_text, iso
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from app.monitors.store import SeriesState
 
 
-def point_view(point: MonitorPointRecord, *, labelled: bool = False) -> dict[str, Any]:
+def point_view(point: Row[Any], *, labelled: bool = False) -> dict[str, Any]:
     view = {
         "timestamp": point.timestamp,
         "value": point.value,
@@ -43,7 +44,7 @@ def alert_view(point: Any) -> dict[str, Any]:
             "direction": point.direction}
 
 
-def monitor_view(monitor: MonitorRecord, totals: Totals) -> dict[str, Any]:
+def monitor_view(monitor: Row[Any], totals: Totals) -> dict[str, Any]:
     return {
         "id": monitor.id,
         "name": monitor.name,
@@ -77,7 +78,7 @@ def incident_view(incident: OpenIncident | None) -> dict[str, Any] | None:
             "peak": None if incident.peak is None else point_view(incident.peak)}
 
 
-def series_view(series: MonitorSeriesRecord, last_point: MonitorPointRecord | None) -> dict[str, Any]:
+def series_view(series: Row[Any], last_point: Row[Any] | None) -> dict[str, Any]:
     return {
         "id": series.id,
         "labels": stored_labels(series.labels),

@@ -13,11 +13,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import Row, and_, select
 
 from app.db import Database
-from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
+from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.series import public_labels, stored_labels
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -54,17 +55,32 @@ def _number(value: float | bool | int) -> str:
     return repr(number) if not number.is_integer() or abs(number) >= 1e15 else str(int(number))
 
 
-def _lines(rows: list[tuple[MonitorRecord, MonitorSeriesRecord | None, MonitorPointRecord | None]],
-           series_counts: dict[str, int]) -> Iterator[str]:
-    monitors = {monitor.id: monitor for monitor, _, _ in rows}
+_MONITOR = monitors_table.c
+_SERIES = monitor_series_table.c
+_POINT = monitor_points_table.c
+# One row per series of the account's monitors (one for a monitor without series), with the series' latest point:
+# the monitor's columns, the series' (series_id, labels) and the point's gauge columns, each None where the outer
+# joins found nothing.
+_ROWS = (
+    select(_MONITOR.id, _MONITOR.name, _MONITOR.prometheus_query, _MONITOR.source_status, _MONITOR.series_refused,
+           _SERIES.id.label("series_id"), _SERIES.labels, *(_POINT[column] for _, _, column in GAUGES))
+    .outerjoin(monitor_series_table, _SERIES.monitor_id == _MONITOR.id)
+    .outerjoin(monitor_points_table, and_(_POINT.monitor_id == _MONITOR.id, _POINT.series_id == _SERIES.id,
+                                          _POINT.epoch == _SERIES.last_epoch))
+    .order_by(_MONITOR.id, _SERIES.id)
+)
+
+
+def _lines(rows: list[Row[Any]], series_counts: dict[str, int]) -> Iterator[str]:
+    monitors = {row.id: row for row in rows}
     own = {m.id: f'monitor_id="{_escape(m.id)}",monitor_name="{_escape(m.name)}"' for m in monitors.values()}
     labelled = []
-    for monitor, series, point in rows:
-        if series is None or point is None:
+    for row in rows:
+        if row.series_id is None or row.epoch is None:
             continue
-        extra = public_labels(stored_labels(series.labels), series.id) if series.labels not in (None, "{}") else {}
-        text = own[monitor.id] + "".join(f',{name}="{_escape(value)}"' for name, value in extra.items())
-        labelled.append((text, point))
+        extra = public_labels(stored_labels(row.labels), row.series_id) if row.labels not in (None, "{}") else {}
+        text = own[row.id] + "".join(f',{name}="{_escape(value)}"' for name, value in extra.items())
+        labelled.append((text, row))
     for name, help_text, column in GAUGES:
         yield f"# HELP {name} {help_text}"
         yield f"# TYPE {name} gauge"
@@ -85,24 +101,13 @@ def _lines(rows: list[tuple[MonitorRecord, MonitorSeriesRecord | None, MonitorPo
 
 
 def render(*, database: Database, account_id: str) -> str:
-    with database.session() as session:
-        rows = [
-            (monitor, series, point)
-            for monitor, series, point in session.execute(
-                select(MonitorRecord, MonitorSeriesRecord, MonitorPointRecord)
-                .outerjoin(MonitorSeriesRecord, MonitorSeriesRecord.monitor_id == MonitorRecord.id)
-                .outerjoin(MonitorPointRecord, and_(MonitorPointRecord.monitor_id == MonitorRecord.id,
-                                                    MonitorPointRecord.series_id == MonitorSeriesRecord.id,
-                                                    MonitorPointRecord.epoch == MonitorSeriesRecord.last_epoch))
-                .where(MonitorRecord.account_id == account_id)
-                .order_by(MonitorRecord.id, MonitorSeriesRecord.id)
-            ).all()
-        ]
-        counts: dict[str, int] = {}
-        for monitor, series, _ in rows:
-            if series is not None:
-                counts[monitor.id] = counts.get(monitor.id, 0) + 1
-        return "\n".join(_lines(rows, counts)) + "\n"
+    with database.transaction() as connection:
+        rows = list(connection.execute(_ROWS.where(_MONITOR.account_id == account_id)))
+    counts: dict[str, int] = {}
+    for row in rows:
+        if row.series_id is not None:
+            counts[row.id] = counts.get(row.id, 0) + 1
+    return "\n".join(_lines(rows, counts)) + "\n"
 
 
 # The endpoint is not counted against a key's limits (a scraper calls it every few seconds), so what one

@@ -228,8 +228,7 @@ def _append_once(
     # hold connections (on PostgreSQL, a burst of writers would otherwise drain the connection pool).
     with runtime.locks.held(series_ids), JudgeSlot(runtime):
         try:
-            # A Core connection, one transaction: committed below with the points, rolled back on closing
-            # otherwise. The ORM session's unit of work would have nothing to track here but costs as much.
+            # One transaction: committed below with the points, rolled back on closing otherwise.
             with database.engine.connect() as connection:
                 connection.begin()
                 states = store.series_states(connection, series_ids)

@@ -15,12 +15,12 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.db import Database
 from app.monitors.prometheus import POLL_SECONDS, READ_CONCURRENCY, Reader
-from app.monitors.records import JobLeaseRecord
+from app.monitors.records import job_leases_table
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -44,19 +44,19 @@ def take_lease(database: Database, *, holder: str, now: datetime | None = None, 
     """The poller's lease for ``holder``: renewed if it holds it, taken if it ran out (or never existed)."""
     now = now or _now()
     expires = now + timedelta(seconds=POLLER_LEASE_SECONDS)
-    table = JobLeaseRecord.__table__
-    with database.session() as session:
+    table = job_leases_table
+    with database.transaction() as connection:
         condition = table.c.holder == holder if renew else (table.c.holder == holder) | (table.c.expires_at < now)
-        result = session.execute(
+        result = connection.execute(
             update(table).where(table.c.name == LEASE_NAME, condition).values(holder=holder, expires_at=expires)
         )
         if result.rowcount == 1:  # type: ignore[attr-defined]
             return True
-        if renew or session.get(JobLeaseRecord, LEASE_NAME) is not None:
+        if renew or connection.execute(select(table.c.name).where(table.c.name == LEASE_NAME)).first() is not None:
             return False
     try:
-        with database.session() as session:
-            session.add(JobLeaseRecord(name=LEASE_NAME, holder=holder, expires_at=expires))
+        with database.transaction() as connection:
+            connection.execute(insert(table).values(name=LEASE_NAME, holder=holder, expires_at=expires))
         return True
     except IntegrityError:
         return False

@@ -42,7 +42,7 @@ from app.monitors.promql import (
     step_text,
     window,
 )
-from app.monitors.records import MonitorRecord, MonitorSeriesRecord
+from app.monitors.records import monitor_series_table, monitors_table
 from app.monitors.schemas import IncomingPoints
 from app.monitors.series import label_problem
 from app.settings import Settings
@@ -73,8 +73,8 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-_TABLE = MonitorRecord.__table__
-_SERIES = MonitorSeriesRecord.__table__
+_TABLE = monitors_table
+_SERIES = monitor_series_table
 _SERIES_COUNT = (select(func.count()).select_from(_SERIES).where(_SERIES.c.monitor_id == _TABLE.c.id)
                  .scalar_subquery())
 _CLAIMED_COLUMNS = (_TABLE.c.id, _TABLE.c.account_id, _TABLE.c.data_frequency, _TABLE.c.retention_points,
@@ -167,18 +167,17 @@ class Reader:
         other; SQLite runs the statement under its one write lock. (One UPDATE per monitor, compare-and-set,
         cost 1.5 ms of CPU each: half of a read.)"""
         token = secrets.token_hex(8)
-        with self.database.session() as session:
-            session.execute(_claim_statement(self.database.engine.dialect.name == "postgresql", limit),
-                            {"now": now, "lease_end": now + timedelta(seconds=CLAIM_LEASE_SECONDS), "token": token})
-            rows = session.execute(_claimed_statement(), {"token": token}).all()
+        with self.database.transaction() as connection:
+            connection.execute(_claim_statement(self.database.engine.dialect.name == "postgresql", limit),
+                               {"now": now, "lease_end": now + timedelta(seconds=CLAIM_LEASE_SECONDS), "token": token})
+            rows = connection.execute(_claimed_statement(), {"token": token}).all()
         return [Claimed(*row) for row in rows]
 
     def next_due(self) -> datetime | None:
-        table = MonitorRecord.__table__
-        with self.database.session() as session:
-            return session.execute(
-                select(table.c.source_due_at).where(table.c.prometheus_query.is_not(None))
-                .order_by(table.c.source_due_at).limit(1)
+        with self.database.transaction() as connection:
+            return connection.execute(
+                select(_TABLE.c.source_due_at).where(_TABLE.c.prometheus_query.is_not(None))
+                .order_by(_TABLE.c.source_due_at).limit(1)
             ).scalar_one_or_none()
 
     # -------------------------------------------------------------------------------------------- reading
@@ -271,8 +270,8 @@ class Reader:
                                   "b_due": datetime.fromtimestamp(due, UTC), "b_read_until": read_until}
         if checked:
             values.update(b_status=status, b_message=_storable(message), b_checked=_now())
-        with self.database.session() as session:
-            session.execute(_record_statement(checked), values)
+        with self.database.transaction() as connection:
+            connection.execute(_record_statement(checked), values)
         if status not in (None, OK):
             log.info("prometheus read failed", extra={"fields": {"monitor_id": monitor.id, "status": status,
                                                                  "message": _storable(message)}})
@@ -326,8 +325,8 @@ class Reader:
         return started
 
     def _release(self, monitors: list[Claimed]) -> None:
-        with self.database.session() as session:
-            session.execute(
+        with self.database.transaction() as connection:
+            connection.execute(
                 update(_TABLE)
                 .where(_TABLE.c.id.in_([m.id for m in monitors]), _TABLE.c.source_claim == monitors[0].claim)
                 .values(source_due_at=_now(), source_claim=None)

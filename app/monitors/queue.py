@@ -30,11 +30,10 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Select, and_, bindparam, case, exists, func, literal, or_, select, update
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy import Connection, Select, and_, bindparam, case, exists, func, insert, literal, or_, select, update
 
 from app.db import Database, Prepared
-from app.monitors.records import DeliveryAttemptRecord, MonitorEventRecord, MonitorRecord
+from app.monitors.records import delivery_attempts_table, monitor_events_table, monitors_table
 from app.monitors.webhooks import DeliveryOutcome
 from app.settings import Settings
 
@@ -77,11 +76,14 @@ def new_event_id() -> str:
     return "evt_" + secrets.token_hex(16)
 
 
-_INSERT_EVENT = MonitorEventRecord.__table__.insert()
+_EVENTS = monitor_events_table
+_events = monitor_events_table.c
+_monitors = monitors_table.c
+_INSERT_EVENT = _EVENTS.insert()
 
 
 def enqueue(
-    executor: Session | Connection,
+    connection: Connection,
     *,
     monitor_id: str,
     series_id: int,
@@ -93,7 +95,7 @@ def enqueue(
     destination: str = "webhook",
 ) -> None:
     """Adds one event in the caller's transaction (the one that stores the points that caused it)."""
-    executor.execute(_INSERT_EVENT, {
+    connection.execute(_INSERT_EVENT, {
         "id": payload["id"],
         "monitor_id": monitor_id,
         "series_id": series_id,
@@ -153,8 +155,8 @@ class ClaimGate(Protocol):
 
 def _destination_url() -> Any:
     """The URL an event goes to now: its monitor's webhook or Alertmanager, whichever the event is for."""
-    return case((MonitorEventRecord.destination == "alertmanager", MonitorRecord.alertmanager_url),
-                else_=MonitorRecord.webhook_url)
+    return case((_events.destination == "alertmanager", _monitors.alertmanager_url),
+                else_=_monitors.webhook_url)
 
 
 @cache
@@ -166,48 +168,48 @@ def _due_statement(limit: int, row_locks: bool) -> Select[tuple[str, str | None,
     Order: never-attempted events before retries; within each, the accounts take turns (every account's first
     due event, then every account's second, ...), so one account's backlog cannot fill the window ahead of
     another account's alert; then by due time."""
-    earlier = aliased(MonitorEventRecord)
+    earlier = _EVENTS.alias("earlier").c
     blocked = exists().where(
         and_(
-            earlier.series_id == MonitorEventRecord.series_id,
-            earlier.destination == MonitorEventRecord.destination,
-            earlier.seq < MonitorEventRecord.seq,
+            earlier.series_id == _events.series_id,
+            earlier.destination == _events.destination,
+            earlier.seq < _events.seq,
             earlier.status.in_(ACTIVE),
         )
     )
-    retry = case((MonitorEventRecord.attempts == 0, 0), else_=1)
+    retry = case((_events.attempts == 0, 0), else_=1)
     # The turns are numbered in a subquery: PostgreSQL allows no FOR UPDATE beside a window function.
     ranked = (
         select(
-            MonitorEventRecord.id.label("id"),
+            _events.id.label("id"),
             retry.label("retry"),
             func.row_number()
-            .over(partition_by=MonitorRecord.account_id,
-                  order_by=(retry, MonitorEventRecord.next_attempt_at, MonitorEventRecord.seq))
+            .over(partition_by=_monitors.account_id,
+                  order_by=(retry, _events.next_attempt_at, _events.seq))
             .label("turn"),
         )
-        .join(MonitorRecord, MonitorRecord.id == MonitorEventRecord.monitor_id)
+        .join(monitors_table, _monitors.id == _events.monitor_id)
         .where(
-            MonitorEventRecord.status.in_(ACTIVE),
-            MonitorEventRecord.next_attempt_at <= bindparam("now"),
+            _events.status.in_(ACTIVE),
+            _events.next_attempt_at <= bindparam("now"),
             ~blocked,
             # NOT IN is unknown for a NULL url, and an event whose webhook was removed must still be claimed
             # (to be cancelled).
             or_(_destination_url().is_(None),
                 _destination_url().not_in(bindparam("skip_urls", expanding=True))),
-            MonitorRecord.account_id.not_in(bindparam("skip_accounts", expanding=True)),
+            _monitors.account_id.not_in(bindparam("skip_accounts", expanding=True)),
         )
         .subquery()
     )
     due = (
-        select(MonitorEventRecord.id, _destination_url(), MonitorRecord.account_id)
-        .join(ranked, ranked.c.id == MonitorEventRecord.id)
-        .join(MonitorRecord, MonitorRecord.id == MonitorEventRecord.monitor_id)
-        .order_by(ranked.c.retry, ranked.c.turn, MonitorEventRecord.next_attempt_at, MonitorEventRecord.seq)
+        select(_events.id, _destination_url(), _monitors.account_id)
+        .join(ranked, ranked.c.id == _events.id)
+        .join(monitors_table, _monitors.id == _events.monitor_id)
+        .order_by(ranked.c.retry, ranked.c.turn, _events.next_attempt_at, _events.seq)
         .limit(limit)
     )
     if row_locks:
-        due = due.with_for_update(skip_locked=True, of=MonitorEventRecord)
+        due = due.with_for_update(skip_locked=True, of=_EVENTS)
     return due
 
 
@@ -225,10 +227,10 @@ def claim(
     due = _due_statement(window, database.engine.dialect.name == "postgresql")
     claimed: list[ClaimedEvent] = []
     lease_end = now + timedelta(seconds=policy.lease_seconds)
-    with database.session() as session:
+    with database.transaction() as connection:
         for _ in range(CLAIM_ROUNDS):
             skip_urls, skip_accounts = gate.excluded() if gate is not None else ((), ())
-            rows = session.execute(
+            rows = connection.execute(
                 due, {"now": now, "skip_urls": list(skip_urls), "skip_accounts": list(skip_accounts)}
             ).all()
             for event_id, url, account_id in rows:
@@ -236,7 +238,7 @@ def claim(
                     break
                 if gate is not None and not gate.admit(Candidate(event_id, url, account_id)):
                     continue
-                event = _take(session, event_id, now=now, lease_end=lease_end)
+                event = _take(connection, event_id, now=now, lease_end=lease_end)
                 if event is not None:
                     claimed.append(event)
                 elif gate is not None:
@@ -251,37 +253,38 @@ def claim(
     return claimed
 
 
-def _take(session: Session, event_id: str, *, now: datetime, lease_end: datetime) -> ClaimedEvent | None:
+def _take(connection: Connection, event_id: str, *, now: datetime, lease_end: datetime) -> ClaimedEvent | None:
     """Leases one due event in the claim's transaction; None when another sender took it first."""
     # The status/lease condition again: on SQLite another process may have claimed it since the SELECT (on
     # PostgreSQL the row lock already excludes that).
-    result = session.execute(
-        update(MonitorEventRecord)
+    result = connection.execute(
+        update(_EVENTS)
         .where(
-            MonitorEventRecord.id == event_id,
-            MonitorEventRecord.status.in_(ACTIVE),
-            MonitorEventRecord.next_attempt_at <= now,
+            _events.id == event_id,
+            _events.status.in_(ACTIVE),
+            _events.next_attempt_at <= now,
         )
-        .values(status="sending", next_attempt_at=lease_end, attempts=MonitorEventRecord.attempts + 1)
+        .values(status="sending", next_attempt_at=lease_end, attempts=_events.attempts + 1)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         return None
-    row = session.execute(
-        select(MonitorEventRecord, _destination_url(), MonitorRecord.webhook_secret)
-        .join(MonitorRecord, MonitorRecord.id == MonitorEventRecord.monitor_id)
-        .where(MonitorEventRecord.id == event_id)
+    event = connection.execute(
+        select(_events.id, _events.monitor_id, _events.seq, _events.attempts, _events.payload,
+               _events.created_at, _events.destination, _destination_url().label("url"),
+               _monitors.webhook_secret)
+        .join(monitors_table, _monitors.id == _events.monitor_id)
+        .where(_events.id == event_id)
     ).one_or_none()
-    if row is None:
+    if event is None:
         return None
-    event, url, secret = row
     return ClaimedEvent(
         id=event.id,
         monitor_id=event.monitor_id,
         seq=event.seq,
         attempt=event.attempts,
         body=event.payload.encode(),
-        url=url,
-        secret=secret,
+        url=event.url,
+        secret=event.webhook_secret,
         created_at=event.created_at,
         destination=event.destination,
     )
@@ -318,20 +321,20 @@ def complete(
         )
     if event.url:
         values["webhook_url"] = event.url
-    with database.session() as session:
+    with database.transaction() as connection:
         # Only while our lease holds: a sender whose lease ran out must not overwrite the new holder's state.
-        result = session.execute(
-            update(MonitorEventRecord)
+        result = connection.execute(
+            update(_EVENTS)
             .where(
-                MonitorEventRecord.id == event.id,
-                MonitorEventRecord.status == "sending",
-                MonitorEventRecord.attempts == event.attempt,
+                _events.id == event.id,
+                _events.status == "sending",
+                _events.attempts == event.attempt,
             )
             .values(**values)
         )
         if outcome is not None and result.rowcount == 1:  # type: ignore[attr-defined]
-            session.add(
-                DeliveryAttemptRecord(
+            connection.execute(
+                insert(delivery_attempts_table).values(
                     event_id=event.id,
                     monitor_id=event.monitor_id,
                     attempt=event.attempt,
@@ -347,10 +350,9 @@ def complete(
 
 # Whether any event waits or is being sent: an idle sender asks only this each second (a claim and a look for the
 # next due time cost it ten times as much, in every web process, with nothing to find).
-_EVENTS = MonitorEventRecord.__table__
 _ANY_ACTIVE = Prepared(
     select(literal(1)).select_from(_EVENTS)
-    .where(or_(_EVENTS.c.status == "pending", _EVENTS.c.status == "sending"))
+    .where(or_(_events.status == "pending", _events.status == "sending"))
     .limit(1)
 )
 
@@ -368,12 +370,12 @@ def next_due(database: Database, *, after: datetime | None = None) -> datetime |
     """When the earliest pending event falls due (the sender sleeps until then, or until woken); with ``after``,
     the earliest falling due later than that (the sender's last claim saw the earlier ones)."""
     statement = (
-        select(MonitorEventRecord.next_attempt_at)
-        .where(or_(MonitorEventRecord.status == "pending", MonitorEventRecord.status == "sending"))
-        .order_by(MonitorEventRecord.next_attempt_at)
+        select(_events.next_attempt_at)
+        .where(or_(_events.status == "pending", _events.status == "sending"))
+        .order_by(_events.next_attempt_at)
         .limit(1)
     )
     if after is not None:
-        statement = statement.where(MonitorEventRecord.next_attempt_at > after)
-    with database.session() as session:
-        return session.execute(statement).scalar_one_or_none()
+        statement = statement.where(_events.next_attempt_at > after)
+    with database.transaction() as connection:
+        return connection.execute(statement).scalar_one_or_none()

@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.compute.pool import PoolError, WorkerPool
 from app.db import Database
 from app.monitors import ingest, selectors, series
-from app.monitors.records import MonitorRecord
+from app.monitors.records import monitors_table
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
 from app.monitors.store import epoch_text
@@ -185,7 +185,7 @@ def _parsed(text: str) -> selectors.Selector | None:
 
 
 def targets_of(database: Database, account_id: str) -> _Targets:
-    monitors = MonitorRecord.__table__.c
+    monitors = monitors_table.c
     statement = select(monitors.id, monitors.remote_write_selector).where(
         monitors.account_id == account_id, monitors.remote_write_selector.is_not(None),
         monitors.prometheus_query.is_(None))

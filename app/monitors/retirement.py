@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Row, delete, func, select, update
 from app.db import Database
 from app.monitors import incidents
 from app.monitors.answers import alert_view
-from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
+from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.series import retire_after
 from app.monitors.store import EventSource, enqueue_events, peak_first, standing_anomaly
 
@@ -27,9 +27,9 @@ log = logging.getLogger("app.monitors.retirement")
 # Series one run looks at: the oldest-seen first; the next run (a minute later) takes the rest.
 RETIRE_BATCH = 1000
 
-_SERIES = MonitorSeriesRecord.__table__
-_MONITORS = MonitorRecord.__table__
-_POINTS = MonitorPointRecord.__table__
+_SERIES = monitor_series_table
+_MONITORS = monitors_table
+_POINTS = monitor_points_table
 
 
 def retire_series(database: Database, *, retire_seconds: float, now: datetime | None = None) -> int:

@@ -22,7 +22,7 @@ from sqlalchemy import Connection, bindparam, func, select, update
 
 from app.db import Database, dialect_insert
 from app.monitors import sources
-from app.monitors.records import MonitorRecord, MonitorSeriesRecord
+from app.monitors.records import monitor_series_table, monitors_table
 from app.web.errors import ApiError, DataValidationError, NotFound
 from app.web.validation import problem
 
@@ -151,8 +151,8 @@ class Resolved:
     over_cap: set[tuple[str, Labels]] = field(default_factory=set)
 
 
-_SERIES = MonitorSeriesRecord.__table__
-_MONITORS = MonitorRecord.__table__
+_SERIES = monitor_series_table
+_MONITORS = monitors_table
 
 
 def _insert_ignoring_duplicates(dialect: str) -> Any:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import Row
+
 from app.monitors import selectors
-from app.monitors.records import MonitorRecord
 from app.monitors.webhooks import WebhookAddressError, check_url
 from app.web.errors import InvalidRequest
 from app.web.validation import problem
@@ -38,7 +39,7 @@ def checked_url(field: str, url: str, *, allow_private: bool) -> None:
         raise _refuse(field, "Must be a base URL, without a query or fragment", url)
 
 
-def check_fields(fields: dict[str, Any], current: MonitorRecord | None, *, allow_private: bool) -> None:
+def check_fields(fields: dict[str, Any], current: Row[Any] | None, *, allow_private: bool) -> None:
     """400 for a source or Alertmanager that cannot work: a query without a URL (or the reverse), a calendar
     frequency, a query that is blank or too long, an address the webhook rules refuse."""
     url = fields["prometheus_url"] if "prometheus_url" in fields else (current.prometheus_url if current else None)
@@ -66,36 +67,40 @@ def check_fields(fields: dict[str, Any], current: MonitorRecord | None, *, allow
         checked_url("alertmanager_url", fields["alertmanager_url"], allow_private=allow_private)
 
 
-def set_on_create(monitor: MonitorRecord, fields: dict[str, Any], now: datetime) -> None:
-    monitor.alertmanager_url = fields.get("alertmanager_url")
-    monitor.prometheus_url = fields.get("prometheus_url")
-    monitor.prometheus_query = fields.get("prometheus_query")
-    if monitor.prometheus_query is not None:
-        monitor.source_status = PENDING
-        monitor.source_message = "Not read yet: the first read backfills the history."
-        monitor.source_due_at = now
+def set_on_create(values: dict[str, Any], fields: dict[str, Any], now: datetime) -> None:
+    """Adds a new monitor's source and Alertmanager columns to ``values``, the columns it is inserted with."""
+    values["alertmanager_url"] = fields.get("alertmanager_url")
+    values["prometheus_url"] = fields.get("prometheus_url")
+    values["prometheus_query"] = fields.get("prometheus_query")
+    if values["prometheus_query"] is not None:
+        values["source_status"] = PENDING
+        values["source_message"] = "Not read yet: the first read backfills the history."
+        values["source_due_at"] = now
 
 
-def apply_changes(monitor: MonitorRecord, changes: dict[str, Any], now: datetime) -> None:
+def apply_changes(monitor: Row[Any], changes: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """The source and Alertmanager columns ``changes`` gives the monitor, as values to update it with."""
+    values: dict[str, Any] = {}
     if "alertmanager_url" in changes:
-        monitor.alertmanager_url = changes["alertmanager_url"]
+        values["alertmanager_url"] = changes["alertmanager_url"]
     changed = False
     for name in ("prometheus_url", "prometheus_query"):
         if name in changes and changes[name] != getattr(monitor, name):
-            setattr(monitor, name, changes[name])
+            values[name] = changes[name]
             changed = True
     if changed:
         # Read again at once, from where the last read stopped: a query fixed after an error catches up.
-        monitor.source_status = PENDING
-        monitor.source_message = "Changed: not read since."
-        monitor.source_due_at = now
+        values["source_status"] = PENDING
+        values["source_message"] = "Changed: not read since."
+        values["source_due_at"] = now
+    return values
 
 
 def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def view(monitor: MonitorRecord) -> dict[str, Any]:
+def view(monitor: Row[Any]) -> dict[str, Any]:
     if monitor.prometheus_query is None:
         source: dict[str, Any] = {"kind": "push"}
     else:

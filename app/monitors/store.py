@@ -18,15 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Integer, bindparam, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Integer, Row, bindparam, func, select
 
 from app.compute.detect.budget import budget_for_sensitivity
 from app.compute.detect.streaming import StreamingDetector, lookback_rows
 from app.db import Prepared
 from app.monitors import queue
 from app.monitors.cache import History, JudgeState
-from app.monitors.records import MonitorPointRecord, MonitorRecord, MonitorSeriesRecord
+from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.schemas import IncomingPoints
 from app.series.frequencies import MAX_PERIOD_ROWS
 from app.web.errors import DataValidationError, NotFound
@@ -66,8 +65,8 @@ class StaleRevision(Exception):
 
 @dataclass
 class SeriesState:
-    """A series as the append path reads it: its monitor's settings and its own stored state, a plain Core row copy
-    (the ORM's per-object bookkeeping cost more than the rest of the append's own work)."""
+    """A series as the append path reads it: its monitor's settings and its own stored state, a plain copy of one
+    row that the append moves to its new state once written."""
 
     # the monitor's
     monitor_id: str
@@ -102,14 +101,14 @@ class SeriesState:
         return {} if not self.labels else dict(json.loads(self.labels))
 
 
-def threshold_of(monitor: SeriesState | MonitorRecord) -> tuple[float | None, float | None]:
+def threshold_of(monitor: SeriesState | Row[Any]) -> tuple[float | None, float | None]:
     """(confidence, false_alarms_per_week) as a monitor's settings give them to a detector."""
     if monitor.sensitivity is not None:
         return None, budget_for_sensitivity(monitor.sensitivity)
     return monitor.confidence, monitor.false_alarms_per_week
 
 
-def detector_of(monitor: SeriesState | MonitorRecord) -> StreamingDetector:
+def detector_of(monitor: SeriesState | Row[Any]) -> StreamingDetector:
     """The default detector as a monitor's settings configure it."""
     confidence, budget = threshold_of(monitor)
     return StreamingDetector(
@@ -120,9 +119,9 @@ def detector_of(monitor: SeriesState | MonitorRecord) -> StreamingDetector:
     )
 
 
-_MONITORS = MonitorRecord.__table__
-_SERIES = MonitorSeriesRecord.__table__
-_POINTS = MonitorPointRecord.__table__
+_MONITORS = monitors_table
+_SERIES = monitor_series_table
+_POINTS = monitor_points_table
 _POINT = _POINTS.c
 _MONITOR_FIELDS = ("account_id", "name", "data_frequency", "confidence", "false_alarms_per_week", "model",
                    "retention_points", "webhook_url", "sensitivity", "min_deviation", "min_relative_deviation",
@@ -134,8 +133,8 @@ _STATE_COLUMNS = [_SERIES.c.monitor_id, *(_MONITORS.c[name] for name in _MONITOR
 assert [c.name for c in _STATE_COLUMNS] == ["monitor_id", *_MONITOR_FIELDS, "id", *_SERIES_FIELDS]
 _STATES = select(*_STATE_COLUMNS).select_from(_SERIES.join(_MONITORS, _MONITORS.c.id == _SERIES.c.monitor_id))
 # The append path's statements, built and compiled once (Prepared) and run on the transaction's DBAPI cursor:
-# building a statement per append, the ORM session's bookkeeping and SQLAlchemy's execution machinery cost
-# more per append than the database's own work and the detector together.
+# building a statement per append and SQLAlchemy's execution machinery cost more per append than the database's
+# own work and the detector together.
 _READ_STATE = Prepared(_STATES.where(_SERIES.c.id == bindparam("series_id")).with_for_update(of=_SERIES))
 # Many series in one statement of STATES_CHUNK ids (padded with 0, no series' id), locked in id order (two writers
 # of overlapping sets never wait on each other in a circle), run on the DBAPI cursor as the other hot statements.
@@ -260,11 +259,11 @@ def new_monitor_id() -> str:
     return "mon_" + secrets.token_hex(12)
 
 
-def owned(session: Session, *, account_id: str, monitor_id: str, for_update: bool = False) -> MonitorRecord:
-    statement = select(MonitorRecord).where(MonitorRecord.id == monitor_id)
+def owned(connection: Connection, *, account_id: str, monitor_id: str, for_update: bool = False) -> Row[Any]:
+    statement = select(_MONITORS).where(_MONITORS.c.id == monitor_id)
     if for_update:
         statement = statement.with_for_update()
-    monitor = session.execute(statement).scalar_one_or_none()
+    monitor = connection.execute(statement).first()
     # Another account's monitor is answered exactly like a missing one, so ids reveal nothing.
     if monitor is None or monitor.account_id != account_id:
         raise NotFound("No such monitor.", details={"field": "monitor_id", "issue": "not found", "provided":
@@ -454,7 +453,7 @@ def series_payload(series_id: int, labels: dict[str, str]) -> dict[str, Any]:
     return {"series": {"id": series_id, "labels": labels}} if labels else {}
 
 
-def enqueue_events(executor: Connection | Session, series: SeriesState | EventSource, plan: IncidentPlan,
+def enqueue_events(connection: Connection, series: SeriesState | EventSource, plan: IncidentPlan,
                    now: datetime) -> None:
     """The planned events into the delivery queue, in the caller's transaction."""
     labels = series.label_map()
@@ -463,7 +462,7 @@ def enqueue_events(executor: Connection | Session, series: SeriesState | EventSo
         payload = {"id": event_id, "type": kind, "monitor_id": series.monitor_id, "monitor_name": series.name,
                    **series_payload(series.series_id, labels), "sequence": event_seq, "created_at": iso(now), **extra}
         url = series.webhook_url if destination == "webhook" else series.alertmanager_url
-        queue.enqueue(executor, monitor_id=series.monitor_id, series_id=series.series_id, webhook_url=url or "",
+        queue.enqueue(connection, monitor_id=series.monitor_id, series_id=series.series_id, webhook_url=url or "",
                       seq=event_seq, kind=kind, payload=payload, now=now, destination=destination)
 
 

@@ -68,8 +68,8 @@ def test_revoked_key_is_401(db_app: Flask) -> None:
     plain, key_id = new_key(db_app)
     client = db_app.test_client()
     assert client.get("/verify", headers=bearer(plain)).status_code == 200
-    with services_of(db_app).database.session() as session:
-        crud.revoke_key(session, key_id=key_id)
+    with services_of(db_app).database.transaction() as connection:
+        crud.revoke_key(connection, key_id=key_id)
     services_of(db_app).keys.forget()  # what the 5 s cache expiry does on its own
     assert_unauthorized(client.get("/verify", headers=bearer(plain)), "revoked")
 
@@ -116,8 +116,8 @@ def test_usage_counts_every_authenticated_request_but_not_401s(db_app: Flask) ->
     client.get("/nowhere", headers=bearer(plain))  # 404
     client.get("/verify", headers=bearer("ak_" + "1" * 64))  # 401: not this key's
     services_of(db_app).usage.flush()
-    with services_of(db_app).database.session() as session:
-        key = crud.get_key(session, key_id=key_id)
+    with services_of(db_app).database.transaction() as connection:
+        key = crud.get_key(connection, key_id=key_id)
     assert key.usage_count == 3
     assert key.last_used_at is not None
     assert datetime.now(UTC) - key.last_used_at < timedelta(seconds=30)
@@ -134,8 +134,8 @@ def test_usage_survives_a_failed_flush(db_app: Flask, monkeypatch: pytest.Monkey
     monkeypatch.undo()
     client.get("/verify", headers=bearer(plain))
     assert usage.flush() is True
-    with services_of(db_app).database.session() as session:
-        assert crud.get_key(session, key_id=key_id).usage_count == 4
+    with services_of(db_app).database.transaction() as connection:
+        assert crud.get_key(connection, key_id=key_id).usage_count == 4
 
 
 def test_failed_authentication_is_limited_per_address(tmp_path: Path) -> None:

@@ -19,8 +19,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 from huey import Huey
 from huey.signals import SIGNAL_ENQUEUED
+from sqlalchemy import select
 
 from app.batches import store, tasks
+from app.batches.records import batches_table
 from app.batches.tasks import (
     NotGrouped,
     UploadError,
@@ -88,9 +90,9 @@ class Enqueued:
     def __call__(self, signal: str, task: Any, *args: Any) -> None:
         if task.name == "batches.chunk":
             batch_id, seq = task.args
-            with self.services.database.session() as session:
-                record = session.get(store.BatchRecord, batch_id)
-                self.chunks.append((seq, bool(record is not None and record.prepared)))
+            with self.services.database.transaction() as connection:
+                prepared = connection.scalar(select(batches_table.c.prepared).where(batches_table.c.id == batch_id))
+                self.chunks.append((seq, bool(prepared)))
 
     def __enter__(self) -> Enqueued:
         self.services.jobs.signal(SIGNAL_ENQUEUED)(self)

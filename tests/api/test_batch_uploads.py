@@ -101,12 +101,12 @@ def test_the_worker_computes_no_more_series_than_were_counted(app: Flask, client
     batch_id = submitted.get_json()["id"]
     from sqlalchemy import update
 
-    from app.batches.records import BatchRecord
+    from app.batches.records import batches_table
     from app.batches.tasks import batch_tasks, prepare_upload
     from app.jobs.resources import WorkerResources
 
-    with services.database.session() as session:
-        session.execute(update(BatchRecord).where(BatchRecord.id == batch_id).values(series_total=2))
+    with services.database.transaction() as connection:
+        connection.execute(update(batches_table).where(batches_table.c.id == batch_id).values(series_total=2))
     prepare_upload(WorkerResources(services.settings), batch_tasks(services.jobs), batch_id)
     failed = client.get(f"/batches/{batch_id}", headers=bearer(key)).get_json()
     assert failed["status"] == "failed" and failed["progress"]["done"] == 0
@@ -261,10 +261,10 @@ def test_refused_uploads_store_nothing(app: Flask, client: FlaskClient) -> None:
     upload(client, key, rows_of([("a\x00", days(12))]))
     upload(client, key, rows_of([("i" * 201, days(12))]))
     assert client.get("/batches", headers=bearer(key)).get_json() == {"batches": []}
-    with services_of(app).database.session() as session:
+    with services_of(app).database.transaction() as connection:
         from sqlalchemy import func, select
 
-        from app.batches.records import BatchRecord
+        from app.batches.records import batches_table
 
-        assert session.scalar(select(func.count()).select_from(BatchRecord)
-                              .where(BatchRecord.status == "uploading")) == 0
+        assert connection.scalar(select(func.count()).select_from(batches_table)
+                                 .where(batches_table.c.status == "uploading")) == 0

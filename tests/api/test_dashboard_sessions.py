@@ -52,12 +52,12 @@ def test_sign_in_sets_a_strict_httponly_session_cookie_and_keeps_no_key(app: Fla
     assert key not in cookie
     expires = datetime.strptime(re.search(r"Expires=([^;]+)", cookie).group(1), "%a, %d %b %Y %H:%M:%S GMT")
     assert timedelta(hours=11, minutes=59) < expires.replace(tzinfo=UTC) - datetime.now(UTC) <= timedelta(hours=12)
-    with services_of(app).database.session() as db:
+    with services_of(app).database.transaction() as connection:
         from sqlalchemy import select
 
-        from app.keys.records import DashboardSessionRecord
+        from app.keys.records import dashboard_sessions_table
 
-        row = db.scalars(select(DashboardSessionRecord)).one()
+        row = connection.execute(select(dashboard_sessions_table)).one()
     assert row.key_id == key_id and key not in (row.token_hash, row.csrf_token)
 
     https = app.test_client()
@@ -81,10 +81,10 @@ def test_sign_in_refusals_say_why(app: Flask) -> None:
         assert words in response.get_data(as_text=True)
         assert 'aria-invalid="true"' in response.get_data(as_text=True)
     revoked, revoked_id = new_key(app, ADMIN)
-    with services_of(app).database.session() as db:
+    with services_of(app).database.transaction() as connection:
         from app.keys import crud
 
-        crud.revoke_key(db, key_id=revoked_id)
+        crud.revoke_key(connection, key_id=revoked_id)
     response = client.post("/dashboard/sign-in", data={"csrf_token": form_token(client), "api_key": revoked})
     assert response.status_code == 401 and "This API key is revoked." in response.get_data(as_text=True)
 

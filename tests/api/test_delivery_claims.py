@@ -10,11 +10,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from flask import Flask
+from sqlalchemy import insert
 
 from app.db import Database
 from app.monitors import queue
 from app.monitors.queue import ClaimedEvent, RetryPolicy
-from app.monitors.records import MonitorEventRecord, MonitorRecord
+from app.monitors.records import monitor_events_table, monitors_table
 from app.monitors.sender import CONCURRENCY, PER_ACCOUNT, PER_DESTINATION, InFlight
 from tests.support import build_app, services_of, settings_for
 
@@ -30,8 +31,8 @@ def database(database_url: str) -> Iterator[Database]:
 
 
 def add_monitor(database: Database, monitor_id: str, *, account: str, url: str | None) -> None:
-    with database.session() as session:
-        session.add(MonitorRecord(
+    with database.transaction() as connection:
+        connection.execute(insert(monitors_table).values(
             id=monitor_id, account_id=account, name=monitor_id, data_frequency="Minutes", confidence=0.99,
             retention_points=100, webhook_url=url, webhook_secret="whsec_test", created_at=NOW, updated_at=NOW))
 
@@ -41,8 +42,8 @@ def add_event(database: Database, monitor_id: str, seq: int, *, attempts: int = 
     """An event of the monitor's ``series``-th series due ``due_ago`` seconds before NOW; ``attempts`` > 0 makes it a
     retry."""
     event_id = f"evt_{monitor_id}_{series}_{seq}" if series else f"evt_{monitor_id}_{seq}"
-    with database.session() as session:
-        session.add(MonitorEventRecord(
+    with database.transaction() as connection:
+        connection.execute(insert(monitor_events_table).values(
             id=event_id, monitor_id=monitor_id, series_id=zlib.crc32(monitor_id.encode()) * 100 + series, seq=seq,
             kind="anomaly",
             payload=json.dumps({"id": event_id, "monitor_id": monitor_id, "sequence": seq}),

@@ -53,10 +53,13 @@ def test_revoked_and_expired_keys_say_so_in_details(app: Flask, client: FlaskCli
     assert client.get("/verify", headers=bearer(revoked)).get_json()["error"]["details"] == {
         "field": "Authorization", "issue": "revoked API key"}
     expiring, expiring_id = new_key(app, ("read",), expires_at=datetime.now(UTC) + timedelta(hours=1))
-    from app.keys.records import ApiKeyRecord
+    from sqlalchemy import update
 
-    with services_of(app).database.session() as session:
-        session.get(ApiKeyRecord, expiring_id).expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    from app.keys.records import api_keys_table
+
+    with services_of(app).database.transaction() as connection:
+        connection.execute(update(api_keys_table).where(api_keys_table.c.id == expiring_id)
+                           .values(expires_at=datetime.now(UTC) - timedelta(seconds=1)))
     assert client.get("/verify", headers=bearer(expiring)).get_json()["error"]["details"] == {
         "field": "Authorization", "issue": "expired API key"}
 

@@ -131,10 +131,10 @@ def test_another_accounts_key_is_not_found(client: FlaskClient, app: Flask, admi
         assert response.get_json()["error"]["code"] == "INVALID_REQUEST"
     listed = client.get("/keys", headers=bearer(admin_key)).get_json()["keys"]
     assert foreign_id not in [k["id"] for k in listed]
-    with services_of(app).database.session() as session:
+    with services_of(app).database.transaction() as connection:
         from app.keys import crud
 
-        assert crud.get_key(session, key_id=foreign_id).revoked_at is None
+        assert crud.get_key(connection, key_id=foreign_id).revoked_at is None
 
 
 def test_revoke_then_the_key_is_refused(client: FlaskClient, admin: tuple[str, str]) -> None:

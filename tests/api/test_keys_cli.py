@@ -20,7 +20,7 @@ from flask import Flask
 from sqlalchemy import delete
 
 from app import create_app
-from app.keys.records import ApiKeyRecord
+from app.keys.records import api_keys_table
 from tests.support import VENV_BIN, cli, settings_for
 
 KEY = re.compile(r"\bak_[0-9a-f]{64}\b")
@@ -62,8 +62,8 @@ def cli_app(module_database_url: str) -> Iterator[Flask]:
 @pytest.fixture
 def run(cli_app: Flask) -> Cli:
     """The CLI on an empty key store (the database and its schema are shared by the module)."""
-    with cli_app.extensions["forecast_service"].database.session() as session:
-        session.execute(delete(ApiKeyRecord))
+    with cli_app.extensions["forecast_service"].database.transaction() as connection:
+        connection.execute(delete(api_keys_table))
     return Cli(cli_app)
 
 

@@ -1,7 +1,7 @@
-"""The migrations build exactly the schema the ORM maps, on SQLite and on PostgreSQL, and undo cleanly.
+"""The migrations build exactly the schema the app declares, on SQLite and on PostgreSQL, and undo cleanly.
 
-The ORM side is every table of every module under app/ (all of them are imported), so a model added without
-its migration, or a migration that drifts from its model, fails here.
+The declared side is every table of every module under app/ (all of them are imported), so a table added without
+its migration, or a migration that drifts from its table, fails here.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from sqlalchemy import Engine, MetaData, create_engine, inspect
 from tests.support import ROOT, VENV_BIN, postgres_database
 
 
-def orm_metadata() -> MetaData:
+def declared_metadata() -> MetaData:
     import app
 
     for module in pkgutil.walk_packages(app.__path__, "app."):
         importlib.import_module(module.name)
-    from app.db import Base
+    from app.db import metadata
 
-    return Base.metadata
+    return metadata
 
 
 def alembic_config(url: str) -> Config:
@@ -62,7 +62,7 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
 
 
 def test_migrations_produce_exactly_the_orm_schema_and_undo_cleanly(empty_database: str) -> None:
-    metadata = orm_metadata()
+    metadata = declared_metadata()
     assert "api_keys" in metadata.tables
     config = alembic_config(empty_database)
     engine = create_engine(empty_database)
@@ -70,7 +70,7 @@ def test_migrations_produce_exactly_the_orm_schema_and_undo_cleanly(empty_databa
         command.upgrade(config, "head")
         assert schema_differences(engine, metadata) == []
         assert tables(engine) == set(metadata.tables) | {"alembic_version"}
-        command.check(config)  # env.py's own view of the models agrees as well
+        command.check(config)  # env.py's own view of the tables agrees as well
 
         # Every revision's downgrade runs and removes what its upgrade made; then the way up again.
         revisions = list(ScriptDirectory.from_config(config).walk_revisions())
@@ -98,7 +98,7 @@ def test_plain_alembic_reads_the_service_environment(tmp_path: Path) -> None:
     alembic("upgrade", "head", cwd=ROOT)  # the repository's alembic.ini
     engine = create_engine(f"sqlite:///{database}")
     try:
-        assert schema_differences(engine, orm_metadata()) == []
+        assert schema_differences(engine, declared_metadata()) == []
     finally:
         engine.dispose()
     assert "(head)" in alembic("current", cwd=ROOT / "migrations")  # migrations/alembic.ini
@@ -169,6 +169,6 @@ def test_monitor_series_migration_keeps_every_stream_and_goes_back(empty_databas
                 "SELECT value FROM monitor_points WHERE monitor_id = 'mon_pushed' ORDER BY epoch")).scalars().all()
             assert values == [1.0, 1.0]
         command.upgrade(config, "head")
-        assert schema_differences(engine, orm_metadata()) == []
+        assert schema_differences(engine, declared_metadata()) == []
     finally:
         engine.dispose()

@@ -17,7 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import func, select
 
-from app.monitors.records import MonitorEventRecord, MonitorPointRecord
+from app.monitors.records import monitor_events_table, monitor_points_table
 from tests.support import (
     Receiver,
     build_app,
@@ -102,16 +102,16 @@ def test_crud_round_trip_and_delete_removes_every_point(client: FlaskClient, key
 
     stamps, values = minute_series(40)
     assert post_points(client, owner, monitor_id, stamps, values).status_code == 200
-    with services_of(monitor_app).database.session() as session:
-        count = session.execute(select(func.count()).select_from(MonitorPointRecord).where(
-            MonitorPointRecord.monitor_id == monitor_id)).scalar_one()
+    with services_of(monitor_app).database.transaction() as connection:
+        count = connection.execute(select(func.count()).select_from(monitor_points_table).where(
+            monitor_points_table.c.monitor_id == monitor_id)).scalar_one()
     assert count == 40
 
     assert client.delete(f"/monitors/{monitor_id}", headers=owner).status_code == 204
     assert client.get(f"/monitors/{monitor_id}", headers=owner).status_code == 404
-    with services_of(monitor_app).database.session() as session:
-        count = session.execute(select(func.count()).select_from(MonitorPointRecord).where(
-            MonitorPointRecord.monitor_id == monitor_id)).scalar_one()
+    with services_of(monitor_app).database.transaction() as connection:
+        count = connection.execute(select(func.count()).select_from(monitor_points_table).where(
+            monitor_points_table.c.monitor_id == monitor_id)).scalar_one()
     assert count == 0
 
 
@@ -301,9 +301,9 @@ def test_retention_drops_the_oldest_points(client: FlaskClient, keys: dict, moni
     view = client.get(f"/monitors/{monitor_id}?points=200", headers=owner).json
     assert view["point_count"] == 50
     assert [p["timestamp"] for p in view["points"]] == stamps[-50:]
-    with services_of(monitor_app).database.session() as session:
-        stored = session.execute(select(func.count()).select_from(MonitorPointRecord).where(
-            MonitorPointRecord.monitor_id == monitor_id)).scalar_one()
+    with services_of(monitor_app).database.transaction() as connection:
+        stored = connection.execute(select(func.count()).select_from(monitor_points_table).where(
+            monitor_points_table.c.monitor_id == monitor_id)).scalar_one()
     assert stored == 50
 
 
@@ -420,9 +420,9 @@ def test_failed_deliveries_are_retried_in_order(client: FlaskClient, keys: dict,
             time.sleep(0.05)
         assert {d["event"]["sequence"] for d in receiver.deliveries} == {1}  # the head blocks its successors
         receiver.status = 200
-        with services_of(monitor_app).database.session() as session:
-            total = session.execute(select(func.count()).select_from(MonitorEventRecord).where(
-                MonitorEventRecord.monitor_id == monitor_id)).scalar_one()
+        with services_of(monitor_app).database.transaction() as connection:
+            total = connection.execute(select(func.count()).select_from(monitor_events_table).where(
+                monitor_events_table.c.monitor_id == monitor_id)).scalar_one()
         events = receiver.wait_for(total)
         assert [e["sequence"] for e in events] == list(range(1, total + 1))
         log = settled_deliveries(client, owner, monitor_id)
@@ -685,9 +685,10 @@ def test_feedback_on_the_open_incidents_last_anomaly_closes_it_with_its_end_even
                        json={"timestamp": stamps[-1], "is_anomaly": False})
     assert told.status_code == 200
     assert client.get(f"/monitors/{monitor['id']}", headers=keys["owner"]).get_json()["open_anomalies"] == []
-    with services_of(monitor_app).database.session() as session:
-        events = [(e.kind, json.loads(e.payload)) for e in session.query(MonitorEventRecord)
-                  .filter(MonitorEventRecord.monitor_id == monitor["id"]).order_by(MonitorEventRecord.seq)]
+    with services_of(monitor_app).database.transaction() as connection:
+        events = [(e.kind, json.loads(e.payload)) for e in connection.execute(
+            select(monitor_events_table).where(monitor_events_table.c.monitor_id == monitor["id"])
+            .order_by(monitor_events_table.c.seq))]
     assert [kind for kind, _ in events] == ["anomaly", "anomaly_ended"]
     run = events[1][1]["run"]
     # Every anomaly of it was marked normal: no peak is left.
@@ -696,8 +697,9 @@ def test_feedback_on_the_open_incidents_last_anomaly_closes_it_with_its_end_even
     # A second word on the same point changes nothing more.
     client.post(f"/monitors/{monitor['id']}/feedback", headers=keys["owner"],
                 json={"timestamp": stamps[-1], "is_anomaly": False})
-    with services_of(monitor_app).database.session() as session:
-        assert session.query(MonitorEventRecord).filter(MonitorEventRecord.monitor_id == monitor["id"]).count() == 2
+    with services_of(monitor_app).database.transaction() as connection:
+        assert connection.execute(select(func.count()).select_from(monitor_events_table).where(
+            monitor_events_table.c.monitor_id == monitor["id"])).scalar_one() == 2
 
 
 def test_feedback_on_a_point_of_the_last_append_is_relearnt_without_a_rebuild(

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import select
+from sqlalchemy import Row, select
 
 from app.compute.detect.streaming import QUIET_ROWS
 from app.monitors import alertmanager, poller, prometheus, promql
-from app.monitors.records import MonitorEventRecord, MonitorRecord, MonitorSeriesRecord
+from app.monitors.records import monitor_events_table, monitor_series_table, monitors_table
 from tests.support import build_app, minute_series, new_key, services_of, settings_for, wait_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
@@ -174,9 +174,9 @@ def test_alertmanager_events_fire_and_resolve_in_the_shared_queue(client: FlaskC
     created = create(client, owner, alertmanager_url=target, webhook_url=closed_port_url() + "/hook").json
     answer = spiky_run(client, owner, created["id"])
     assert answer.status_code == 200 and answer.json["is_anomaly"][45] and not answer.json["is_anomaly"][46]
-    with services_of(prom_app).database.session() as session:
-        events = list(session.execute(select(MonitorEventRecord).where(
-            MonitorEventRecord.monitor_id == created["id"]).order_by(MonitorEventRecord.seq)).scalars())
+    with services_of(prom_app).database.transaction() as connection:
+        events = list(connection.execute(select(monitor_events_table).where(
+            monitor_events_table.c.monitor_id == created["id"]).order_by(monitor_events_table.c.seq)))
     kinds = [(e.destination, e.kind) for e in events]
     assert kinds == [("alertmanager", "firing"), ("webhook", "anomaly"), ("webhook", "anomaly_ended"),
                      ("alertmanager", "resolved")]
@@ -215,15 +215,15 @@ def test_open_alerts_are_resent_once_per_interval_and_only_while_open(client: Fl
     assert client.post(f"/monitors/{created['id']}/points", json={"timestamps": stamps, "values": values},
                        headers=owner).json["is_anomaly"][-1]
 
-    def events() -> list[MonitorEventRecord]:
-        with database.session() as session:
-            return list(session.execute(select(MonitorEventRecord).where(
-                MonitorEventRecord.monitor_id == created["id"]).order_by(MonitorEventRecord.seq)).scalars())
+    def events() -> list[Row[Any]]:
+        with database.transaction() as connection:
+            return list(connection.execute(select(monitor_events_table).where(
+                monitor_events_table.c.monitor_id == created["id"]).order_by(monitor_events_table.c.seq)))
 
     def revision() -> int:
-        with database.session() as session:
-            return session.execute(select(MonitorSeriesRecord.revision).where(
-                MonitorSeriesRecord.monitor_id == created["id"])).scalar_one()
+        with database.transaction() as connection:
+            return connection.execute(select(monitor_series_table.c.revision).where(
+                monitor_series_table.c.monitor_id == created["id"])).scalar_one()
 
     now = datetime.now(UTC)
     before = revision()
@@ -449,10 +449,10 @@ def test_one_accounts_hanging_sources_hold_a_share_of_the_readers_and_the_round_
     statuses = [client.get(f"/monitors/{m['id']}", headers=owner).json["source"]["status"] for m in hanging]
     assert statuses.count("timeout") == prometheus.ACCOUNT_READERS
     # Those not started were handed back, unclaimed and due, for the next round (or another poller) to take.
-    with services_of(prom_app).database.session() as session:
-        rows = session.execute(select(MonitorRecord.source_claim, MonitorRecord.source_due_at,
-                                      MonitorRecord.source_checked_at)
-                               .where(MonitorRecord.id.in_([m["id"] for m in hanging]))).all()
+    monitors = monitors_table.c
+    with services_of(prom_app).database.transaction() as connection:
+        rows = connection.execute(select(monitors.source_claim, monitors.source_due_at, monitors.source_checked_at)
+                                  .where(monitors.id.in_([m["id"] for m in hanging]))).all()
     unread = [(claim, due) for claim, due, checked in rows if checked is None]
     assert len(unread) == len(hanging) - prometheus.ACCOUNT_READERS
     assert all(claim is None and due.replace(tzinfo=UTC) <= datetime.now(UTC) for claim, due in unread)
@@ -620,9 +620,9 @@ def test_a_resolved_alert_describes_the_first_point_of_an_incident_opened_by_an_
     second = client.post(f"/monitors/{created['id']}/points", json={"timestamps": stamps[46:], "values": values[46:]},
                          headers=owner)
     assert not second.json["is_anomaly"][0]
-    with services_of(prom_app).database.session() as session:
-        events = list(session.execute(select(MonitorEventRecord).where(
-            MonitorEventRecord.monitor_id == created["id"]).order_by(MonitorEventRecord.seq)).scalars())
+    with services_of(prom_app).database.transaction() as connection:
+        events = list(connection.execute(select(monitor_events_table).where(
+            monitor_events_table.c.monitor_id == created["id"]).order_by(monitor_events_table.c.seq)))
     assert [e.kind for e in events] == ["firing", "resolved"]
     firing, resolved = (json.loads(e.payload)["alert"]["annotations"] for e in events)
     assert resolved == firing and resolved["summary"].startswith(stamps[45])

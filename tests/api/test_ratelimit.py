@@ -169,8 +169,8 @@ def test_new_limits_apply_after_the_cache_expires(app: Flask, client: FlaskClien
     key, key_id = new_key(app, per_minute=2)
     spend(client, key), spend(client, key)
     assert spend(client, key).status_code == 429
-    with services_of(app).database.session() as session:
-        crud.set_limits(session, key_id=key_id, per_minute=4)
+    with services_of(app).database.transaction() as connection:
+        crud.set_limits(connection, key_id=key_id, per_minute=4)
     services_of(app).keys.forget()  # what the 5 s cache expiry does on its own
     response = spend(client, key)
     # The counters are kept per limit value, so a changed limit starts its windows afresh (README).

@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
 from app.monitors.prompb.remote_pb2 import WriteRequest
-from app.monitors.records import MonitorEventRecord, MonitorPointRecord
+from app.monitors.records import monitor_events_table, monitor_points_table
 from tests.support import build_app, minute_series, new_key, services_of, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
@@ -239,9 +239,9 @@ def test_each_label_set_a_selector_matches_is_a_series_of_its_own(client: FlaskC
     assert ahead.status_code == 200 and len(ahead.json["forecast"]["median"]) == 3
 
     # The Alertmanager alert of the spike carries its series' labels, not __name__; the other series raised none.
-    with services_of(rw_app).database.session() as session:
-        events = list(session.execute(select(MonitorEventRecord).where(
-            MonitorEventRecord.monitor_id == monitor["id"])).scalars())
+    with services_of(rw_app).database.transaction() as connection:
+        events = list(connection.execute(select(monitor_events_table).where(
+            monitor_events_table.c.monitor_id == monitor["id"])))
     assert events and {e.series_id for e in events} == {found["c"]["id"]}
     alert = json.loads(events[0].payload)["alert"]
     assert alert["labels"] == {"alertname": "MonitorAnomaly", "monitor_id": monitor["id"], "monitor_name": "rw",
@@ -376,7 +376,7 @@ def test_series_that_stop_coming_are_retired_and_their_incident_ends(client: Fla
 
     from sqlalchemy import update
 
-    from app.monitors.records import MonitorSeriesRecord
+    from app.monitors.records import monitor_series_table
     from app.monitors.retirement import retire_series
 
     writer = keys["writer"]
@@ -393,22 +393,23 @@ def test_series_that_stop_coming_are_retired_and_their_incident_ends(client: Fla
     assert found["goes"]["open_anomaly_since"] is not None
     database = services_of(rw_app).database
     long_ago = datetime.now(UTC) - timedelta(days=2)
-    with database.session() as session:  # what two days without a sample look like
-        session.execute(update(MonitorSeriesRecord).where(
-            MonitorSeriesRecord.id.in_([found["goes"]["id"], found[""]["id"]])).values(last_seen_at=long_ago))
+    with database.transaction() as connection:  # what two days without a sample look like
+        connection.execute(update(monitor_series_table).where(
+            monitor_series_table.c.id.in_([found["goes"]["id"], found[""]["id"]])).values(last_seen_at=long_ago))
     assert retire_series(database, retire_seconds=86_400) == 1
     assert retire_series(database, retire_seconds=86_400) == 0
     left = series_of(client, writer, monitor["id"])
     assert sorted(left) == ["", "stays"]  # the unlabelled series is the monitor's own: never retired
-    with database.session() as session:
-        stored = session.execute(select(func.count()).select_from(MonitorPointRecord).where(
-            MonitorPointRecord.series_id == found["goes"]["id"])).scalar()
+    with database.transaction() as connection:
+        stored = connection.execute(select(func.count()).select_from(monitor_points_table).where(
+            monitor_points_table.c.series_id == found["goes"]["id"])).scalar()
     assert stored == 0
     ended = [d for d in client.get(f"/monitors/{monitor['id']}/deliveries", headers=writer).json["deliveries"]
              if d["type"] == "anomaly_ended"]
     assert len(ended) == 1 and ended[0]["series_id"] == found["goes"]["id"]
-    with database.session() as session:
-        event = session.get(MonitorEventRecord, ended[0]["event_id"])
+    with database.transaction() as connection:
+        event = connection.execute(select(monitor_events_table).where(
+            monitor_events_table.c.id == ended[0]["event_id"])).first()
         assert event is not None
         run = json.loads(event.payload)["run"]
     assert run["closed_by"] == "retired" and run["anomalous_points"] >= 1

@@ -34,13 +34,13 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 
 
 def make_key(database: Database) -> str:
-    with database.session() as session:
-        return crud.create_key(session, permissions=("read",)).key.id
+    with database.transaction() as connection:
+        return crud.create_key(connection, permissions=("read",)).key.id
 
 
 def history(database: Database, key_id: str, hours: int = 3, now: datetime | None = None) -> list[crud.UsageBucket]:
-    with database.session() as session:
-        return crud.usage_history(session, key_id=key_id, hours=hours, now=now)
+    with database.transaction() as connection:
+        return crud.usage_history(connection, key_id=key_id, hours=hours, now=now)
 
 
 @pytest.mark.parametrize(
@@ -66,8 +66,8 @@ def test_buckets_split_by_outcome_and_hour(database: Database) -> None:
     assert buckets[0].counts == {"2xx": 0, "4xx": 0, "429": 0, "5xx": 0}
     assert buckets[1].counts == {"2xx": 1, "4xx": 0, "429": 0, "5xx": 0}
     assert buckets[2].counts == {"2xx": 3, "4xx": 1, "429": 2, "5xx": 1}
-    with database.session() as session:
-        assert crud.get_key(session, key_id=key_id).usage_count == 9
+    with database.transaction() as connection:
+        assert crud.get_key(connection, key_id=key_id).usage_count == 9
 
     # A second flush adds to the same rows (an upsert, as another replica's flush would).
     recorder.record(key_id, at=now, status=200)
@@ -97,26 +97,26 @@ def test_failed_flush_keeps_buckets_for_the_next_attempt(database: Database, mon
     recorder.close()  # the shutdown flush writes what the failed one kept
     assert recorder.pending_buckets() == {}
     assert history(database, key_id, hours=1, now=now)[0].counts == {"2xx": 2, "4xx": 0, "429": 1, "5xx": 1}
-    with database.session() as session:
+    with database.transaction() as connection:
         # The totals rolled back with the buckets and were written once, not twice.
-        assert crud.get_key(session, key_id=key_id).usage_count == 4
+        assert crud.get_key(connection, key_id=key_id).usage_count == 4
 
 
 def test_buckets_older_than_90_days_are_pruned(database: Database) -> None:
     key_id = make_key(database)
     now = datetime.now(UTC)
-    with database.session() as session:
-        crud.add_usage_buckets(session, key_id=key_id, hour=now - timedelta(days=91), counts={"2xx": 5})
-        crud.add_usage_buckets(session, key_id=key_id, hour=now - timedelta(days=89), counts={"4xx": 2})
+    with database.transaction() as connection:
+        crud.add_usage_buckets(connection, key_id=key_id, hour=now - timedelta(days=91), counts={"2xx": 5})
+        crud.add_usage_buckets(connection, key_id=key_id, hour=now - timedelta(days=89), counts={"4xx": 2})
     recorder = UsageRecorder(database, flush_seconds=0.05)
     recorder.record(key_id, at=now, status=200)  # starts the flusher thread, which also prunes
     deadline = time.monotonic() + 10
     while sum(b.total for b in history(database, key_id, hours=24 * 92, now=now)) != 3:
         assert time.monotonic() < deadline, "the flusher did not prune"
         time.sleep(0.05)
-    with database.session() as session:
-        assert crud.prune_usage(session, keep=timedelta(days=90)) == 0  # the flusher already pruned
-        kept = crud.usage_history(session, key_id=key_id, hours=24 * 92, now=now)
+    with database.transaction() as connection:
+        assert crud.prune_usage(connection, keep=timedelta(days=90)) == 0  # the flusher already pruned
+        kept = crud.usage_history(connection, key_id=key_id, hours=24 * 92, now=now)
     assert sum(b.total for b in kept) == 3
     assert [b.counts for b in kept if b.total] == [
         {"2xx": 0, "4xx": 2, "429": 0, "5xx": 0},
@@ -173,7 +173,7 @@ def test_buckets_survive_a_graceful_gunicorn_restart(tmp_path: Path) -> None:
         assert {outcome: sum(b.counts[outcome] for b in buckets) for outcome in ("2xx", "4xx", "429", "5xx")} == {
             "2xx": 5, "4xx": 20, "429": 3, "5xx": 0
         }
-        with database.session() as session:
-            assert crud.get_key(session, key_id=key["id"]).usage_count == 28
+        with database.transaction() as connection:
+            assert crud.get_key(connection, key_id=key["id"]).usage_count == 28
     finally:
         database.dispose()
