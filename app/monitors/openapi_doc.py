@@ -31,12 +31,14 @@ MONITOR_DESCRIPTION = (
 
 
 def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[str, Any]) -> None:
-    for name, schema in (("MonitorCreateRequest", MonitorCreateSchema), ("MonitorUpdateRequest", MonitorPatchSchema),
+    # A schema is named here before any schema that nests it: apispec names a nested schema it has not seen after
+    # its class, and /forecast's SeriesSchema already holds "Series" (it would publish this one as "Series1").
+    for name, schema in (("MonitorSeries", SeriesSchema), ("MonitorSeriesList", SeriesListSchema),
+                         ("MonitorCreateRequest", MonitorCreateSchema), ("MonitorUpdateRequest", MonitorPatchSchema),
                          ("Monitor", MonitorSchema), ("MonitorList", MonitorListSchema),
                          ("PointsRequest", PointsRequestSchema), ("PointsResponse", PointsResponseSchema),
                          ("Deliveries", DeliveriesSchema), ("WebhookSecret", SecretSchema),
-                         ("FeedbackRequest", FeedbackRequestSchema), ("MonitorSeries", SeriesSchema),
-                         ("MonitorSeriesList", SeriesListSchema)):
+                         ("FeedbackRequest", FeedbackRequestSchema)):
         spec.components.schema(name, schema=schema)
     secured = [{"bearerAuth": []}]
     monitor_id = {"in": "path", "name": "monitor_id", "required": True, "schema": {"type": "string"},

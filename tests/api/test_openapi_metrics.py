@@ -90,3 +90,19 @@ def test_metrics_need_admin_count_requests_and_never_show_keys(app: Flask) -> No
     assert 'endpoint="unrouted"' in text
     assert "forecast_workers_ready" in text
     assert not PLAIN_KEY.search(text)
+
+
+def test_every_schema_has_one_name_of_its_own() -> None:
+    """Two schema classes of one name made apispec publish the second as `Series1`, a name a client generator
+    would carry into code; each schema is added once, under the name its capability gives it."""
+    import warnings
+
+    from app import openapi_documenters
+    from app.web.openapi import build_spec
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spec = build_spec(openapi_documenters())
+    names = set(spec["components"]["schemas"])
+    assert not {name for name in names if re.fullmatch(r".*[A-Za-z]\d+", name)}, names
+    assert {"Series", "MonitorSeries"} <= names
