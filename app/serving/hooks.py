@@ -3,13 +3,13 @@ worker's warm-up and last flush."""
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 from typing import Any
 
 from app.serving.checks import startup_report
 from app.serving.config import ClientLimits
+from app.serving.process import settle_collector, share_gil_promptly
 from app.settings import Settings
 
 
@@ -50,11 +50,8 @@ def post_worker_init(worker: Any) -> None:
     services = _services(worker)
     if services is not None:
         services.warm_up()
-    # What the process built to serve (modules, the app, numpy) lives as long as it does: frozen out of the
-    # collector's reach, a full collection walks only what requests made since. With thousands of series'
-    # states and a fleet's points in flight, full collections over everything cost 60 us of every point
-    # stored (bench/results/remote-write.md).
-    gc.freeze()
+    settle_collector()
+    share_gil_promptly()
 
 
 def worker_exit(server: Any, worker: Any) -> None:

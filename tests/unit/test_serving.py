@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -266,6 +267,21 @@ def test_the_master_pins_blas_to_one_thread(monkeypatch: pytest.MonkeyPatch) -> 
     process.prepare_master()
     assert os.environ["OPENBLAS_NUM_THREADS"] == "1" and os.environ["MKL_NUM_THREADS"] == "1"
     assert os.environ["OMP_NUM_THREADS"] == "3"
+
+
+def test_a_worker_settles_its_collector_and_shares_the_gil_once_ready() -> None:
+    # In a process of its own: the hook changes process-wide settings this test process must keep.
+    script = ("import gc, json, sys, types\n"
+              "from app.serving.hooks import post_worker_init\n"
+              "before = gc.get_threshold()\n"
+              "post_worker_init(types.SimpleNamespace())\n"
+              "print(json.dumps([before, gc.get_threshold(), gc.get_freeze_count(), sys.getswitchinterval()]))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[2], check=True)
+    before, after, frozen, switch = json.loads(result.stdout.strip().splitlines()[-1])
+    assert after == [process.YOUNG_COLLECTION_CONTAINERS, before[1], before[2]]
+    assert frozen > 1000  # the modules and what they built are out of the collector's reach
+    assert switch == pytest.approx(process.GIL_SWITCH_SECONDS)
 
 
 # --- reading within the deadlines (a socket pair stands for the client) -----------------------------------------
