@@ -37,6 +37,7 @@ import random  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+from collections import Counter  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from datetime import UTC, datetime, timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -143,6 +144,7 @@ class LoadResult:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     web_cpu: float = 0.0
+    busiest_share: float = 1.0  # the busiest web process's part of web_cpu
 
 
 def run_load(server: c.Gunicorn, key: str, shares: list[list[Series]], next_second: dict[Series, int],
@@ -204,14 +206,17 @@ def run_load(server: c.Gunicorn, key: str, shares: list[list[Series]], next_seco
     if single is not None:
         single.start()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
-    cpu0 = server.worker_cpu_seconds()
+    pids = server.worker_pids()
+    cpu0 = [c.process_cpu_seconds(pid) for pid in pids]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     result.seconds = time.perf_counter() - started
-    result.web_cpu = server.worker_cpu_seconds() - cpu0
+    used = [c.process_cpu_seconds(pid) - before for pid, before in zip(pids, cpu0, strict=True)]
+    result.web_cpu = sum(used)
+    result.busiest_share = max(used) / result.web_cpu if result.web_cpu > 0 else 1.0
     if single is not None:
         single.stop()
     return result
@@ -275,6 +280,20 @@ def point_counts(url: str, key: str, fleet_id: str | None) -> tuple[dict[str, in
     return counts, in_fleet
 
 
+def server_counts(url: str, key: str) -> Counter[str]:
+    """From /metrics: stored points the web processes judged a second time ("rejudged": a cached state brought up to
+    date over points another process stored, or rebuilt), and remote-written samples by outcome."""
+    status, _, body = Conn(url, key).request("GET", "/metrics")
+    assert status == 200, body[:200]
+    counts: Counter[str] = Counter()
+    for line in body.decode().splitlines():
+        if line.startswith("forecast_monitor_points_rejudged_total{"):
+            counts["rejudged"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith('forecast_remote_write_samples_total{outcome="'):
+            counts[line.split('"')[1]] += float(line.rsplit(" ", 1)[1])
+    return counts
+
+
 def detector_us_per_row(rows: int = 3000) -> float:
     """The default detector alone, one row per call on a state past its first rows (this process, this run)."""
     from app.compute.detect.streaming import StreamingDetector
@@ -295,7 +314,10 @@ def bench_database(kind: str, *, monitors: int, fleet_series: int, duration: flo
     deployment = "SQLite, 1 process" if kind == "sqlite" else "PostgreSQL + Redis, 2 processes"
     with c.temp_dir("bench-rw-") as tmp, c.database(kind, tmp) as database_url:
         key = c.create_key(database_url, "read,write,admin")
-        extra = {}
+        # One /metrics for every web process: what the processes judged again is read after each load.
+        metrics_dir = tmp / "metrics"
+        metrics_dir.mkdir()
+        extra = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
         redis_url = None
         if kind == "postgres":
             c.flush_redis()
@@ -324,21 +346,30 @@ def bench_database(kind: str, *, monitors: int, fleet_series: int, duration: flo
             def measure(name: str, layout: list[Series], load: str, points: int, *, probe: bool = True) -> None:
                 shares = [layout[k::CLIENTS] for k in range(CLIENTS)]
                 single.latencies.clear()
+                counts_before = server_counts(server.url, key)
                 result = run_load(server, key, shares, next_second, sent, kind="bulk" if load == "bulk" else "rw",
                                   points=points, duration=duration, single=single if probe else None)
                 counts, in_fleet = point_counts(server.url, key, fleet_id)
                 held = {one: (in_fleet.get(one[0], 0) if one[3] else counts[one[1]]) for one in layout}
                 lost = sum(max(0, sent[one] - held[one]) for one in layout)
                 extra_points = sum(max(0, held[one] - sent[one]) for one in layout)
+                counted = server_counts(server.url, key)
+                counted.subtract(counts_before)
+                # Samples the server answered as dropped, by outcome (stored and duplicate ones count as stored).
+                dropped = {k: int(v) for k, v in counted.items() if k not in ("rejudged", "stored", "duplicate") and v}
                 rate = result.stored / result.seconds if result.seconds else 0.0
                 lat = result.latencies
                 rows.append([
                     deployment, f"{name}: {load}, {points} point{'s' if points > 1 else ''}/series/request",
                     f"{len(lat)}", f"{result.stored:,}", f"{rate:,.0f}",
                     c.fmt_ms(c.percentile(lat, 50)) if lat else "-", c.fmt_ms(c.percentile(lat, 99)) if lat else "-",
-                    str(len(result.errors)), f"{lost}" + (f" (+{extra_points} extra)" if extra_points else ""),
+                    str(len(result.errors)), f"{lost}" + (f" (+{extra_points} extra)" if extra_points else "")
+                    + (" (dropped: " + ", ".join(f"{k} {v:,}" for k, v in sorted(dropped.items())) + ")"
+                       if dropped else ""),
                     c.fmt_ms(c.percentile(single.latencies, 99)) if single.latencies else "-",
                     f"{result.web_cpu / result.stored * 1e6:.0f}" if result.stored else "-",
+                    f"{counted['rejudged']:,.0f}",
+                    f"{result.busiest_share:.0%}",
                 ])
                 print(rows[-1], result.errors[:3], flush=True)
 
@@ -382,10 +413,15 @@ def main() -> None:
          f"Targets (issue 45): >= {TARGET_RATE:,} points/s stored and judged, request p99 <= {TARGET_P99:g} s, "
          f"nothing lost; a single pushed append meanwhile p99 <= {TARGET_SINGLE_P99 * 1000:g} ms.",
          "points/s: points the answers say were stored (new, judged), over the load's wall time.",
-         "lost: points sent and answered but not in the monitor's point_count afterwards.",
-         "single p99: POST /monitors/{id}/points with one point, every 100 ms, to another monitor during the load."],
+         "lost: points sent and answered but not in the monitor's point_count afterwards (with the remote-write "
+         "samples the server answered as dropped, by outcome, if any).",
+         "single p99: POST /monitors/{id}/points with one point, every 100 ms, to another monitor during the load.",
+         "rejudged: stored points the web processes judged a second time during the load, to bring a cached state up "
+         "to date over points another process stored, or to rebuild one (forecast_monitor_points_rejudged_total).",
+         "busiest process: the busiest web process's share of the web CPU (with two processes, 50% is an even split; "
+         "each client's keep-alive connection stays on the process that accepted it)."],
         ["deployment", "load", "requests", "points stored", "points/s", "p50 ms", "p99 ms", "errors", "lost",
-         "single p99 ms", "web us/point"],
+         "single p99 ms", "web us/point", "rejudged", "busiest process"],
         rows,
     )
 

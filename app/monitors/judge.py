@@ -21,6 +21,7 @@ from app.monitors import store
 from app.monitors.cache import History, JudgeState
 from app.monitors.store import NOT_ANOMALY, REBUILD_ROWS, SeriesState, tail_rows
 from app.web.errors import InternalError
+from app.web.metrics import REJUDGED_POINTS
 
 if TYPE_CHECKING:
     from app.monitors.runtime import MonitorRuntime
@@ -132,6 +133,9 @@ def verdicts_of(result: DetectionResult | Verdicts, count: int, *, warm: int) ->
         for i in range(count)
     ]
 
+# Points judged a second time are what several processes (or a restart) cost a monitor: counted for operators.
+_CAUGHT_UP, _REBUILT = REJUDGED_POINTS.labels("catch_up"), REJUDGED_POINTS.labels("rebuild")
+
 
 def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesState) -> JudgeState:
     """The detector's state after the stored points: this process's own; or its own advanced over the points
@@ -145,10 +149,12 @@ def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesS
             rows = store.points_after(connection, series, cached.last_epoch)
             if len(rows) <= REBUILD_ROWS:
                 advance(series, cached, rows)
+                _CAUGHT_UP.inc(len(rows))
                 return cached
     rows = store.newest_points(connection, series)
     judged = JudgeState(revision=series.revision, detector=series.detector().initial_state(), size=0)
     advance(series, judged, rows)
+    _REBUILT.inc(len(rows))
     return judged
 
 

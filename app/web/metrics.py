@@ -30,6 +30,13 @@ REMOTE_WRITE_SAMPLES = Counter(
     "Samples received by POST /api/v1/write, by what became of them (unmatched: no monitor's selector matches).",
     ["outcome"],
 )
+REJUDGED_POINTS = Counter(
+    "forecast_monitor_points_rejudged_total",
+    "Stored points a server process judged again to bring its cached state of a series up to date, by reason "
+    "(catch_up: points another process or host stored; rebuild: no usable state, after a start, an eviction or "
+    "feedback).",
+    ["reason"],
+)
 WORKERS_READY = Gauge(
     "forecast_workers_ready", "Forecast worker processes ready in this server process.", multiprocess_mode="livesum"
 )

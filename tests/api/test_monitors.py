@@ -539,6 +539,12 @@ def test_a_restarted_process_rebuilds_the_state_from_the_stored_points(
     assert after["anomaly_score"] == whole.get_json()["anomaly_score"][250:]
 
 
+def rejudged(reason: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("forecast_monitor_points_rejudged_total", {"reason": reason}) or 0.0
+
+
 def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replaying(
     client: FlaskClient, keys: dict, monitor_app: Flask, module_database_url: str
 ) -> None:
@@ -566,6 +572,7 @@ def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replayin
         state = mine.peek(shared_series)
         assert state is not None
         turns, answers = [client, other], {shared: [], alone: []}
+        caught_up, rebuilt = rejudged("catch_up"), rejudged("rebuild")
         for row in range(seeded, count):
             for monitor_id, sender in ((shared, turns[row % 2]), (alone, client)):
                 answer = post_points(sender, owner, monitor_id, stamps[row : row + 1], values[row : row + 1])
@@ -573,6 +580,10 @@ def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replayin
         # Each process advanced its own state over the points the other stored: the same verdicts as one process.
         assert answers[shared] == answers[alone]
         assert mine.peek(shared_series) is state
+        # The other process built its state once from the newest stored points; after that each turn judged again
+        # only the one point the other process had stored (none on this process's first turn if it went first).
+        assert rejudged("rebuild") - rebuilt == REBUILD_ROWS
+        assert rejudged("catch_up") - caught_up == (count - seeded) - (1 if seeded % 2 == 0 else 0) - 1
         # A point marked normal changes what the detector learns from the stored points: that is replayed.
         for monitor_id in (shared, alone):
             assert client.post(f"/monitors/{monitor_id}/feedback", headers=owner,
