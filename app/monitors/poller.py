@@ -4,6 +4,7 @@ scheduler) restarts it when its lease ran out (a killed worker). Each round is a
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 import time
@@ -20,7 +21,6 @@ from sqlalchemy.exc import IntegrityError
 from app.db import Database
 from app.monitors.prometheus import POLL_SECONDS, READ_CONCURRENCY, Reader
 from app.monitors.records import job_leases_table
-from app.serving.process import settle_collector
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _reader(settings: Settings) -> Reader:
     if reader is None:
         _readers.clear()
         reader = _readers[pid] = Reader(settings)
-        settle_collector()  # as a web process does (app/serving/hooks.py)
+        gc.freeze()  # as a web process does (app/serving/hooks.py): full collections skip what lives as long
     return reader
 
 

@@ -3,6 +3,7 @@
 - No import circle between modules of ``app``.
 - No private name (``_x``) imported from another package.
 - The worker side (``app.compute``) imports nothing of the web side, nor Flask.
+- Nothing outside ``app.serving`` (gunicorn's side) imports it.
 - The web side reaches ``app.compute`` only through the pool and the light modules a job needs
   (``jobs``, ``results``, ``catalog``) or the plain-Python streaming detector, and those modules import
   nothing numeric, so the numeric stack never loads in the web process.
@@ -152,6 +153,20 @@ def test_what_the_web_side_may_import_from_compute_loads_nothing_numeric() -> No
         for target, _ in imports_of(modules[name], modules, at_load=True)
         if target.split(".")[0] not in allowed_roots
         or (target.startswith("app.") and target not in WEB_SAFE_COMPUTE and not target.startswith("app.series"))
+    ]
+    assert not offences, "\n".join(offences)
+
+
+def test_only_gunicorns_side_imports_app_serving() -> None:
+    """app.serving holds what gunicorn.conf.py's hooks and worker use: the app runs without it (flask run, the
+    job workers), so no module outside it imports it."""
+    modules = app_modules()
+    offences = [
+        f"{name} imports {target}"
+        for name, path in modules.items()
+        if not name.startswith("app.serving")
+        for target, _ in imports_of(path, modules)
+        if target == "app.serving" or target.startswith("app.serving.")
     ]
     assert not offences, "\n".join(offences)
 
