@@ -36,12 +36,13 @@ import errno
 import selectors
 import socket
 import ssl
+import sys
 import time
 from collections import deque
 from concurrent import futures
 from concurrent.futures import Future
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 from gunicorn import http
 from gunicorn.workers.gthread import ThreadWorker
@@ -86,6 +87,16 @@ class ServingWorker(ThreadWorker):
         self._wake_in: socket.socket | None = None
         self._wake_out: socket.socket | None = None
         self._next_expiry_scan = 0.0
+        self._quitting = False
+
+    def handle_quit(self, sig: int, frame: Any) -> None:
+        """Ctrl-C (SIGINT) or the master's quick stop (SIGQUIT): the handler only marks the stop and wakes the
+        loop, which then quits. Python runs a handler between two steps of the main thread, which may be inside
+        ``tpool.submit`` holding the pool's lock: gthread's handler shut the pool down right there, waited forever
+        for that lock, and the master killed the worker a whole graceful timeout later."""
+        self.alive = False
+        self._quitting = True
+        self._wake()
 
     # --- the event loop (main thread) -----------------------------------------------------------------------
 
@@ -123,7 +134,11 @@ class ServingWorker(ThreadWorker):
             if not self.is_parent_alive():
                 break
             self.murder_keepalived()
+        if self._quitting:
+            self._quit()
         self._drain()
+        if self._quitting:
+            self._quit()
         self.tpool.shutdown(False)
         self.poller.close()
         for sock in self.sockets:
@@ -132,10 +147,23 @@ class ServingWorker(ThreadWorker):
         if in_flight:
             self.log.info("Stopping: waiting up to %gs for %d request(s) in progress.", self.cfg.graceful_timeout,
                           len(in_flight))
-            unfinished = futures.wait(in_flight, timeout=self.cfg.graceful_timeout).not_done
+            deadline = time.monotonic() + self.cfg.graceful_timeout
+            unfinished = set(in_flight)
+            while unfinished and time.monotonic() < deadline:
+                if self._quitting:  # Ctrl-C during a graceful stop: what is in flight ends with the process
+                    self._quit()
+                unfinished = futures.wait(unfinished, timeout=EXPIRY_SCAN_SECONDS).not_done
             if unfinished:
                 self.log.warning("Stopped with %d request(s) unfinished after %gs.", len(unfinished),
                                  self.cfg.graceful_timeout)
+
+    def _quit(self) -> NoReturn:
+        """gthread's quick stop, from the loop. The requests handed to threads still run as the process exits, and
+        those waiting for a computation get a retry-later answer at once: the worker_exit hook closes the pool
+        before the exit waits for the threads."""
+        self.cfg.worker_int(self)
+        self.tpool.shutdown(wait=False)
+        sys.exit(0)
 
     def _drain(self) -> None:
         """A graceful stop serves the requests already sent to this process rather than resetting them: the
@@ -159,7 +187,7 @@ class ServingWorker(ThreadWorker):
             while self.nr_conns < self.worker_connections and self.accept(name, sock):
                 pass
         deadline = time.monotonic() + self.cfg.graceful_timeout
-        while (self._unserved or self._returned) and time.monotonic() < deadline:
+        while (self._unserved or self._returned) and time.monotonic() < deadline and not self._quitting:
             self.notify()
             for key, _ in self.poller.select(EXPIRY_SCAN_SECONDS):
                 key.data(key.fileobj)
