@@ -17,7 +17,7 @@ from app.compute.detect.results import DetectionResult
 from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts
 from app.compute.detect.work import DetectionWork
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
-from app.monitors import store
+from app.monitors import snapshots, store
 from app.monitors.cache import History, JudgeState
 from app.monitors.store import NOT_ANOMALY, REBUILD_ROWS, SeriesState, tail_rows
 from app.web.errors import InternalError
@@ -142,18 +142,31 @@ def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesS
     other processes stored since (when nothing else changed), as if it had judged them itself; or rebuilt from
     the last REBUILD_ROWS stored points (feedback included), after a restart or a "not an anomaly"."""
     cached = runtime.cache.peek(series.series_id)
+    restored = not isinstance(cached, JudgeState)
+    if restored:  # not held here: the state saved in the database, if one can stand for it
+        cached = snapshots.restore(connection, series.series_id, series.relearn_revision)
     if isinstance(cached, JudgeState):
-        if cached.revision == series.revision:
+        rows: Sequence[Row[Any]] | None = []
+        if cached.revision != series.revision:
+            rows = None
+            if cached.revision >= series.relearn_revision and cached.last_epoch is not None:
+                rows = store.points_after(connection, series, cached.last_epoch)
+                if len(rows) <= REBUILD_ROWS:
+                    advance(series, cached, rows)
+                    _CAUGHT_UP.inc(len(rows))
+                else:
+                    rows = None
+        if rows is not None:
+            if restored:
+                cached.size = _size(cached)
+                cached.unsaved = snapshots.unsaved_start(series.series_id, len(rows))
+            else:
+                cached.unsaved += len(rows)
             return cached
-        if cached.revision >= series.relearn_revision and cached.last_epoch is not None:
-            rows = store.points_after(connection, series, cached.last_epoch)
-            if len(rows) <= REBUILD_ROWS:
-                advance(series, cached, rows)
-                _CAUGHT_UP.inc(len(rows))
-                return cached
     rows = store.newest_points(connection, series)
     judged = JudgeState(revision=series.revision, detector=series.detector().initial_state(), size=0)
     advance(series, judged, rows)
+    judged.unsaved = snapshots.unsaved_start(series.series_id, len(rows))
     _REBUILT.inc(len(rows))
     return judged
 

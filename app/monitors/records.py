@@ -1,5 +1,5 @@
-"""The monitor tables (migrations 0002, 0004, 0005, 0011): monitors, their series, the series' judged points, the
-alert queue, its delivery log, and the leases of background jobs."""
+"""The monitor tables (migrations 0002, 0004, 0005, 0011, 0012): monitors, their series, the series' judged points,
+the series' saved detector states, the alert queue, its delivery log, and the leases of background jobs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Table,
     Text,
@@ -119,6 +120,20 @@ monitor_points_table = Table(
     Column("feedback", String(16), nullable=True),
 )
 
+
+# The default detector's state of a series as saved every so often, so a process that does not hold it (after a
+# restart, on another process or host) replays only the points stored since rather than rebuilding it from up to
+# REBUILD_ROWS stored points (app.monitors.snapshots).
+monitor_snapshots_table = Table(
+    "monitor_snapshots", metadata,
+    Column("series_id", BigInteger, ForeignKey("monitor_series.id", ondelete="CASCADE"), primary_key=True),
+    Column("monitor_id", String(32), ForeignKey("monitors.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("revision", BigInteger, nullable=False),  # the series' revision the state is at
+    Column("last_epoch", BigInteger, nullable=False),  # the newest point the state has seen
+    Column("layout", String(32), nullable=False),  # the detector's state layout (app.compute.detect.snapshot)
+    Column("state", LargeBinary, nullable=False),
+    Column("saved_at", UTCDateTime(), nullable=False),
+)
 
 # One alert event; while ``status`` is "pending" it is a queue entry that any server's sender may take.
 monitor_events_table = Table(

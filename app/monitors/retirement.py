@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Row, delete, func, select, update
 from app.db import Database
 from app.monitors import incidents
 from app.monitors.answers import alert_view
-from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
+from app.monitors.records import monitor_points_table, monitor_series_table, monitor_snapshots_table, monitors_table
 from app.monitors.series import retire_after
 from app.monitors.store import EventSource, enqueue_events, peak_first, standing_anomaly
 
@@ -84,6 +84,7 @@ def _retire(connection: Connection, row: Row[Any], now: datetime) -> bool:
                                 anomalies=int(anomalies), by="retired", peak=peak and alert_view(peak))
         enqueue_events(connection, source, plan, now)
     connection.execute(delete(_POINTS).where(_POINTS.c.monitor_id == monitor_id, _POINTS.c.series_id == series_id))
+    connection.execute(delete(monitor_snapshots_table).where(monitor_snapshots_table.c.series_id == series_id))
     connection.execute(delete(_SERIES).where(_SERIES.c.id == series_id))
     return True
 

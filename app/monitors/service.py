@@ -19,6 +19,7 @@ from app.monitors.records import (
     monitor_events_table,
     monitor_points_table,
     monitor_series_table,
+    monitor_snapshots_table,
     monitors_table,
 )
 from app.monitors.runtime import MonitorRuntime
@@ -312,7 +313,8 @@ def delete_monitor(*, database: Database, runtime: MonitorRuntime, account_id: s
         owned(connection, account_id=account_id, monitor_id=monitor_id, for_update=True)
         series_ids = list(connection.scalars(select(_SERIES.id).where(_SERIES.monitor_id == monitor_id)))
         # Explicit deletes, children first: SQLite enforces no ON DELETE CASCADE without a pragma.
-        for table in (delivery_attempts_table, monitor_events_table, monitor_points_table, monitor_series_table):
+        for table in (delivery_attempts_table, monitor_events_table, monitor_points_table, monitor_snapshots_table,
+                      monitor_series_table):
             connection.execute(delete(table).where(table.c.monitor_id == monitor_id))
         connection.execute(delete(monitors_table).where(_MONITOR.id == monitor_id))
     runtime.series_ids.forget_monitor(monitor_id)

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Integer, Row, bindparam, func, select
 from app.compute.detect.budget import budget_for_sensitivity
 from app.compute.detect.streaming import StreamingDetector, lookback_rows
 from app.db import Prepared
-from app.monitors import queue
+from app.monitors import queue, snapshots
 from app.monitors.cache import History, JudgeState
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.schemas import IncomingPoints
@@ -398,10 +398,10 @@ def write_judged(connection: Connection, batch: list[JudgedPoints]) -> None:
     for item in batch:
         if item.plan.events:
             enqueue_events(connection, item.series, item.plan, now)
-        _after_write(connection, item)
+        _after_write(connection, item, now)
 
 
-def _after_write(connection: Connection, item: JudgedPoints) -> None:
+def _after_write(connection: Connection, item: JudgedPoints, now: datetime) -> None:
     """Retention of one written series, and its in-memory copies moved to the new revision."""
     series, judged = item.series, item.judged
     stored_after = series.point_count + len(item.epochs)
@@ -421,6 +421,8 @@ def _after_write(connection: Connection, item: JudgedPoints) -> None:
     judged.revision = series.revision + 1
     if isinstance(judged, JudgeState):
         judged.last_epoch = item.epochs[-1]
+        snapshots.save_if_due(connection, monitor_id=series.monitor_id, series_id=series.series_id, judged=judged,
+                              points=len(item.epochs), now=now)
     series.revision += 1
     series.point_count = stored_after - dropped
     series.last_epoch = item.epochs[-1]

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WEB_SAFE_COMPUTE = {"app.compute", "app.compute.pool"} | {
     f"app.compute.{area}.{module}" for area in ("forecast", "detect") for module in ("work", "results", "catalog")
 } | {"app.compute.forecast", "app.compute.detect", "app.compute.detect.streaming", "app.compute.detect.surprises",
-    "app.compute.detect.state", "app.compute.detect.budget", "app.compute.detect.predictors"}
+    "app.compute.detect.state", "app.compute.detect.budget", "app.compute.detect.predictors",
+    "app.compute.detect.snapshot"}
 
 
 def module_name(path: Path) -> str:

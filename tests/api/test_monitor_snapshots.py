@@ -1,0 +1,145 @@
+"""A series' detector state saved in the database (app.monitors.snapshots): a process that does not hold it (a
+restart, another process) replays the points stored since the save instead of rebuilding from 35,981 stored points,
+and gives the verdicts one process would have given. On SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import func, select, update
+
+from app.compute.detect.snapshot import LAYOUT
+from app.monitors.records import monitor_snapshots_table
+from app.monitors.snapshots import SNAPSHOT_ROWS
+from tests.support import build_app, new_key, services_of, settings_for
+
+BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
+ROWS = 3 * SNAPSHOT_ROWS
+START = 1_600_000_000
+
+
+@pytest.fixture(scope="module")
+def monitor_app(module_database_url: str) -> Iterator[Flask]:
+    app = build_app(settings_for(module_database_url, max_points=5000))
+    yield app
+    app.extensions["monitors"].sender.stop()
+    services_of(app).close()
+
+
+@pytest.fixture(scope="module")
+def owner(monitor_app: Flask) -> dict[str, str]:
+    plain, _ = new_key(monitor_app, permissions=("read", "write", "delete"), account_id="acct-s", **BIG_LIMITS)
+    return {"Authorization": f"Bearer {plain}"}
+
+
+@pytest.fixture
+def client(monitor_app: Flask) -> FlaskClient:
+    return monitor_app.test_client()
+
+
+def stream(count: int) -> tuple[list[str], list[float]]:
+    noise = random.Random(5)
+    values = [120 + 60 * math.sin(2 * math.pi * i / 24) + noise.gauss(0, 3) + (400 if i % 797 == 0 else 0)
+              for i in range(count)]
+    stamps = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(START + 3600 * i)) for i in range(count)]
+    return stamps, values
+
+
+def index_of(epoch: int) -> int:
+    """The stream's row at ``epoch``."""
+    return round((epoch - START) / 3600)
+
+
+def seeded(client: FlaskClient, owner: dict[str, str], stamps: list[str], values: list[float]) -> tuple[str, int]:
+    """A monitor holding the stream's points, sent in appends of 500: (its id, its series' id)."""
+    monitor_id = client.post("/monitors", headers=owner, json={"name": "depth", "data_frequency": "Hours",
+                                                               "retention_points": 100_000}).get_json()["id"]
+    for start in range(0, len(stamps), 500):
+        answer = client.post(f"/monitors/{monitor_id}/points", headers=owner,
+                             json={"timestamps": stamps[start:start + 500], "values": values[start:start + 500]})
+        assert answer.status_code == 200, answer.get_json()
+    series_id = client.get(f"/monitors/{monitor_id}", headers=owner).get_json()["series"][0]["id"]
+    return monitor_id, int(series_id)
+
+
+def rejudged(reason: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("forecast_monitor_points_rejudged_total", {"reason": reason}) or 0.0
+
+
+def saved(monitor_app: Flask, series_id: int) -> Any:
+    with services_of(monitor_app).database.engine.connect() as connection:
+        return connection.execute(select(monitor_snapshots_table)
+                                  .where(monitor_snapshots_table.c.series_id == series_id)).first()
+
+
+def change_saved(monitor_app: Flask, series_id: int, **values: Any) -> None:
+    with services_of(monitor_app).database.engine.begin() as connection:
+        connection.execute(update(monitor_snapshots_table)
+                           .where(monitor_snapshots_table.c.series_id == series_id).values(**values))
+
+
+def test_a_process_without_the_state_replays_only_the_points_since_it_was_saved(
+    client: FlaskClient, owner: dict[str, str], monitor_app: Flask
+) -> None:
+    stamps, values = stream(ROWS + 48)
+    monitor_id, series_id = seeded(client, owner, stamps[:ROWS], values[:ROWS])
+    row = saved(monitor_app, series_id)
+    assert row is not None and row.layout == LAYOUT
+    stored_after = ROWS - 1 - index_of(row.last_epoch)  # an append that saves nothing leaves fewer than SNAPSHOT_ROWS
+    assert 0 <= stored_after < SNAPSHOT_ROWS
+    monitor_app.extensions["monitors"].cache.drop(series_id)  # what a restart or another process sees
+    caught_up, rebuilt = rejudged("catch_up"), rejudged("rebuild")
+    after = client.post(f"/monitors/{monitor_id}/points", headers=owner,
+                        json={"timestamps": stamps[ROWS:], "values": values[ROWS:]}).get_json()
+    assert rejudged("rebuild") == rebuilt  # nothing rebuilt: 3,000 stored points would have been replayed
+    assert rejudged("catch_up") - caught_up == stored_after
+    whole = client.post("/anomalies", headers=owner,
+                        json={"series": [{"timestamps": stamps, "values": values}], "data_frequency": "Hours"})
+    assert after["anomaly_score"] == whole.get_json()["anomaly_score"][ROWS:]
+
+
+@pytest.mark.parametrize("spoilt", ["another release's layout", "unreadable bytes", "before a not-an-anomaly"])
+def test_a_saved_state_that_cannot_stand_for_the_series_is_rebuilt(
+    client: FlaskClient, owner: dict[str, str], monitor_app: Flask, spoilt: str
+) -> None:
+    stamps, values = stream(ROWS + 10)
+    monitor_id, series_id = seeded(client, owner, stamps[:ROWS], values[:ROWS])
+    if spoilt == "another release's layout":
+        change_saved(monitor_app, series_id, layout="0" * 16)
+    elif spoilt == "unreadable bytes":
+        change_saved(monitor_app, series_id, state=b"\x00not a state")
+    else:
+        assert client.post(f"/monitors/{monitor_id}/feedback", headers=owner,
+                           json={"timestamp": stamps[ROWS - 5], "is_anomaly": False}).status_code == 200
+    monitor_app.extensions["monitors"].cache.drop(series_id)
+    rebuilt = rejudged("rebuild")
+    answer = client.post(f"/monitors/{monitor_id}/points", headers=owner,
+                         json={"timestamps": stamps[ROWS:], "values": values[ROWS:]})
+    assert answer.status_code == 200, answer.get_json()
+    assert rejudged("rebuild") - rebuilt == ROWS
+    if spoilt != "before a not-an-anomaly":  # the same verdicts as from the rebuilt state
+        whole = client.post("/anomalies", headers=owner,
+                            json={"series": [{"timestamps": stamps, "values": values}], "data_frequency": "Hours"})
+        assert answer.get_json()["anomaly_score"] == whole.get_json()["anomaly_score"][ROWS:]
+    # The rebuilt state is saved at once, for the next process that lacks it.
+    row = saved(monitor_app, series_id)
+    assert row is not None and row.layout == LAYOUT and index_of(row.last_epoch) == len(stamps) - 1
+
+def test_saved_states_go_with_their_monitor(client: FlaskClient, owner: dict[str, str], monitor_app: Flask) -> None:
+    stamps, values = stream(ROWS)  # saved once at least, whatever its series' share of SNAPSHOT_ROWS
+    monitor_id, series_id = seeded(client, owner, stamps, values)
+    assert saved(monitor_app, series_id) is not None
+    assert client.delete(f"/monitors/{monitor_id}", headers=owner).status_code == 204
+    with services_of(monitor_app).database.engine.connect() as connection:
+        left = connection.scalar(select(func.count()).select_from(monitor_snapshots_table)
+                                 .where(monitor_snapshots_table.c.monitor_id == monitor_id))
+    assert left == 0
