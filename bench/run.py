@@ -1,8 +1,8 @@
 """Performance benchmarks of the service (`make bench`, `make bench-quick`).
 
     python bench/run.py [--quick] [--only footprint,import,web,verify,limiter,forecast,anomaly,synthetic,monitors,
-                                          prometheus,remote-write,fleet,load,accuracy,batches,batch-results,backtest,
-                                          tenant-isolation]
+                                          prometheus,remote-write,fleet,restart,load,accuracy,batches,batch-results,
+                                          backtest,tenant-isolation]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -25,6 +25,8 @@ Suites (each writes bench/results/<suite>.md and prints it):
   fleet     one monitor over 2,000 remote-written series through a restart, and over a PromQL query of 5,000
             series: lag, nothing lost, labels on alerts and gauges; SQLite and PostgreSQL + Redis (bench/fleet.py;
             needs /usr/bin/prometheus, promtool and prometheus-alertmanager)
+  restart   monitors with a long history through a restart: the first request's time, beside the reference
+            commit (which rebuilt every detector state from the stored points) (bench/restart.py)
   accuracy  bench/accuracy.py on every development set, 30 series each (5 with --quick), with anchors
   batches   bench/batches.py: batch throughput beside statsforecast, scale-out, web memory under a 1 GB upload
   batch-results bench/batch_results_memory.py: the web process's peak during results downloads (three at
@@ -58,7 +60,7 @@ import common as c  # noqa: E402
 import latency  # noqa: E402
 
 SUITES = ["footprint", "import", "web", "verify", "limiter", "forecast", "anomaly", "synthetic", "monitors",
-          "prometheus", "remote-write", "fleet", "load", "accuracy", "batches", "batch-results", "backtest",
+          "prometheus", "remote-write", "fleet", "restart", "load", "accuracy", "batches", "batch-results", "backtest",
           "tenant-isolation"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
@@ -125,6 +127,12 @@ def suite_fleet(quick: bool) -> str:
     """One monitor over 2,000 remote-written series through a restart, and over a PromQL query of 5,000 series:
     lag p50/p99, nothing lost, labels on alerts and gauges; SQLite and PostgreSQL + Redis (bench/fleet.py)."""
     return _script("fleet.py", *(["--quick"] if quick else []), timeout=7200)
+
+
+def suite_restart(quick: bool) -> str:
+    """Monitors with a long history through a restart: the first request's time, beside the reference commit
+    (bench/restart.py)."""
+    return _script("restart.py", *(["--quick"] if quick else []), timeout=7200)
 
 
 def suite_accuracy(quick: bool) -> str:
@@ -206,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                "limiter": latency.suite_limiter,
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy,
                "batches": suite_batches, "batch-results": suite_batch_results, "backtest": suite_backtest,
-               "remote-write": suite_remote_write, "fleet": suite_fleet, "tenant-isolation": suite_tenant_isolation}
+               "remote-write": suite_remote_write, "fleet": suite_fleet, "restart": suite_restart,
+               "tenant-isolation": suite_tenant_isolation}
     failed = []
     with c.code_snapshot() as code:
         c.CODE_LINE = code
