@@ -138,37 +138,43 @@ _CAUGHT_UP, _REBUILT = REJUDGED_POINTS.labels("catch_up"), REJUDGED_POINTS.label
 
 
 def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesState) -> JudgeState:
-    """The detector's state after the stored points: this process's own; or its own advanced over the points
-    other processes stored since (when nothing else changed), as if it had judged them itself; or rebuilt from
-    the last REBUILD_ROWS stored points (feedback included), after a restart or a "not an anomaly"."""
+    """The detector's state after the stored points: this process's own, or else the one saved in the database
+    (app.monitors.snapshots), advanced over the points stored since (when nothing else changed), as if it had
+    judged them itself; or rebuilt from the last REBUILD_ROWS stored points (feedback included) when neither can
+    stand for it (a "not an anomaly" since, a longer gap, no state saved, or one of another release)."""
     cached = runtime.cache.peek(series.series_id)
-    restored = not isinstance(cached, JudgeState)
-    if restored:  # not held here: the state saved in the database, if one can stand for it
-        cached = snapshots.restore(connection, series.series_id, series.relearn_revision)
-    if isinstance(cached, JudgeState):
-        rows: Sequence[Row[Any]] | None = []
-        if cached.revision != series.revision:
-            rows = None
-            if cached.revision >= series.relearn_revision and cached.last_epoch is not None:
-                rows = store.points_after(connection, series, cached.last_epoch)
-                if len(rows) <= REBUILD_ROWS:
-                    advance(series, cached, rows)
-                    _CAUGHT_UP.inc(len(rows))
-                else:
-                    rows = None
-        if rows is not None:
-            if restored:
-                cached.size = _size(cached)
-                cached.unsaved = snapshots.unsaved_start(series.series_id, len(rows))
+    held = isinstance(cached, JudgeState)
+    judged = cached if held else snapshots.restore(connection, series.series_id, series.relearn_revision)
+    if judged is not None:
+        caught_up = _catch_up(connection, series, judged)
+        if caught_up is not None:
+            if held:
+                judged.unsaved += caught_up
             else:
-                cached.unsaved += len(rows)
-            return cached
+                judged.size = _size(judged)
+                judged.unsaved = snapshots.unsaved_start(series.series_id, caught_up)
+            return judged
     rows = store.newest_points(connection, series)
     judged = JudgeState(revision=series.revision, detector=series.detector().initial_state(), size=0)
     advance(series, judged, rows)
     judged.unsaved = snapshots.unsaved_start(series.series_id, len(rows))
     _REBUILT.inc(len(rows))
     return judged
+
+
+def _catch_up(connection: Connection, series: SeriesState, judged: JudgeState) -> int | None:
+    """Advances ``judged`` over the points stored since the revision it is at; how many, or None when it cannot
+    stand for the series (a "not an anomaly" since then, or more than REBUILD_ROWS points to read)."""
+    if judged.revision == series.revision:
+        return 0
+    if judged.revision < series.relearn_revision or judged.last_epoch is None:
+        return None
+    rows = store.points_after(connection, series, judged.last_epoch)
+    if len(rows) > REBUILD_ROWS:
+        return None
+    advance(series, judged, rows)
+    _CAUGHT_UP.inc(len(rows))
+    return len(rows)
 
 
 def advance(monitor: SeriesState, judged: JudgeState, rows: Sequence[Row[Any]]) -> None:
