@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,29 +118,24 @@ def test_no_private_name_crosses_a_package() -> None:
     assert not offences, "\n".join(offences)
 
 
-def test_worker_side_imports_nothing_of_the_web_side() -> None:
+def imports_across(importer: Callable[[str], bool], imported: Callable[[str], bool]) -> list[str]:
+    """"X imports Y" for every import of a module ``importer`` accepts of a module ``imported`` accepts."""
     modules = app_modules()
+    return [f"{name} imports {target}" for name, path in modules.items() if importer(name)
+            for target, _ in imports_of(path, modules) if imported(target)]
+
+
+def test_worker_side_imports_nothing_of_the_web_side() -> None:
     web_roots = ("flask", "werkzeug", "app.web", "app.forecast", "app.anomalies", "app.monitors", "app.keys",
                  "app.dashboard", "app.compat.azure", "app.services", "app.web.metrics")
-    offences = [
-        f"{name} imports {target}"
-        for name, path in modules.items()
-        if name.startswith("app.compute")
-        for target, _ in imports_of(path, modules)
-        if target.startswith(web_roots)
-    ]
+    offences = imports_across(lambda name: name.startswith("app.compute"),
+                              lambda target: target.startswith(web_roots))
     assert not offences, "\n".join(offences)
 
 
 def test_web_side_reaches_compute_only_through_the_pool_and_job_modules() -> None:
-    modules = app_modules()
-    offences = [
-        f"{name} imports {target}"
-        for name, path in modules.items()
-        if not name.startswith("app.compute")
-        for target, _ in imports_of(path, modules)
-        if target.startswith("app.compute") and target not in WEB_SAFE_COMPUTE
-    ]
+    offences = imports_across(lambda name: not name.startswith("app.compute"),
+                              lambda target: target.startswith("app.compute") and target not in WEB_SAFE_COMPUTE)
     assert not offences, "\n".join(offences)
 
 
@@ -161,14 +157,8 @@ def test_what_the_web_side_may_import_from_compute_loads_nothing_numeric() -> No
 def test_only_gunicorns_side_imports_app_serving() -> None:
     """app.serving holds what gunicorn.conf.py's hooks and worker use: the app runs without it (flask run, the
     job workers), so no module outside it imports it."""
-    modules = app_modules()
-    offences = [
-        f"{name} imports {target}"
-        for name, path in modules.items()
-        if not name.startswith("app.serving")
-        for target, _ in imports_of(path, modules)
-        if target == "app.serving" or target.startswith("app.serving.")
-    ]
+    offences = imports_across(lambda name: not name.startswith("app.serving"),
+                              lambda target: target == "app.serving" or target.startswith("app.serving."))
     assert not offences, "\n".join(offences)
 
 
