@@ -58,12 +58,17 @@ def init_monitors(app: Flask, services: Services, *, start_sender: bool) -> Moni
     serving = start_sender or "gunicorn.arbiter" in sys.modules
     if serving:
         runtime.sender.start()
+        # Appends take turns at SQLite's one writer; its log is checkpointed beside them, not inside one.
+        database = services.database
+        database.checkpoint_in_background()
 
         @app.before_request
         def _sender_alive() -> None:
-            # An app built before a fork (gunicorn --preload) has no sender thread in the child.
+            # An app built before a fork (gunicorn --preload) has no sender or checkpoint thread in the child.
             if not runtime.sender.running():
                 runtime.sender.start()
+            if database.checkpointer is not None and not database.checkpointer.running():
+                database.checkpointer.start()
 
     atexit.register(runtime.sender.stop)
     return runtime
