@@ -101,14 +101,16 @@ class WalCheckpointer:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._stopping = threading.Event()
+        self._starting = threading.Lock()  # request threads of a forked child may all find the thread gone
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="sqlite-checkpoint", daemon=True)
-        self._thread.start()
+        with self._starting:
+            if self.running():
+                return
+            self._stopping.clear()
+            self._thread = threading.Thread(target=self._run, name="sqlite-checkpoint", daemon=True)
+            self._thread.start()
 
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
