@@ -287,8 +287,7 @@ def _store(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, acc
     counts = received.counts
     try:
         outcomes = ingest.append_chunked(database=database, pool=pool, runtime=runtime, account_id=account_id,
-                                         batch=batch, lenient=True,
-                                         most_points=min(most_points, ingest.INGEST_POINTS))
+                                         batch=batch, lenient=True, most_points=most_points)
     except (SQLAlchemyError, PoolError, ApiError) as exc:
         if isinstance(exc, ApiError) and exc.status < 500:
             raise

@@ -97,6 +97,34 @@ def test_each_monitor_is_answered_as_its_own_append(client: FlaskClient, keys: d
     assert [e["point_count"] for e in again["monitors"]] == [60, 30]
 
 
+def test_a_body_is_stored_in_transactions_the_database_bounds(client: FlaskClient, keys: dict,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite has one writer, held by a transaction while it writes: a body goes in transactions of at most 250
+    points there (5,000 on PostgreSQL), never splitting a series, and each monitor's answer is its own append's."""
+    from app.monitors import ingest
+
+    transactions: list[list[int]] = []
+    append_many = ingest.append_many
+
+    def recorded(**kwargs: Any) -> Any:
+        transactions.append([len(entry.points.epochs) for entry in kwargs["batch"]])
+        return append_many(**kwargs)
+
+    monkeypatch.setattr(ingest, "append_many", recorded)
+    writer = keys["writer"]
+    monitors = [create(client, writer) for _ in range(3)]
+    stamps, values = minute_series(120)
+    rows = interleave(*(rows_for(monitor, stamps, values) for monitor in monitors))
+    answer = client.post("/monitors/points", json={"points": rows}, headers=writer)
+    assert answer.status_code == 200, answer.json
+    sqlite = services_of(client.application).database.settings.sqlite_path is not None
+    assert transactions == ([[120, 120], [120]] if sqlite else [[120, 120, 120]])
+    assert [entry["point_count"] for entry in answer.json["monitors"]] == [120, 120, 120]
+    answers = [{k: v for k, v in entry.items() if k not in ("monitor_id", "status", "rows")}
+               for entry in answer.json["monitors"]]
+    assert answers[0] == answers[1] == answers[2]
+
+
 def test_bad_rows_get_their_own_entries_and_change_nothing_else(client: FlaskClient, keys: dict) -> None:
     writer = keys["writer"]
     good, conflicted = create(client, writer), create(client, writer)
