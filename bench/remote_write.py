@@ -145,6 +145,7 @@ class LoadResult:
     seconds: float = 0.0
     web_cpu: float = 0.0
     busiest_share: float = 1.0  # the busiest web process's part of web_cpu
+    restarted: bool = False  # a web process was replaced during the load (its cached states went with it)
 
 
 def run_load(server: c.Gunicorn, key: str, shares: list[list[Series]], next_second: dict[Series, int],
@@ -214,6 +215,7 @@ def run_load(server: c.Gunicorn, key: str, shares: list[list[Series]], next_seco
     for thread in threads:
         thread.join()
     result.seconds = time.perf_counter() - started
+    result.restarted = sorted(server.worker_pids()) != sorted(pids)
     used = [c.process_cpu_seconds(pid) - before for pid, before in zip(pids, cpu0, strict=True)]
     result.web_cpu = sum(used)
     result.busiest_share = max(used) / result.web_cpu if result.web_cpu > 0 else 1.0
@@ -289,6 +291,8 @@ def server_counts(url: str, key: str) -> Counter[str]:
     for line in body.decode().splitlines():
         if line.startswith("forecast_monitor_points_rejudged_total{"):
             counts["rejudged"] += float(line.rsplit(" ", 1)[1])
+            if 'reason="rebuild"' in line:
+                counts["rebuilt"] += float(line.rsplit(" ", 1)[1])
         elif line.startswith('forecast_remote_write_samples_total{outcome="'):
             counts[line.split('"')[1]] += float(line.rsplit(" ", 1)[1])
     return counts
@@ -356,7 +360,8 @@ def bench_database(kind: str, *, monitors: int, fleet_series: int, duration: flo
                 counted = server_counts(server.url, key)
                 counted.subtract(counts_before)
                 # Samples the server answered as dropped, by outcome (stored and duplicate ones count as stored).
-                dropped = {k: int(v) for k, v in counted.items() if k not in ("rejudged", "stored", "duplicate") and v}
+                dropped = {k: int(v) for k, v in counted.items()
+                           if k not in ("rejudged", "rebuilt", "stored", "duplicate") and v}
                 rate = result.stored / result.seconds if result.seconds else 0.0
                 lat = result.latencies
                 rows.append([
@@ -368,7 +373,9 @@ def bench_database(kind: str, *, monitors: int, fleet_series: int, duration: flo
                        if dropped else ""),
                     c.fmt_ms(c.percentile(single.latencies, 99)) if single.latencies else "-",
                     f"{result.web_cpu / result.stored * 1e6:.0f}" if result.stored else "-",
-                    f"{counted['rejudged']:,.0f}",
+                    f"{counted['rejudged']:,.0f}"
+                    + (f" ({counted['rebuilt']:,.0f} rebuilt)" if counted["rebuilt"] else "")
+                    + (" (a web process restarted)" if result.restarted else ""),
                     f"{result.busiest_share:.0%}",
                 ])
                 print(rows[-1], result.errors[:3], flush=True)
@@ -417,7 +424,8 @@ def main() -> None:
          "samples the server answered as dropped, by outcome, if any).",
          "single p99: POST /monitors/{id}/points with one point, every 100 ms, to another monitor during the load.",
          "rejudged: stored points the web processes judged a second time during the load, to bring a cached state up "
-         "to date over points another process stored, or to rebuild one (forecast_monitor_points_rejudged_total).",
+         "to date over points another process stored, or to rebuild one (forecast_monitor_points_rejudged_total; how "
+         "many of them rebuilt states, and whether a web process was replaced during the load, in brackets).",
          "busiest process: the busiest web process's share of the web CPU (with two processes, 50% is an even split; "
          "each client's keep-alive connection stays on the process that accepted it)."],
         ["deployment", "load", "requests", "points stored", "points/s", "p50 ms", "p99 ms", "errors", "lost",
