@@ -290,9 +290,10 @@ def server_counts(url: str, key: str) -> Counter[str]:
     counts: Counter[str] = Counter()
     for line in body.decode().splitlines():
         if line.startswith("forecast_monitor_points_rejudged_total{"):
-            counts["rejudged"] += float(line.rsplit(" ", 1)[1])
+            points = float(line.rsplit(" ", 1)[1])
+            counts["rejudged"] += points
             if 'reason="rebuild"' in line:
-                counts["rebuilt"] += float(line.rsplit(" ", 1)[1])
+                counts["rebuilt"] += points
         elif line.startswith('forecast_remote_write_samples_total{outcome="'):
             counts[line.split('"')[1]] += float(line.rsplit(" ", 1)[1])
     return counts
