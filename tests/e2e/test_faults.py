@@ -258,7 +258,7 @@ def _kill_mid_computation(pids: list[int], *, within: float) -> int:
         assert time.monotonic() < deadline, "no forecast worker was caught computing"
         for pid in _busy(pids, 0.05):
             os.kill(pid, signal.SIGSTOP)
-            while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+            while _state(pid) != "T":
                 time.sleep(0.001)
             if int(Path(f"/proc/{pid}/syscall").read_text().split()[0]) != read_syscall:
                 os.kill(pid, signal.SIGKILL)
@@ -341,6 +341,10 @@ def _listen_queue(port: int) -> int:
     raise AssertionError(f"nothing listens on {port}")
 
 
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def _signal_pending(pid: int, sig: int) -> bool:
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
@@ -361,6 +365,9 @@ def test_sigterm_answers_requests_sent_but_not_yet_read(tmp_path: Path) -> None:
     sockets: list[socket.socket] = []
     try:
         server.wait_ready()
+        # Ready answers once one forecast worker is up; the others still spawning would be threads of the
+        # gunicorn worker busy in fork and exec when it is stopped below.
+        wait_pool_full(server)
         half = socket.create_connection(("127.0.0.1", server.port), timeout=30)
         sockets.append(half)
         half.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n")
@@ -372,6 +379,9 @@ def test_sigterm_answers_requests_sent_but_not_yet_read(tmp_path: Path) -> None:
         (worker,) = [pid for pid in child_pids(server.process.pid) if "gunicorn" in cmdline(pid)]
         os.kill(worker, signal.SIGSTOP)  # the worker accepts nothing more: the next client stays queued
         try:
+            while _state(worker) != "T":  # a stop takes effect as each thread next leaves the kernel
+                assert time.monotonic() < wait_until + 10, f"the worker did not stop: {_state(worker)}"
+                time.sleep(0.01)
             queued = socket.create_connection(("127.0.0.1", server.port), timeout=30)
             sockets.append(queued)
             queued.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
