@@ -16,6 +16,9 @@ Scores (rows of the first day are the detector's learning and are not counted):
 - NAB standard profile at the detector's own verdict (``is_anomaly`` written as 1, other rows 0, scored at
   0.5 by ../shared/tools/nab_score.py's arithmetic), each incident's label window as NAB's.
 
+Beside the detectors, an oracle (``oracle_flags``) that knows each row's normal law shows what is within reach at
+the same budget: its recall, and the point-adjusted F1 that recall allows at best.
+
 The detector of the working tree and those of ``--base`` (git worktrees of those commits: REFERENCES) run in the
 same invocation, in-process (no server), two worker processes.
 Writes bench/results/synthetic.md and prints it.
