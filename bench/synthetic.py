@@ -242,9 +242,9 @@ def oracle_flags(stream: Stream, false_alarms_per_week: float = 1.0) -> list[boo
     nothing is left to learn. Each value becomes a standard normal score through its law (probability integral
     transform, randomised for counts, so a normal row's score is exactly N(0, 1)); a row is flagged when the
     mean score of the last 1, 3 or 7 rows is beyond the budget's two-sided quantile, the budget split evenly
-    among them. On anomaly-free streams its false alarms per week are therefore at most the budget; on incident
-    streams its recall shows how much of each incident kind is within reach of flagging within PA_DELAY rows
-    at that budget."""
+    among them. On anomaly-free streams its false alarms per week are therefore at most the budget on average;
+    on incident streams its recall shows how much of each incident kind is within reach of flagging within
+    PA_DELAY rows at that budget."""
     from scipy import stats
 
     values, centre = np.asarray(stream.values), np.asarray(stream.centre)
