@@ -257,9 +257,7 @@ def _kill_mid_computation(pids: list[int], *, within: float) -> int:
     while True:
         assert time.monotonic() < deadline, "no forecast worker was caught computing"
         for pid in _busy(pids, 0.05):
-            os.kill(pid, signal.SIGSTOP)
-            while _state(pid) != "T":
-                time.sleep(0.001)
+            _stop(pid, until=deadline + 5)
             if int(Path(f"/proc/{pid}/syscall").read_text().split()[0]) != read_syscall:
                 os.kill(pid, signal.SIGKILL)
                 return pid
@@ -345,6 +343,14 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def _stop(pid: int, *, until: float) -> None:
+    """SIGSTOPs ``pid`` and waits until it is stopped: a stop takes effect as each thread next leaves the kernel."""
+    os.kill(pid, signal.SIGSTOP)
+    while _state(pid) != "T":
+        assert time.monotonic() < until, f"{pid} did not stop: {_state(pid)}"
+        time.sleep(0.001)
+
+
 def _signal_pending(pid: int, sig: int) -> bool:
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
@@ -377,11 +383,8 @@ def test_sigterm_answers_requests_sent_but_not_yet_read(tmp_path: Path) -> None:
             time.sleep(0.05)
         time.sleep(0.2)
         (worker,) = [pid for pid in child_pids(server.process.pid) if "gunicorn" in cmdline(pid)]
-        os.kill(worker, signal.SIGSTOP)  # the worker accepts nothing more: the next client stays queued
         try:
-            while _state(worker) != "T":  # a stop takes effect as each thread next leaves the kernel
-                assert time.monotonic() < wait_until + 10, f"the worker did not stop: {_state(worker)}"
-                time.sleep(0.01)
+            _stop(worker, until=wait_until + 10)  # the worker accepts nothing more: the next client stays queued
             queued = socket.create_connection(("127.0.0.1", server.port), timeout=30)
             sockets.append(queued)
             queued.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
