@@ -80,14 +80,16 @@ class Stream:
     spread: float  # the Gaussian and Student-t noise's standard deviation
 
 
-def _noise(rng: np.random.Generator, kind: str, level: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+def _noise(rng: np.random.Generator, kind: str, level: np.ndarray, step: int,
+           spread: float) -> tuple[np.ndarray, np.ndarray]:
     """The normal values and each row's centre: the level (a count's Poisson rate; a bursty count's rate is
-    the level times a gamma draw for every ten minutes)."""
+    the level times a gamma draw for every ten minutes). ``spread``: the Gaussian and Student-t noise's standard
+    deviation."""
     n = len(level)
     if kind == "gaussian":
-        return level + NOISE_SHARE * level.mean() * rng.standard_normal(n), level
+        return level + spread * rng.standard_normal(n), level
     if kind == "student_t3":
-        return level + NOISE_SHARE * level.mean() * rng.standard_t(3, n) / math.sqrt(3.0), level
+        return level + spread * rng.standard_t(3, n) / math.sqrt(3.0), level
     if kind == "poisson":
         return rng.poisson(level).astype(float), level
     block = max(1, 600 // step)
@@ -108,8 +110,9 @@ def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool) -> S
     weekly = np.where(weekday >= 5, rng.uniform(0.6, 0.9), 1.0)
     trend = 1.0 + rng.uniform(-0.2, 0.3) * np.arange(n) / n
     level = base * daily * weekly * trend
+    spread = NOISE_SHARE * float(level.mean())
     normal_rng = np.random.default_rng(seed + 10_000)
-    values, centre = _noise(normal_rng, kind, level, step)
+    values, centre = _noise(normal_rng, kind, level, step, spread)
     segments: list[tuple[int, int]] = []
     names: list[str] = []
     if with_incidents:
@@ -117,7 +120,7 @@ def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool) -> S
         at = int(irng.uniform(3, 10) * 86400 / step)
         while at < n - 86400 // step:
             name = INCIDENTS[int(irng.integers(len(INCIDENTS)))]
-            a, b, values = _inject(irng, name, values, level, at, step, kind)
+            a, b, values = _inject(irng, name, values, level, at, step, kind, spread)
             segments.append((a, b))
             names.append(name)
             at += int(irng.uniform(7, 28) * 86400 / step)
@@ -138,19 +141,20 @@ def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool) -> S
     windows = [(a, min(kept - 1, max(b, a + width))) for a, b in kept_segments]
     label = "incidents" if with_incidents else "normal"
     return Stream(f"{kind}-{step_name}-{seed}-{label}", kind, step, t[keep].tolist(), values[keep].tolist(),
-                  kept_segments, windows, names, centre[keep].tolist(), NOISE_SHARE * float(level.mean()))
+                  kept_segments, windows, names, centre[keep].tolist(), spread)
 
 
 def _inject(rng: np.random.Generator, name: str, values: np.ndarray, level: np.ndarray, at: int, step: int,
-            kind: str) -> tuple[int, int, np.ndarray]:
-    """Changes ``values`` from row ``at``; returns the labelled segment and the new values."""
+            kind: str, spread: float) -> tuple[int, int, np.ndarray]:
+    """Changes ``values`` from row ``at``; returns the labelled segment and the new values. Sizes are in units of
+    the noise: ``spread`` for Gaussian and Student-t noise, a count's own standard deviation at ``at``."""
     values = values.copy()
     n = len(values)
     local = float(level[at])
-    spread = NOISE_SHARE * float(level.mean()) if kind in ("gaussian", "student_t3") else math.sqrt(max(local, 1.0))
+    unit = spread if kind in ("gaussian", "student_t3") else math.sqrt(max(local, 1.0))
     if name in ("spike", "dip"):
         rows = int(rng.integers(1, 4))
-        size = rng.uniform(8.0, 20.0) * spread
+        size = rng.uniform(8.0, 20.0) * unit
         sign = 1.0 if name == "spike" else -1.0
         values[at : at + rows] = np.maximum(0.0, values[at : at + rows] + sign * size)
         return at, at + rows - 1, values
@@ -164,12 +168,12 @@ def _inject(rng: np.random.Generator, name: str, values: np.ndarray, level: np.n
         return at, min(n - 1, at + 86400 // step - 1), values
     if name == "noise_change":
         rows = int(rng.uniform(2 * 3600, 12 * 3600) / step)
-        extra = np.random.default_rng(int(rng.integers(1 << 30))).standard_normal(rows) * 4.0 * spread
+        extra = np.random.default_rng(int(rng.integers(1 << 30))).standard_normal(rows) * 4.0 * unit
         values[at : at + rows] = np.maximum(0.0, values[at : at + rows] + extra[: n - at])
         return at, min(n - 1, at + rows - 1), values
     # slow drift: a ramp to 8 noise units over 6-24 hours, then back; labelled from where it reaches 3 units
     rows = int(rng.uniform(6 * 3600, 24 * 3600) / step)
-    ramp = np.linspace(0.0, 8.0 * spread, rows)
+    ramp = np.linspace(0.0, 8.0 * unit, rows)
     values[at : at + rows] += ramp[: n - at]
     visible = at + int(rows * 3.0 / 8.0)
     return visible, min(n - 1, at + rows - 1), values
