@@ -353,11 +353,15 @@ def promql_case(kind: str, *, minutes: float, series: int) -> tuple[list[object]
             # Longer than a step: a read takes each minute's latest sample, so a spike of two 15 s scrapes (as
             # this case had before) fell between two steps in about half the runs and no alert could follow.
             gauges.spike(spiked, 60 // SCRAPE_SECONDS + 1)
+            # Other series may alarm too (5,000 series at one false alarm a week each is about 30 an hour), so the
+            # spiked series' alert is looked for by its labels, not taken as the first one to come.
             alert: dict[str, Any] | None = None
+            others: set[str] = set()
             while time.time() < stop_at:
+                found = alertmanager.alerts(monitor_id=monitor_id)
+                others |= {a["labels"].get("queue", "") for a in found} - {f"q{spiked:04d}"}
                 if alert is None:
-                    found = alertmanager.alerts(monitor_id=monitor_id)
-                    alert = found[0] if found else None
+                    alert = next((a for a in found if a["labels"].get("queue") == f"q{spiked:04d}"), None)
                 time.sleep(2)
             worker_cpu = c.tree_cpu_seconds(worker.pid) - worker_cpu0
             observer.stop()
@@ -376,12 +380,13 @@ def promql_case(kind: str, *, minutes: float, series: int) -> tuple[list[object]
     p50, p99, worst = summary(lags)
     alert_labels = {k: v for k, v in (alert or {}).get("labels", {}).items() if k not in ("monitor_id",)}
     row = [label(kind), f"{series:,} series, PromQL, 1-minute steps", p50, p99, worst, f"{len(lags):,} of {due:,}",
-           f"{labelled:,}", "yes" if alert_labels.get("queue") == f"q{spiked:04d}" else "no",
+           f"{labelled:,}", "yes" if {"job", "instance", "series_id"} <= alert_labels.keys() else "no",
            f"{worker_cpu / (minutes * 60) * 100:.0f}%"]
     notes = [f"{label(kind)}: the monitor followed {view['series_count']:,} series ({view['source']['status']}: "
              f"{view['source']['message'][:160]}); the first read (backfill of {HISTORY_MINUTES} minutes) stored "
              f"every series within {max(first_read) if first_read else float('nan'):.1f} s of the monitor's "
-             f"creation; the Alertmanager alert's labels: {json.dumps(alert_labels)}."]
+             f"creation; the spiked series' Alertmanager alert's labels: {json.dumps(alert_labels)}; other series "
+             f"with an alert during the run: {len(others):,} of {series:,}."]
     return row, notes
 
 
