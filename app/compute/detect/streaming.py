@@ -196,7 +196,7 @@ class StreamingDetector:
                 point = min(1.0, raw / max(calibration.probability(reference), 1e-300))
             self._mark(st, now, residual)
         # The record keeps normal rows, and of an incident only its news: incidents must not become normal.
-        incident_open = any(st.recent_flags)
+        incident_open = _any_flag(st.recent_flags)
         recorded = (not deviant and not incident_open) or (deviant and point <= per_signal)
         st.error_fit.record.add(min(error, RECORD_CAP * halfwidth) / calibration.unit / calibration.stretch
                                 if recorded and calibration.unit > 0 else None)
@@ -207,16 +207,17 @@ class StreamingDetector:
         st.since_window_alarm += 1
         if flagged and window < point:
             st.since_window_alarm = 0
-        self._remember_flag(st, residual if deviant else 0.0)
+        still_open = self._remember_flag(st, residual if deviant else 0.0)
         if normal:  # feedback: the row is normal, so the incident it belonged to is over
             self._end_incident(st)
+            still_open = self._incident_open(st)
         _emit(out, expected, expected - halfwidth, expected + halfwidth, 1.0 - probability, flagged,
-              ("up" if residual > 0 else "down") if flagged else None, self._incident_open(st))
+              ("up" if residual > 0 else "down") if flagged else None, still_open)
         self._learn(st, now, value, expected, halfwidth, candidates, deviant and not normal)
         p.remember_anchor(st, self.short_rows)
 
     def _incident_open(self, st: DetectorState) -> bool:
-        return any(st.recent_flags) or st.since_window_alarm < self.quiet_rows
+        return _any_flag(st.recent_flags) or st.since_window_alarm < self.quiet_rows
 
     def _end_incident(self, st: DetectorState) -> None:
         """The incident is over (adopted, or a row of it marked normal): the windows start afresh, so the rows
@@ -351,10 +352,13 @@ class StreamingDetector:
         st.marked_slots.append(now)
         st.marked_residuals.append(residual)
 
-    def _remember_flag(self, st: DetectorState, deviation: float) -> None:
+    def _remember_flag(self, st: DetectorState, deviation: float) -> bool:
+        """Remembers this row's deviation (0 if it was not deviant); whether an incident is still open."""
         st.recent_next = _push_ring(st.recent_flags, st.recent_next, self.quiet_rows, deviation)
-        if not self._incident_open(st):
-            st.run_side, st.run_rows, st.run_values = 0, 0, []
+        if self._incident_open(st):
+            return True
+        st.run_side, st.run_rows, st.run_values = 0, 0, []
+        return False
 
     # -------------------------------------------------------------------------------------- learning
 
@@ -421,6 +425,12 @@ class StreamingDetector:
 
     def _push_error(self, st: DetectorState, error: float) -> None:
         st.errors_next = push_ranked(st.errors_ring, st.errors_sorted, st.errors_next, error)
+
+
+def _any_flag(flags: array) -> bool:
+    """Whether any remembered deviation is not 0 (a deviant row's is never 0). Compared as bytes: any() boxes
+    every float, and this is asked twice a row."""
+    return flags.tobytes() != bytes(8 * len(flags))
 
 
 def _push_ring(ring: array, position: int, size: int, value: float) -> int:
