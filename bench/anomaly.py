@@ -98,6 +98,8 @@ SHIPPED = (24, 48, 6, 36, 1 / 12, 12)
 GridPoint = tuple[float, ...]
 SPEED_POINTS = 4000
 TARGETS_MS = {"/anomalies": 100.0, "/anomalies/last": 50.0}
+# The detector timed beside ours in the speed suite, and what it is.
+SPEED_REFERENCE = ("1417ee2", "the same detector before a row cost less; every number the same")
 
 NabFile = tuple[str, list[str], list[float], list[float]]  # relative path, raw timestamps, epoch seconds, values
 Parts = dict[str, tuple[float, int, int]]  # profile -> (raw score at THRESHOLD, windows, false alarms)
@@ -575,11 +577,10 @@ def run_speed(server: c.Gunicorn, key: str, runs: int) -> tuple[list[list[object
     return rows, notes
 
 
-def detector_alone(points: int, runs: int = 7) -> str:
-    """Median wall and CPU time of StreamingDetector.update over the whole series in this process: what the
-    worker spends, without HTTP, JSON or the pool."""
-    if str(c.APP_ROOT) not in sys.path:
-        sys.path.insert(0, str(c.APP_ROOT))
+def detector_speed(app_root: Path, points: int, runs: int) -> None:
+    """Run in a child process with ``app_root`` first on sys.path: wall and CPU seconds of StreamingDetector.update
+    over the whole series, ``runs`` times (what the worker spends, without HTTP, JSON or the pool)."""
+    sys.path.insert(0, str(app_root))
     from app.compute.detect.streaming import StreamingDetector
 
     stamps, values = speed_series(points)
@@ -591,7 +592,26 @@ def detector_alone(points: int, runs: int = 7) -> str:
         detector.update(detector.initial_state(), times, values)
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
-    return f"median {c.fmt_ms(c.median(walls), 1)} ms wall, {c.fmt_ms(c.median(cpus), 1)} ms CPU ({runs} runs)"
+    print(json.dumps({"walls": walls, "cpus": cpus}))
+
+
+def detector_alone(points: int, rounds: int = 4, runs: int = 3) -> str:
+    """Median wall and CPU time of the detector on the series, this code's and SPEED_REFERENCE's, in child processes
+    taking turns: the machine's speed drifts by tens of percent within a day, and the ratio to code measured
+    beside it does not."""
+    reference, what = SPEED_REFERENCE
+    with c.git_worktree(reference, prefix="bench-anomaly-speed-") as tree:
+        times: dict[str, dict[str, list[float]]] = {"ours": {"walls": [], "cpus": []}, "ref": {"walls": [], "cpus": []}}
+        for _ in range(rounds):
+            for label, root in (("ours", c.APP_ROOT), ("ref", tree)):
+                child = c.run_json([str(Path(__file__).resolve()), "--detector-speed", str(root), str(points),
+                                    str(runs)], timeout=600, env=c.base_env(root))
+                for name in ("walls", "cpus"):
+                    times[label][name] += child[name]
+    ours, ref = (c.median(times[label]["cpus"]) for label in ("ours", "ref"))
+    return (f"median {c.fmt_ms(c.median(times['ours']['walls']), 1)} ms wall, {c.fmt_ms(ours, 1)} ms CPU "
+            f"({rounds * runs} runs); the detector of {reference} ({what}) "
+            f"beside it, in turns: {c.fmt_ms(ref, 1)} ms CPU (this code {ours / ref:.2f}x)")
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -602,7 +622,11 @@ def main() -> int:
     parser.add_argument("--only", default="nab,loco,reference,speed")
     parser.add_argument("--reference", default=",".join(REFERENCES), help="commits of earlier detectors")
     parser.add_argument("--reference-scores", nargs=2, metavar=("APP_ROOT", "OUT_DIR"), help=argparse.SUPPRESS)
+    parser.add_argument("--detector-speed", nargs=3, metavar=("APP_ROOT", "POINTS", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.detector_speed:
+        detector_speed(Path(args.detector_speed[0]), int(args.detector_speed[1]), int(args.detector_speed[2]))
+        return 0
     if args.reference_scores:
         reference_scores(Path(args.reference_scores[0]), Path(args.reference_scores[1]))
         return 0
