@@ -407,6 +407,14 @@ def child_pids(pid: int) -> list[int]:
     return sorted(children)
 
 
+def _process_state(pid: int) -> str:
+    """The one-letter state of /proc/PID/stat ("T": stopped), or "" for a process that is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -754,6 +762,19 @@ class JobWorker:
     def log(self) -> str:
         self._log.flush()
         return self.log_path.read_text()
+
+    def freeze(self, settle: float = 0.2) -> None:
+        """SIGSTOP to the consumer and its workers, then waits until each is stopped and ``settle`` seconds more: a
+        stop takes effect as a thread next leaves the kernel, and a statement it sent just before still runs to its
+        end in the database."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+        members = [self.process.pid, *child_pids(self.process.pid)]
+        wait_for(lambda: all(_process_state(pid) in ("T", "") for pid in members), 10, "the job worker stopped",
+                 interval=0.001)
+        time.sleep(settle)
+
+    def thaw(self) -> None:
+        os.killpg(self.process.pid, signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL to the consumer and its workers at once: no process gets to finish or clean up."""

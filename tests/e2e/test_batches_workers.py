@@ -194,9 +194,19 @@ def test_a_worker_killed_mid_batch_loses_no_series_and_repeats_none(tmp_path: Pa
             ids = [f"series-{i:03d}" for i in range(60)]
             batch_id = submit(server, key, {"series": [series(name, seed=i) for i, name in enumerate(ids)],
                                             **FIELDS})
-            # Both workers hold a chunk: the one killed now dies in the middle of its chunk.
-            wait_for(lambda: batch_status(server, key, batch_id)["progress"]["done"] >= 6
-                     and leased_chunks(database_url, batch_id) == 2, 240, "both workers busy", interval=0.05)
+            # The victim is killed in the middle of a chunk. Frozen, it cannot give its chunk back, and the survivor
+            # (one process) holds one chunk at most: two chunks leased then mean one is the victim's. Seen unfrozen,
+            # the victim could finish its chunk before the kill reached it, and the test would prove nothing.
+            def victim_holds_a_chunk() -> bool:
+                if batch_status(server, key, batch_id)["progress"]["done"] < 6:
+                    return False
+                victim.freeze()
+                if leased_chunks(database_url, batch_id) == 2:
+                    return True
+                victim.thaw()
+                return False
+
+            wait_for(victim_holds_a_chunk, 240, "the victim frozen holding a chunk", interval=0.05)
             victim.kill()
             done = batch_finished(server, key, batch_id)
             assert done["status"] == "done" and done["progress"] == {"total": 60, "done": 60, "failed": 0}, (
