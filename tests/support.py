@@ -394,12 +394,18 @@ class PostgresServer:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+def proc_stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (which may hold spaces and parentheses): the state first,
+    then the parent's pid. OSError once the process is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def child_pids(pid: int) -> list[int]:
     """Processes whose parent is pid (as `ps --ppid pid`), read from /proc."""
     children = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = proc_stat(int(stat.parent.name))
         except (OSError, IndexError):
             continue  # the process went away while we looked
         if int(fields[1]) == pid:
@@ -410,7 +416,7 @@ def child_pids(pid: int) -> list[int]:
 def _process_state(pid: int) -> str:
     """The one-letter state of /proc/PID/stat ("T": stopped), or "" for a process that is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return proc_stat(pid)[0]
     except (OSError, IndexError):
         return ""
 

@@ -26,6 +26,7 @@ from tests.support import (
     child_pids,
     cli_in_process,
     cmdline,
+    proc_stat,
 )
 
 pytestmark = pytest.mark.slow
@@ -233,17 +234,12 @@ def test_postgres_restart_while_serving_loses_no_usage(tmp_path: Path) -> None:
 # 3. SIGTERM while forecasts run (graceful: every accepted request answered, usage flushed, exit 0).
 
 
-def _stat(pid: int) -> list[str]:
-    """/proc/PID/stat's fields after the command name (which may hold spaces and parentheses): the state first."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
 def _busy(pids: list[int], seconds: float = 0.3) -> list[int]:
     """The pids that used CPU during the next `seconds` (forecast workers idle on a pipe use none)."""
 
     def cpu(pid: int) -> int:
         try:
-            fields = _stat(pid)
+            fields = proc_stat(pid)
             return int(fields[11]) + int(fields[12])
         except (OSError, IndexError):
             return -1
@@ -345,7 +341,7 @@ def _listen_queue(port: int) -> int:
 
 
 def _state(pid: int) -> str:
-    return _stat(pid)[0]
+    return proc_stat(pid)[0]
 
 
 def _stop(pid: int, *, until: float) -> None:
