@@ -18,6 +18,14 @@ $(BIN)/.installed: pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
+# The detector compiled by mypyc (app/compute/detect/native.py): about twice as fast, the same verdicts. Built
+# again whenever a source it was built from changes; if it cannot be built (no C compiler), the detector runs from
+# its sources and this says so.
+NATIVE_SOURCES := $(addprefix app/compute/detect/,budget.py surprises.py predictors.py streaming.py state.py) \
+	app/series/frequencies.py
+.native/stamp.json: $(BIN)/.installed $(NATIVE_SOURCES)
+	-$(BIN)/python -m app.compute.detect.native_build
+
 # The development set on top (requirements-dev.lock): test runners, linters, the client package, the
 # Azure SDK the compatibility tests drive, statsforecast for the accuracy anchors.
 $(BIN)/.dev-installed: $(BIN)/.installed requirements-dev.lock clients/python/pyproject.toml
@@ -25,9 +33,9 @@ $(BIN)/.dev-installed: $(BIN)/.installed requirements-dev.lock clients/python/py
 	$(BIN)/python -m pip install --quiet --no-deps -e ./clients/python  # its httpx, pandas, matplotlib are in the dev lock
 	touch $@
 
-install: $(BIN)/.installed
+install: $(BIN)/.installed .native/stamp.json
 
-install-dev: $(BIN)/.dev-installed
+install-dev: $(BIN)/.dev-installed .native/stamp.json
 
 migrate: install
 	$(BIN)/flask --app wsgi db upgrade
@@ -92,4 +100,4 @@ proto:
 		$(PROMPB)/*_pb2.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .native .pytest_cache .ruff_cache

@@ -98,8 +98,6 @@ SHIPPED = (24, 48, 6, 36, 1 / 12, 12)
 GridPoint = tuple[float, ...]
 SPEED_POINTS = 4000
 TARGETS_MS = {"/anomalies": 100.0, "/anomalies/last": 50.0}
-# The detector timed beside ours in the speed suite, and what it is.
-SPEED_REFERENCE = ("1417ee2", "the same detector before a row cost less; every number the same")
 
 NabFile = tuple[str, list[str], list[float], list[float]]  # relative path, raw timestamps, epoch seconds, values
 Parts = dict[str, tuple[float, int, int]]  # profile -> (raw score at THRESHOLD, windows, false alarms)
@@ -566,7 +564,7 @@ def run_speed(server: c.Gunicorn, key: str, runs: int) -> tuple[list[list[object
         f"{runs} timed rounds (one request per route each, round-robin) after 3 warm-up requests per route; "
         "gunicorn with 2 detection workers, SQLite keys",
         "end to end: JSON encode, HTTP, key check, rate limit, validation, worker pool, detector (every row from "
-        "row 0, plain Python, /last included: the state needs every row), JSON answer",
+        "row 0, /last included: the state needs every row), JSON answer",
         "server CPU: user + system time of gunicorn's process tree (web process and detection workers) per "
         "request, the mean over the timed requests (/proc, 10 ms ticks); wall time on a shared machine also "
         "holds the time the server waited for a core",
@@ -581,6 +579,7 @@ def detector_speed(app_root: Path, points: int, runs: int) -> None:
     """Run in a child process with ``app_root`` first on sys.path: wall and CPU seconds of StreamingDetector.update
     over the whole series, ``runs`` times (what the worker spends, without HTTP, JSON or the pool)."""
     sys.path.insert(0, str(app_root))
+    from app.compute.detect import native
     from app.compute.detect.streaming import StreamingDetector
 
     stamps, values = speed_series(points)
@@ -592,26 +591,29 @@ def detector_speed(app_root: Path, points: int, runs: int) -> None:
         detector.update(detector.initial_state(), times, values)
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
-    print(json.dumps({"walls": walls, "cpus": cpus}))
+    print(json.dumps({"walls": walls, "cpus": cpus, "compiled": [native.active()]}))
 
 
 def detector_alone(points: int, rounds: int = 4, runs: int = 3) -> str:
-    """Median wall and CPU time of the detector on the series, this code's and SPEED_REFERENCE's, in child processes
-    taking turns: the machine's speed drifts by tens of percent within a day, and the ratio to code measured
-    beside it does not."""
-    reference, what = SPEED_REFERENCE
-    with c.git_worktree(reference, prefix="bench-anomaly-speed-") as tree:
-        times: dict[str, dict[str, list[float]]] = {"ours": {"walls": [], "cpus": []}, "ref": {"walls": [], "cpus": []}}
-        for _ in range(rounds):
-            for label, root in (("ours", c.APP_ROOT), ("ref", tree)):
-                child = c.run_json([str(Path(__file__).resolve()), "--detector-speed", str(root), str(points),
-                                    str(runs)], timeout=600, env=c.base_env(root))
-                for name in ("walls", "cpus"):
-                    times[label][name] += child[name]
-    ours, ref = (c.median(times[label]["cpus"]) for label in ("ours", "ref"))
-    return (f"median {c.fmt_ms(c.median(times['ours']['walls']), 1)} ms wall, {c.fmt_ms(ours, 1)} ms CPU "
-            f"({rounds * runs} runs); the detector of {reference} ({what}) "
-            f"beside it, in turns: {c.fmt_ms(ref, 1)} ms CPU (this code {ours / ref:.2f}x)")
+    """Median wall and CPU time of the detector on the series, compiled (where built) and the same sources as plain
+    Python, in child processes taking turns: the machine's speed drifts by tens of percent within a day, and the
+    ratio of two variants measured in turns does not."""
+    variants = {"ours": {}, "plain": {"FORECAST_PURE_DETECTOR": "1"}}
+    times: dict[str, dict[str, list[float]]] = {label: {"walls": [], "cpus": []} for label in variants}
+    compiled: list[bool] = []
+    for _ in range(rounds):
+        for label, extra in variants.items():
+            child = c.run_json([str(Path(__file__).resolve()), "--detector-speed", str(c.APP_ROOT), str(points),
+                                str(runs)], timeout=600, env=c.base_env(c.APP_ROOT, **extra))
+            for name in ("walls", "cpus"):
+                times[label][name] += child[name]
+            if label == "ours":
+                compiled += child["compiled"]
+    ours, plain = (c.median(times[label]["cpus"]) for label in variants)
+    what = "compiled (mypyc)" if all(compiled) else "plain Python (no compiled build)"
+    return (f"{what}: median {c.fmt_ms(c.median(times['ours']['walls']), 1)} ms wall, {c.fmt_ms(ours, 1)} ms CPU "
+            f"({rounds * runs} runs); the same sources as plain Python beside it, in turns: {c.fmt_ms(plain, 1)} ms "
+            f"CPU (compiled {ours / plain:.2f}x)")
 
 
 # ---------------------------------------------------------------------------------------------- main

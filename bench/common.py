@@ -57,7 +57,8 @@ def base_env(app_root: Path | None = None, **extra: str) -> dict[str, str]:
     return env
 
 
-SNAPSHOT_ITEMS = ("app", "migrations", "wsgi.py", "gunicorn.conf.py", "pyproject.toml")
+# .native: the compiled detector, used where it was built from the same sources (app/compute/detect/native.py).
+SNAPSHOT_ITEMS = ("app", ".native", "migrations", "wsgi.py", "gunicorn.conf.py", "pyproject.toml")
 
 
 def copy_service(root: Path, dest: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.compute.detect.native import compiled_dir, pure_requested
 from app.settings import Settings
 
 
@@ -27,5 +28,11 @@ def startup_report(settings: Settings, *, processes: int, threads: int) -> Start
             f"warning: {threads} threads per process but up to {forecast_slots} forecasts may hold one each "
             "(FORECAST_WORKERS + FORECAST_QUEUE_LIMIT); /verify will wait behind forecasts. Raise GUNICORN_THREADS "
             "or lower FORECAST_QUEUE_LIMIT."
+        )
+    if compiled_dir() is None and not pure_requested():
+        report.warnings.append(
+            "warning: the anomaly detector runs from its Python sources, at about half the speed: there is no "
+            "compiled build of them as they are now. `python -m app.compute.detect.native_build` builds it (make "
+            "install does); FORECAST_PURE_DETECTOR=1 says plain Python is meant."
         )
     return report

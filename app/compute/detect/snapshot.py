@@ -8,6 +8,7 @@ with them, so another release's state is refused (and rebuilt), never misread.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import sys
@@ -18,6 +19,7 @@ from itertools import islice
 from typing import Any, NamedTuple, get_args, get_origin, get_type_hints
 
 from app.compute.detect import predictors, state, streaming, surprises
+from app.compute.detect.native import ROOT
 from app.compute.detect.state import DetectorState
 from app.compute.detect.surprises import Calibration, Tail
 
@@ -54,8 +56,20 @@ def _kind(hint: Any, default: Any) -> Any:
     raise TypeError(f"app.compute.detect.snapshot cannot save a field of type {hint!r}: teach it, bump FORMAT")
 
 
+def _written_hints(cls: type) -> dict[str, Any]:
+    """A dataclass's field types as its source writes them. A class compiled by mypyc (app.compute.detect.native)
+    keeps only their runtime classes (list for list[float]), so they are read from the source, which is always
+    there, and evaluated in the class's module as typing.get_type_hints evaluates postponed annotations."""
+    module = sys.modules[cls.__module__]
+    path = ROOT.joinpath(*cls.__module__.split(".")).with_suffix(".py")
+    (node,) = (node for node in ast.parse(path.read_text()).body
+               if isinstance(node, ast.ClassDef) and node.name == cls.__name__)
+    return {item.target.id: eval(ast.unparse(item.annotation), vars(module))  # noqa: S307 - our own source
+            for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+
+
 def _schema(cls: type, out: dict[type, list[tuple[str, Any]]]) -> dict[type, list[tuple[str, Any]]]:
-    hints, default = get_type_hints(cls), cls()
+    hints, default = _written_hints(cls), cls()
     out[cls] = [(f.name, _kind(hints[f.name], getattr(default, f.name))) for f in fields(cls)]
     for _, kind in out[cls]:
         if is_dataclass(kind) and kind not in out:
@@ -69,12 +83,20 @@ if set(Calibration._fields) != {"tail", "ranked", "record", *_CALIBRATION_FLOATS
     raise TypeError("app.compute.detect.snapshot reads a Calibration as a Tail, its ranks, its record and floats")
 
 
+def _kind_name(kind: Any) -> str:
+    if isinstance(kind, str):
+        return f"array {kind}"
+    if isinstance(kind, Rows):
+        return "rows of " + ", ".join(column.__name__ for column in kind.columns) + (" tuples" if kind.tupled else "")
+    return "Calibration | None" if kind == Calibration | None else kind.__name__
+
+
 def _layout() -> str:
-    """Field names and types in order, the arrays' typecodes, the constants that size the state, FORMAT."""
+    """Field names and kinds in order, as this module reads them (so the compiled detector's classes, which keep
+    no annotations as written, and the plain ones give one layout), the constants that size the state, FORMAT."""
     parts: list[Any] = [FORMAT]
-    for cls in (*SCHEMA, Tail, Calibration):
-        parts.append([cls.__name__, [[name, str(hint)] for name, hint in cls.__annotations__.items()]])
-    parts += [[name, kind] for kinds in SCHEMA.values() for name, kind in kinds if isinstance(kind, str)]
+    parts += [[cls.__name__, [[name, _kind_name(kind)] for name, kind in kinds]] for cls, kinds in SCHEMA.items()]
+    parts += [[cls.__name__, list(cls._fields)] for cls in (Tail, Calibration)]
     sizes = {surprises: ("WINDOW_ROWS", "RECORD_ROWS", "BINS"), state: ("PREDICTORS",),
              streaming: ("SHORT_ROWS", "LONG_ROWS", "QUIET_ROWS", "MAX_MARKED", "WARMUP"),
              predictors: ("LOCAL_ROWS", "CHOOSER_ROWS")}
