@@ -152,12 +152,12 @@ def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesS
                 judged.unsaved += caught_up
             else:
                 judged.size = _size(judged)
-                judged.unsaved = snapshots.unsaved_start(series.series_id, caught_up)
+                judged.unsaved = snapshots.unsaved_start(series.series_id, caught_up, judged.detector.rows)
             return judged
     rows = store.newest_points(connection, series)
     judged = JudgeState(revision=series.revision, detector=series.detector().initial_state(), size=0)
     advance(series, judged, rows)
-    judged.unsaved = snapshots.unsaved_start(series.series_id, len(rows))
+    judged.unsaved = snapshots.unsaved_start(series.series_id, len(rows), judged.detector.rows)
     _REBUILT.inc(len(rows))
     return judged
 

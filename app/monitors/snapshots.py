@@ -1,10 +1,15 @@
-"""A series' detector state saved in the database every SNAPSHOT_ROWS points, so a process that does not hold it
-(after a restart, or when another process or host served the series) replays only the points stored since.
+"""A series' detector state saved in the database every SNAPSHOT_ROWS points (more often while the series is
+young), so a process that does not hold it (after a restart, or when another process or host served the series)
+replays only the points stored since.
 
 Without it such a process rebuilt the state by replaying up to REBUILD_ROWS (35,981) stored points: about a
 second of CPU a series, so every restart cost a fleet of 2,000 series half an hour of CPU before its verdicts
 were current again. A saved state (40-125 KB) is written once per SNAPSHOT_ROWS points of its series: about a
-hundred bytes and a few microseconds of encoding a point (bench/results/restart.md).
+hundred bytes and a few microseconds of encoding a point (bench/results/restart.md). A young series is saved
+each time it has judged twice the rows it had at its last save (from FIRST_SAVE_ROWS on), so a process that
+lacks it replays at most about half its points, not all of them: a fleet created together and moved to another
+process (a restart in its first hours) costs that much less. Its states are small (their windows are not full),
+so these saves add about as many bytes as the first regular one.
 
 A saved state is used only when it is as valid as a cached one: at a revision no older than the series'
 relearn_revision (a "not an anomaly" changed the history it learnt from) and in the layout the running
@@ -26,10 +31,11 @@ from app.monitors.records import monitor_snapshots_table
 log = logging.getLogger("app.monitors.snapshots")
 
 # Points a series' state advances between saves (in each process that judges it): what a process that lacks the
-# state replays at most (30-80 ms of detector time), against one save of the state per this many points.
+# state replays at most (15-40 ms of detector time), against one save of the state per this many points.
 SNAPSHOT_ROWS = 1_000
-# Series created together (a fleet) would otherwise reach SNAPSHOT_ROWS on the same append and all be saved in
-# one transaction: each series' first save comes after a share of SNAPSHOT_ROWS of its own (by its id).
+FIRST_SAVE_ROWS = 64  # a series' first save: a state of fewer rows is cheaper to replay than to read back
+# Series created together (a fleet) would otherwise reach each save on the same append and all be saved in
+# one transaction: each series' saves come after a share of the interval of its own (by its id).
 _SPREAD = 2_654_435_761  # Knuth's multiplicative hash: consecutive ids spread over the whole range
 
 _SNAPSHOTS = monitor_snapshots_table
@@ -41,10 +47,17 @@ _INSERT = Prepared(_SNAPSHOTS.insert())
 _NAMES = ("series_id", "monitor_id", "revision", "last_epoch", "layout", "state", "saved_at")
 
 
-def unsaved_start(series_id: int, replayed: int) -> int:
-    """What a state restored or rebuilt over ``replayed`` points counts as not yet saved: those points, less its
-    series' share of SNAPSHOT_ROWS (a long rebuild is saved at once; a fleet's saves fall on different appends)."""
-    return replayed - (series_id * _SPREAD) % SNAPSHOT_ROWS
+def interval(rows: int) -> int:
+    """Points between two saves of a state that has judged ``rows`` rows: half of them (a young series is saved at
+    about 64, 128, 256, ... of its rows), at least FIRST_SAVE_ROWS, at most SNAPSHOT_ROWS."""
+    return min(SNAPSHOT_ROWS, max(FIRST_SAVE_ROWS, rows // 2))
+
+
+def unsaved_start(series_id: int, replayed: int, rows: int) -> int:
+    """What a state of ``rows`` rows, restored or rebuilt over ``replayed`` points, counts as not yet saved: those
+    points, less its series' share of the interval (a rebuild is saved at once; a fleet's saves fall on different
+    appends)."""
+    return replayed - (series_id * _SPREAD) % SNAPSHOT_ROWS * interval(rows) // SNAPSHOT_ROWS
 
 
 def restore(connection: Connection, series_id: int, relearn_revision: int) -> JudgeState | None:
@@ -64,9 +77,9 @@ def restore(connection: Connection, series_id: int, relearn_revision: int) -> Ju
 def save_if_due(connection: Connection, *, monitor_id: str, series_id: int, judged: JudgeState, points: int,
                 now: datetime) -> None:
     """Counts ``points`` more into the state's unsaved points and saves it (in the caller's transaction) once
-    they reach SNAPSHOT_ROWS. ``judged`` is at its new revision, after those points."""
+    they reach its interval. ``judged`` is at its new revision, after those points."""
     judged.unsaved += points
-    if judged.unsaved < SNAPSHOT_ROWS or judged.last_epoch is None:
+    if judged.unsaved < interval(judged.detector.rows) or judged.last_epoch is None:
         return
     _DELETE.execute(connection, {"series_id": series_id})
     _INSERT.insert_rows(connection, _NAMES, [(series_id, monitor_id, judged.revision, judged.last_epoch,

@@ -17,7 +17,7 @@ from sqlalchemy import func, select, update
 
 from app.compute.detect.snapshot import LAYOUT
 from app.monitors.records import monitor_snapshots_table
-from app.monitors.snapshots import SNAPSHOT_ROWS
+from app.monitors.snapshots import FIRST_SAVE_ROWS, SNAPSHOT_ROWS
 from tests.support import build_app, new_key, services_of, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
@@ -143,3 +143,33 @@ def test_saved_states_go_with_their_monitor(client: FlaskClient, owner: dict[str
         left = connection.scalar(select(func.count()).select_from(monitor_snapshots_table)
                                  .where(monitor_snapshots_table.c.monitor_id == monitor_id))
     assert left == 0
+
+
+@pytest.mark.parametrize("points", [40, 300, 700])
+def test_a_young_series_is_saved_often_enough_that_another_process_replays_at_most_about_half_of_it(
+    client: FlaskClient, owner: dict[str, str], monitor_app: Flask, points: int
+) -> None:
+    stamps, values = stream(points + 5)
+    monitor_id = client.post("/monitors", headers=owner, json={"name": "young", "data_frequency": "Hours"}
+                             ).get_json()["id"]
+    for start in range(0, points, 10):  # a point at a time would do the same, slower
+        assert client.post(f"/monitors/{monitor_id}/points", headers=owner,
+                           json={"timestamps": stamps[start:start + 10], "values": values[start:start + 10]}
+                           ).status_code == 200
+    series_id = int(client.get(f"/monitors/{monitor_id}", headers=owner).get_json()["series"][0]["id"])
+    row = saved(monitor_app, series_id)
+    if points < FIRST_SAVE_ROWS:
+        assert row is None  # cheaper to replay than to save
+        return
+    assert row is not None and row.layout == LAYOUT
+    stored_after = points - 1 - index_of(row.last_epoch)
+    # Saved at about 64, 128, 256, ... of its points (each series a share of the interval later), by appends of 10.
+    assert 0 <= stored_after <= points // 2 + 10
+    monitor_app.extensions["monitors"].cache.drop(series_id)
+    caught_up, rebuilt = rejudged("catch_up"), rejudged("rebuild")
+    after = client.post(f"/monitors/{monitor_id}/points", headers=owner,
+                        json={"timestamps": stamps[points:], "values": values[points:]}).get_json()
+    assert rejudged("rebuild") == rebuilt and rejudged("catch_up") - caught_up == stored_after
+    whole = client.post("/anomalies", headers=owner,
+                        json={"series": [{"timestamps": stamps, "values": values}], "data_frequency": "Hours"})
+    assert after["anomaly_score"] == whole.get_json()["anomaly_score"][points:]
