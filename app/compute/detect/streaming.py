@@ -1,7 +1,8 @@
 """anomaly-model-1: a streaming detector that judges each row from the rows before it, robust to what it flags.
 
-Plain Python, no numpy: a row costs a few microseconds, so a monitor's new point is judged in the web
-process from a bounded state, and a whole series in a worker process row by row. Feeding a series in one
+Typed Python, no numpy, compiled by mypyc where built (app.compute.detect.native): a row costs microseconds,
+so a monitor's new point is judged in the web process from a bounded state, and a whole series in a worker
+process row by row. Feeding a series in one
 call or in any split of calls gives the same numbers (the state carries everything).
 
 How a row is judged (docs/anomalies.md says why each part is there):
