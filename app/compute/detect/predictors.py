@@ -8,15 +8,21 @@ jitter and repeated or backward timestamps need nothing special.
 from __future__ import annotations
 
 import math
+from typing import Final
 
 from app.compute.detect.state import PREDICTORS, DetectorState
 
 # Errors that choose the predictor (a day of five-minute rows), by their mean absolute size: a root of the
 # errors (once their fourth root) rewards the exact hits of an integer-valued predictor on count data, and chose
 # the noisy value a season ago over the local mean there.
-CHOOSER_ROWS = 288
-LOCAL_ROWS = 8
-SEASON, SEASON_ADJUSTED_LAST, SEASON_MEDIAN, LAST, LOCAL_MEAN = range(PREDICTORS)
+CHOOSER_ROWS: Final = 288
+LOCAL_ROWS: Final = 8
+# The predictors' places in a row's candidates (PREDICTORS of them).
+SEASON: Final = 0
+SEASON_ADJUSTED_LAST: Final = 1
+SEASON_MEDIAN: Final = 2
+LAST: Final = 3
+LOCAL_MEAN: Final = 4
 SHORT_TERM = (SEASON_ADJUSTED_LAST, LAST, LOCAL_MEAN)  # the predictors that read the last rows
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
+from typing import Final
 
 from app.compute.detect.surprises import WINDOW_ROWS, Calibration, Record
 
-PREDICTORS = 5  # season, season-adjusted last, median of three seasons, last, local mean
+PREDICTORS: Final = 5  # season, season-adjusted last, median of three seasons, last, local mean
 
 
 @dataclass

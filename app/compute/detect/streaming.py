@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Sequence
+from typing import Final
 
 from app.compute.detect import predictors as p
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
@@ -52,19 +53,20 @@ from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibra
 from app.series.frequencies import DAY, MAX_PERIOD_ROWS, PERIOD_CANDIDATES
 
 # Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
-WARMUP = 11
-TOP_RANK = 24  # the unit of surprise: the 24th-largest error of the window, 2% of a full one
-SHAPE_ROWS = 64  # the window's tail and the threshold are refitted every 64 steps of the stream (docs/anomalies.md)
+WARMUP: Final = 11
+TOP_RANK: Final = 24  # the unit of surprise: the 24th-largest error of the window, 2% of a full one
+# The window's tail and the threshold are refitted every 64 steps of the stream (docs/anomalies.md).
+SHAPE_ROWS: Final = 64
 # A surprise beyond the threshold enters the record at most at twice the threshold: a heavy tail is still
 # learnt (the threshold can climb twice as high with each such row), but one spike on a young stream cannot
 # widen its range to the spike's size.
-RECORD_CAP = 2.0
-MAX_MARKED = 2048  # deviant rows a week's habit remembers at most
-QUIET_ROWS = 48  # an incident ends after this many rows in a row with nothing beyond its range
-ADOPT_ROWS = 12  # a run beyond the range on one side this long is a new level: an hour of five-minute rows
-HABIT_SHARE = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
-SHORT_ROWS = 6  # the short window of the shift and spread signals: half an hour of five-minute rows
-LONG_ROWS = 36  # the long window of the density signal: three hours of five-minute rows
+RECORD_CAP: Final = 2.0
+MAX_MARKED: Final = 2048  # deviant rows a week's habit remembers at most
+QUIET_ROWS: Final = 48  # an incident ends after this many rows in a row with nothing beyond its range
+ADOPT_ROWS: Final = 12  # a run beyond the range on one side this long is a new level: an hour of five-minute rows
+HABIT_SHARE: Final = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
+SHORT_ROWS: Final = 6  # the short window of the shift and spread signals: half an hour of five-minute rows
+LONG_ROWS: Final = 36  # the long window of the density signal: three hours of five-minute rows
 
 
 def lookback_rows(period: int | None) -> int:

@@ -21,19 +21,20 @@ import operator
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
-WINDOW_ROWS = 1200  # errors in the recent window: about four days of five-minute rows
-ROWS_PER_RANK = 32  # in a shorter window, one rank per 32 rows
-MIN_RANK = 3  # never higher than the 3rd-largest error: two spikes cannot blind a young stream
-TAIL_SPAN = 10.0  # the window's tail is fitted between the top rank and ten times it (the top 1% and 10%)
-MAX_SHAPE = 0.5  # the heaviest tail the window model allows (Student-t with two degrees of freedom)
-BINS_PER_DECADE = 16
-DECADES = 3  # surprises from 1 to 1000 references; larger ones share the last bin
-BINS = BINS_PER_DECADE * DECADES
-RECORD_ROWS = 20_160  # the record's reach: two weeks of minute rows, ten weeks of five-minute rows
-BELOW, SKIPPED = -1, -2  # a record's codes besides its bins
-PRIOR_ROWS = float(WINDOW_ROWS)  # what the window's model is worth against the record, in rows
+WINDOW_ROWS: Final = 1200  # errors in the recent window: about four days of five-minute rows
+ROWS_PER_RANK: Final = 32  # in a shorter window, one rank per 32 rows
+MIN_RANK: Final = 3  # never higher than the 3rd-largest error: two spikes cannot blind a young stream
+TAIL_SPAN: Final = 10.0  # the window's tail is fitted between the top rank and ten times it (the top 1% and 10%)
+MAX_SHAPE: Final = 0.5  # the heaviest tail the window model allows (Student-t with two degrees of freedom)
+BINS_PER_DECADE: Final = 16
+DECADES: Final = 3  # surprises from 1 to 1000 references; larger ones share the last bin
+BINS: Final = BINS_PER_DECADE * DECADES
+RECORD_ROWS: Final = 20_160  # the record's reach: two weeks of minute rows, ten weeks of five-minute rows
+BELOW: Final = -1  # a record's codes besides its bins
+SKIPPED: Final = -2
+PRIOR_ROWS: Final = float(WINDOW_ROWS)  # what the window's model is worth against the record, in rows
 
 
 class Tail(NamedTuple):
