@@ -36,10 +36,13 @@ ERROR_ENVELOPE = re.compile(r'"error":\s*\{')
 
 # (document, first line of the block): why it is not run here.
 NOT_RUN: dict[tuple[str, str], str] = {
-    ("README.md", "make run    # venv + pinned runtime deps, migrations, a first key printed with curl examples, "
-                  "serve on :8000"): "starts the service this suite is testing, and "
+    ("README.md", "make run    # venv, pinned deps, the compiled detector, migrations, a first key + curl examples, "
+                  "serve :8000"): "starts the service this suite is testing, and "
     "`make test` is this suite",
     ("README.md", ".venv/bin/pip install './clients/python[pandas]'"): "installs a package (make install-dev has)",
+    ("docs/operating.md", ".venv/bin/python -m app.compute.detect.native_build   # about 15 s; needs a C compiler and "
+                          "Python's headers"): "rebuilds the compiled detector that make test built before the suite, "
+    "under the suite's running servers (tests/unit/test_native_detector.py checks what it builds)",
     ("docs/python-client.md", "pip install './clients/python[pandas]'     # pandas for Series in / to_pandas() "
                               "out; [plot] adds matplotlib"): "installs a package (make install-dev has)",
     ("docs/batches.md", 'curl -sS -X POST "$BASE/batches" \\'): "its series are abbreviated with \"...\"",
