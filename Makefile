@@ -8,7 +8,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: install install-dev run serve migrate test lint screenshots bench bench-quick lock proto clean
+.PHONY: install install-dev native run serve migrate test lint screenshots bench bench-quick lock proto clean
 
 # The runtime set only: what a production server needs (requirements.lock).
 $(BIN)/.installed: pyproject.toml requirements.lock
@@ -19,11 +19,9 @@ $(BIN)/.installed: pyproject.toml requirements.lock
 	touch $@
 
 # The detector compiled by mypyc (app/compute/detect/native.py): about twice as fast, the same verdicts. Built
-# again whenever a source it was built from changes; if it cannot be built (no C compiler), the detector runs from
-# its sources and this says so.
-NATIVE_SOURCES := $(addprefix app/compute/detect/,budget.py surprises.py predictors.py streaming.py state.py) \
-	app/series/frequencies.py
-.native/stamp.json: $(BIN)/.installed $(NATIVE_SOURCES)
+# again whenever a source it was built from changes (the build's own stamp says, so no list of them here); if it
+# cannot be built (no C compiler), the detector runs from its sources and this says so.
+native: $(BIN)/.installed
 	-$(BIN)/python -m app.compute.detect.native_build
 
 # The development set on top (requirements-dev.lock): test runners, linters, the client package, the
@@ -33,9 +31,9 @@ $(BIN)/.dev-installed: $(BIN)/.installed requirements-dev.lock clients/python/py
 	$(BIN)/python -m pip install --quiet --no-deps -e ./clients/python  # its httpx, pandas, matplotlib are in the dev lock
 	touch $@
 
-install: $(BIN)/.installed .native/stamp.json
+install: $(BIN)/.installed native
 
-install-dev: $(BIN)/.dev-installed .native/stamp.json
+install-dev: $(BIN)/.dev-installed native
 
 migrate: install
 	$(BIN)/flask --app wsgi db upgrade

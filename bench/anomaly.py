@@ -591,7 +591,7 @@ def detector_speed(app_root: Path, points: int, runs: int) -> None:
         detector.update(detector.initial_state(), times, values)
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
-    print(json.dumps({"walls": walls, "cpus": cpus, "compiled": [native.active()]}))
+    print(json.dumps({"walls": walls, "cpus": cpus, "compiled": native.active()}))
 
 
 def detector_alone(points: int, rounds: int = 4, runs: int = 3) -> str:
@@ -608,7 +608,7 @@ def detector_alone(points: int, rounds: int = 4, runs: int = 3) -> str:
             for name in ("walls", "cpus"):
                 times[label][name] += child[name]
             if label == "ours":
-                compiled += child["compiled"]
+                compiled.append(child["compiled"])
     ours, plain = (c.median(times[label]["cpus"]) for label in variants)
     what = "compiled (mypyc)" if all(compiled) else "plain Python (no compiled build)"
     return (f"{what}: median {c.fmt_ms(c.median(times['ours']['walls']), 1)} ms wall, {c.fmt_ms(ours, 1)} ms CPU "

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.compute.detect import native
-from app.compute.detect.native import COMPILED, PURE_VARIABLE, STAMP, compiled_dir, fingerprint
+from app.compute.detect.native import COMPILED, PURE_VARIABLE, STAMP, compiled_dir, current_build, fingerprint
 from tests.support import ROOT, missing_service
 
 DAY = 86_400.0
@@ -121,6 +121,7 @@ def test_a_build_of_the_current_sources_is_used(tmp_path: Path, monkeypatch: pyt
     assert compiled_dir(tmp_path) == modules
     monkeypatch.setenv(PURE_VARIABLE, "1")
     assert compiled_dir(tmp_path) is None
+    assert current_build(tmp_path) == modules  # still current: make does not rebuild it
 
 
 @pytest.mark.parametrize("damage", ["source changed", "another interpreter", "module missing", "stamp unreadable"])

@@ -47,9 +47,13 @@ def pure_requested() -> bool:
 
 
 def compiled_dir(build_dir: Path = BUILD_DIR) -> Path | None:
+    """Where the compiled modules are, if they were built from the sources as they are now and plain Python is not
+    requested (else None)."""
+    return None if pure_requested() else current_build(build_dir)
+
+
+def current_build(build_dir: Path = BUILD_DIR) -> Path | None:
     """Where the compiled modules are, if they were built from the sources as they are now (else None)."""
-    if pure_requested():
-        return None
     try:
         stamp = json.loads((build_dir / STAMP).read_text())
         current = fingerprint()

@@ -1,6 +1,7 @@
 """Builds the compiled detector (app.compute.detect.native says what it is): ``python -m
-app.compute.detect.native_build``, which ``make install`` runs. Needs mypy (mypyc) and a C compiler; if either
-is missing it says so and the detector runs from its sources."""
+app.compute.detect.native_build``, which ``make install`` runs (it does nothing while the build is of the sources as
+they are). Needs mypy (mypyc) and a C compiler; if either is missing it says so and the detector runs from its
+sources."""
 
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from app.compute.detect.native import BUILD_DIR, COMPILED, PACKAGE_DIR, READ_BY_COMPILED, ROOT, STAMP, fingerprint
+from app.compute.detect.native import (
+    BUILD_DIR,
+    COMPILED,
+    PACKAGE_DIR,
+    READ_BY_COMPILED,
+    ROOT,
+    STAMP,
+    current_build,
+    fingerprint,
+)
 
 
 def build(build_dir: Path = BUILD_DIR) -> None:
@@ -46,6 +56,9 @@ def build(build_dir: Path = BUILD_DIR) -> None:
 
 
 def main() -> int:
+    if current_build() is not None:
+        print(f"compiled detector in {BUILD_DIR} is up to date")
+        return 0
     try:
         build()
     except Exception as exc:  # noqa: BLE001 - any failure leaves the plain-Python detector, which is correct

@@ -9,6 +9,7 @@ with them, so another release's state is refused (and rebuilt), never misread.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import sys
@@ -56,16 +57,21 @@ def _kind(hint: Any, default: Any) -> Any:
     raise TypeError(f"app.compute.detect.snapshot cannot save a field of type {hint!r}: teach it, bump FORMAT")
 
 
+@functools.cache
+def _classes_in_source(module_name: str) -> dict[str, ast.ClassDef]:
+    """The classes a module's source defines (parsed once: three of the state's dataclasses share one module)."""
+    path = ROOT.joinpath(*module_name.split(".")).with_suffix(".py")
+    return {node.name: node for node in ast.parse(path.read_text()).body if isinstance(node, ast.ClassDef)}
+
+
 def _written_hints(cls: type) -> dict[str, Any]:
     """A dataclass's field types as its source writes them. A class compiled by mypyc (app.compute.detect.native)
     keeps only their runtime classes (list for list[float]), so they are read from the source, which is always
     there, and evaluated in the class's module as typing.get_type_hints evaluates postponed annotations."""
-    module = sys.modules[cls.__module__]
-    path = ROOT.joinpath(*cls.__module__.split(".")).with_suffix(".py")
-    (node,) = (node for node in ast.parse(path.read_text()).body
-               if isinstance(node, ast.ClassDef) and node.name == cls.__name__)
-    return {item.target.id: eval(ast.unparse(item.annotation), vars(module))  # noqa: S307 - our own source
-            for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+    namespace = vars(sys.modules[cls.__module__])
+    return {item.target.id: eval(ast.unparse(item.annotation), namespace)  # noqa: S307 - our own source
+            for item in _classes_in_source(cls.__module__)[cls.__name__].body
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
 
 
 def _schema(cls: type, out: dict[type, list[tuple[str, Any]]]) -> dict[type, list[tuple[str, Any]]]:
