@@ -9,9 +9,10 @@ nab        every file of the NAB development set (sibling ../shared/data/nab-dev
            ../shared/tools/nab_score.py in NAB's three profiles: is_anomaly as 1/0, at the service's own
            threshold (the default settings: one false alarm a week, no confidence sent), and the calibrated
            anomaly_score itself, at the best threshold.
-loco       leave-one-category-out, in-process (app.compute.detect.streaming, no server): top_rank x quiet rows x
-           short rows x habit over a 3 x 2 x 4 x 3 grid, each file scored at the service's own threshold
-           (is_anomaly); for each category the point is chosen on the other four and scored on it.
+loco       leave-one-category-out, in-process (app.compute.detect.streaming, no server): every constant of GRID
+           over two values (one that switches its part off, or the value landed before), each file scored at the
+           service's own threshold (is_anomaly); for each category the point is chosen on the other four and
+           scored on it.
 reference  the earlier detectors (REFERENCES: the one the alarms issue started from, whose is_anomaly was
            score >= 0.5, and the one landed before this change), each run in-process on the same 41 files in
            this run, from a git worktree of its commit, scored at its own threshold (is_anomaly).
@@ -77,7 +78,7 @@ PUBLISHED = [  # the NAB dev set README: published detectors' result files score
 # The earlier detectors measured in the same run: the one before the calibrated score (its is_anomaly was score
 # >= 0.5), and the calibrated one landed before the window signals, incidents and the anomaly-free season memory.
 REFERENCES = {"19f2049": "the detector before the calibrated score (is_anomaly was score >= 0.5)",
-              "d7bc576": "the calibrated detector before the anchored shift, the density window and incidents"}
+              "47fc12f": "the detector before the effective number of signals (each signal a quarter of the budget)"}
 PROFILES = ("standard", "reward_low_FP_rate", "reward_low_FN_rate")
 # Result files hold is_anomaly as 1.0/0.0, so NAB's threshold 0.5 reads "is_anomaly": the detector's own
 # threshold, whatever it is for the stream's step.
@@ -85,7 +86,8 @@ THRESHOLD = 0.5
 # The constants StreamingDetector takes, each over a value that switches its part off (or the landed value before)
 # and the one it ships with, so the grid also says whether each part helps held-out data: the unit of surprise's
 # rank, the rows that end an incident, the short window (0: no shift and spread signals), the long window (0: no
-# density signal), the habit's reach (0: no habits), the run adopted as a new level.
+# density signal), the habit's reach (0: no habits), the run adopted as a new level, and whether the budget is
+# shared among the signals as many as they behave as (joint) or split among all of them.
 GRID: dict[str, tuple[float, ...]] = {
     "top_rank": (12, 24),
     "quiet_rows": (12, 48),
@@ -93,8 +95,9 @@ GRID: dict[str, tuple[float, ...]] = {
     "long_rows": (0, 36),
     "habit": (0.0, 1 / 12),
     "adopt_rows": (12, 48),
+    "joint": (False, True),
 }
-SHIPPED = (24, 48, 6, 36, 1 / 12, 12)
+SHIPPED = (24, 48, 6, 36, 1 / 12, 12, True)
 GridPoint = tuple[float, ...]
 SPEED_POINTS = 4000
 TARGETS_MS = {"/anomalies": 100.0, "/anomalies/last": 50.0}

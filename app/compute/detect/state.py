@@ -104,6 +104,13 @@ class DetectorState:
     marked_slots: array = field(default_factory=lambda: array("q"))  # deviant rows of the last week, by slot
     marked_residuals: array = field(default_factory=floats)
     since_window_alarm: int = 1 << 30  # rows since a window signal raised an alarm
+    # The last WINDOW_ROWS rows: whether the smallest of the signals' probabilities was at most the top rank's
+    # share (1), above it (0), or the row was not counted (-1: in or just after an incident). joint_rows counts
+    # the rows coded 0 or 1, joint_hits those coded 1.
+    joint_codes: array = field(default_factory=lambda: array("b"))
+    joint_next: int = 0
+    joint_rows: int = 0
+    joint_hits: int = 0
 
 
 def push_ranked(ring: array, ranked: array, position: int, value: float) -> int:

@@ -18,8 +18,10 @@ How a row is judged (docs/anomalies.md says why each part is there):
    last SHORT_ROWS rows the size of their mean error against the predictor anchored SHORT_ROWS rows back (a
    shift the one-step predictors would follow) and their mean size (a noisier stretch); and over the last
    LONG_ROWS rows their mean size (a denser stretch: spikes that come more often). Each is calibrated against
-   its own window and record; the score is one minus four times the smallest of their probabilities (NAB's
-   anomaly likelihood in this detector's terms).
+   its own window and record; the score is one minus k times the smallest of their probabilities (NAB's
+   anomaly likelihood in this detector's terms), where k is how many independent signals they behave as on
+   this stream: from 1 (they always agree) to 4 (they never do), measured where each signal's probability is
+   exact (its window's top rank).
 4. Incidents. A row beyond the range, or a window signal beyond its own, opens an incident, or continues the
    open one; it ends after quiet_rows rows in a row with neither (rows, not time: missing points neither end
    nor reset it), when a user marks one of its rows normal, or when it is adopted (5). Within it a row is
@@ -70,11 +72,11 @@ LONG_ROWS: Final = 36  # the long window of the density signal: three hours of f
 
 
 def lookback_rows(period: int | None) -> int:
-    """Rows whose influence a judged row can feel (a bound: the sum of every reach): the error window (and the
-    long window of its oldest mean, with the short window's anchor), the record, the chooser, a week of seasons
-    (the weekly habit) and the habit's reach."""
+    """Rows whose influence a judged row can feel (a bound: the sum of every reach): the rows that count how many
+    signals share the budget, the error window (and the long window of its oldest mean, with the short window's
+    anchor), the record, the chooser, a week of seasons (the weekly habit) and the habit's reach."""
     season = period or 0
-    return (WINDOW_ROWS + LONG_ROWS + SHORT_ROWS + RECORD_ROWS + p.CHOOSER_ROWS + 7 * season
+    return (2 * WINDOW_ROWS + LONG_ROWS + SHORT_ROWS + RECORD_ROWS + p.CHOOSER_ROWS + 7 * season
             + round(season * HABIT_SHARE) + WARMUP)
 
 
@@ -95,13 +97,15 @@ class StreamingDetector:
         long_rows: int = LONG_ROWS,
         habit: float = HABIT_SHARE,
         adopt_rows: int = ADOPT_ROWS,
+        joint: bool = True,
     ) -> None:
         """The threshold is set by ``false_alarms_per_week`` (default one) or, instead, by ``confidence``: the
         share of normal rows below it. ``period`` in rows overrides the season data_frequency suggests (0:
         none); ``floor`` is (absolute, relative to |expected|): the range is never narrower than either.
         ``top_rank``, ``quiet_rows``, ``short_rows`` (0: no shift and spread signals), ``long_rows`` (0: no
         density signal), ``habit`` (the share of a season a habit is looked for either side of a row's time;
-        0: none) and ``adopt_rows`` are the constants chosen by leave-one-category-out (the benchmark varies
+        0: none), ``adopt_rows`` and ``joint`` (False: every signal takes an equal share of the budget, however
+        much they move together) are the constants chosen by leave-one-category-out (the benchmark varies
         them)."""
         if confidence is not None and false_alarms_per_week is not None:
             raise ValueError("give confidence or false_alarms_per_week, not both")
@@ -115,10 +119,13 @@ class StreamingDetector:
         self.long_rows = long_rows
         self.habit = habit
         self.adopt_rows = max(1, adopt_rows)
+        self.joint = joint
+        # Where each signal's probability is its window's top rank: exact there, whatever the tail model says.
+        self.joint_share = top_rank / WINDOW_ROWS
         self.period_override = period
         self.floor_absolute, self.floor_relative = floor
         self._allowed = (math.nan, 0.0)
-        # Every signal gets an equal share of the budget.
+        # The most signals the budget is shared among (_effective_signals).
         self.signals = 1 + (2 if short_rows else 0) + (1 if long_rows else 0)
 
     def row_probability(self, state: DetectorState) -> float:
@@ -143,7 +150,7 @@ class StreamingDetector:
         signals = (state.shift, state.spread, state.density)
         return (len(state.errors_ring) * 2 + sum(len(signal.sizes) * 2 for signal in signals)
                 + len(state.short_ring) * 2 + len(state.long_ring) + len(state.anchors) * 3
-                + len(state.marked_slots) * 2
+                + len(state.marked_slots) * 2 + len(state.joint_codes) // 8
                 + 4 * (BINS + 2 + len(state.error_fit.record.codes) // 8)  # a record's code is a byte
                 + len(state.chooser_ring) + len(state.slot_ids) * 3 + p.LOCAL_ROWS * 2 + len(state.recent_flags))
 
@@ -181,7 +188,8 @@ class StreamingDetector:
             1e-9 + 1e-6 * abs(value),  # a perfectly flat stretch must not flag rounding noise
         )
         allowed = self.row_probability(st)
-        per_signal = allowed / self.signals
+        signals = self._effective_signals(st)
+        per_signal = allowed / signals
         residual = value - expected
         error = abs(residual)
         calibration, halfwidth = self._calibrated(st, st.errors_sorted, st.error_fit, least, per_signal)
@@ -205,7 +213,11 @@ class StreamingDetector:
                                 if recorded and calibration.unit > 0 else None)
         anchored = p.anchored_error(st, now, value, expected, choice, self.short_rows)
         window = self._window_probability(st, residual, anchored, least, per_signal, incident_open or deviant)
-        probability = min(1.0, self.signals * min(point, window))
+        smallest = min(point, window)
+        if self.joint:
+            quiet = not (incident_open or deviant) and st.since_window_alarm >= self.quiet_rows
+            self._count_joint(st, (1 if smallest <= self.joint_share else 0) if quiet else -1)
+        probability = min(1.0, signals * smallest)
         flagged = probability <= allowed
         st.since_window_alarm += 1
         if flagged and window < point:
@@ -218,6 +230,33 @@ class StreamingDetector:
               ("up" if residual > 0 else "down") if flagged else None, still_open)
         self._learn(st, now, value, expected, halfwidth, candidates, deviant and not normal)
         p.remember_anchor(st, self.short_rows)
+
+    def _effective_signals(self, st: DetectorState) -> float:
+        """How many independent signals the budget is shared among: their number, or fewer where they move
+        together (a spike is a noisier and a denser stretch too). Each signal's probability is exact at its
+        window's top rank (joint_share), so the share of the stream's last quiet rows whose smallest probability
+        is at most joint_share, over joint_share, is how many independent signals they behave as. Rows in or
+        just after an incident are not counted; until half a window of rows is, all of them."""
+        if not self.joint or st.joint_rows < WINDOW_ROWS // 2:
+            return float(self.signals)
+        return max(1.0, min(float(self.signals), st.joint_hits / (st.joint_rows * self.joint_share)))
+
+    def _count_joint(self, st: DetectorState, code: int) -> None:
+        """One row into the ring of the last WINDOW_ROWS: 1 where the smallest probability was at most
+        joint_share, 0 where it was not, -1 for a row not counted."""
+        codes = st.joint_codes
+        if len(codes) < WINDOW_ROWS:
+            codes.append(code)
+        else:
+            dropped = codes[st.joint_next]
+            if dropped >= 0:
+                st.joint_rows -= 1
+                st.joint_hits -= dropped
+            codes[st.joint_next] = code
+            st.joint_next = (st.joint_next + 1) % WINDOW_ROWS
+        if code >= 0:
+            st.joint_rows += 1
+            st.joint_hits += code
 
     def _incident_open(self, st: DetectorState) -> bool:
         return _any_flag(st.recent_flags) or st.since_window_alarm < self.quiet_rows
