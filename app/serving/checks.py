@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.compute.detect.native import compiled_dir, pure_requested
+from app.compute.detect.native import current_build, pure_requested
 from app.settings import Settings
 
 
@@ -29,7 +29,7 @@ def startup_report(settings: Settings, *, processes: int, threads: int) -> Start
             "(FORECAST_WORKERS + FORECAST_QUEUE_LIMIT); /verify will wait behind forecasts. Raise GUNICORN_THREADS "
             "or lower FORECAST_QUEUE_LIMIT."
         )
-    if compiled_dir() is None and not pure_requested():
+    if not pure_requested() and current_build() is None:
         report.warnings.append(
             "warning: the anomaly detector runs from its Python sources, at about half the speed: there is no "
             "compiled build of them as they are now. `python -m app.compute.detect.native_build` builds it (make "

@@ -114,7 +114,7 @@ def test_a_detector_without_its_compiled_build_is_a_warning_unless_plain_python_
         monkeypatch: pytest.MonkeyPatch) -> None:
     settings = Settings(forecast_workers=2, forecast_queue_limit=8)
     monkeypatch.delenv(native.PURE_VARIABLE, raising=False)
-    monkeypatch.setattr(checks, "compiled_dir", lambda: None)
+    monkeypatch.setattr(checks, "current_build", lambda: None)
     (warning,) = startup_report(settings, processes=1, threads=32).warnings
     assert "Python sources" in warning and "native_build" in warning
     monkeypatch.setenv(native.PURE_VARIABLE, "1")

@@ -2,8 +2,8 @@
 
 Typed Python, no numpy, compiled by mypyc where built (app.compute.detect.native): a row costs microseconds,
 so a monitor's new point is judged in the web process from a bounded state, and a whole series in a worker
-process row by row. Feeding a series in one
-call or in any split of calls gives the same numbers (the state carries everything).
+process row by row. Feeding a series in one call or in any split of calls gives the same numbers (the state
+carries everything).
 
 How a row is judged (docs/anomalies.md says why each part is there):
 
@@ -244,7 +244,7 @@ class StreamingDetector:
     def _count_joint(self, st: DetectorState, code: int) -> None:
         """One row into the ring of the last WINDOW_ROWS: 1 where the smallest probability was at most
         joint_share, 0 where it was not, -1 for a row not counted."""
-        codes = st.joint_codes
+        codes = st.joint_codes  # bytes, not _push_ring's floats: the compiled detector would pass 1.0 to them
         if len(codes) < WINDOW_ROWS:
             codes.append(code)
         else:
