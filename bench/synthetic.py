@@ -98,8 +98,9 @@ def _noise(rng: np.random.Generator, kind: str, level: np.ndarray, step: int,
     return rng.poisson(level * burst).astype(float), level
 
 
-def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool) -> Stream:
-    """One stream; the same seed gives the same normal stream with and without incidents."""
+def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool, weekly_step: bool = True) -> Stream:
+    """One stream; the same seed gives the same normal stream with and without incidents. ``weekly_step`` False:
+    the same stream without its lower weekend (every draw as before, so the noise and incidents are the same)."""
     step = STEPS[step_name]
     rng = np.random.default_rng(seed)
     n = DAYS * 86400 // step
@@ -108,7 +109,8 @@ def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool) -> S
     day = (t % 86400) / 86400
     weekday = ((t // 86400) + 3) % 7  # epoch day 0 was a Thursday
     daily = 1.0 + rng.uniform(0.2, 0.6) * np.sin(2 * np.pi * (day - rng.uniform(0.0, 1.0)))
-    weekly = np.where(weekday >= 5, rng.uniform(0.6, 0.9), 1.0)
+    weekend = rng.uniform(0.6, 0.9)  # drawn either way, so every later draw is the same without the step
+    weekly = np.where(weekday >= 5, weekend if weekly_step else 1.0, 1.0)
     trend = 1.0 + rng.uniform(-0.2, 0.3) * np.arange(n) / n
     level = base * daily * weekly * trend
     spread = NOISE_SHARE * float(level.mean())
@@ -140,7 +142,7 @@ def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool) -> S
     # where the labelled segment does), so the earliest flag after the onset scores most.
     width = max(1, int(0.1 * kept / max(1, len(segments))))
     windows = [(a, min(kept - 1, max(b, a + width))) for a, b in kept_segments]
-    label = "incidents" if with_incidents else "normal"
+    label = ("incidents" if with_incidents else "normal") + ("" if weekly_step else "-no-weekly-step")
     return Stream(f"{kind}-{step_name}-{seed}-{label}", kind, step, t[keep].tolist(), values[keep].tolist(),
                   kept_segments, windows, names, centre[keep].tolist(), spread)
 
@@ -180,7 +182,7 @@ def _inject(rng: np.random.Generator, name: str, values: np.ndarray, level: np.n
     return visible, min(n - 1, at + rows - 1), values
 
 
-def streams(quick: bool) -> list[Stream]:
+def streams(quick: bool, weekly_step: bool = True) -> list[Stream]:
     seeds = (1,) if quick else (1, 2, 3)
 
     out = []
@@ -188,8 +190,8 @@ def streams(quick: bool) -> list[Stream]:
         for step_index, step_name in enumerate(STEPS):
             for seed in seeds:
                 code = 1000 * seed + 10 * kind_index + step_index
-                out.append(make_stream(code, kind, step_name, False))
-                out.append(make_stream(code, kind, step_name, True))
+                out.append(make_stream(code, kind, step_name, False, weekly_step))
+                out.append(make_stream(code, kind, step_name, True, weekly_step))
     return out
 
 
@@ -238,6 +240,7 @@ def judge_all(app_root: Path, tasks: list[tuple[Stream, int | None]]) -> dict[tu
 # ---------------------------------------------------------------------------------------------- the oracle
 
 ORACLE = "oracle"
+NO_WEEKLY_STEP = "new, the streams without their weekly step"
 ORACLE_WINDOWS = (1, 3, PA_DELAY)
 
 
@@ -452,7 +455,9 @@ def main() -> int:
                  f"new = the working tree ({_head()}). Default settings unless a sensitivity is named. "
                  f"{ORACLE} = a clairvoyant reference, not a detector: it knows each row's normal law and flags "
                  f"when the last 1, 3 or 7 rows are beyond it at the same budget (one a week), so it shows what "
-                 f"is within reach at that budget.")
+                 f"is within reach at that budget. {NO_WEEKLY_STEP!r} = the working tree on the same streams "
+                 f"with every weekend at the weekdays' level (the same noise and incidents): what the weekly step, "
+                 f"which the detector does not model, costs it.")
     lines.append("")
     per_kind: list[list[object]] = []
     summaries = {}
@@ -468,6 +473,10 @@ def main() -> int:
         if not args.no_sensitivity:
             budgets = _budgets(tree)
             sens_rows += sensitivity_rows(label, normal, judged, budgets)
+    # The working tree again on the same streams without their weekly step: what the weekly pattern costs it.
+    flat_streams = streams(args.quick, weekly_step=False)
+    _, summaries[NO_WEEKLY_STEP] = evaluate(NO_WEEKLY_STEP, flat_streams,
+                                            judge_all(ROOT, [(s, None) for s in flat_streams]))
     oracle = {(s.name, None): (oracle_flags(s), 0.0) for s in all_streams}
     rows, summaries[ORACLE] = evaluate(ORACLE, all_streams, oracle)
     per_kind += rows
