@@ -15,7 +15,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +187,11 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
         exporter.stop()
 
 
+def read_once(found: dict[str, Any], ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """The monitor once ``ready`` holds and its source has recorded a read's outcome, else None."""
+    return found if ready(found) and found["source"]["status"] != "pending" else None
+
+
 def test_a_prometheus_query_is_judged_exposed_and_alerted(stack: dict[str, Any]) -> None:
     server, key = stack["server"], stack["key"]
     prometheus, alertmanager = stack["prometheus"], stack["alertmanager"]
@@ -228,12 +233,13 @@ def test_a_prometheus_query_is_judged_exposed_and_alerted(stack: dict[str, Any])
                            json={"timestamps": ["2026-01-01T00:00:00Z"], "values": [1.0]})
     assert pushed.status_code == 400 and "Prometheus" in pushed.json()["error"]["message"]
 
-    backfilled = wait_for(lambda: monitor(monitor_id)["point_count"] >= 15 and monitor(monitor_id), 60,
+    # A read stores its points, then records its outcome: both are waited for.
+    backfilled = wait_for(lambda: read_once(monitor(monitor_id), lambda m: m["point_count"] >= 15), 60,
                           f"the backfill\n{worker.log()[-3000:]}")
     assert backfilled["source"]["status"] == "ok", backfilled["source"]
     # `up` yields a series per scrape job: a monitor of two series, each with its labels.
-    up = wait_for(lambda: monitor(several.json()["id"])["series_count"] == 2 and monitor(several.json()["id"]), 30,
-                  "the two series of up")
+    up = wait_for(lambda: read_once(monitor(several.json()["id"]), lambda m: m["series_count"] == 2
+                                    and "2 series" in (m["source"]["message"] or "")), 30, "the two series of up")
     assert up["source"]["status"] == "ok" and "2 series" in up["source"]["message"], up["source"]
     assert sorted(s["labels"]["job"] for s in up["series"]) == ["exporter", "forecast"]
     assert all(s["labels"]["__name__"] == "up" and s["point_count"] >= 10 for s in up["series"])
