@@ -292,12 +292,17 @@ def weeks(stream: Stream) -> float:
     return (stream.times[-1] - stream.times[learning_rows(stream)]) / WEEK
 
 
-def false_alarms(stream: Stream, flags: list[bool]) -> int:
+def false_alarm_rows(stream: Stream, flags: list[bool]) -> list[int]:
+    """The flagged rows outside every NAB window, after the learning day."""
     start = learning_rows(stream)
     inside = np.zeros(len(flags), dtype=bool)
     for a, b in stream.windows:
         inside[a : b + 1] = True
-    return int(sum(1 for i in range(start, len(flags)) if flags[i] and not inside[i]))
+    return [i for i in range(start, len(flags)) if flags[i] and not inside[i]]
+
+
+def false_alarms(stream: Stream, flags: list[bool]) -> int:
+    return len(false_alarm_rows(stream, flags))
 
 
 def at_weekly_step(stream: Stream, row: int) -> bool:
@@ -309,12 +314,8 @@ def at_weekly_step(stream: Stream, row: int) -> bool:
 
 
 def step_alarms(stream: Stream, flags: list[bool]) -> int:
-    """The false alarms (as false_alarms counts them) within STEP_HOURS after a weekly step."""
-    start = learning_rows(stream)
-    inside = np.zeros(len(flags), dtype=bool)
-    for a, b in stream.windows:
-        inside[a : b + 1] = True
-    return sum(1 for i in range(start, len(flags)) if flags[i] and not inside[i] and at_weekly_step(stream, i))
+    """The false alarms within STEP_HOURS after a weekly step."""
+    return sum(1 for row in false_alarm_rows(stream, flags) if at_weekly_step(stream, row))
 
 
 def point_adjusted(stream: Stream, flags: list[bool]) -> tuple[int, int, int]:
