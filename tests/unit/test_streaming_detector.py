@@ -95,6 +95,21 @@ def test_feedback_ends_the_incident() -> None:
     assert told.incident[201] and not marked.incident[200] and not marked.incident[201]
 
 
+@pytest.mark.parametrize("spike", [60.0, 150.0, 400.0])
+def test_a_spike_marked_normal_does_not_become_the_level_the_next_rows_are_judged_against(spike: float) -> None:
+    rng = random.Random(5)
+    values = [100 + rng.gauss(0, 2) for _ in range(300)]
+    values[200] += spike
+    detector = StreamingDetector(data_frequency="Hours", period=0)
+    times, _ = hourly(values)
+    marked = detector.update(detector.initial_state(), times, values, normal=[i == 200 for i in range(300)])
+    assert marked.is_anomaly[200]  # the verdict of the row itself stands
+    # The rows back at normal are normal: before, the spike entered the local mean (+150: rows 201 and 202
+    # flagged, expected climbing to 126 as the stand-ins of flagged rows kept it up).
+    assert not any(marked.is_anomaly[201:260])
+    assert all(abs(expected - 100) < 10 for expected in marked.expected[201:260])
+
+
 @settings(max_examples=30, deadline=None)
 @given(cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=6), seed=st.integers(0, 1000))
 def test_any_split_into_calls_gives_the_same_verdicts(cuts: list[int], seed: int) -> None:

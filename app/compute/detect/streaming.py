@@ -38,7 +38,9 @@ How a row is judged (docs/anomalies.md says why each part is there):
    records keep only rows outside incidents.
 
 ``normal`` marks rows a user said are not anomalies (feedback): they are judged as usual, learnt as normal
-rows, and end the open incident. ``floor`` is a least half-width (a monitor's minimum deviation).
+rows (one beyond its range is the last value, but the local mean takes its expected value, so a spike marked
+normal does not become the level), and end the open incident. ``floor`` is a least half-width (a monitor's
+minimum deviation).
 """
 
 from __future__ import annotations
@@ -228,7 +230,7 @@ class StreamingDetector:
             still_open = self._incident_open(st)
         _emit(out, expected, expected - halfwidth, expected + halfwidth, 1.0 - probability, flagged,
               ("up" if residual > 0 else "down") if flagged else None, still_open)
-        self._learn(st, now, value, expected, halfwidth, candidates, deviant and not normal)
+        self._learn(st, now, value, expected, halfwidth, candidates, deviant and not normal, deviant and normal)
         p.remember_anchor(st, self.short_rows)
 
     def _effective_signals(self, st: DetectorState) -> float:
@@ -445,11 +447,19 @@ class StreamingDetector:
 
     def _learn(
         self, st: DetectorState, now: int, value: float, expected: float, halfwidth: float,
-        candidates: list[float | None], flagged: bool,
+        candidates: list[float | None], flagged: bool, told: bool,
     ) -> None:
+        """``flagged``: the row was beyond its range; ``told``: it was, and a user said it is normal."""
         self._push_error(st, abs(value - expected))
         p.score_predictors(st, candidates, value, halfwidth if flagged else None)
         p.remember_season(st, now, value, value - expected, flagged)
+        if told:
+            # The last value (a level the stream keeps is read from there), not a sample of the local level: a
+            # spike told normal that entered the local mean made the rows back at normal deviate, and their
+            # stand-ins (the expected value) kept the mean up until they were adopted.
+            p.remember_short(st, expected)
+            st.last = value
+            return
         if not flagged:
             p.remember_short(st, value)
             return
