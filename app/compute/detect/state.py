@@ -24,6 +24,17 @@ class Verdicts:
     incident: list[bool] = field(default_factory=list)  # an incident is open after the row (told or explained)
     threshold: float = 0.5  # the least score of an anomaly (fixed once warm-up has set the stream's step)
 
+    def add(self, expected: float, lower: float, upper: float, score: float, flagged: bool, direction: str | None,
+            incident: bool) -> None:
+        """One row's verdict."""
+        self.expected.append(expected)
+        self.lower.append(lower)
+        self.upper.append(upper)
+        self.score.append(score)
+        self.is_anomaly.append(flagged)
+        self.direction.append(direction)
+        self.incident.append(incident)
+
 
 def floats() -> array:
     return array("d")
@@ -124,3 +135,18 @@ def push_ranked(ring: array, ranked: array, position: int, value: float) -> int:
         position = (position + 1) % WINDOW_ROWS
     insort(ranked, value)
     return position
+
+
+def push_ring(ring: array, position: int, size: int, value: float) -> int:
+    """Appends ``value`` to a ring of ``size`` (overwriting ``position`` once full); returns the next position."""
+    if len(ring) < size:
+        ring.append(value)
+        return position
+    ring[position] = value
+    return (position + 1) % size
+
+
+def any_flag(flags: array) -> bool:
+    """Whether any remembered deviation is not 0 (a deviant row's is never 0). Compared as bytes: any() boxes
+    every float, and this is asked twice a row."""
+    return flags.tobytes() != bytes(8 * len(flags))

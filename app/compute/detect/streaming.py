@@ -52,7 +52,7 @@ from typing import Final
 
 from app.compute.detect import predictors as p
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
-from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, push_ranked
+from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, any_flag, push_ranked, push_ring
 from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
 from app.series.frequencies import DAY, MAX_PERIOD_ROWS, PERIOD_CANDIDATES
 
@@ -175,7 +175,7 @@ class StreamingDetector:
     def _row(self, st: DetectorState, moment: float, value: float, normal: bool, out: Verdicts) -> None:
         if st.rows < WARMUP:
             self._warm_up(st, moment, value)
-            _emit(out, value, value, value, 0.0, False, None, False)
+            out.add(value, value, value, 0.0, False, None, False)
             return
         st.rows += 1
         st.bucket = math.floor(moment / (SHAPE_ROWS * st.step)) if st.step > 0 else st.rows // SHAPE_ROWS
@@ -209,7 +209,7 @@ class StreamingDetector:
                 point = min(1.0, raw / max(calibration.probability(reference), 1e-300))
             self._mark(st, now, residual)
         # The record keeps normal rows, and of an incident only its news: incidents must not become normal.
-        incident_open = _any_flag(st.recent_flags)
+        incident_open = any_flag(st.recent_flags)
         recorded = (not deviant and not incident_open) or (deviant and point <= per_signal)
         st.error_fit.record.add(min(error, RECORD_CAP * halfwidth) / calibration.unit / calibration.stretch
                                 if recorded and calibration.unit > 0 else None)
@@ -228,7 +228,7 @@ class StreamingDetector:
         if normal:  # feedback: the row is normal, so the incident it belonged to is over
             self._end_incident(st)
             still_open = self._incident_open(st)
-        _emit(out, expected, expected - halfwidth, expected + halfwidth, 1.0 - probability, flagged,
+        out.add(expected, expected - halfwidth, expected + halfwidth, 1.0 - probability, flagged,
               ("up" if residual > 0 else "down") if flagged else None, still_open)
         self._learn(st, now, value, expected, halfwidth, candidates, deviant and not normal, deviant and normal)
         p.remember_anchor(st, self.short_rows)
@@ -246,7 +246,7 @@ class StreamingDetector:
     def _count_joint(self, st: DetectorState, code: int) -> None:
         """One row into the ring of the last WINDOW_ROWS: 1 where the smallest probability was at most
         joint_share, 0 where it was not, -1 for a row not counted."""
-        codes = st.joint_codes  # bytes, not _push_ring's floats: the compiled detector would pass 1.0 to them
+        codes = st.joint_codes  # bytes, not push_ring's floats: the compiled detector would pass 1.0 to them
         if len(codes) < WINDOW_ROWS:
             codes.append(code)
         else:
@@ -261,7 +261,7 @@ class StreamingDetector:
             st.joint_hits += code
 
     def _incident_open(self, st: DetectorState) -> bool:
-        return _any_flag(st.recent_flags) or st.since_window_alarm < self.quiet_rows
+        return any_flag(st.recent_flags) or st.since_window_alarm < self.quiet_rows
 
     def _end_incident(self, st: DetectorState) -> None:
         """The incident is over (adopted, or a row of it marked normal): the windows start afresh, so the rows
@@ -309,8 +309,8 @@ class StreamingDetector:
         k = self.short_rows
         if k:
             position = st.short_next
-            st.short_next = _push_ring(st.short_ring, position, k, anchored)
-            _push_ring(st.spread_ring, position, k, abs(capped))
+            st.short_next = push_ring(st.short_ring, position, k, anchored)
+            push_ring(st.spread_ring, position, k, abs(capped))
             if len(st.short_ring) == k:
                 shift = abs(sum(st.short_ring)) / k
                 spread = sum(st.spread_ring) / k
@@ -318,7 +318,7 @@ class StreamingDetector:
                                   self._window_signal(st, st.spread, spread, least, per_signal, incident))
         n = self.long_rows
         if n:
-            st.long_next = _push_ring(st.long_ring, st.long_next, n, abs(capped))
+            st.long_next = push_ring(st.long_ring, st.long_next, n, abs(capped))
             if len(st.long_ring) == n:
                 density = sum(st.long_ring) / n
                 probability = min(probability,
@@ -398,7 +398,7 @@ class StreamingDetector:
 
     def _remember_flag(self, st: DetectorState, deviation: float) -> bool:
         """Remembers this row's deviation (0 if it was not deviant); whether an incident is still open."""
-        st.recent_next = _push_ring(st.recent_flags, st.recent_next, self.quiet_rows, deviation)
+        st.recent_next = push_ring(st.recent_flags, st.recent_next, self.quiet_rows, deviation)
         if self._incident_open(st):
             return True
         st.run_side, st.run_rows, st.run_values = 0, 0, []
@@ -478,28 +478,3 @@ class StreamingDetector:
     def _push_error(self, st: DetectorState, error: float) -> None:
         st.errors_next = push_ranked(st.errors_ring, st.errors_sorted, st.errors_next, error)
 
-
-def _any_flag(flags: array) -> bool:
-    """Whether any remembered deviation is not 0 (a deviant row's is never 0). Compared as bytes: any() boxes
-    every float, and this is asked twice a row."""
-    return flags.tobytes() != bytes(8 * len(flags))
-
-
-def _push_ring(ring: array, position: int, size: int, value: float) -> int:
-    """Appends ``value`` to a ring of ``size`` (overwriting ``position`` once full); returns the next position."""
-    if len(ring) < size:
-        ring.append(value)
-        return position
-    ring[position] = value
-    return (position + 1) % size
-
-
-def _emit(out: Verdicts, expected: float, lower: float, upper: float, score: float, flagged: bool,
-          direction: str | None, incident: bool) -> None:
-    out.expected.append(expected)
-    out.lower.append(lower)
-    out.upper.append(upper)
-    out.score.append(score)
-    out.is_anomaly.append(flagged)
-    out.direction.append(direction)
-    out.incident.append(incident)
