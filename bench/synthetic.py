@@ -42,6 +42,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -107,6 +108,14 @@ def _noise(rng: np.random.Generator, kind: str, level: np.ndarray, step: int,
     return rng.poisson(level * burst).astype(float), level
 
 
+Moment = TypeVar("Moment", float, np.ndarray)
+
+
+def weekday(moment: Moment) -> Moment:
+    """0 Monday to 6 Sunday of epoch seconds (a float or an array of them): epoch day 0 was a Thursday."""
+    return ((moment // 86400) + 3) % 7
+
+
 def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool, weekly_step: bool = True,
                 days: int = DAYS) -> Stream:
     """One stream of ``days``; the same seed gives the same normal stream with and without incidents.
@@ -118,10 +127,10 @@ def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool, week
     t = np.arange(n) * float(step) + 1_700_000_000.0 - (1_700_000_000 % 86400)
     base = {"poisson": 4.0, "bursty": 8.0}.get(kind, 100.0) * (step / 60) ** 0.5 * rng.uniform(0.5, 3.0)
     day = (t % 86400) / 86400
-    weekday = ((t // 86400) + 3) % 7  # epoch day 0 was a Thursday
+    days_of_week = weekday(t)
     daily = 1.0 + rng.uniform(0.2, 0.6) * np.sin(2 * np.pi * (day - rng.uniform(0.0, 1.0)))
     weekend = rng.uniform(0.6, 0.9)  # drawn either way, so every later draw is the same without the step
-    weekly = np.where(weekday >= 5, weekend if weekly_step else 1.0, 1.0)
+    weekly = np.where(days_of_week >= 5, weekend if weekly_step else 1.0, 1.0)
     trend = 1.0 + rng.uniform(-0.2, 0.3) * np.arange(n) / n
     level = base * daily * weekly * trend
     spread = NOISE_SHARE * float(level.mean())
@@ -330,7 +339,7 @@ def at_weekly_step(stream: Stream, row: int) -> bool:
     starts at Saturday 00:00 UTC and ends at Monday 00:00): where the window signals, which keep no weekly
     habit, are taught that a shift that large is normal at any time of the week."""
     moment = stream.times[row]
-    return ((moment // 86400) + 3) % 7 in (5, 0) and moment % 86400 < STEP_HOURS * 3600
+    return weekday(moment) in (5, 0) and moment % 86400 < STEP_HOURS * 3600
 
 
 def step_alarms(stream: Stream, flags: list[bool]) -> int:
@@ -438,7 +447,7 @@ def long_rows(normal: list[Stream], judged: dict) -> list[list[object]]:
             week = int((s.times[row] - start) // WEEK)
             alarms[week][0] += 1
             if at_weekly_step(s, row):
-                alarms[week][1 if ((s.times[row] // 86400) + 3) % 7 == 5 else 2] += 1
+                alarms[week][1 if weekday(s.times[row]) == 5 else 2] += 1
     return [[week + 1, f"{total / len(normal):.2f}", saturday, monday]
             for week, (total, saturday, monday) in enumerate(alarms)]
 
