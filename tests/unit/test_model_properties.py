@@ -147,6 +147,20 @@ def test_model3_temperature_does_not_jump_at_step_1():
     assert abs(res.median[0] - float(np.mean(y[-6:]))) < 3.0  # noise sd 1; the old model fell by ~18
 
 
+@pytest.mark.parametrize("cycle", [4, 7, 12])
+def test_model3_a_level_shift_on_four_cycles_is_not_a_season(cycle):
+    # 95 hourly points (four daily cycles) of a small cycle, stepping from about 5 to 35 at the middle: the step
+    # scored a daily strength of 0.32-0.40 (noise alone about 0.25), was decomposed on the log scale and forecast a
+    # step-1 median of 58-67
+    t = np.arange(95, dtype=float)
+    rng = np.random.default_rng(cycle)
+    y = 5 + 1.5 * np.sin(2 * np.pi * t / cycle) + 0.5 * rng.standard_normal(95)
+    y[47:] += 30
+    res = run_forecast("forecast-model-3", y.tolist(), 24, 0.9, (24,))
+    assert float(np.min(y)) <= res.median[0] <= float(np.max(y))
+    assert res.lower[0] <= res.median[0] <= res.upper[0]
+
+
 # --------------------------------------------------------------------------------------------------
 # the error model behind the intervals
 

@@ -161,7 +161,10 @@ def forecaster_on(candidate: Candidate, n: int, periods: tuple[int, ...]) -> Can
     return candidate
 
 
-def seasonal_strength(y: np.ndarray, m: int, cycles: int = 10) -> float:
+STRENGTH_CYCLES = 10  # the cycles seasonal_strength measures at most
+
+
+def seasonal_strength(y: np.ndarray, m: int, cycles: int = STRENGTH_CYCLES) -> float:
     """1 - var(remainder)/var(detrended) of a classical additive decomposition over the last cycles."""
     if m < 2:
         return 0.0
@@ -178,6 +181,12 @@ def seasonal_strength(y: np.ndarray, m: int, cycles: int = 10) -> float:
     if v <= 0:
         return 0.0
     return max(0.0, 1.0 - float(np.var(det - idx[pos])) / v)
+
+
+def chance_strength(n: int, m: int) -> float:
+    """About what seasonal_strength gives noise with no season of m points in n: its seasonal indices are means of
+    one value a cycle, so they keep about 1/cycles of the variance."""
+    return m / min(n, STRENGTH_CYCLES * m)
 
 
 CANDIDATES: dict[str, Candidate] = {
