@@ -69,9 +69,9 @@ NOISE_SHARE = 0.05  # the Gaussian and Student-t noise's standard deviation, as 
 BURST_SHAPE, BURST_SCALE = 4.0, 0.25  # a bursty count's ten-minute rate multiplier: gamma, mean 1
 SENSITIVITIES = (0, 25, 50, 75, 99)
 STEP_HOURS = 3  # a weekly step's reach: the detector's long window is three hours of five-minute rows
-# The earlier detectors run beside the working tree: before the alarm budget, and the one landed before the budget
-# was shared among the signals as many as they behave as (each signal had a quarter of it).
-REFERENCES = ("19f2049", "47fc12f")
+# The earlier detectors run beside the working tree: before the alarm budget, and the one landed before the
+# detector learnt the week's own pattern (app.compute.detect.weekly).
+REFERENCES = ("19f2049", "ee99707")
 
 
 @dataclass(frozen=True)
@@ -474,6 +474,10 @@ def base_tree(commit: str) -> Path:
     if not tree.exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
                        capture_output=True, timeout=120)
+    # Compiled as the working tree is (where that commit can be), so "detector us / row" compares like with like.
+    if (tree / "app" / "compute" / "detect" / "native_build.py").is_file() and not (tree / ".native").exists():
+        subprocess.run([sys.executable, "-m", "app.compute.detect.native_build"], cwd=tree, check=True,
+                       capture_output=True, timeout=600)
     return tree
 
 
@@ -496,8 +500,8 @@ def main() -> int:
                  f"{ORACLE} = a clairvoyant reference, not a detector: it knows each row's normal law and flags "
                  f"when the last 1, 3 or 7 rows are beyond it at the same budget (one a week), so it shows what "
                  f"is within reach at that budget. {NO_WEEKLY_STEP!r} = the working tree on the same streams "
-                 f"with every weekend at the weekdays' level (the same noise and incidents): what the weekly step, "
-                 f"which the detector does not model, costs it.")
+                 f"with every weekend at the weekdays' level (the same noise and incidents): what the weekly step "
+                 f"still costs it (the detector learns the week's pattern from two weeks of the stream on).")
     lines.append("")
     per_kind: list[list[object]] = []
     summaries = {}

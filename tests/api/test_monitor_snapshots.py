@@ -1,5 +1,5 @@
 """A series' detector state saved in the database (app.monitors.snapshots): a process that does not hold it (a
-restart, another process) replays the points stored since the save instead of rebuilding from 37,181 stored points,
+restart, another process) replays the points stored since the save instead of rebuilding from 71,621 stored points,
 and gives the verdicts one process would have given. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import random
+from statistics import median
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
+from app.compute.detect.predictors import slot
 from app.compute.detect.streaming import ADOPT_ROWS, QUIET_ROWS, WARMUP, StreamingDetector, Verdicts
 from app.compute.detect.surprises import WINDOW_ROWS
 
@@ -295,3 +297,78 @@ def test_the_signals_share_the_budget_as_many_as_they_behave_as() -> None:
     assert state.joint_hits == sum(1 for code in codes if code == 1)
     assert 1.0 <= detector._effective_signals(state) < detector.signals
     assert StreamingDetector(data_frequency="Hours", period=0, joint=False)._effective_signals(state) == 4.0
+
+
+FIVE_MINUTES = 300.0
+TUESDAY = 1_699_920_000.0  # 2023-11-14 00:00 UTC
+
+
+def weekends_lower(days: int, *, seed: int, lower_weekends: set[int] | None = None) -> tuple[list[float], list[float]]:
+    """Five-minute rows from a Tuesday 00:07 (not on the hour): a daily wave, noise, and a weekend at 70% of the
+    weekdays (every weekend, or the weeks in ``lower_weekends``)."""
+    rng = random.Random(seed)
+    times, values = [], []
+    for i in range(days * 288):
+        moment = TUESDAY + 420.0 + FIVE_MINUTES * i
+        weekday = (int(moment // 86400) + 3) % 7  # 0 Monday; epoch day 0 was a Thursday
+        week = int((moment - TUESDAY) // (7 * 86400))
+        level = 100 + 30 * math.sin(2 * math.pi * (moment % 86400) / 86400)
+        if weekday >= 5 and (lower_weekends is None or week in lower_weekends):
+            level *= 0.7
+        times.append(moment)
+        values.append(level + rng.gauss(0, 2))
+    return times, values
+
+
+def after_step(moment: float) -> bool:
+    """Within three hours after a weekend's start (Saturday 00:00) or end (Monday 00:00)."""
+    return (int(moment // 86400) + 3) % 7 in (5, 0) and moment % 86400 < 3 * HOUR
+
+
+def test_a_weekend_seen_the_last_two_weeks_is_expected() -> None:
+    from app.compute.detect import weekly
+
+    times, values = weekends_lower(35, seed=4)
+    third = TUESDAY + (4 + 14) * 86400  # the third Saturday: two weeks of hour means and a day before it
+    stepped = [row for row, moment in enumerate(times) if moment >= third and after_step(moment)]
+    last_week = [row for row, moment in enumerate(times) if moment >= TUESDAY + 29 * 86400]
+    judged = {}
+    for learnt in (True, False):
+        detector = StreamingDetector(data_frequency="Minutes", week_pattern=learnt)
+        judged[learnt] = detector.update(detector.initial_state(), times, values)
+    learning, blind = judged[True], judged[False]
+    # From the third weekend on, the rows after the steps into and out of it are expected at the weekend's level
+    # and back (within about the noise, whose sd is 2), not at yesterday's, and none is flagged.
+    missed = {learnt: sum(abs(values[row] - v.expected[row]) for row in stepped) / len(stepped)
+              for learnt, v in judged.items()}
+    assert missed[True] < 3 < 10 < missed[False]
+    assert not any(learning.is_anomaly[row] for row in stepped)
+    # Without it each turn is a surprise the error record keeps as tail: the range stays several times wider.
+    assert median(halfwidth(blind, row) for row in last_week) > 3 * median(halfwidth(learning, row)
+                                                                           for row in last_week)
+
+    # What moves the predictors: the change of the hour means a week and two weeks ago, where they agree.
+    detector = StreamingDetector(data_frequency="Minutes")
+    state = detector.initial_state()
+    saturday = TUESDAY + 25 * 86400  # the fourth Saturday, 00:00
+    seen = sum(1 for moment in times if moment < saturday)
+    detector.update(state, times[:seen], values[:seen])
+    into_weekend = slot(state, saturday + 120.0)
+    # The rows step by 30 at midnight (100 to 70); the hour means by about 23 (the daily wave rises through the
+    # hour after midnight and fell through the one before), 31 more than the day before them.
+    week, excess = weekly.hour_turn(state, state.last_slot, into_weekend)
+    assert -27 < week < -19 and -35 < excess < -27
+    assert weekly.step(state, state.last_slot, into_weekend) == week
+    assert weekly.day_gaps(state, into_weekend)[0] == pytest.approx(-30, abs=3)  # Saturday against Friday
+    # Sunday's midnight: the day before changed (Saturday's step), the week hardly did.
+    sunday = saturday + 86400
+    since, now = slot(state, sunday - 180.0), slot(state, sunday + 120.0)
+    assert 25 < weekly.hour_turn(state, since, now)[1] < 33 and abs(weekly.step(state, since, now)) < 7
+    assert abs(weekly.day_gaps(state, slot(state, sunday + 7200.0))[0]) < 1.5  # Sunday is like Saturday
+    # A stream whose weekend was lower one week only has no such pattern.
+    once = StreamingDetector(data_frequency="Minutes")
+    times, values = weekends_lower(35, seed=4, lower_weekends={2})
+    state = once.initial_state()
+    once.update(state, times[:seen], values[:seen])
+    assert weekly.step(state, state.last_slot, into_weekend) == 0.0
+    assert abs(weekly.day_gaps(state, into_weekend)[0]) < 1.5  # the noise of four hour means, no step

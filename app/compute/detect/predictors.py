@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Final
 
+from app.compute.detect import weekly
 from app.compute.detect.state import PREDICTORS, DetectorState
 
 # Errors that choose the predictor (a day of five-minute rows), by their mean absolute size: a root of the
@@ -24,6 +25,7 @@ SEASON_MEDIAN: Final = 2
 LAST: Final = 3
 LOCAL_MEAN: Final = 4
 SHORT_TERM = (SEASON_ADJUSTED_LAST, LAST, LOCAL_MEAN)  # the predictors that read the last rows
+NO_GAPS: Final = [0.0, 0.0, 0.0]  # where the week has no pattern of its own (app.compute.detect.weekly)
 
 
 def slot(st: DetectorState, moment: float) -> int:
@@ -46,23 +48,39 @@ def usual(st: DetectorState, at: int) -> float | None:
     return value - st.slot_residuals[position] if st.slot_deviant[position] else value
 
 
-def predictions(st: DetectorState, now: int) -> list[float | None]:
+def carry_over_hour(st: DetectorState, now: int) -> tuple[float, float]:
+    """Moves the last values (what the last value and the local mean read) by the week's step from the last
+    row's hour to this row's (weekly.step); returns it and the week's change beyond the day's (what the
+    season-adjusted last value adds to the day's change)."""
+    week, excess = weekly.hour_turn(st, st.last_slot, now)
+    step = weekly.agreed(week, excess)
+    if step:
+        st.last += step
+        st.local = [value + step for value in st.local]
+    return step, excess
+
+
+def predictions(st: DetectorState, now: int, carried: float = 0.0, excess: float = 0.0) -> list[float | None]:
     """The usual value one season ago, the last value plus the usual change one season ago, the median of the
     values one, two and three seasons ago (it learns a changed pattern, and one odd day does not move it), the
     last value, and the mean of the last LOCAL_ROWS values; None where a predictor has nothing to read. ``now``
-    is the row's slot."""
+    is the row's slot; ``carried`` the week's step the last values were moved by and ``excess`` the week's change
+    beyond the day's (carry_over_hour): the season-adjusted last value takes the day's change and the excess.
+    Where the week has a pattern of its own (app.compute.detect.weekly), a value some days ago is moved by how
+    much this hour differed from that day's a week ago."""
     out: list[float | None] = [None, None, None, st.last, sum(st.local) / len(st.local)]
     period = st.period
     if period:
+        gaps = weekly.day_gaps(st, now) if st.hour_rows else NO_GAPS
         one = usual(st, now - period)
         if one is not None:
-            out[SEASON] = one
+            out[SEASON] = one + gaps[0]
             before = usual(st, st.last_slot - period)
             if before is not None:
-                out[SEASON_ADJUSTED_LAST] = st.last + one - before
+                out[SEASON_ADJUSTED_LAST] = st.last - carried + one - before + excess
             one, two, three = season(st, now - period), season(st, now - 2 * period), season(st, now - 3 * period)
             if one is not None and two is not None and three is not None:
-                out[SEASON_MEDIAN] = sorted((one, two, three))[1]
+                out[SEASON_MEDIAN] = sorted((one + gaps[0], two + gaps[1], three + gaps[2]))[1]
     return out
 
 
@@ -91,12 +109,12 @@ def anchored_error(st: DetectorState, now: int, value: float, expected: float, c
         return value - expected
     last, local_mean, last_slot = st.anchors[-rows]
     if choice == LAST:
-        return value - last
+        return value - last - weekly.step(st, last_slot, now)
     if choice == LOCAL_MEAN:
-        return value - local_mean
+        return value - local_mean - weekly.step(st, last_slot, now)
     season_now, season_then = usual(st, now - st.period), usual(st, last_slot - st.period)
     change = season_now - season_then if season_now is not None and season_then is not None else 0.0
-    return value - (last + change)
+    return value - (last + change + weekly.hour_turn(st, last_slot, now)[1])
 
 
 def remember_anchor(st: DetectorState, rows: int) -> None:
@@ -121,6 +139,8 @@ def remember_season(st: DetectorState, at: int, value: float, residual: float = 
         st.slot_residuals[position] = residual
         st.slot_deviant[position] = deviant
         st.last_slot = at
+        if st.hour_rows:
+            weekly.remember(st, at, value)
 
 
 def score_predictors(st: DetectorState, candidates: list[float | None], value: float, cap: float | None) -> None:

@@ -80,6 +80,14 @@ class DetectorState:
     slot_residuals: array = field(default_factory=floats)  # value - expected, by slot (0 for warm-up rows)
     slot_deviant: array = field(default_factory=lambda: array("b"))  # 1 where the row was beyond its range
     last_slot: int = 0
+    # Means of the last three weeks' clock hours (app.compute.detect.weekly), where the season is a day and an
+    # hour holds at least LOCAL_ROWS rows (hour_rows, the rows of an hour; 0 elsewhere).
+    hour_rows: int = 0
+    hour_ids: array = field(default_factory=lambda: array("q"))
+    hour_sums: array = field(default_factory=floats)
+    hour_counts: array = field(default_factory=lambda: array("q"))
+    gaps_hour: int = 0  # the hour day_gaps were worked out for, and they
+    day_gaps: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     last: float = 0.0  # last value as the short-term predictors see it
     local: list[float] = field(default_factory=list)
     errors_sorted: array = field(default_factory=floats)

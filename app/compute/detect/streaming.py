@@ -9,7 +9,10 @@ How a row is judged (docs/anomalies.md says why each part is there):
 
 1. Expected value (app.compute.detect.predictors): five one-step predictors, the one with the smallest
    recent mean error gives ``expected``. After a gap of more than LOCAL_ROWS rows only the seasonal
-   predictors compete.
+   predictors compete. On a daily season the week's own pattern moves them (app.compute.detect.weekly): a
+   value some days ago by how much this hour differed from that day's a week ago, the last values at the turn
+   of an hour by the change that turn made a week ago beyond the day before's; each only where two weeks ago
+   agrees, so a weekend's start and end are expected and one odd week teaches nothing.
 2. Calibrated score (app.compute.detect.surprises). ``anomaly_score`` is the probability that the row is not
    normal: one minus the share of normal rows whose error is at least as large, by the stream's own record
    of its last RECORD_ROWS surprises blended with a generalised Pareto tail of its last WINDOW_ROWS errors.
@@ -51,6 +54,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from app.compute.detect import predictors as p
+from app.compute.detect import weekly
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
 from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, any_flag, push_ranked, push_ring
 from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
@@ -76,10 +80,11 @@ LONG_ROWS: Final = 36  # the long window of the density signal: three hours of f
 def lookback_rows(period: int | None) -> int:
     """Rows whose influence a judged row can feel (a bound: the sum of every reach): the rows that count how many
     signals share the budget, the error window (and the long window of its oldest mean, with the short window's
-    anchor), the record, the chooser, a week of seasons (the weekly habit) and the habit's reach."""
+    anchor), the record, the chooser, a week of seasons (the weekly habit) and the habit's reach, and the hour
+    means of the week's pattern (two weeks, three days and two hours of a daily season: app.compute.detect.weekly)."""
     season = period or 0
     return (2 * WINDOW_ROWS + LONG_ROWS + SHORT_ROWS + RECORD_ROWS + p.CHOOSER_ROWS + 7 * season
-            + round(season * HABIT_SHARE) + WARMUP)
+            + round(season * HABIT_SHARE) + WARMUP + 17 * season + 2 * round(season / 24))
 
 
 class StreamingDetector:
@@ -100,6 +105,7 @@ class StreamingDetector:
         habit: float = HABIT_SHARE,
         adopt_rows: int = ADOPT_ROWS,
         joint: bool = True,
+        week_pattern: bool = True,
     ) -> None:
         """The threshold is set by ``false_alarms_per_week`` (default one) or, instead, by ``confidence``: the
         share of normal rows below it. ``period`` in rows overrides the season data_frequency suggests (0:
@@ -108,7 +114,7 @@ class StreamingDetector:
         density signal), ``habit`` (the share of a season a habit is looked for either side of a row's time;
         0: none), ``adopt_rows`` and ``joint`` (False: every signal takes an equal share of the budget, however
         much they move together) are the constants chosen by leave-one-category-out (the benchmark varies
-        them)."""
+        them). ``week_pattern`` False: the week's own pattern is not learnt (app.compute.detect.weekly)."""
         if confidence is not None and false_alarms_per_week is not None:
             raise ValueError("give confidence or false_alarms_per_week, not both")
         self.data_frequency = data_frequency
@@ -122,6 +128,7 @@ class StreamingDetector:
         self.habit = habit
         self.adopt_rows = max(1, adopt_rows)
         self.joint = joint
+        self.week_pattern = week_pattern
         # Where each signal's probability is its window's top rank: exact there, whatever the tail model says.
         self.joint_share = top_rank / WINDOW_ROWS
         self.period_override = period
@@ -154,7 +161,8 @@ class StreamingDetector:
                 + len(state.short_ring) * 2 + len(state.long_ring) + len(state.anchors) * 3
                 + len(state.marked_slots) * 2 + len(state.joint_codes) // 8
                 + 4 * (BINS + 2 + len(state.error_fit.record.codes) // 8)  # a record's code is a byte
-                + len(state.chooser_ring) + len(state.slot_ids) * 3 + p.LOCAL_ROWS * 2 + len(state.recent_flags))
+                + len(state.chooser_ring) + len(state.slot_ids) * 3 + len(state.hour_ids) * 3 + p.LOCAL_ROWS * 2
+                + len(state.recent_flags))
 
     def update(
         self,
@@ -180,7 +188,8 @@ class StreamingDetector:
         st.rows += 1
         st.bucket = math.floor(moment / (SHAPE_ROWS * st.step)) if st.step > 0 else st.rows // SHAPE_ROWS
         now = p.slot(st, moment) if st.period else 0
-        candidates = p.predictions(st, now)
+        carried, excess = p.carry_over_hour(st, now) if st.hour_rows else (0.0, 0.0)
+        candidates = p.predictions(st, now, carried, excess)
         choice = p.choose(st, candidates, seasonal_only=bool(st.period) and now - st.last_slot > p.LOCAL_ROWS)
         expected = candidates[choice]
         assert expected is not None
@@ -435,6 +444,8 @@ class StreamingDetector:
         st.period = period
         if period and abs(period * st.step - DAY) <= st.step:
             st.week = 7 * period
+            if self.week_pattern:
+                weekly.start(st, p.LOCAL_ROWS)
         if period:
             size = 3 * period + 2 + self._habit_reach(period)
             st.slot_ids = array("q", [-(1 << 62)]) * size

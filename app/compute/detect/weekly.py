@@ -1,0 +1,113 @@
+"""The week's own pattern, where the season is a day: a weekend lower than the weekdays, a Monday morning rush.
+The daily season's predictors read a day back, so every turn into and out of such a week's pattern was a surprise,
+and the surprises taught the error record a tail that widened the range for weeks. The detector keeps the means of
+the last three weeks' clock hours and moves its predictors by a change between hours only where it happened a
+week ago and two weeks ago alike (the smaller of the two, 0 if they disagree): a one-off incident is not learnt as
+the week's pattern, and a stream younger than two weeks and a day is judged as before.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Final
+
+from app.compute.detect.state import DetectorState
+
+HOUR: Final = 3600.0
+WEEK_HOURS: Final = 168
+# Hour means kept (a ring): the changes read hours a week and two weeks ago, and up to three days before each.
+HOUR_BUCKETS: Final = 3 * WEEK_HOURS
+NO_HOUR: Final = -(1 << 62)  # the id of an hour not seen (no real hour is numbered so)
+
+
+def start(st: DetectorState, least_rows: int) -> None:
+    """Keeps hour means where an hour holds at least ``least_rows`` rows (the local mean's): an hour's mean is
+    then a level the last values can be moved to."""
+    if HOUR / st.step >= least_rows:
+        st.hour_rows = round(HOUR / st.step)
+        st.hour_ids = array("q", [NO_HOUR]) * HOUR_BUCKETS
+        st.hour_sums = array("d", [0.0]) * HOUR_BUCKETS
+        st.hour_counts = array("q", [0]) * HOUR_BUCKETS
+        st.gaps_hour = NO_HOUR
+
+
+def hour_of(st: DetectorState, at: int) -> int:
+    """The clock hour (since the epoch, UTC) of slot ``at``: a week's steps fall on the hour, wherever the stream
+    started, and a state rebuilt from later rows numbers its hours the same."""
+    return math.floor((st.origin + at * st.step) / HOUR)
+
+
+def hour_mean(st: DetectorState, hour: int) -> float | None:
+    position = hour % HOUR_BUCKETS
+    return st.hour_sums[position] / st.hour_counts[position] if st.hour_ids[position] == hour else None
+
+
+def remember(st: DetectorState, at: int, value: float) -> None:
+    """Adds a real value to the mean of its hour (slot ``at``); a row older than the hour its place now holds (a
+    backward timestamp) is not kept."""
+    hour = hour_of(st, at)
+    position = hour % HOUR_BUCKETS
+    if st.hour_ids[position] > hour:
+        return
+    if st.hour_ids[position] != hour:
+        st.hour_ids[position], st.hour_sums[position], st.hour_counts[position] = hour, 0.0, 0
+    st.hour_sums[position] += value
+    st.hour_counts[position] += 1
+
+
+def agreed(first: float, second: float) -> float:
+    """The smaller of two changes where they agree in sign, else 0."""
+    if first * second <= 0:
+        return 0.0
+    return first if abs(first) < abs(second) else second
+
+
+def hour_turn(st: DetectorState, since: int, now: int) -> tuple[float, float]:
+    """From slot ``since``'s hour to slot ``now``'s: (the change of the hour means a week ago, how much more they
+    changed then than the day before), each where two weeks ago agrees (the smaller of the two; 0 if they
+    disagree in sign or an hour is missing). (0, 0) within an hour."""
+    if not st.hour_rows:
+        return 0.0, 0.0
+    then, hour = hour_of(st, since), hour_of(st, now)
+    if then == hour:
+        return 0.0, 0.0
+    changes: list[float] = []
+    for back in (WEEK_HOURS, 2 * WEEK_HOURS):
+        means = [hour_mean(st, hour - back), hour_mean(st, then - back),
+                 hour_mean(st, hour - back - 24), hour_mean(st, then - back - 24)]
+        week_now, week_then, day_now, day_then = means
+        if week_now is None or week_then is None or day_now is None or day_then is None:
+            return 0.0, 0.0
+        changes += [week_now - week_then, (week_now - week_then) - (day_now - day_then)]
+    return agreed(changes[0], changes[2]), agreed(changes[1], changes[3])
+
+
+def day_gaps(st: DetectorState, now: int) -> list[float]:
+    """How much slot ``now``'s hour differed a week ago from the same hour one, two and three days before, each
+    where two weeks ago agrees (the smaller; 0 if they disagree in sign or an hour is missing): what a value that
+    many days ago misses where the week has a pattern of its own (a weekend). Worked out once an hour: the hours
+    it reads are over."""
+    hour = hour_of(st, now)
+    if hour != st.gaps_hour:
+        st.gaps_hour = hour
+        st.day_gaps = [_day_gap(st, hour, days) for days in (1, 2, 3)]
+    return st.day_gaps
+
+
+def _day_gap(st: DetectorState, hour: int, days: int) -> float:
+    changes: list[float] = []
+    for back in (WEEK_HOURS, 2 * WEEK_HOURS):
+        week, day = hour_mean(st, hour - back), hour_mean(st, hour - back - 24 * days)
+        if week is None or day is None:
+            return 0.0
+        changes.append(week - day)
+    return agreed(changes[0], changes[1])
+
+
+def step(st: DetectorState, since: int, now: int) -> float:
+    """The change from slot ``since``'s hour to slot ``now``'s that the last values need: one the week makes and
+    the day does not (a weekend's start and end, not a daily pattern), where it recurred a week and two weeks
+    ago (hour_turn: the smaller of the week's change and its excess over the day's)."""
+    week, excess = hour_turn(st, since, now)
+    return agreed(week, excess)
