@@ -23,7 +23,8 @@ NO_HOUR: Final = -(1 << 62)  # the id of an hour not seen (no real hour is numbe
 
 def start(st: DetectorState, least_rows: int) -> None:
     """Keeps hour means where an hour holds at least ``least_rows`` rows (the local mean's): an hour's mean is
-    then a level the last values can be moved to."""
+    then a level the last values can be moved to. On hourly rows an hour is one noisy row: there it cost NAB's
+    hourly ad-exchange files 6 points (75.2 to 68.8), 0.6 with the seasonal predictors alone."""
     if HOUR / st.step >= least_rows:
         st.hour_rows = round(HOUR / st.step)
         st.hour_ids = array("q", [NO_HOUR]) * HOUR_BUCKETS
