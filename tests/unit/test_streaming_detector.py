@@ -303,6 +303,11 @@ FIVE_MINUTES = 300.0
 TUESDAY = 1_699_920_000.0  # 2023-11-14 00:00 UTC
 
 
+def weekday(moment: float) -> int:
+    """0 Monday to 6 Sunday (UTC): epoch day 0 was a Thursday."""
+    return (int(moment // 86400) + 3) % 7
+
+
 def weekends_lower(days: int, *, seed: int, lower_weekends: set[int] | None = None) -> tuple[list[float], list[float]]:
     """Five-minute rows from a Tuesday 00:07 (not on the hour): a daily wave, noise, and a weekend at 70% of the
     weekdays (every weekend, or the weeks in ``lower_weekends``)."""
@@ -310,10 +315,9 @@ def weekends_lower(days: int, *, seed: int, lower_weekends: set[int] | None = No
     times, values = [], []
     for i in range(days * 288):
         moment = TUESDAY + 420.0 + FIVE_MINUTES * i
-        weekday = (int(moment // 86400) + 3) % 7  # 0 Monday; epoch day 0 was a Thursday
         week = int((moment - TUESDAY) // (7 * 86400))
         level = 100 + 30 * math.sin(2 * math.pi * (moment % 86400) / 86400)
-        if weekday >= 5 and (lower_weekends is None or week in lower_weekends):
+        if weekday(moment) >= 5 and (lower_weekends is None or week in lower_weekends):
             level *= 0.7
         times.append(moment)
         values.append(level + rng.gauss(0, 2))
@@ -322,7 +326,7 @@ def weekends_lower(days: int, *, seed: int, lower_weekends: set[int] | None = No
 
 def after_step(moment: float) -> bool:
     """Within three hours after a weekend's start (Saturday 00:00) or end (Monday 00:00)."""
-    return (int(moment // 86400) + 3) % 7 in (5, 0) and moment % 86400 < 3 * HOUR
+    return weekday(moment) in (5, 0) and moment % 86400 < 3 * HOUR
 
 
 def test_a_weekend_seen_the_last_two_weeks_is_expected() -> None:
