@@ -326,16 +326,25 @@ def run_json(args: Sequence[str], *, timeout: float, env: dict[str, str] | None 
 
 # ---------------------------------------------------------------------------------------------- reference code
 
+def compile_detector(tree: Path) -> None:
+    """Builds a checkout's compiled detector (where its commit has one) unless built: a reference runs as the
+    working tree does, so a figure beside it compares the code, not compiled code with plain Python."""
+    if (tree / "app" / "compute" / "detect" / "native_build.py").is_file() and not (tree / ".native").exists():
+        subprocess.run([PYTHON, "-m", "app.compute.detect.native_build"], cwd=tree, check=True, capture_output=True,
+                       timeout=600)
+
+
 @contextmanager
 def git_worktree(commit: str, prefix: str = "bench-ref-") -> Iterator[Path]:
-    """A detached checkout of ``commit`` (git worktree) in a fresh temp dir, removed afterwards even when the
-    suite fails: a reference measured in the same run, without touching the main checkout. A fresh dir per
-    call, so two suites (or two engineers) never share one."""
+    """A detached checkout of ``commit`` (git worktree) in a fresh temp dir, its detector compiled
+    (compile_detector), removed afterwards even when the suite fails: a reference measured in the same run, without
+    touching the main checkout. A fresh dir per call, so two suites (or two engineers) never share one."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), commit], cwd=ROOT, check=True,
                        capture_output=True, timeout=120)
         try:
+            compile_detector(tree)
             yield tree
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True,

@@ -49,6 +49,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common as c  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = next((parent / "shared" for parent in ROOT.parents if (parent / "shared" / "tools").is_dir()),
               ROOT.parent / "shared")
@@ -474,10 +478,7 @@ def base_tree(commit: str) -> Path:
     if not tree.exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
                        capture_output=True, timeout=120)
-    # Compiled as the working tree is (where that commit can be), so "detector us / row" compares like with like.
-    if (tree / "app" / "compute" / "detect" / "native_build.py").is_file() and not (tree / ".native").exists():
-        subprocess.run([sys.executable, "-m", "app.compute.detect.native_build"], cwd=tree, check=True,
-                       capture_output=True, timeout=600)
+    c.compile_detector(tree)  # so "detector us / row" compares like with like
     return tree
 
 
