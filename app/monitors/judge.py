@@ -140,8 +140,8 @@ _CAUGHT_UP, _REBUILT = REJUDGED_POINTS.labels("catch_up"), REJUDGED_POINTS.label
 def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesState) -> JudgeState:
     """The detector's state after the stored points: this process's own, or else the one saved in the database
     (app.monitors.snapshots), advanced over the points stored since (when nothing else changed), as if it had
-    judged them itself; or rebuilt from the last REBUILD_ROWS stored points (feedback included) when neither can
-    stand for it (a "not an anomaly" since, a longer gap, no state saved, or one of another release)."""
+    judged them itself; or rebuilt from the last stored points its step and season need (feedback included) when
+    neither can stand for it (a "not an anomaly" since, a longer gap, no state saved, or one of another release)."""
     cached = runtime.cache.peek(series.series_id)
     held = isinstance(cached, JudgeState)
     judged = cached if held else snapshots.restore(connection, series.series_id, series.relearn_revision)
@@ -155,7 +155,12 @@ def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesS
                 judged.unsaved = snapshots.unsaved_start(series.series_id, caught_up, judged.detector.rows)
             return judged
     rows = store.newest_points(connection, series)
-    judged = JudgeState(revision=series.revision, detector=series.detector().initial_state(), size=0)
+    detector = series.detector()
+    # Only as many as the series' own step and season need (REBUILD_ROWS is the longest season's): the state
+    # replayed over them is one the series' points give, as the one that judged them was (POST /anomalies over the
+    # same points gives the same verdicts).
+    rows = rows[max(0, len(rows) - detector.rebuild_rows([float(row[0]) for row in rows[-WARMUP:]])):]
+    judged = JudgeState(revision=series.revision, detector=detector.initial_state(), size=0)
     advance(series, judged, rows)
     judged.unsaved = snapshots.unsaved_start(series.series_id, len(rows), judged.detector.rows)
     _REBUILT.inc(len(rows))

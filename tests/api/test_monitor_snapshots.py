@@ -1,5 +1,5 @@
 """A series' detector state saved in the database (app.monitors.snapshots): a process that does not hold it (a
-restart, another process) replays the points stored since the save instead of rebuilding from 71,621 stored points,
+restart, another process) replays the points stored since the save instead of rebuilding from the stored points,
 and gives the verdicts one process would have given. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select, update
 
 from app.compute.detect.snapshot import LAYOUT
+from app.compute.detect.streaming import StreamingDetector, lookback_rows
 from app.monitors.records import monitor_snapshots_table
 from app.monitors.snapshots import FIRST_SAVE_ROWS, SNAPSHOT_ROWS
+from app.monitors.store import REBUILD_ROWS
 from tests.support import build_app, new_key, services_of, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}
@@ -27,7 +29,7 @@ START = 1_600_000_000
 
 @pytest.fixture(scope="module")
 def monitor_app(module_database_url: str) -> Iterator[Flask]:
-    app = build_app(settings_for(module_database_url, max_points=5000))
+    app = build_app(settings_for(module_database_url, max_points=25_000))
     yield app
     app.extensions["monitors"].sender.stop()
     services_of(app).close()
@@ -133,6 +135,31 @@ def test_a_saved_state_that_cannot_stand_for_the_series_is_rebuilt(
     # The rebuilt state is saved at once, for the next process that lacks it.
     row = saved(monitor_app, series_id)
     assert row is not None and row.layout == LAYOUT and index_of(row.last_epoch) == len(stamps) - 1
+
+
+def test_a_rebuild_replays_only_the_points_its_step_and_season_need(
+    client: FlaskClient, owner: dict[str, str], monitor_app: Flask
+) -> None:
+    # Hourly points, a daily season of 24 rows and no week's pattern: 23,071 rows, not the 71,621 of the longest
+    # season with the week's pattern. The verdicts are the detector's over the replayed points.
+    depth = StreamingDetector(data_frequency="Hours").rebuild_rows([START + 3600.0 * i for i in range(11)])
+    assert depth == lookback_rows(24, 3600.0) == 23_071 < REBUILD_ROWS
+    count = depth + 1_500
+    stamps, values = stream(count + 10)
+    monitor_id, series_id = seeded(client, owner, stamps[:count], values[:count])
+    change_saved(monitor_app, series_id, layout="0" * 16)  # as after an upgrade whose detector keeps another state
+    monitor_app.extensions["monitors"].cache.drop(series_id)
+    rebuilt = rejudged("rebuild")
+    answer = client.post(f"/monitors/{monitor_id}/points", headers=owner,
+                         json={"timestamps": stamps[count:], "values": values[count:]})
+    assert answer.status_code == 200, answer.get_json()
+    assert rejudged("rebuild") - rebuilt == depth
+    replayed = client.post("/anomalies", headers=owner, json={
+        "series": [{"timestamps": stamps[count - depth:], "values": values[count - depth:]}],
+        "data_frequency": "Hours"}).get_json()
+    assert answer.get_json()["anomaly_score"] == replayed["anomaly_score"][depth:]
+    assert answer.get_json()["is_anomaly"] == replayed["is_anomaly"][depth:]
+
 
 def test_saved_states_go_with_their_monitor(client: FlaskClient, owner: dict[str, str], monitor_app: Flask) -> None:
     stamps, values = stream(ROWS)  # saved once at least, whatever its series' share of SNAPSHOT_ROWS

@@ -548,7 +548,7 @@ def rejudged(reason: str) -> float:
 def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replaying(
     client: FlaskClient, keys: dict, monitor_app: Flask, module_database_url: str
 ) -> None:
-    from app.monitors.store import REBUILD_ROWS
+    from app.compute.detect.streaming import StreamingDetector
 
     # Another gunicorn process or host: the same database, a state cache of its own.
     other_app = build_app(settings_for(module_database_url, allow_private_webhooks=True, max_points=5000))
@@ -556,7 +556,7 @@ def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replayin
         other = other_app.test_client()
         owner = keys["owner"]
         noise = random.Random(11)
-        count = REBUILD_ROWS + 600  # more than a replay reads
+        count = StreamingDetector(data_frequency="Hours").rebuild_rows([3600.0 * i for i in range(11)]) + 600
         values = [120 + 60 * math.sin(2 * math.pi * i / 24) + noise.gauss(0, 3) + (400 if i % 997 == 0 else 0)
                   for i in range(count)]
         stamps = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1.6e9 + 3600 * i)) for i in range(count)]
@@ -581,8 +581,8 @@ def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replayin
         assert answers[shared] == answers[alone]
         assert mine.peek(shared_series) is state
         # The other process took up the state this one saved with its last append (app.monitors.snapshots) instead
-        # of rebuilding it from REBUILD_ROWS stored points; after that each turn judged again only the one point the
-        # other process had stored (none on the first turn).
+        # of rebuilding it from the stored points (more than a rebuild replays); after that each turn judged again
+        # only the one point the other process had stored (none on the first turn).
         assert rejudged("rebuild") - rebuilt == 0
         assert rejudged("catch_up") - caught_up == (count - seeded) - 1
         # A point marked normal changes what the detector learns from the stored points: that is replayed.

@@ -58,7 +58,7 @@ from app.compute.detect import weekly
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
 from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, any_flag, push_ranked, push_ring
 from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
-from app.series.frequencies import DAY, MAX_PERIOD_ROWS, PERIOD_CANDIDATES
+from app.series.frequencies import period_seconds
 
 # Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
 WARMUP: Final = 11
@@ -77,14 +77,18 @@ SHORT_ROWS: Final = 6  # the short window of the shift and spread signals: half 
 LONG_ROWS: Final = 36  # the long window of the density signal: three hours of five-minute rows
 
 
-def lookback_rows(period: int | None) -> int:
+def lookback_rows(period: int | None, step: float | None = None) -> int:
     """Rows whose influence a judged row can feel (a bound: the sum of every reach): the rows that count how many
     signals share the budget, the error window (and the long window of its oldest mean, with the short window's
-    anchor), the record, the chooser, a week of seasons (the weekly habit) and the habit's reach, and the hour
-    means of the week's pattern (two weeks, three days and two hours of a daily season: app.compute.detect.weekly)."""
+    anchor), the record, the chooser, a week of seasons (the weekly habit) and the habit's reach, and where the
+    week's pattern is kept (``step`` None: wherever it may be) its hour means: two weeks, three days and
+    two hours of a daily season (app.compute.detect.weekly)."""
     season = period or 0
-    return (2 * WINDOW_ROWS + LONG_ROWS + SHORT_ROWS + RECORD_ROWS + p.CHOOSER_ROWS + 7 * season
-            + round(season * HABIT_SHARE) + WARMUP + 17 * season + 2 * round(season / 24))
+    rows = (2 * WINDOW_ROWS + LONG_ROWS + SHORT_ROWS + RECORD_ROWS + p.CHOOSER_ROWS + 7 * season
+            + round(season * HABIT_SHARE) + WARMUP)
+    if step is None or weekly.keeps_week(season, step, p.LOCAL_ROWS):
+        rows += 17 * season + 2 * round(season / 24)
+    return rows
 
 
 class StreamingDetector:
@@ -431,18 +435,8 @@ class StreamingDetector:
         gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
         step = gaps[len(gaps) // 2] if gaps else 0.0
         st.origin, st.step = times[0], max(step, 0.0)
-        period = 0
-        if st.step > 0:
-            if self.period_override is not None:
-                period = self.period_override if self.period_override >= 2 else 0
-            else:
-                for seconds in PERIOD_CANDIDATES.get(self.data_frequency, ()):
-                    rows = seconds / st.step
-                    if 4 <= rows <= MAX_PERIOD_ROWS:
-                        period = round(rows)
-                        break
-        st.period = period
-        if period and abs(period * st.step - DAY) <= st.step:
+        period = st.period = self.season_rows(st.step)
+        if weekly.daily(period, st.step):
             st.week = 7 * period
             if self.week_pattern:
                 weekly.start(st, p.LOCAL_ROWS)
@@ -455,6 +449,20 @@ class StreamingDetector:
             for moment, value in zip(times, st.warm_values, strict=True):
                 p.remember_season(st, p.slot(st, moment), value)
         st.warm_times, st.warm_values = [], []
+
+    def season_rows(self, step: float) -> int:
+        """The season in rows ``step`` seconds apart (the constructor's, or the data frequency's); 0 for none."""
+        if self.period_override is not None:
+            return self.period_override if self.period_override >= 2 and step > 0 else 0
+        seconds = period_seconds(self.data_frequency, step)
+        return round(seconds / step) if seconds else 0
+
+    def rebuild_rows(self, times: Sequence[float]) -> int:
+        """How many of a series' newest rows a state rebuilt from them needs (``times``: the newest few): the
+        look-back of their median gap (as warm-up reads the step) and its season. More rows give the same state."""
+        gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
+        step = gaps[len(gaps) // 2] if gaps else 0.0
+        return lookback_rows(self.season_rows(step), step)
 
     def _learn(
         self, st: DetectorState, now: int, value: float, expected: float, halfwidth: float,

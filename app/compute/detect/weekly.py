@@ -13,6 +13,7 @@ from array import array
 from typing import Final
 
 from app.compute.detect.state import DetectorState
+from app.series.frequencies import DAY
 
 HOUR: Final = 3600.0
 WEEK_HOURS: Final = 168
@@ -21,11 +22,26 @@ HOUR_BUCKETS: Final = 3 * WEEK_HOURS
 NO_HOUR: Final = -(1 << 62)  # the id of an hour not seen (no real hour is numbered so)
 
 
+def keeps_hours(step: float, least_rows: int) -> bool:
+    """Whether rows this far apart keep hour means: where an hour holds at least ``least_rows`` rows (the local
+    mean's), an hour's mean is a level the last values can be moved to. On hourly rows an hour is one noisy row:
+    there it cost NAB's hourly ad-exchange files 6 points (75.2 to 68.8), 0.6 with the seasonal predictors alone."""
+    return step > 0 and HOUR / step >= least_rows
+
+
+def daily(period: int, step: float) -> bool:
+    """Whether a season of ``period`` rows ``step`` seconds apart is a day."""
+    return bool(period) and abs(period * step - DAY) <= step
+
+
+def keeps_week(period: int, step: float, least_rows: int) -> bool:
+    """Whether a detector (the week's pattern on, as by default) with this season and step keeps hour means."""
+    return daily(period, step) and keeps_hours(step, least_rows)
+
+
 def start(st: DetectorState, least_rows: int) -> None:
-    """Keeps hour means where an hour holds at least ``least_rows`` rows (the local mean's): an hour's mean is
-    then a level the last values can be moved to. On hourly rows an hour is one noisy row: there it cost NAB's
-    hourly ad-exchange files 6 points (75.2 to 68.8), 0.6 with the seasonal predictors alone."""
-    if HOUR / st.step >= least_rows:
+    """Keeps hour means where rows ``st.step`` apart do (keeps_hours)."""
+    if keeps_hours(st.step, least_rows):
         st.hour_rows = round(HOUR / st.step)
         st.hour_ids = array("q", [NO_HOUR]) * HOUR_BUCKETS
         st.hour_sums = array("d", [0.0]) * HOUR_BUCKETS
