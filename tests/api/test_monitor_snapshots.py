@@ -89,6 +89,19 @@ def change_saved(monitor_app: Flask, series_id: int, **values: Any) -> None:
                            .where(monitor_snapshots_table.c.series_id == series_id).values(**values))
 
 
+def append_rebuilt(client: FlaskClient, owner: dict[str, str], monitor_app: Flask, ids: tuple[str, int],
+                   stamps: list[str], values: list[float], first: int) -> tuple[dict[str, Any], float]:
+    """Appends the stream from row ``first`` to monitor ``ids`` (monitor id, series id) in a process that holds
+    no state for it: (the answer, the points judged again to rebuild the state)."""
+    monitor_id, series_id = ids
+    monitor_app.extensions["monitors"].cache.drop(series_id)
+    rebuilt = rejudged("rebuild")
+    answer = client.post(f"/monitors/{monitor_id}/points", headers=owner,
+                         json={"timestamps": stamps[first:], "values": values[first:]})
+    assert answer.status_code == 200, answer.get_json()
+    return answer.get_json(), rejudged("rebuild") - rebuilt
+
+
 def test_a_process_without_the_state_replays_only_the_points_since_it_was_saved(
     client: FlaskClient, owner: dict[str, str], monitor_app: Flask
 ) -> None:
@@ -122,16 +135,12 @@ def test_a_saved_state_that_cannot_stand_for_the_series_is_rebuilt(
     else:
         assert client.post(f"/monitors/{monitor_id}/feedback", headers=owner,
                            json={"timestamp": stamps[ROWS - 5], "is_anomaly": False}).status_code == 200
-    monitor_app.extensions["monitors"].cache.drop(series_id)
-    rebuilt = rejudged("rebuild")
-    answer = client.post(f"/monitors/{monitor_id}/points", headers=owner,
-                         json={"timestamps": stamps[ROWS:], "values": values[ROWS:]})
-    assert answer.status_code == 200, answer.get_json()
-    assert rejudged("rebuild") - rebuilt == ROWS
+    answer, replayed = append_rebuilt(client, owner, monitor_app, (monitor_id, series_id), stamps, values, ROWS)
+    assert replayed == ROWS
     if spoilt != "before a not-an-anomaly":  # the same verdicts as from the rebuilt state
         whole = client.post("/anomalies", headers=owner,
                             json={"series": [{"timestamps": stamps, "values": values}], "data_frequency": "Hours"})
-        assert answer.get_json()["anomaly_score"] == whole.get_json()["anomaly_score"][ROWS:]
+        assert answer["anomaly_score"] == whole.get_json()["anomaly_score"][ROWS:]
     # The rebuilt state is saved at once, for the next process that lacks it.
     row = saved(monitor_app, series_id)
     assert row is not None and row.layout == LAYOUT and index_of(row.last_epoch) == len(stamps) - 1
@@ -148,17 +157,13 @@ def test_a_rebuild_replays_only_the_points_its_step_and_season_need(
     stamps, values = stream(count + 10)
     monitor_id, series_id = seeded(client, owner, stamps[:count], values[:count])
     change_saved(monitor_app, series_id, layout="0" * 16)  # as after an upgrade whose detector keeps another state
-    monitor_app.extensions["monitors"].cache.drop(series_id)
-    rebuilt = rejudged("rebuild")
-    answer = client.post(f"/monitors/{monitor_id}/points", headers=owner,
-                         json={"timestamps": stamps[count:], "values": values[count:]})
-    assert answer.status_code == 200, answer.get_json()
-    assert rejudged("rebuild") - rebuilt == depth
-    replayed = client.post("/anomalies", headers=owner, json={
+    answer, replayed = append_rebuilt(client, owner, monitor_app, (monitor_id, series_id), stamps, values, count)
+    assert replayed == depth
+    over_them = client.post("/anomalies", headers=owner, json={
         "series": [{"timestamps": stamps[count - depth:], "values": values[count - depth:]}],
         "data_frequency": "Hours"}).get_json()
-    assert answer.get_json()["anomaly_score"] == replayed["anomaly_score"][depth:]
-    assert answer.get_json()["is_anomaly"] == replayed["is_anomaly"][depth:]
+    assert answer["anomaly_score"] == over_them["anomaly_score"][depth:]
+    assert answer["is_anomaly"] == over_them["is_anomaly"][depth:]
 
 
 def test_saved_states_go_with_their_monitor(client: FlaskClient, owner: dict[str, str], monitor_app: Flask) -> None:
