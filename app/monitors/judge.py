@@ -138,22 +138,30 @@ _CAUGHT_UP, _REBUILT = REJUDGED_POINTS.labels("catch_up"), REJUDGED_POINTS.label
 
 
 def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesState) -> JudgeState:
-    """The detector's state after the stored points: this process's own, or else the one saved in the database
-    (app.monitors.snapshots), advanced over the points stored since (when nothing else changed), as if it had
-    judged them itself; or rebuilt from the last stored points its step and season need (feedback included) when
-    neither can stand for it (a "not an anomaly" since, a longer gap, no state saved, or one of another release)."""
+    """The detector's state after the stored points: this process's own, or the one saved in the database
+    (app.monitors.snapshots) when this process holds none or one further behind, advanced over the points stored
+    since (when nothing else changed), as if it had judged them itself; or rebuilt from the last stored points its
+    step and season need (feedback included) when neither can stand for it (a "not an anomaly" since, a longer
+    gap, no state saved, or one of another release)."""
     cached = runtime.cache.peek(series.series_id)
     held = isinstance(cached, JudgeState)
     judged = cached if held else snapshots.restore(connection, series.series_id, series.relearn_revision)
-    if judged is not None:
-        caught_up = _catch_up(connection, series, judged)
-        if caught_up is not None:
-            if held:
-                judged.unsaved += caught_up
-            else:
-                judged.size = _size(judged)
-                judged.unsaved = snapshots.unsaved_start(series.series_id, caught_up, judged.detector.rows)
-            return judged
+    missed = _missed(connection, series, judged) if judged is not None else None
+    if isinstance(cached, JudgeState) and (missed is None or len(missed) > snapshots.SNAPSHOT_ROWS):
+        # Other processes judged more points since than a saved state leaves unsaved: theirs is nearer.
+        saved = snapshots.restore(connection, series.series_id, series.relearn_revision, after=cached.revision)
+        if saved is not None:
+            judged, held, missed = saved, False, _missed(connection, series, saved)
+    if judged is not None and missed is not None:
+        if judged.revision != series.revision:
+            advance(series, judged, missed)
+            _CAUGHT_UP.inc(len(missed))
+        if held:
+            judged.unsaved += len(missed)
+        else:
+            judged.size = _size(judged)
+            judged.unsaved = snapshots.unsaved_start(series.series_id, len(missed), judged.detector.rows)
+        return judged
     rows = store.newest_points(connection, series)
     detector = series.detector()
     # Only as many as the series' own step and season need (REBUILD_ROWS is the longest season's): the state
@@ -167,19 +175,15 @@ def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesS
     return judged
 
 
-def _catch_up(connection: Connection, series: SeriesState, judged: JudgeState) -> int | None:
-    """Advances ``judged`` over the points stored since the revision it is at; how many, or None when it cannot
-    stand for the series (a "not an anomaly" since then, or more than REBUILD_ROWS points to read)."""
+def _missed(connection: Connection, series: SeriesState, judged: JudgeState) -> Sequence[Row[Any]] | None:
+    """The stored points ``judged`` must be advanced over to stand for the series (none when it is at the series'
+    revision), or None when it cannot (a "not an anomaly" since then, or more than REBUILD_ROWS points to read)."""
     if judged.revision == series.revision:
-        return 0
+        return []
     if judged.revision < series.relearn_revision or judged.last_epoch is None:
         return None
     rows = store.points_after(connection, series, judged.last_epoch)
-    if len(rows) > REBUILD_ROWS:
-        return None
-    advance(series, judged, rows)
-    _CAUGHT_UP.inc(len(rows))
-    return len(rows)
+    return None if len(rows) > REBUILD_ROWS else rows
 
 
 def advance(monitor: SeriesState, judged: JudgeState, rows: Sequence[Row[Any]]) -> None:

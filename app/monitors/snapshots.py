@@ -42,7 +42,8 @@ _SPREAD = 2_654_435_761  # Knuth's multiplicative hash: consecutive ids spread o
 _SNAPSHOTS = monitor_snapshots_table
 _READ = Prepared(select(_SNAPSHOTS.c.revision, _SNAPSHOTS.c.last_epoch, _SNAPSHOTS.c.state)
                  .where(_SNAPSHOTS.c.series_id == bindparam("series_id"),
-                        _SNAPSHOTS.c.layout == bindparam("layout")))
+                        _SNAPSHOTS.c.layout == bindparam("layout"),
+                        _SNAPSHOTS.c.revision > bindparam("after")))
 _DELETE = Prepared(_SNAPSHOTS.delete().where(_SNAPSHOTS.c.series_id == bindparam("series_id")))
 _INSERT = Prepared(_SNAPSHOTS.insert())
 _NAMES = ("series_id", "monitor_id", "revision", "last_epoch", "layout", "state", "saved_at")
@@ -61,9 +62,10 @@ def unsaved_start(series_id: int, replayed: int, rows: int) -> int:
     return replayed - (series_id * _SPREAD) % SNAPSHOT_ROWS * interval(rows) // SNAPSHOT_ROWS
 
 
-def restore(connection: Connection, series_id: int, relearn_revision: int) -> JudgeState | None:
-    """The series' saved state, if one can stand for it (see the module's docstring), at its saved revision."""
-    row = _READ.execute(connection, {"series_id": series_id, "layout": snapshot.LAYOUT}).fetchone()
+def restore(connection: Connection, series_id: int, relearn_revision: int, after: int = -1) -> JudgeState | None:
+    """The series' saved state, if one can stand for it (see the module's docstring) and is at a revision past
+    ``after`` (a state already held), at its saved revision."""
+    row = _READ.execute(connection, {"series_id": series_id, "layout": snapshot.LAYOUT, "after": after}).fetchone()
     if row is None or row[0] < relearn_revision:
         return None
     try:

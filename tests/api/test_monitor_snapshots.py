@@ -166,6 +166,38 @@ def test_a_rebuild_replays_only_the_points_its_step_and_season_need(
     assert answer["is_anomaly"] == over_them["is_anomaly"][depth:]
 
 
+def test_a_process_far_behind_takes_the_state_another_process_saved(
+    client: FlaskClient, owner: dict[str, str], monitor_app: Flask, module_database_url: str
+) -> None:
+    # This process holds the series' state after 2,000 points; another process then judges 3,000 more, saving
+    # its state as it goes. Back here, the other process's saved state is the nearer start: at most the points
+    # it left unsaved are replayed, not the 3,000, and the verdicts are one process's.
+    stamps, values = stream(5_010)
+    monitor_id, series_id = seeded(client, owner, stamps[:2_000], values[:2_000])
+    held = monitor_app.extensions["monitors"].cache.peek(series_id)
+    assert held is not None
+    other_app = build_app(settings_for(module_database_url, max_points=25_000))
+    try:
+        other = other_app.test_client()
+        for start in range(2_000, 5_000, 100):
+            assert other.post(f"/monitors/{monitor_id}/points", headers=owner, json={
+                "timestamps": stamps[start:start + 100], "values": values[start:start + 100]}).status_code == 200
+    finally:
+        other_app.extensions["monitors"].sender.stop()
+        services_of(other_app).close()
+    row = saved(monitor_app, series_id)
+    unsaved = 4_999 - index_of(row.last_epoch)
+    assert row.revision > held.revision and 0 <= unsaved < SNAPSHOT_ROWS
+    caught_up, rebuilt = rejudged("catch_up"), rejudged("rebuild")
+    after = client.post(f"/monitors/{monitor_id}/points", headers=owner,
+                        json={"timestamps": stamps[5_000:], "values": values[5_000:]}).get_json()
+    assert rejudged("catch_up") - caught_up == unsaved and rejudged("rebuild") == rebuilt
+    assert monitor_app.extensions["monitors"].cache.peek(series_id) is not held
+    whole = client.post("/anomalies", headers=owner,
+                        json={"series": [{"timestamps": stamps, "values": values}], "data_frequency": "Hours"})
+    assert after["anomaly_score"] == whole.get_json()["anomaly_score"][5_000:]
+
+
 def test_saved_states_go_with_their_monitor(client: FlaskClient, owner: dict[str, str], monitor_app: Flask) -> None:
     stamps, values = stream(ROWS)  # saved once at least, whatever its series' share of SNAPSHOT_ROWS
     monitor_id, series_id = seeded(client, owner, stamps, values)
