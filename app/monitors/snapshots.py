@@ -1,16 +1,15 @@
 """A series' detector state saved in the database every SNAPSHOT_ROWS points (more often while the series is
-young), so a process that does not hold it (after a restart, or when another process or host served the series)
-replays only the points stored since.
+young), so a process that does not hold it (after a restart, or when another process or host served the series), or
+holds one more than SNAPSHOT_ROWS points behind, replays only the points stored since.
 
 Without it such a process rebuilt the state by replaying the stored points the series' step and season need
-(StreamingDetector.rebuild_rows: 23,071 to 71,621): up to a second of CPU a series, so every restart cost a fleet
-of 2,000 series up to half an hour of CPU before its verdicts were current again. A saved state (40-130 KB) is
-written once per SNAPSHOT_ROWS points of its series: about a hundred bytes and a few microseconds of encoding a
-point (bench/results/restart.md). A young series is saved
-each time it has judged twice the rows it had at its last save (from FIRST_SAVE_ROWS on), so a process that
-lacks it replays at most about half its points, not all of them: a fleet created together and moved to another
-process (a restart in its first hours) costs that much less. Its states are small (their windows are not full),
-so these saves add about as many bytes as the first regular one.
+(StreamingDetector.rebuild_rows: 23,071 to 71,621): up to a second of CPU a series, so every restart cost a fleet of
+2,000 series up to half an hour of CPU before its verdicts were current again. A saved state (40-130 KB) is written
+once per SNAPSHOT_ROWS points of its series: about a hundred bytes and a few microseconds of encoding a point
+(bench/results/restart.md). A young series is saved each time it has judged twice the rows it had at its last save
+(from FIRST_SAVE_ROWS on), so a process that lacks it replays at most about half its points, not all of them: a
+fleet created together and moved to another process (a restart in its first hours) costs that much less. Its states
+are small (their windows are not full), so these saves add about as many bytes as the first regular one.
 
 A saved state is used only when it is as valid as a cached one: at a revision no older than the series'
 relearn_revision (a "not an anomaly" changed the history it learnt from) and in the layout the running
