@@ -144,19 +144,19 @@ def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesS
     step and season need (feedback included) when neither can stand for it (a "not an anomaly" since, a longer
     gap, no state saved, or one of another release)."""
     cached = runtime.cache.peek(series.series_id)
-    held = isinstance(cached, JudgeState)
-    judged = cached if held else snapshots.restore(connection, series.series_id, series.relearn_revision)
+    held = cached if isinstance(cached, JudgeState) else None
+    judged = held if held is not None else snapshots.restore(connection, series.series_id, series.relearn_revision)
     missed = _missed(connection, series, judged) if judged is not None else None
-    if isinstance(cached, JudgeState) and (missed is None or len(missed) > snapshots.SNAPSHOT_ROWS):
+    if held is not None and (missed is None or len(missed) > snapshots.SNAPSHOT_ROWS):
         # Other processes judged more points since than a saved state leaves unsaved: theirs is nearer.
-        saved = snapshots.restore(connection, series.series_id, series.relearn_revision, after=cached.revision)
+        saved = snapshots.restore(connection, series.series_id, series.relearn_revision, after=held.revision)
         if saved is not None:
-            judged, held, missed = saved, False, _missed(connection, series, saved)
+            judged, held, missed = saved, None, _missed(connection, series, saved)
     if judged is not None and missed is not None:
         if judged.revision != series.revision:
             advance(series, judged, missed)
             _CAUGHT_UP.inc(len(missed))
-        if held:
+        if held is not None:
             judged.unsaved += len(missed)
         else:
             judged.size = _size(judged)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -54,6 +55,13 @@ PERIOD_CANDIDATES: dict[str, tuple[float, ...]] = {
 MAX_PERIOD_ROWS = 2016
 # A series' nominal spacing is read off its first rows only, so later rows never change it.
 STEP_ROWS = 11
+
+
+def median_gap(times: Sequence[float]) -> float:
+    """The streaming detector's step, fixed by its warm-up rows: their median gap (the upper one of an even count),
+    in plain Python as the compiled detector reads it."""
+    gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
+    return gaps[len(gaps) // 2] if gaps else 0.0
 
 
 def nominal_step(times: np.ndarray) -> float:

@@ -58,7 +58,7 @@ from app.compute.detect import weekly
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
 from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, any_flag, push_ranked, push_ring
 from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
-from app.series.frequencies import period_seconds
+from app.series.frequencies import median_gap, period_seconds
 
 # Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
 WARMUP: Final = 11
@@ -432,9 +432,7 @@ class StreamingDetector:
     def _start(self, st: DetectorState) -> None:
         """Nominal step and season, fixed once warm-up ends so later rows never change them."""
         times = st.warm_times
-        gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
-        step = gaps[len(gaps) // 2] if gaps else 0.0
-        st.origin, st.step = times[0], max(step, 0.0)
+        st.origin, st.step = times[0], max(median_gap(times), 0.0)
         period = st.period = self.season_rows(st.step)
         if weekly.daily(period, st.step):
             st.week = 7 * period
@@ -460,8 +458,7 @@ class StreamingDetector:
     def rebuild_rows(self, times: Sequence[float]) -> int:
         """How many of a series' newest rows a state rebuilt from them needs (``times``: the newest few): the
         look-back of their median gap (as warm-up reads the step) and its season. More rows give the same state."""
-        gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
-        step = gaps[len(gaps) // 2] if gaps else 0.0
+        step = median_gap(times)
         return lookback_rows(self.season_rows(step), step)
 
     def _learn(
