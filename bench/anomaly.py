@@ -76,9 +76,9 @@ PUBLISHED = [  # the NAB dev set README: published detectors' result files score
     ("windowed Gaussian", 41.4, 26.5, 48.4),
 ]
 # The earlier detectors measured in the same run: the one before the calibrated score (its is_anomaly was score
-# >= 0.5), and the one landed before the detector learnt the week's own pattern.
+# >= 0.5), and the one landed before a stream's second week took the turns of the hour a week ago.
 REFERENCES = {"19f2049": "the detector before the calibrated score (is_anomaly was score >= 0.5)",
-              "ee99707": "the detector before it learnt the week's own pattern"}
+              "f29ce7a": "the detector before a stream's second week took the turns of the hour a week ago"}
 PROFILES = ("standard", "reward_low_FP_rate", "reward_low_FN_rate")
 # Result files hold is_anomaly as 1.0/0.0, so NAB's threshold 0.5 reads "is_anomaly": the detector's own
 # threshold, whatever it is for the stream's step.

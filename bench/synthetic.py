@@ -75,9 +75,9 @@ SENSITIVITIES = (0, 25, 50, 75, 99)
 # The calibration's check: on anomaly-free streams the share of rows scoring at least 1 - q should be about q.
 CALIBRATION_SHARES = (1e-2, 1e-3, 1e-4, 1e-5)
 STEP_HOURS = 3  # a weekly step's reach: the detector's long window is three hours of five-minute rows
-# The earlier detectors run beside the working tree: before the alarm budget, and the one landed before the
-# detector learnt the week's own pattern (app.compute.detect.weekly).
-REFERENCES = ("19f2049", "ee99707")
+# The earlier detectors run beside the working tree: before the alarm budget, and the one landed before a
+# stream's second week took the turns of the hour a week ago (app.compute.detect.weekly).
+REFERENCES = ("19f2049", "f29ce7a")
 
 
 @dataclass(frozen=True)
@@ -522,7 +522,8 @@ def main() -> int:
                  f"when the last 1, 3 or 7 rows are beyond it at the same budget (one a week), so it shows what "
                  f"is within reach at that budget. {NO_WEEKLY_STEP!r} = the working tree on the same streams "
                  f"with every weekend at the weekdays' level (the same noise and incidents): what the weekly step "
-                 f"still costs it (the detector learns the week's pattern from two weeks of the stream on).")
+                 f"still costs it (the detector learns the turns of the week's pattern from one week of the "
+                 f"stream on, the rest from two).")
     lines.append("")
     per_kind: list[list[object]] = []
     summaries = {}

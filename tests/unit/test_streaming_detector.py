@@ -376,3 +376,25 @@ def test_a_weekend_seen_the_last_two_weeks_is_expected() -> None:
     once.update(state, times[:seen], values[:seen])
     assert weekly.step(state, state.last_slot, into_weekend) == 0.0
     assert abs(weekly.day_gaps(state, into_weekend)[0]) < 1.5  # the noise of four hour means, no step
+
+
+def test_a_streams_second_weekend_is_expected_from_its_first() -> None:
+    """A stream's second week has no two weeks ago: the turn of an hour takes the change a week ago alone, so the
+    second weekend's start is expected; a value some days ago waits for two weeks."""
+    from app.compute.detect import weekly
+
+    times, values = weekends_lower(14, seed=4)
+    second = TUESDAY + 11 * 86400  # the second Saturday, 00:00
+    detector = StreamingDetector(data_frequency="Minutes")
+    verdicts = detector.update(detector.initial_state(), times, values)
+    stepped = [row for row, moment in enumerate(times) if moment >= second and after_step(moment)]
+    assert not any(verdicts.is_anomaly[row] for row in stepped)  # the code before flagged one
+
+    state = detector.initial_state()
+    seen = sum(1 for moment in times if moment < second)
+    detector.update(state, times[:seen], values[:seen])
+    into_weekend = slot(state, second + 120.0)
+    week, excess = weekly.hour_turn(state, state.last_slot, into_weekend)
+    assert -27 < week < -19 and -35 < excess < -27  # as from the third weekend on (the test above)
+    assert weekly.step(state, state.last_slot, into_weekend) == week
+    assert weekly.day_gaps(state, into_weekend) == [0.0, 0.0, 0.0]

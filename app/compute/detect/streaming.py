@@ -12,7 +12,8 @@ How a row is judged (docs/anomalies.md says why each part is there):
    predictors compete. On a daily season the week's own pattern moves them (app.compute.detect.weekly): a
    value some days ago by how much this hour differed from that day's a week ago, the last values at the turn
    of an hour by the change that turn made a week ago beyond the day before's; each only where two weeks ago
-   agrees, so a weekend's start and end are expected and one odd week teaches nothing.
+   agrees (a turn in a stream's second week: a week ago alone), so a weekend's start and end are expected and
+   one odd week teaches nothing after the second.
 2. Calibrated score (app.compute.detect.surprises). ``anomaly_score`` is the probability that the row is not
    normal: one minus the share of normal rows whose error is at least as large, by the stream's own record
    of its last RECORD_ROWS surprises blended with a generalised Pareto tail of its last WINDOW_ROWS errors.

@@ -3,7 +3,11 @@ The daily season's predictors read a day back, so every turn into and out of suc
 and the surprises taught the error record a tail that widened the range for weeks. The detector keeps the means of
 the last three weeks' clock hours and moves its predictors by a change between hours only where it happened a
 week ago and two weeks ago alike (the smaller of the two, 0 if they disagree): a one-off incident is not learnt as
-the week's pattern, and a stream younger than two weeks and a day is judged as before.
+the week's pattern. The one exception is a stream's second week, which has no two weeks ago: there the turn of an
+hour (hour_turn) takes a week ago's change alone, so a weekend's start and end are expected from the second
+weekend, and a one-off of the first week (a level shift, an outage) is expected again a week later, once. The
+change a value some days ago needs (day_gaps) still waits for two weeks: it moves the seasonal predictors on every
+row, where one week's hour means carry their noise into every row's expected value.
 """
 
 from __future__ import annotations
@@ -83,21 +87,30 @@ def agreed(first: float, second: float) -> float:
 def hour_turn(st: DetectorState, since: int, now: int) -> tuple[float, float]:
     """From slot ``since``'s hour to slot ``now``'s: (the change of the hour means a week ago, how much more they
     changed then than the day before), each where two weeks ago agrees (the smaller of the two; 0 if they
-    disagree in sign or an hour is missing). (0, 0) within an hour."""
+    disagree in sign), a week ago's alone where two weeks ago is missing (a stream's second week, or a gap then).
+    (0, 0) within an hour or where a week ago is missing."""
     if not st.hour_rows:
         return 0.0, 0.0
     then, hour = hour_of(st, since), hour_of(st, now)
     if then == hour:
         return 0.0, 0.0
-    changes: list[float] = []
-    for back in (WEEK_HOURS, 2 * WEEK_HOURS):
-        means = [hour_mean(st, hour - back), hour_mean(st, then - back),
-                 hour_mean(st, hour - back - 24), hour_mean(st, then - back - 24)]
-        week_now, week_then, day_now, day_then = means
-        if week_now is None or week_then is None or day_now is None or day_then is None:
-            return 0.0, 0.0
-        changes += [week_now - week_then, (week_now - week_then) - (day_now - day_then)]
-    return agreed(changes[0], changes[2]), agreed(changes[1], changes[3])
+    week = _turn(st, then, hour, WEEK_HOURS)
+    if week is None:
+        return 0.0, 0.0
+    before = _turn(st, then, hour, 2 * WEEK_HOURS)
+    if before is None:
+        return week
+    return agreed(week[0], before[0]), agreed(week[1], before[1])
+
+
+def _turn(st: DetectorState, then: int, hour: int, back: int) -> tuple[float, float] | None:
+    """``back`` hours before the turn from ``then`` to ``hour``: the hour means' change and its excess over the
+    day before's; None where one of the four hours is missing."""
+    week_now, week_then = hour_mean(st, hour - back), hour_mean(st, then - back)
+    day_now, day_then = hour_mean(st, hour - back - 24), hour_mean(st, then - back - 24)
+    if week_now is None or week_then is None or day_now is None or day_then is None:
+        return None
+    return week_now - week_then, (week_now - week_then) - (day_now - day_then)
 
 
 def day_gaps(st: DetectorState, now: int) -> list[float]:
@@ -125,6 +138,7 @@ def _day_gap(st: DetectorState, hour: int, days: int) -> float:
 def step(st: DetectorState, since: int, now: int) -> float:
     """The change from slot ``since``'s hour to slot ``now``'s that the last values need: one the week makes and
     the day does not (a weekend's start and end, not a daily pattern), where it recurred a week and two weeks
-    ago (hour_turn: the smaller of the week's change and its excess over the day's)."""
+    ago, or happened a week ago in a stream's second week (hour_turn: the smaller of the week's change and its
+    excess over the day's)."""
     week, excess = hour_turn(st, since, now)
     return agreed(week, excess)
