@@ -19,7 +19,9 @@ points (every series' count checked against what was sent, after each load), and
 point stored (gunicorn's workers, user + system, over the load), beside the detector's own cost per row measured
 in this process in the same run. Meanwhile one client appends a single point to its own monitor every 100 ms
 (POST /monitors/{id}/points): its p99.
-Writes bench/results/remote-write.md.
+The reference commit (REFERENCE, or --reference; a git worktree, its detector compiled) takes the same loads in the
+same invocation, right after this code on each database, with fresh databases and servers of its own: a figure
+beside it compares the code, not the hour. Writes bench/results/remote-write.md.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import http.client  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -60,6 +63,9 @@ TARGET_SINGLE_P99 = 0.050
 BODY_POINTS = 2_000
 FLEET_SERIES = 2_000
 HISTORY_POINTS = 300
+# The commit measured beside this code: main before the detector took a stream's second week's turns (the intake's
+# code is the same, so a difference between the two is the detector's or the run's).
+REFERENCE = "f29ce7a"
 
 
 def stamp(second: int) -> str:
@@ -314,11 +320,13 @@ def detector_us_per_row(rows: int = 3000) -> float:
     return (time.process_time() - began) / rows * 1e6
 
 
-def bench_database(kind: str, *, monitors: int, fleet_series: int, duration: float) -> list[list[object]]:
+def bench_database(kind: str, *, monitors: int, fleet_series: int, duration: float, code: str,
+                   app_root: Path | None = None) -> list[list[object]]:
+    """The loads on one database, run by the checkout at ``app_root`` (this code if None), named ``code``."""
     rows: list[list[object]] = []
-    deployment = "SQLite, 1 process" if kind == "sqlite" else "PostgreSQL + Redis, 2 processes"
-    with c.temp_dir("bench-rw-") as tmp, c.database(kind, tmp) as database_url:
-        key = c.create_key(database_url, "read,write,admin")
+    deployment = ("SQLite, 1 process" if kind == "sqlite" else "PostgreSQL + Redis, 2 processes") + f", {code}"
+    with c.temp_dir("bench-rw-") as tmp, c.database(kind, tmp, app_root) as database_url:
+        key = c.create_key(database_url, "read,write,admin", app_root)
         # One /metrics for every web process: what the processes judged again is read after each load.
         metrics_dir = tmp / "metrics"
         metrics_dir.mkdir()
@@ -328,7 +336,7 @@ def bench_database(kind: str, *, monitors: int, fleet_series: int, duration: flo
             c.flush_redis()
             redis_url = c.REDIS_URL
             extra["WEB_CONCURRENCY"] = "2"
-        with c.gunicorn(database_url, tmp, redis_url=redis_url, workers=1, **extra) as server:
+        with c.gunicorn(database_url, tmp, redis_url=redis_url, workers=1, app_root=app_root, **extra) as server:
             conn = Conn(server.url, key)
             ids: list[Series] = []
             for i in range(monitors):
@@ -398,6 +406,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--database", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument("--monitors", type=int, default=None)
+    parser.add_argument("--reference", default=REFERENCE, help="commit to measure beside this code")
+    parser.add_argument("--no-reference", action="store_true")
     args = parser.parse_args()
     monitors = args.monitors or (200 if args.quick else 1000)
     fleet_series = 400 if args.quick else FLEET_SERIES
@@ -405,8 +415,14 @@ def main() -> None:
     kinds = ("sqlite", "postgres") if args.database == "both" else (args.database,)
     detector_us = detector_us_per_row()
     rows: list[list[object]] = []
-    for kind in kinds:
-        rows += bench_database(kind, monitors=monitors, fleet_series=fleet_series, duration=duration)
+    sizes = {"monitors": monitors, "fleet_series": fleet_series, "duration": duration}
+    with c.code_snapshot() as code_line, contextlib.ExitStack() as stack:
+        c.CODE_LINE = code_line
+        tree = None if args.no_reference else stack.enter_context(c.git_worktree(args.reference, "bench-rw-ref-"))
+        for kind in kinds:
+            rows += bench_database(kind, **sizes, code="this code")
+            if tree is not None:
+                rows += bench_database(kind, **sizes, code=f"reference {args.reference}", app_root=tree)
     c.write_table(
         "remote-write",
         "Remote write and bulk points: points stored and judged per second",
