@@ -416,9 +416,9 @@ def main() -> None:
     detector_us = detector_us_per_row()
     rows: list[list[object]] = []
     sizes = {"monitors": monitors, "fleet_series": fleet_series, "duration": duration}
-    with c.code_snapshot() as code_line, contextlib.ExitStack() as stack:
+    reference = contextlib.nullcontext() if args.no_reference else c.git_worktree(args.reference, "bench-rw-ref-")
+    with c.code_snapshot() as code_line, reference as tree:
         c.CODE_LINE = code_line
-        tree = None if args.no_reference else stack.enter_context(c.git_worktree(args.reference, "bench-rw-ref-"))
         for kind in kinds:
             rows += bench_database(kind, **sizes, code="this code")
             if tree is not None:
