@@ -398,3 +398,23 @@ def test_a_streams_second_weekend_is_expected_from_its_first() -> None:
     assert -27 < week < -19 and -35 < excess < -27  # as from the third weekend on (the test above)
     assert weekly.step(state, state.last_slot, into_weekend) == week
     assert weekly.day_gaps(state, into_weekend) == [0.0, 0.0, 0.0]
+
+
+def test_a_gauge_that_rarely_moves_learns_its_moves() -> None:
+    # A gauge that holds one value and moves by half a unit on one row in 250: the detector predicts it exactly
+    # on almost every row, so the window's top rank is an error of 0. Its moves are then read among the errors
+    # above 0: a move as large as those the window holds is as common as the window says, not beyond a range of
+    # width 0. The first move is news, and so is one ten times larger than any before; the moves between are
+    # learnt as the record learns any heavy tail, its threshold at most doubling with each (a handful of moves).
+    values = [42.0] * 6000
+    moves = list(range(400, 6000, 250))
+    for count, row in enumerate(moves):
+        values[row] += 0.5 if count % 2 else -0.5
+    values[5555] = 47.0
+    detector = StreamingDetector(data_frequency="Minutes", period=0)
+    times = [1.7e9 + 60.0 * i for i in range(len(values))]
+    verdicts = detector.update(detector.initial_state(), times, values)
+    flagged = [row for row in range(len(values)) if verdicts.is_anomaly[row]]
+    assert flagged[0] == moves[0]
+    assert not [row for row in flagged if moves[6] <= row < 5555]
+    assert 5555 in flagged

@@ -1,7 +1,8 @@
 """How a row's surprise becomes a calibrated probability (anomaly-model-1).
 
 A surprise is an error's size in units of the reference: the top-rank error of the detector's recent window
-(its 99th percentile once the window is full). Its tail probability, the share of normal rows that surprise
+(its 98th percentile once the window is full; among the errors above 0 where that rank is an exact prediction,
+see tail_ranks). Its tail probability, the share of normal rows that surprise
 at least as much, blends two estimates:
 
 - the stream's own long-run record of surprises: a histogram over log-spaced bins of its last RECORD_ROWS
@@ -19,7 +20,7 @@ from __future__ import annotations
 import math
 import operator
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -105,10 +106,23 @@ class Record:
 
 
 def ranks(n: int, top_rank: int) -> tuple[int, int]:
-    """The window's top rank (the 12th largest of a full window, one per 32 rows in a shorter one, never
+    """The window's top rank (the top_rank-th largest of a full window, one per 32 rows in a shorter one, never
     above the 3rd) and its bottom rank, TAIL_SPAN times lower."""
     top = min(n, top_rank, max(MIN_RANK, n // ROWS_PER_RANK))
     return top, min(n, round(top * TAIL_SPAN))
+
+
+def tail_ranks(ranked: array, top_rank: int) -> tuple[int, int]:
+    """``ranks`` of the window; where most of its errors are exactly 0 (a stream that rarely moves, predicted
+    exactly), those of its errors above 0: the tail is the other rows' (their share of the window stays the tail's
+    share), so a change as large as one the window holds is as common as the window says, not beyond a range of 0."""
+    n = len(ranked)
+    top, bottom = ranks(n, top_rank)
+    if n and ranked[n - top] <= 0.0:
+        moved = n - bisect_right(ranked, 0.0)
+        if moved:
+            return ranks(moved, top_rank)
+    return top, bottom
 
 
 def tail_shape(ranked: array, top_rank: int) -> float:
@@ -116,7 +130,7 @@ def tail_shape(ranked: array, top_rank: int) -> float:
     the bottom rank, those above the top rank lowered to it (incidents cannot move it); 0 (exponential) to
     MAX_SHAPE."""
     n = len(ranked)
-    top, bottom = ranks(n, top_rank)
+    top, bottom = tail_ranks(ranked, top_rank)
     start = ranked[n - bottom] if n else 0.0
     if bottom < 3 or start <= 0:
         return 0.0
@@ -141,7 +155,7 @@ def fit_tail(ranked: array, top_rank: int, shape: float) -> Tail:
     n = len(ranked)
     if not n:
         return Tail(0.0, 1.0, 0.0, 0.0, 0.0)
-    top, bottom = ranks(n, top_rank)
+    top, bottom = tail_ranks(ranked, top_rank)
     start, highest = ranked[n - bottom], ranked[n - top]
     high = highest - start
     span = math.log(bottom / top) if bottom > top else 0.0
