@@ -232,7 +232,6 @@ def streams(quick: bool, weekly_step: bool = True, days: int = DAYS, incidents: 
     return out
 
 
-
 # Operational shapes beside the four noise kinds, anomaly-free, scored by their false alarms only (they are not in
 # the figures of the kinds): what a monitor meets that the kinds do not hold.
 SHAPES = {
@@ -292,6 +291,7 @@ def shape_rows(shaped: list[Stream], judged_by: dict[str, dict]) -> list[list[ob
                      for judged in judged_by.values()]
             rows.append([shape, step_name, *(f"{rate:.2f}" for rate in rates)])
     return rows
+
 
 # ---------------------------------------------------------------------------------------------- running
 
