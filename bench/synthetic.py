@@ -125,6 +125,11 @@ def weekday(moment: Moment) -> Moment:
     return ((moment // 86400) + 3) % 7
 
 
+def clock(n: int, step: int) -> np.ndarray:
+    """Epoch seconds of ``n`` rows ``step`` seconds apart, from a midnight (UTC) in November 2023."""
+    return np.arange(n) * float(step) + 1_700_000_000.0 - (1_700_000_000 % 86400)
+
+
 def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool, weekly_step: bool = True,
                 days: int = DAYS) -> Stream:
     """One stream of ``days``; the same seed gives the same normal stream with and without incidents.
@@ -133,7 +138,7 @@ def make_stream(seed: int, kind: str, step_name: str, with_incidents: bool, week
     step = STEPS[step_name]
     rng = np.random.default_rng(seed)
     n = days * 86400 // step
-    t = np.arange(n) * float(step) + 1_700_000_000.0 - (1_700_000_000 % 86400)
+    t = clock(n, step)
     base = {"poisson": 4.0, "bursty": 8.0}.get(kind, 100.0) * (step / 60) ** 0.5 * rng.uniform(0.5, 3.0)
     day = (t % 86400) / 86400
     days_of_week = weekday(t)
@@ -251,7 +256,7 @@ def shape_stream(seed: int, shape: str, step_name: str, days: int = DAYS) -> Str
     step = STEPS[step_name]
     rng = np.random.default_rng(seed)
     n = days * 86400 // step
-    t = np.arange(n) * float(step) + 1_700_000_000.0 - (1_700_000_000 % 86400)
+    t = clock(n, step)
     daily = 1.0 + 0.4 * np.sin(2 * np.pi * (t % 86400) / 86400)
     per_minute = step / 60
     if shape == "sparse_counts":
