@@ -39,6 +39,16 @@ REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 HUGE = "10000000"
 
 
+def _stop_on_terminate(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+# A suite stopped by SIGTERM (bench/run.py's timeout, kill) unwinds as a failed one does, so the finally blocks stop
+# the servers and remove the worktrees and databases it started: SIGTERM's default action ends the process at once,
+# and each gunicorn, in a session of its own, kept running.
+signal.signal(signal.SIGTERM, _stop_on_terminate)
+
+
 def machine_line() -> str:
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (f"machine: nproc={os.cpu_count()}, Python {platform.python_version()}, "
@@ -209,6 +219,24 @@ def flush_redis(url: str = REDIS_URL) -> None:
     import redis
 
     redis.Redis.from_url(url, socket_connect_timeout=2).flushdb()
+
+
+def run_suite(command: Sequence[str], *, timeout: float, grace: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """``command`` in ROOT with base_env(), its output captured as text; past ``timeout`` seconds it is sent SIGTERM
+    and given ``grace`` seconds to stop what it started before SIGKILL (subprocess.run's timeout kills at once)."""
+    with subprocess.Popen(list(command), cwd=ROOT, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                process.communicate(timeout=grace)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 # ---------------------------------------------------------------------------------------------- gunicorn

@@ -48,7 +48,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -71,8 +70,7 @@ PREVIOUS_LAYOUT = "5eea8fa"
 
 
 def _script(name: str, *args: str, timeout: float = 3600) -> str:
-    result = subprocess.run([c.PYTHON, str(c.BENCH / name), *args], cwd=c.ROOT, env=c.base_env(),
-                            capture_output=True, text=True, timeout=timeout)
+    result = c.run_suite([c.PYTHON, str(c.BENCH / name), *args], timeout=timeout)
     print(result.stdout[-8000:], flush=True)
     if result.returncode != 0:
         raise RuntimeError(f"{name} failed ({result.returncode}):\n{result.stderr[-4000:]}")
@@ -146,7 +144,7 @@ def suite_accuracy(quick: bool) -> str:
            "--sample", "5" if quick else "30", "--anchors", "AutoETS,AutoTheta",
            "--output", str(c.RESULTS / "accuracy.md")]
     c.RESULTS.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(cmd, cwd=c.ROOT, env=c.base_env(), capture_output=True, text=True, timeout=3600)
+    result = c.run_suite(cmd, timeout=3600)
     if result.returncode != 0:
         raise RuntimeError(f"accuracy.py failed ({result.returncode}):\n{result.stderr[-4000:]}")
     _describe_sample(c.RESULTS / "accuracy.md")
@@ -192,7 +190,7 @@ def suite_tenant_isolation(quick: bool) -> str:
 def suite_load(quick: bool) -> str:
     """bench/load.py: 50 clients through nginx (TLS) and gunicorn, /verify and /forecast mixed."""
     cmd = [c.PYTHON, str(c.BENCH / "load.py"), "--seconds", "15" if quick else "60"]
-    result = subprocess.run(cmd, cwd=c.ROOT, env=c.base_env(), capture_output=True, text=True, timeout=900)
+    result = c.run_suite(cmd, timeout=900)
     print(result.stdout[-6000:], flush=True)
     if result.returncode != 0:
         raise RuntimeError(f"load.py failed ({result.returncode}):\n{result.stderr[-4000:]}")
