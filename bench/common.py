@@ -222,14 +222,16 @@ def flush_redis(url: str = REDIS_URL) -> None:
 
 
 def run_suite(command: Sequence[str], *, timeout: float, grace: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """``command`` in ROOT with base_env(), its output captured as text; past ``timeout`` seconds it is sent SIGTERM
-    and given ``grace`` seconds to stop what it started before SIGKILL (subprocess.run's timeout kills at once)."""
+    """``command`` in ROOT with base_env(), its output captured as text; past ``timeout`` seconds, or when this
+    process is stopped, it is sent SIGTERM and given ``grace`` seconds to stop what it started before SIGKILL
+    (subprocess.run's timeout kills at once)."""
     with subprocess.Popen(list(command), cwd=ROOT, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.terminate()
+        except BaseException as stopped:
+            if not isinstance(stopped, KeyboardInterrupt):  # Ctrl-C reached the suite itself (same process group)
+                process.terminate()
             try:
                 process.communicate(timeout=grace)
             except subprocess.TimeoutExpired:
