@@ -645,7 +645,8 @@ def main() -> int:
                     long_rows(long_normal, long_judged))
     lines += ["", f"Calibration on the same {LONG_DAYS}-day anomaly-free streams, new only: the share of rows "
               "scoring at least 1 - q, over q (1 is calibrated; rows in brackets). Down to the record's reach (20,160 "
-              "rows) the record itself says how rare a surprise is; beyond it, the recent window's fitted tail:", ""]
+              "rows) the record itself says how rare a surprise is; beyond it, the recent window's fitted tail, "
+              "weighed against the record's silence (docs/anomalies.md, part 3):", ""]
     lines += _table(["noise", "step", "rows", *(f"q = {share:g}" for share in CALIBRATION_SHARES)],
                     calibration_rows(long_normal, long_judged))
     lines += ["", f"Other shapes, anomaly-free ({len(shaped) // len(SHAPES) // len(STEPS)} streams of each shape and "
