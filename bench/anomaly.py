@@ -76,9 +76,9 @@ PUBLISHED = [  # the NAB dev set README: published detectors' result files score
     ("windowed Gaussian", 41.4, 26.5, 48.4),
 ]
 # The earlier detectors measured in the same run: the one before the calibrated score (its is_anomaly was score
-# >= 0.5), and the one landed before a window whose errors are mostly exact read its tail among the others.
+# >= 0.5), and the one landed before a habit had to be as rare as the default budget's range.
 REFERENCES = {"19f2049": "the detector before the calibrated score (is_anomaly was score >= 0.5)",
-              "1cde342": "the detector before a window of mostly exact predictions read its tail among the rest"}
+              "840b6d8": "the detector before a habit had to be as rare as the default budget's range"}
 PROFILES = ("standard", "reward_low_FP_rate", "reward_low_FN_rate")
 # Result files hold is_anomaly as 1.0/0.0, so NAB's threshold 0.5 reads "is_anomaly": the detector's own
 # threshold, whatever it is for the stream's step.

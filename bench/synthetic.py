@@ -80,7 +80,7 @@ CALIBRATION_SHARES = (1e-2, 1e-3, 1e-4, 1e-5)
 STEP_HOURS = 3  # a weekly step's reach: the detector's long window is three hours of five-minute rows
 # The earlier detectors run beside the working tree: before the alarm budget, and the one landed before a window
 # of mostly exact predictions read its tail among the other errors (app.compute.detect.surprises.tail_ranks).
-REFERENCES = ("19f2049", "1cde342")
+REFERENCES = ("19f2049", "840b6d8")
 
 
 @dataclass(frozen=True)

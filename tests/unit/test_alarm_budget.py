@@ -86,6 +86,16 @@ def test_a_stream_without_anomalies_raises_about_its_budget_per_week(kind: str, 
     assert lenient.threshold < default.threshold
 
 
+@pytest.mark.parametrize("kind", ["gaussian", "student-t3", "poisson"])
+def test_a_lenient_budget_is_spent_not_explained_away_as_habits(kind: str) -> None:
+    # At a hundred a week a deviation just beyond the range shows within two hours of this time on most days:
+    # counted as a habit, it would explain away most rows the budget allows (a third to a half of them).
+    weeks = 3
+    times, values = stream(kind, 60, weeks, seed=7)
+    per_week = sum(judge(times, values, false_alarms_per_week=100.0).is_anomaly[1440:]) / weeks
+    assert 50 <= per_week <= 200, f"{per_week:.1f} a week against a budget of 100"
+
+
 def test_sensitivity_spans_ten_thousand_times_the_budget() -> None:
     assert budget_for_sensitivity(0) == pytest.approx(0.01)
     assert budget_for_sensitivity(99) == pytest.approx(100.0)

@@ -31,7 +31,7 @@ How a row is judged (docs/anomalies.md says why each part is there):
    nor reset it), when a user marks one of its rows normal, or when it is adopted (5). Within it a row is
    news only as far as it goes beyond the incident's peak on its side (its probability is conditional on the
    peak), and window alarms are the same incident. A habit (a deviation this large at this time on two of the
-   last three seasons, or a week ago on a daily season) explains a row the same way.
+   last three seasons, or a week ago on a daily season, as rare as the default budget's range) does too.
 5. Robust to what it flags. A row beyond the range does not enter the short-term predictors (last value,
    local mean): they see ``expected`` instead, so the return to normal after a spike is judged against
    normal. An incident whose rows have been beyond the range on one side adopt_rows times is a new level, not
@@ -64,8 +64,7 @@ from app.series.frequencies import median_gap, period_seconds
 # Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
 WARMUP: Final = 11
 TOP_RANK: Final = 24  # the unit of surprise: the 24th-largest error of the window, 2% of a full one
-# The window's tail and the threshold are refitted every 64 steps of the stream (docs/anomalies.md).
-SHAPE_ROWS: Final = 64
+SHAPE_ROWS: Final = 64  # the window's tail and the threshold are refitted every 64 steps of the stream
 # A surprise beyond the threshold enters the record at most at twice the threshold: a heavy tail is still
 # learnt (the threshold can climb twice as high with each such row), but one spike on a young stream cannot
 # widen its range to the spike's size.
@@ -215,8 +214,12 @@ class StreamingDetector:
         if deviant:
             # One incident is one anomaly: within an open incident a row is news only as far as it is beyond
             # the incident's peak, so its probability is conditional on that peak having been seen. A habit (a
-            # deviation as large at this time in two of the last three seasons, or a week ago) likewise.
-            reference = self._explained(st, now, residual)
+            # deviation as large at this time in two of the last three seasons, or a week ago) likewise, if as
+            # rare as the default budget's range: above that budget, noise just beyond the range shows within a
+            # habit's reach by chance most days and would explain nearly every row away.
+            peak, habit = self._explained(st, now, residual)
+            rare = row_probability(DEFAULT_FALSE_ALARMS_PER_WEEK, st.step) / signals if habit > peak else 0.0
+            reference = habit if habit > peak and min(per_signal, calibration.probability(habit)) <= rare else peak
             if reference >= error:
                 point = 1.0
             elif reference >= halfwidth:
@@ -366,16 +369,16 @@ class StreamingDetector:
     def _habit_reach(self, period: int) -> int:
         return round(period * self.habit)
 
-    def _explained(self, st: DetectorState, now: int, residual: float) -> float:
-        """The largest deviation on this row's side that explains it: the peak of an open incident (rows judged
-        deviant in the last quiet_rows rows), or a habit: the deviation seen within the habit's reach of this
-        time of the season in two of the last three seasons (the second largest of their largest), or at this
-        time a week ago on a daily season. 0 if none."""
+    def _explained(self, st: DetectorState, now: int, residual: float) -> tuple[float, float]:
+        """On this row's side, the peak of an open incident (deviant rows in the last quiet_rows) and a habit:
+        the deviation seen within the habit's reach of this time in two of the last three seasons (the second
+        largest of their largest), or a week ago on a daily season (0: none, or the peak explains the row)."""
         side = 1.0 if residual > 0 else -1.0
-        explained = max(0.0, max((side * earlier for earlier in st.recent_flags), default=0.0))
+        peak = max(0.0, max((side * earlier for earlier in st.recent_flags), default=0.0))
         reach = self._habit_reach(st.period)
-        if not reach or explained >= abs(residual):
-            return explained
+        if not reach or peak >= abs(residual):
+            return peak, 0.0
+        explained = 0.0
         ids, residuals, size = st.slot_ids, st.slot_residuals, len(st.slot_ids)
         largest = []
         for back in (1, 2, 3):
@@ -392,7 +395,7 @@ class StreamingDetector:
             for marked, deviation in zip(st.marked_slots, st.marked_residuals, strict=True):
                 if low <= marked <= high:
                     explained = max(explained, side * deviation)
-        return explained
+        return peak, explained
 
     def _mark(self, st: DetectorState, now: int, residual: float) -> None:
         """Remembers a deviant row (at slot ``now``) for a week and the habit's reach (a daily season's weekly
