@@ -78,8 +78,8 @@ SENSITIVITIES = (0, 25, 50, 75, 99)
 # The calibration's check: on anomaly-free streams the share of rows scoring at least 1 - q should be about q.
 CALIBRATION_SHARES = (1e-2, 1e-3, 1e-4, 1e-5)
 STEP_HOURS = 3  # a weekly step's reach: the detector's long window is three hours of five-minute rows
-# The earlier detectors run beside the working tree: before the alarm budget, and the one landed before a window
-# of mostly exact predictions read its tail among the other errors (app.compute.detect.surprises.tail_ranks).
+# The earlier detectors run beside the working tree: before the alarm budget, and the one landed before a habit
+# had to be as rare as the default budget's range (app.compute.detect.streaming).
 REFERENCES = ("19f2049", "840b6d8")
 
 
@@ -545,23 +545,28 @@ def calibration_rows(normal: list[Stream], judged: dict) -> list[list[object]]:
     return rows
 
 
+def _alarm_rate(streams: list[Stream], judged: dict, sensitivity: int) -> float:
+    """False alarms per stream per week over ``streams`` at ``sensitivity``."""
+    alarms = sum(false_alarms(s, judged[(s.name, sensitivity)][0]) for s in streams)
+    return alarms / sum(weeks(s) for s in streams)
+
+
 def sensitivity_rows(label: str, normal: list[Stream], judged: dict,
                      budgets: dict[int, tuple[float, dict[int, float]]] | None) -> list[list[object]]:
     """Per sensitivity: the budget it maps to; at each step the budget applied (a row probability is capped) and
     the false alarms per stream per week measured; then all streams together."""
     rows: list[list[object]] = []
     by_step = {step: [s for s in normal if s.step == step] for step in STEPS.values()}
+    stream_weeks = sum(weeks(s) for s in normal)
     for sensitivity in SENSITIVITIES:
-        def rate(streams: list[Stream], level: int = sensitivity) -> float:
-            return sum(false_alarms(s, judged[(s.name, level)][0]) for s in streams) / sum(weeks(s) for s in streams)
-
         alarms = sum(false_alarms(s, judged[(s.name, sensitivity)][0]) for s in normal)
         at_steps = sum(step_alarms(s, judged[(s.name, sensitivity)][0]) for s in normal)
         budget, applied = budgets[sensitivity] if budgets else (None, {})
-        per_step = [f"{applied[step]:.3g} / {rate(streams):.2f}" if applied else f"- / {rate(streams):.2f}"
-                    for step, streams in by_step.items()]
-        rows.append([label, sensitivity, f"{budget:.3g}" if budget is not None else "(no budget)", *per_step,
-                     f"{rate(normal):.3f}", alarms, at_steps])
+        per_step = [f"{applied[step]:.3g}" if applied else "-" for step in by_step]
+        rows.append([label, sensitivity, f"{budget:.3g}" if budget is not None else "(no budget)",
+                     *(f"{given} / {_alarm_rate(streams, judged, sensitivity):.2f}"
+                       for given, streams in zip(per_step, by_step.values(), strict=True)),
+                     f"{alarms / stream_weeks:.3f}", alarms, at_steps])
     return rows
 
 

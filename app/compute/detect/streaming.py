@@ -213,13 +213,13 @@ class StreamingDetector:
         point = raw
         if deviant:
             # One incident is one anomaly: within an open incident a row is news only as far as it is beyond
-            # the incident's peak, so its probability is conditional on that peak having been seen. A habit (a
-            # deviation as large at this time in two of the last three seasons, or a week ago) likewise, if as
-            # rare as the default budget's range: above that budget, noise just beyond the range shows within a
-            # habit's reach by chance most days and would explain nearly every row away.
+            # the incident's peak, so its probability is conditional on that peak having been seen. A habit
+            # likewise, if as rare as the default budget's range: above that budget, noise just beyond the range
+            # shows within a habit's reach by chance most days and would explain nearly every row away.
             peak, habit = self._explained(st, now, residual)
-            rare = row_probability(DEFAULT_FALSE_ALARMS_PER_WEEK, st.step) / signals if habit > peak else 0.0
-            reference = habit if habit > peak and min(per_signal, calibration.probability(habit)) <= rare else peak
+            rare = row_probability(DEFAULT_FALSE_ALARMS_PER_WEEK, st.step) / signals
+            habitual = habit > peak and (per_signal <= rare or calibration.probability(habit) <= rare)
+            reference = habit if habitual else peak
             if reference >= error:
                 point = 1.0
             elif reference >= halfwidth:
