@@ -291,9 +291,7 @@ def shape_rows(shaped: list[Stream], judged_by: dict[str, dict]) -> list[list[ob
     for shape in SHAPES:
         for step_name, step in STEPS.items():
             chosen = [s for s in shaped if s.kind == shape and s.step == step]
-            stream_weeks = sum(weeks(s) for s in chosen)
-            rates = [sum(false_alarms(s, judged[(s.name, None)][0]) for s in chosen) / stream_weeks
-                     for judged in judged_by.values()]
+            rates = [alarm_rate(chosen, judged) for judged in judged_by.values()]
             rows.append([shape, step_name, *(f"{rate:.2f}" for rate in rates)])
     return rows
 
@@ -412,6 +410,12 @@ def false_alarms(stream: Stream, flags: list[bool]) -> int:
     return len(false_alarm_rows(stream, flags))
 
 
+def alarm_rate(streams: list[Stream], judged: dict, sensitivity: int | None = None) -> float:
+    """False alarms per stream per week over ``streams`` (judged by (name, sensitivity); None: the default)."""
+    alarms = sum(false_alarms(s, judged[(s.name, sensitivity)][0]) for s in streams)
+    return alarms / sum(weeks(s) for s in streams)
+
+
 def at_weekly_step(stream: Stream, row: int) -> bool:
     """Whether a row lies within STEP_HOURS after one of the streams' weekly steps (the weekend's lower level
     starts at Saturday 00:00 UTC and ends at Monday 00:00): where the window signals, which keep no weekly
@@ -496,8 +500,7 @@ def evaluate(label: str, all_streams: list[Stream], judged: dict) -> tuple[list[
     incident = [s for s in all_streams if s.segments]
     totals = [point_adjusted(s, judged[(s.name, None)][0]) for s in incident]
     tp, fp, fn = (sum(t[i] for t in totals) for i in range(3))
-    summary["fa_per_week"] = sum(false_alarms(s, judged[(s.name, None)][0]) for s in normal) / sum(
-        weeks(s) for s in normal)
+    summary["fa_per_week"] = alarm_rate(normal, judged)
     summary["pa_f1"] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
     summary["pa_precision"] = tp / (tp + fp) if tp + fp else 0.0
     summary["pa_recall"] = tp / (tp + fn) if tp + fn else 0.0
@@ -545,12 +548,6 @@ def calibration_rows(normal: list[Stream], judged: dict) -> list[list[object]]:
     return rows
 
 
-def _alarm_rate(streams: list[Stream], judged: dict, sensitivity: int) -> float:
-    """False alarms per stream per week over ``streams`` at ``sensitivity``."""
-    alarms = sum(false_alarms(s, judged[(s.name, sensitivity)][0]) for s in streams)
-    return alarms / sum(weeks(s) for s in streams)
-
-
 def sensitivity_rows(label: str, normal: list[Stream], judged: dict,
                      budgets: dict[int, tuple[float, dict[int, float]]] | None) -> list[list[object]]:
     """Per sensitivity: the budget it maps to; at each step the budget applied (a row probability is capped) and
@@ -564,7 +561,7 @@ def sensitivity_rows(label: str, normal: list[Stream], judged: dict,
         budget, applied = budgets[sensitivity] if budgets else (None, {})
         per_step = [f"{applied[step]:.3g}" if applied else "-" for step in by_step]
         rows.append([label, sensitivity, f"{budget:.3g}" if budget is not None else "(no budget)",
-                     *(f"{given} / {_alarm_rate(streams, judged, sensitivity):.2f}"
+                     *(f"{given} / {alarm_rate(streams, judged, sensitivity):.2f}"
                        for given, streams in zip(per_step, by_step.values(), strict=True)),
                      f"{alarms / stream_weeks:.3f}", alarms, at_steps])
     return rows
@@ -630,8 +627,7 @@ def main() -> int:
                                             judge_all(ROOT, [(s, None) for s in flat_streams]))
     long_normal = streams(args.quick, days=LONG_DAYS, incidents=False)
     long_judged = judge_all(ROOT, [(s, None) for s in long_normal])
-    long_rate = sum(false_alarms(s, long_judged[(s.name, None)][0]) for s in long_normal) / sum(
-        weeks(s) for s in long_normal)
+    long_rate = alarm_rate(long_normal, long_judged)
     oracle = {(s.name, None): (oracle_flags(s), 0.0) for s in all_streams}
     rows, summaries[ORACLE] = evaluate(ORACLE, all_streams, oracle)
     per_kind += rows
