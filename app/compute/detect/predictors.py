@@ -18,6 +18,7 @@ from app.compute.detect.state import PREDICTORS, DetectorState
 # the noisy value a season ago over the local mean there.
 CHOOSER_ROWS: Final = 288
 LOCAL_ROWS: Final = 8
+ROUNDING: Final = 1e-12  # a relative difference that rounding alone makes (about 4,500 roundings of a double)
 # The predictors' places in a row's candidates (PREDICTORS of them).
 SEASON: Final = 0
 SEASON_ADJUSTED_LAST: Final = 1
@@ -60,6 +61,13 @@ def carry_over_hour(st: DetectorState, now: int) -> tuple[float, float]:
     return step, excess
 
 
+def rounding(value: float) -> float:
+    """How far apart two sums of numbers near ``value`` may be by rounding alone (thousands of roundings): errors
+    this small are exact predictions, so that adding a constant to a stream (a gauge at 0.1 rather than 0) changes
+    none of its verdicts."""
+    return ROUNDING * abs(value)
+
+
 def predictions(st: DetectorState, now: int, carried: float = 0.0, excess: float = 0.0) -> list[float | None]:
     """The usual value one season ago, the last value plus the usual change one season ago, the median of the
     values one, two and three seasons ago (it learns a changed pattern, and one odd day does not move it), the
@@ -94,9 +102,10 @@ def choose(st: DetectorState, candidates: list[float | None], *, seasonal_only: 
     if seasonal_only:
         ready = [j for j in ready if j not in SHORT_TERM] or ready
     best, best_error = LAST, math.inf
+    tie = rounding(st.last)  # mean errors this close differ by rounding alone (a constant added to the stream)
     for j in ready:  # seasonal predictors come first: on a tie the season wins
         error = st.chooser_sum[j] / st.chooser_count[j]
-        if error < best_error:
+        if error < best_error - tie:
             best, best_error = j, error
     return best
 
@@ -146,7 +155,16 @@ def remember_season(st: DetectorState, at: int, value: float, residual: float = 
 def score_predictors(st: DetectorState, candidates: list[float | None], value: float, cap: float | None) -> None:
     """Each predictor's error on this row enters the chooser's ring; ``cap`` bounds it (a flagged row counts at
     most as a miss by the range's half-width, so an incident does not decide which predictor judges after it)."""
-    errors = [None if p is None else abs(p - value) if cap is None else min(abs(p - value), cap) for p in candidates]
+    tie = rounding(value)
+    errors: list[float | None] = []
+    for prediction in candidates:
+        if prediction is None:
+            errors.append(None)
+            continue
+        miss = abs(prediction - value)
+        if miss <= tie:  # rounding noise: an exact hit, as it is at any other level of the stream
+            miss = 0.0
+        errors.append(miss if cap is None else min(miss, cap))
     # Written in place, field by field: this runs on every row, and building a row array cost a sixth of it.
     ring, sums, counts = st.chooser_ring, st.chooser_sum, st.chooser_count
     if st.chooser_rows < CHOOSER_ROWS:

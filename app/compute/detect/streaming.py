@@ -202,10 +202,13 @@ class StreamingDetector:
             self.floor_relative * abs(expected),
             1e-9 + 1e-6 * abs(value),  # a perfectly flat stretch must not flag rounding noise
         )
+        rounding = p.rounding(value)
         allowed = self.row_probability(st)
         signals = self._effective_signals(st)
         per_signal = allowed / signals
         residual = value - expected
+        if abs(residual) <= rounding:
+            residual = 0.0
         error = abs(residual)
         calibration, halfwidth = self._calibrated(st, st.errors_sorted, st.error_fit, least, per_signal)
         raw = calibration.probability(error)
@@ -231,6 +234,8 @@ class StreamingDetector:
         st.error_fit.record.add(min(error, RECORD_CAP * halfwidth) / calibration.unit / calibration.stretch
                                 if recorded and calibration.unit > 0 else None)
         anchored = p.anchored_error(st, now, value, expected, choice, self.short_rows)
+        if abs(anchored) <= rounding:
+            anchored = 0.0
         window = self._window_probability(st, residual, anchored, least, per_signal, incident_open or deviant)
         smallest = min(point, window)
         if self.joint:
@@ -247,7 +252,8 @@ class StreamingDetector:
             still_open = self._incident_open(st)
         out.add(expected, expected - halfwidth, expected + halfwidth, 1.0 - probability, flagged,
               ("up" if residual > 0 else "down") if flagged else None, still_open)
-        self._learn(st, now, value, expected, halfwidth, candidates, deviant and not normal, deviant and normal)
+        self._learn(st, now, value, expected, residual, halfwidth, candidates, deviant and not normal,
+                    deviant and normal)
         p.remember_anchor(st, self.short_rows)
 
     def _effective_signals(self, st: DetectorState) -> float:
@@ -466,13 +472,14 @@ class StreamingDetector:
         return lookback_rows(self.season_rows(step), step)
 
     def _learn(
-        self, st: DetectorState, now: int, value: float, expected: float, halfwidth: float,
+        self, st: DetectorState, now: int, value: float, expected: float, residual: float, halfwidth: float,
         candidates: list[float | None], flagged: bool, told: bool,
     ) -> None:
-        """``flagged``: the row was beyond its range; ``told``: it was, and a user said it is normal."""
-        self._push_error(st, abs(value - expected))
+        """``residual``: the row's error (0 within rounding); ``flagged``: the row was beyond its range; ``told``: it
+        was, and a user said it is normal."""
+        self._push_error(st, abs(residual))
         p.score_predictors(st, candidates, value, halfwidth if flagged else None)
-        p.remember_season(st, now, value, value - expected, flagged)
+        p.remember_season(st, now, value, residual, flagged)
         if told:
             # The last value (a level the stream keeps is read from there), not a sample of the local level: a
             # spike told normal that entered the local mean made the rows back at normal deviate, and their
