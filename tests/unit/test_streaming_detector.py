@@ -14,6 +14,7 @@ from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probabi
 from app.compute.detect.predictors import slot
 from app.compute.detect.streaming import ADOPT_ROWS, QUIET_ROWS, WARMUP, StreamingDetector, Verdicts
 from app.compute.detect.surprises import WINDOW_ROWS
+from app.series.frequencies import median_gap
 
 HOUR = 3600.0
 
@@ -266,6 +267,37 @@ def test_the_verdicts_do_not_depend_on_the_streams_units(scale: float, shift: fl
     assert moved.is_anomaly == base.is_anomaly
     assert moved.score == pytest.approx(base.score, rel=1e-6, abs=1e-9)
     assert base.is_anomaly[2000]
+
+
+@pytest.mark.parametrize("gaps, data_frequency, step", [
+    ([301, 299, 302, 300, 298, 301], "Minutes", 300.0),  # a pusher's timer, a few seconds off the grid
+    ([3_601, 3_599, 3_600, 3_602], "Hours", 3_600.0),
+    ([90, 90, 91, 90], "Minutes", 90.0),  # not near a whole number of minutes: the gaps as they are
+    ([4_500, 4_501, 4_499], "Hours", 4_500.0),  # 75 minutes is a cadence of its own, not an hour
+    ([2_678_400, 2_592_000, 2_678_400], "Monthly", 2_678_400.0),  # a month has no fixed length
+    ([301, 299, 302], None, 301.0),
+])
+def test_the_step_is_a_whole_number_of_the_frequency_s_units_when_the_gaps_are_near_one(
+        gaps: list[int], data_frequency: str | None, step: float) -> None:
+    times = [1.7e9]
+    for gap in gaps:
+        times.append(times[-1] + gap)
+    assert median_gap(times, data_frequency) == step
+
+
+def test_timestamps_a_few_seconds_off_the_grid_keep_the_day_in_rows() -> None:
+    # Five-minute rows whose timestamps a timer moves by up to 5 s: the step is 300 s and a day 288 rows, as on
+    # the grid; with the median gap (301 s here) a day was 287 rows, and every row's season drifted by a slot
+    # every 300 rows.
+    rng = random.Random(3)
+    grid = [1.7e9 + 300.0 * i for i in range(600)]
+    values = [100 + 30 * math.sin(2 * math.pi * i / 288) + rng.gauss(0, 2) for i in range(600)]
+    jittered = [float(round(t + rng.uniform(-5, 5))) for t in grid]
+    detector = StreamingDetector(data_frequency="Minutes")
+    for times in (grid, jittered):
+        state = detector.initial_state()
+        detector.update(state, times, values)
+        assert (state.step, state.period) == (300.0, 288)
 
 
 @pytest.mark.parametrize("shift", [0.1, 1.2247])

@@ -442,7 +442,7 @@ class StreamingDetector:
     def _start(self, st: DetectorState) -> None:
         """Nominal step and season, fixed once warm-up ends so later rows never change them."""
         times = st.warm_times
-        st.origin, st.step = times[0], max(median_gap(times), 0.0)
+        st.origin, st.step = times[0], max(median_gap(times, self.data_frequency), 0.0)
         period = st.period = self.season_rows(st.step)
         if weekly.daily(period, st.step):
             st.week = 7 * period
@@ -468,7 +468,7 @@ class StreamingDetector:
     def rebuild_rows(self, times: Sequence[float]) -> int:
         """How many of a series' newest rows a state rebuilt from them needs (``times``: the newest few): the
         look-back of their median gap (as warm-up reads the step) and its season. More rows give the same state."""
-        step = median_gap(times)
+        step = median_gap(times, self.data_frequency)
         return lookback_rows(self.season_rows(step), step)
 
     def _learn(
