@@ -76,11 +76,16 @@ def test_a_lease_that_runs_out_passes_the_chunk_on(database: Database) -> None:
     assert list(store.done_outputs(database, batch.id)) == [b"y\n", b"x\n"]
 
 
-def test_work_never_taken_within_a_lease_is_queued_again(database: Database) -> None:
-    batch = new_batch(database, count=3, lease_seconds=0.3)  # chunks of 1 and 2 series
+def test_work_never_taken_within_a_lease_is_queued_again(database: Database,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sweep's clock is set, not waited for: with a lease of 0.3 s a loaded machine once took longer than the
+    # lease between queuing the batch and the first sweep.
+    queued = store.now_utc()
+    batch = new_batch(database, count=3, lease_seconds=60)  # chunks of 1 and 2 series
+    monkeypatch.setattr(sweep, "now_utc", lambda: queued + timedelta(seconds=1))
     # Queued a moment ago: its task may still be waiting in the engine's queue.
     assert sweep.requeue_stalled(database, lease_seconds=60).chunks == []
-    time.sleep(0.4)
+    monkeypatch.setattr(sweep, "now_utc", lambda: queued + timedelta(seconds=120))
     # Not taken within a lease: its task was lost (a consumer killed between taking it and claiming the chunk),
     # and it is queued again, whatever else the queue holds; a finishing worker leaves that to the sweep.
     assert sweep.requeue_stalled(database, held_only=True, lease_seconds=60).chunks == []
