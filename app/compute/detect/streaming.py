@@ -30,8 +30,9 @@ How a row is judged (docs/anomalies.md says why each part is there):
    open one; it ends after quiet_rows rows in a row with neither (rows, not time: missing points neither end
    nor reset it), when a user marks one of its rows normal, or when it is adopted (5). Within it a row is
    news only as far as it goes beyond the incident's peak on its side (its probability is conditional on the
-   peak), and window alarms are the same incident. A habit (a deviation this large at this time on two of the
-   last three seasons, or a week ago on a daily season, as rare as the default budget's range) does too.
+   peak), and window alarms are the same incident. A habit (app.compute.detect.habits: a deviation this large
+   at this time on two of the last three seasons, or a week ago on a daily season, as rare as the default
+   budget's range) does too.
 5. Robust to what it flags. A row beyond the range does not enter the short-term predictors (last value,
    local mean): they see ``expected`` instead, so the return to normal after a spike is judged against
    normal. An incident whose rows have been beyond the range on one side adopt_rows times is a new level, not
@@ -54,8 +55,8 @@ from array import array
 from collections.abc import Sequence
 from typing import Final
 
+from app.compute.detect import habits, weekly
 from app.compute.detect import predictors as p
-from app.compute.detect import weekly
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
 from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, any_flag, push_ranked, push_ring
 from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
@@ -69,7 +70,6 @@ SHAPE_ROWS: Final = 64  # the window's tail and the threshold are refitted every
 # learnt (the threshold can climb twice as high with each such row), but one spike on a young stream cannot
 # widen its range to the spike's size.
 RECORD_CAP: Final = 2.0
-MAX_MARKED: Final = 2048  # deviant rows a week's habit remembers at most
 QUIET_ROWS: Final = 48  # an incident ends after this many rows in a row with nothing beyond its range
 ADOPT_ROWS: Final = 12  # a run beyond the range on one side this long is a new level: an hour of five-minute rows
 HABIT_SHARE: Final = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
@@ -219,7 +219,7 @@ class StreamingDetector:
             # the incident's peak, so its probability is conditional on that peak having been seen. A habit
             # likewise, if as rare as the default budget's range: above that budget, noise just beyond the range
             # shows within a habit's reach by chance most days and would explain nearly every row away.
-            peak, habit = self._explained(st, now, residual)
+            peak, habit = habits.explained(st, now, residual, self._habit_reach(st.period))
             rare = row_probability(DEFAULT_FALSE_ALARMS_PER_WEEK, st.step) / signals
             habitual = habit > peak and (per_signal <= rare or calibration.probability(habit) <= rare)
             reference = habit if habitual else peak
@@ -227,7 +227,7 @@ class StreamingDetector:
                 point = 1.0
             elif reference >= halfwidth:
                 point = min(1.0, raw / max(calibration.probability(reference), 1e-300))
-            self._mark(st, now, residual)
+            habits.mark(st, now, residual, self._habit_reach(st.period))
         # The record keeps normal rows, and of an incident only its news: incidents must not become normal.
         incident_open = any_flag(st.recent_flags)
         recorded = (not deviant and not incident_open) or (deviant and point <= per_signal)
@@ -374,50 +374,6 @@ class StreamingDetector:
 
     def _habit_reach(self, period: int) -> int:
         return round(period * self.habit)
-
-    def _explained(self, st: DetectorState, now: int, residual: float) -> tuple[float, float]:
-        """On this row's side, the peak of an open incident (deviant rows in the last quiet_rows) and a habit:
-        the deviation seen within the habit's reach of this time in two of the last three seasons (the second
-        largest of their largest), or a week ago on a daily season (0: none, or the peak explains the row)."""
-        side = 1.0 if residual > 0 else -1.0
-        peak = max(0.0, max((side * earlier for earlier in st.recent_flags), default=0.0))
-        reach = self._habit_reach(st.period)
-        if not reach or peak >= abs(residual):
-            return peak, 0.0
-        explained = 0.0
-        ids, residuals, size = st.slot_ids, st.slot_residuals, len(st.slot_ids)
-        largest = []
-        for back in (1, 2, 3):
-            centre = now - back * st.period
-            seen = 0.0
-            for near in range(centre - reach, centre + reach + 1):
-                position = near % size
-                if ids[position] == near:
-                    seen = max(seen, side * residuals[position])
-            largest.append(seen)
-        explained = max(explained, sorted(largest)[1])
-        if st.week:
-            low, high = now - st.week - reach, now - st.week + reach
-            for marked, deviation in zip(st.marked_slots, st.marked_residuals, strict=True):
-                if low <= marked <= high:
-                    explained = max(explained, side * deviation)
-        return peak, explained
-
-    def _mark(self, st: DetectorState, now: int, residual: float) -> None:
-        """Remembers a deviant row (at slot ``now``) for a week and the habit's reach (a daily season's weekly
-        habit)."""
-        if not st.week:
-            return
-        oldest = now - st.week - self._habit_reach(st.period)
-        drop = 0
-        while drop < len(st.marked_slots) and (st.marked_slots[drop] < oldest or len(st.marked_slots) - drop
-                                               >= MAX_MARKED):
-            drop += 1
-        if drop:
-            del st.marked_slots[:drop]
-            del st.marked_residuals[:drop]
-        st.marked_slots.append(now)
-        st.marked_residuals.append(residual)
 
     def _remember_flag(self, st: DetectorState, deviation: float) -> bool:
         """Remembers this row's deviation (0 if it was not deviant); whether an incident is still open."""
