@@ -10,6 +10,7 @@ from typing import Any
 from app.compute.pool import WorkerPool
 from app.forecast import service
 from app.forecast.schemas import ForecastRequest, SeriesData
+from app.series.frequencies import UNIT_SECONDS
 from app.series.timestamps import TimeAxis, TimestampError, parse_axis
 from app.web.errors import DataValidationError
 from app.web.pool_work import compute_on_pool
@@ -21,7 +22,6 @@ MIN_FORECAST_POINTS = 10
 MAX_FORECAST_CONFIDENCE = 0.99  # /forecast's own upper bound
 DEFAULT_FORECAST_CONFIDENCE = 0.99
 
-_FIXED_SECONDS = {"Seconds": 1, "Minutes": 60, "Hours": 3600, "Daily": 86_400, "Weekly": 604_800}
 _CALENDAR_MONTHS = {"Monthly": 1, "Quarterly": 3, "Yearly": 12}
 _SUFFIX_RE = re.compile(r"(Z|[+-][0-9]{2}:[0-9]{2})$")
 
@@ -38,9 +38,9 @@ def _axis(frequency: str, epochs: list[int], texts: list[str]) -> TimeAxis:
     suffix_match = _SUFFIX_RE.search(last_text)
     suffix = suffix_match.group(1) if suffix_match else ""
     fraction = re.search(r"\.([0-9]+)", last_text)
-    if frequency in _FIXED_SECONDS:
+    if frequency in UNIT_SECONDS:
         gaps = [b - a for a, b in zip(epochs[-400:], epochs[-399:], strict=False)]
-        step = max(1, round(statistics.median(gaps) / _FIXED_SECONDS[frequency])) if gaps else 1
+        step = max(1, round(statistics.median(gaps) / UNIT_SECONDS[frequency])) if gaps else 1
     else:
         walls = [datetime.fromisoformat(t) for t in texts[-400:]]
         months = [(b.year - a.year) * 12 + b.month - a.month for a, b in zip(walls, walls[1:], strict=False)]

@@ -11,12 +11,13 @@ from sqlalchemy import Row
 
 from app.monitors import selectors
 from app.monitors.webhooks import WebhookAddressError, check_url
+from app.series.frequencies import UNIT_SECONDS
 from app.web.errors import InvalidRequest
 from app.web.validation import problem
 
 # The step of a Prometheus-backed monitor's points: one per unit of its data_frequency. Calendar units have
 # no fixed length, and PromQL steps are fixed, so those frequencies cannot be read from Prometheus.
-STEP_SECONDS = {"Seconds": 1, "Minutes": 60, "Hours": 3600, "Daily": 86_400, "Weekly": 604_800}
+STEP_SECONDS = UNIT_SECONDS
 MAX_QUERY_LENGTH = 4096
 # What a new monitor learns from first: up to this many of the latest steps (never more than it retains).
 BACKFILL_POINTS = 1000

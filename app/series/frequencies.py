@@ -59,7 +59,7 @@ STEP_ROWS = 11
 
 # The length of a data_frequency's unit where it has a fixed one (a month's does not): a stream's step is a whole
 # number of them, as Azure's granularity and customInterval say.
-UNIT_SECONDS: dict[str, float] = {"Seconds": 1.0, "Minutes": 60.0, "Hours": 3_600.0, "Daily": DAY, "Weekly": 7 * DAY}
+UNIT_SECONDS: dict[str, int] = {"Seconds": 1, "Minutes": 60, "Hours": 3_600, "Daily": 86_400, "Weekly": 604_800}
 # How far from a whole number of units a median gap may be, as a share of that number, and still be read as it:
 # timestamps a few seconds off a five-minute grid (a pusher's timer) give median gaps of 299 or 301 s, and a step
 # of 301 s drifts a row's season by a slot every 300 rows and makes a day 287 rows. A cadence of its own (90 s of
@@ -73,11 +73,11 @@ def median_gap(times: Sequence[float], data_frequency: str | None = None) -> flo
     units (at least one), that number of units."""
     gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
     gap = gaps[len(gaps) // 2] if gaps else 0.0
-    unit = UNIT_SECONDS.get(data_frequency or "", 0.0)
-    if unit > 0.0:
+    unit = UNIT_SECONDS.get(data_frequency or "", 0)
+    if unit:
         units = round(gap / unit)
         if units >= 1 and abs(gap - units * unit) <= UNIT_SLACK * units * unit:
-            return units * unit
+            return float(units * unit)
     return gap
 
 

@@ -68,6 +68,11 @@ def rounding(value: float) -> float:
     return ROUNDING * abs(value)
 
 
+def exact(miss: float, tie: float) -> float:
+    """``miss``, or 0 where it is within ``tie`` (rounding): an exact prediction, as at any other level."""
+    return 0.0 if abs(miss) <= tie else miss
+
+
 def predictions(st: DetectorState, now: int, carried: float = 0.0, excess: float = 0.0) -> list[float | None]:
     """The usual value one season ago, the last value plus the usual change one season ago, the median of the
     values one, two and three seasons ago (it learns a changed pattern, and one odd day does not move it), the
@@ -156,15 +161,9 @@ def score_predictors(st: DetectorState, candidates: list[float | None], value: f
     """Each predictor's error on this row enters the chooser's ring; ``cap`` bounds it (a flagged row counts at
     most as a miss by the range's half-width, so an incident does not decide which predictor judges after it)."""
     tie = rounding(value)
-    errors: list[float | None] = []
-    for prediction in candidates:
-        if prediction is None:
-            errors.append(None)
-            continue
-        miss = abs(prediction - value)
-        if miss <= tie:  # rounding noise: an exact hit, as it is at any other level of the stream
-            miss = 0.0
-        errors.append(miss if cap is None else min(miss, cap))
+    errors = [None if prediction is None else exact(abs(prediction - value), tie) for prediction in candidates]
+    if cap is not None:
+        errors = [None if miss is None else min(miss, cap) for miss in errors]
     # Written in place, field by field: this runs on every row, and building a row array cost a sixth of it.
     ring, sums, counts = st.chooser_ring, st.chooser_sum, st.chooser_count
     if st.chooser_rows < CHOOSER_ROWS:

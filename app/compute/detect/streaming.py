@@ -206,9 +206,7 @@ class StreamingDetector:
         allowed = self.row_probability(st)
         signals = self._effective_signals(st)
         per_signal = allowed / signals
-        residual = value - expected
-        if abs(residual) <= rounding:
-            residual = 0.0
+        residual = p.exact(value - expected, rounding)
         error = abs(residual)
         calibration, halfwidth = self._calibrated(st, st.errors_sorted, st.error_fit, least, per_signal)
         raw = calibration.probability(error)
@@ -233,9 +231,7 @@ class StreamingDetector:
         recorded = (not deviant and not incident_open) or (deviant and point <= per_signal)
         st.error_fit.record.add(min(error, RECORD_CAP * halfwidth) / calibration.unit / calibration.stretch
                                 if recorded and calibration.unit > 0 else None)
-        anchored = p.anchored_error(st, now, value, expected, choice, self.short_rows)
-        if abs(anchored) <= rounding:
-            anchored = 0.0
+        anchored = p.exact(p.anchored_error(st, now, value, expected, choice, self.short_rows), rounding)
         window = self._window_probability(st, residual, anchored, least, per_signal, incident_open or deviant)
         smallest = min(point, window)
         if self.joint:
