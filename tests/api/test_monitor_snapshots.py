@@ -149,10 +149,10 @@ def test_a_saved_state_that_cannot_stand_for_the_series_is_rebuilt(
 def test_a_rebuild_replays_only_the_points_its_step_and_season_need(
     client: FlaskClient, owner: dict[str, str], monitor_app: Flask
 ) -> None:
-    # Hourly points, a daily season of 24 rows and no week's pattern: 23,071 rows, not the 71,621 of the longest
+    # Hourly points, a daily season of 24 rows and no week's pattern: 23,101 rows, not the 71,651 of the longest
     # season with the week's pattern. The verdicts are the detector's over the replayed points.
     depth = StreamingDetector(data_frequency="Hours").rebuild_rows([START + 3600.0 * i for i in range(11)])
-    assert depth == lookback_rows(24, 3600.0) == 23_071 < REBUILD_ROWS
+    assert depth == lookback_rows(24, 3600.0) == 23_101 < REBUILD_ROWS
     count = depth + 1_500
     stamps, values = stream(count + 10)
     monitor_id, series_id = seeded(client, owner, stamps[:count], values[:count])

@@ -107,17 +107,19 @@ class DetectorState:
     recent_flags: array = field(default_factory=floats)
     recent_next: int = 0
     # The short window's last SHORT_ROWS errors against the anchored predictor (the shift) and one-step error
-    # sizes (the spread), and the long window's last LONG_ROWS error sizes (the density), each capped at the error
-    # window's largest error.
+    # sizes (the spread), and the long window's last LONG_ROWS error sizes (the density) and errors against the
+    # predictor anchored LONG_ROWS back (the level), each capped at the error window's largest error.
     short_ring: array = field(default_factory=floats)
     spread_ring: array = field(default_factory=floats)
     short_next: int = 0
     long_ring: array = field(default_factory=floats)
     long_next: int = 0
+    level_ring: array = field(default_factory=floats)  # in step with long_ring
     anchors: list[tuple[float, float, int]] = field(default_factory=list)  # predictors.remember_anchor
     shift: ShortSignal = field(default_factory=lambda: ShortSignal())  # the short window's mean error, sized
     spread: ShortSignal = field(default_factory=lambda: ShortSignal())  # and its mean size
     density: ShortSignal = field(default_factory=lambda: ShortSignal())  # the long window's mean size
+    level: ShortSignal = field(default_factory=lambda: ShortSignal())  # and its mean error, sized
     error_fit: SignalFit = field(default_factory=lambda: SignalFit())  # calibration of one row's error
     week: int = 0  # rows in a week when the season is a day (the weekly habit), else 0
     marked_slots: array = field(default_factory=lambda: array("q"))  # deviant rows of the last week, by slot
