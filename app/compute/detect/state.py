@@ -125,6 +125,7 @@ class DetectorState:
     marked_slots: array = field(default_factory=lambda: array("q"))  # deviant rows of the last week, by slot
     marked_residuals: array = field(default_factory=floats)
     since_window_alarm: int = 1 << 30  # rows since a window signal raised an alarm
+    since_deviant: int = 1 << 30  # rows since a row was beyond its range
     # The last WINDOW_ROWS rows: whether the smallest of the signals' probabilities was at most the top rank's
     # share (1), above it (0), or the row was not counted (-1: in or just after an incident). joint_rows counts
     # the rows coded 0 or 1, joint_hits those coded 1.

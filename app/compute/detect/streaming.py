@@ -221,6 +221,7 @@ class StreamingDetector:
         calibration, halfwidth = self._calibrated(st, st.errors_sorted, st.error_fit, least, per_signal)
         raw = calibration.probability(error)
         deviant = raw <= per_signal
+        st.since_deviant = 0 if deviant else st.since_deviant + 1
         point = raw
         if deviant:
             # One incident is one anomaly: within an open incident a row is news only as far as it is beyond
@@ -299,7 +300,7 @@ class StreamingDetector:
         that opened it do not raise a window alarm of their own."""
         for i in range(len(st.recent_flags)):
             st.recent_flags[i] = 0.0
-        st.since_window_alarm = 1 << 30
+        st.since_window_alarm = st.since_deviant = 1 << 30
         st.run_side, st.run_rows, st.run_values = 0, 0, []
         st.anchors = []
         st.short_ring, st.spread_ring, st.long_ring, st.level_ring = array("d"), array("d"), array("d"), array("d")
@@ -359,24 +360,28 @@ class StreamingDetector:
                 probability = min(probability,
                                   self._window_signal(st, st.density, density, least, per_signal, incident))
                 if self.level:
+                    # The level reads rows anchored a long window back: a move an incident told is in it for two
+                    # long windows after, past the incident's end, and is not news there.
+                    told = min(st.since_deviant, st.since_window_alarm) < 2 * n
                     level = abs(sum(st.level_ring)) / n
                     probability = min(probability,
-                                      self._window_signal(st, st.level, level, least, per_signal, incident))
+                                      self._window_signal(st, st.level, level, least, per_signal, incident, told))
         return probability
 
     def _window_signal(self, st: DetectorState, signal: ShortSignal, size: float, least: float,
-                       per_signal: float, incident: bool) -> float:
+                       per_signal: float, incident: bool, told: bool = False) -> float:
         """One window signal's probability, read against the WINDOW_ROWS such numbers before it and its own
         record; 1 for a deviation of the incident already told (a row was judged deviant lately, or a window
-        alarm was raised within quiet_rows). Its record keeps the rows outside a point incident (a spike's
-        aftermath is not a window's normal) but not the row that raises a window alarm: the rows that repeat a
-        told alarm enter it, capped at twice the threshold as the point record keeps its news, so a heavy-tailed
-        window signal is learnt while a shift seen once is flagged again when it recurs."""
+        alarm was raised within quiet_rows; ``told``: a signal whose window reaches further back says when). Its
+        record keeps the rows outside a point incident (a spike's aftermath is not a window's normal) but not the
+        row that raises a window alarm: the rows that repeat a told alarm enter it, capped at twice the threshold
+        as the point record keeps its news, so a heavy-tailed window signal is learnt while a shift seen once is
+        flagged again when it recurs."""
         probability = 1.0
         if len(signal.ranked) >= WARMUP:
             calibration, edge = self._calibrated(st, signal.ranked, signal.fit, least, per_signal)
             probability = calibration.probability(size)
-            if probability <= per_signal and (st.since_window_alarm < self.quiet_rows or incident):
+            if probability <= per_signal and (st.since_window_alarm < self.quiet_rows or incident or told):
                 probability = 1.0
             recorded = probability > per_signal and not incident and calibration.unit > 0
             signal.fit.record.add(min(size, RECORD_CAP * edge) / calibration.unit / calibration.stretch
