@@ -86,18 +86,19 @@ THRESHOLD = 0.5
 # The constants StreamingDetector takes, each over a value that switches its part off (or the landed value before)
 # and the one it ships with, so the grid also says whether each part helps held-out data: the unit of surprise's
 # rank, the rows that end an incident, the short window (0: no shift and spread signals), the long window (0: no
-# density signal), the habit's reach (0: no habits), the run adopted as a new level, and whether the budget is
-# shared among the signals as many as they behave as (joint) or split among all of them.
+# density and level signals), the level signal, the habit's reach (0: no habits), the run adopted as a new level,
+# and whether the budget is shared among the signals as many as they behave as (joint) or split among all of them.
 GRID: dict[str, tuple[float, ...]] = {
     "top_rank": (12, 24),
     "quiet_rows": (12, 48),
     "short_rows": (0, 6),
     "long_rows": (0, 36),
+    "level": (False, True),
     "habit": (0.0, 1 / 12),
     "adopt_rows": (12, 48),
     "joint": (False, True),
 }
-SHIPPED = (24, 48, 6, 36, 1 / 12, 12, True)
+SHIPPED = (24, 48, 6, 36, True, 1 / 12, 12, True)
 GridPoint = tuple[float, ...]
 SPEED_POINTS = 4000
 TARGETS_MS = {"/anomalies": 100.0, "/anomalies/last": 50.0}
