@@ -99,8 +99,8 @@ class HistoryCache:
     an entry only while holding the series' lock (MonitorLocks), so entries need no lock of their own."""
 
     # 8 bytes a number (typed arrays; a record's one-byte codes count as an eighth): 160 MB per process. A full
-    # state holds about 17,000 numbers with a 60-row season (one-second data: 1,170 such monitors fit), 19,000
-    # with a 288-row one (five-minute data) and 30,000 with a 1,440-row one (minute data, daily season).
+    # state holds about 24,700 numbers with a 60-row season (one-second data: 810 such monitors fit), 28,300
+    # with a 288-row one (five-minute data) and 39,000 with a 1,440-row one (minute data, daily season).
     def __init__(self, *, max_points: int = 20_000_000) -> None:
         self._entries: OrderedDict[int, History | JudgeState] = OrderedDict()
         # Each entry's size when last put, and their sum: entries grow in place between get and put.

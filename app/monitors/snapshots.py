@@ -4,7 +4,7 @@ holds one more than SNAPSHOT_ROWS points behind, replays only the points stored 
 
 Without it such a process rebuilt the state by replaying the stored points the series' step and season need
 (StreamingDetector.rebuild_rows: 23,101 to 71,651): up to a second of CPU a series, so every restart cost a fleet of
-2,000 series up to half an hour of CPU before its verdicts were current again. A saved state (40-130 KB) is written
+2,000 series up to half an hour of CPU before its verdicts were current again. A saved state (40-140 KB) is written
 once per SNAPSHOT_ROWS points of its series: about a hundred bytes and a few microseconds of encoding a point
 (bench/results/restart.md). A young series is saved each time it has judged twice the rows it had at its last save
 (from FIRST_SAVE_ROWS on), so a process that lacks it replays at most about half its points, not all of them: a
