@@ -76,7 +76,7 @@ QUIET_ROWS: Final = 48  # an incident ends after this many rows in a row with no
 ADOPT_ROWS: Final = 12  # a run beyond the range on one side this long is a new level: an hour of five-minute rows
 HABIT_SHARE: Final = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
 SHORT_ROWS: Final = 6  # the short window of the shift and spread signals: half an hour of five-minute rows
-LONG_ROWS: Final = 36  # the long window of the density signal: three hours of five-minute rows
+LONG_ROWS: Final = 36  # the long window of the density and level signals: three hours of five-minute rows
 
 
 def lookback_rows(period: int | None, step: float | None = None) -> int:
