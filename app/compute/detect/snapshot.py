@@ -103,12 +103,10 @@ def _layout() -> str:
     parts: list[Any] = [FORMAT]
     parts += [[cls.__name__, [[name, _kind_name(kind)] for name, kind in kinds]] for cls, kinds in SCHEMA.items()]
     parts += [[cls.__name__, list(cls._fields)] for cls in (Tail, Calibration)]
-    # In the order they were read when MAX_MARKED was streaming's, so states saved then still read.
-    sizes = [(surprises, ("WINDOW_ROWS", "RECORD_ROWS", "BINS")), (state, ("PREDICTORS",)),
-             (streaming, ("SHORT_ROWS", "LONG_ROWS", "QUIET_ROWS")), (habits, ("MAX_MARKED",)),
-             (streaming, ("WARMUP",)),
-             (predictors, ("LOCAL_ROWS", "CHOOSER_ROWS")), (weekly, ("HOUR_BUCKETS",))]
-    parts += [[name, getattr(module, name, None)] for module, names in sizes for name in names]
+    sizes = {surprises: ("WINDOW_ROWS", "RECORD_ROWS", "BINS"), state: ("PREDICTORS",),
+             streaming: ("SHORT_ROWS", "LONG_ROWS", "QUIET_ROWS", "WARMUP"), habits: ("MAX_MARKED",),
+             predictors: ("LOCAL_ROWS", "CHOOSER_ROWS"), weekly: ("HOUR_BUCKETS",)}
+    parts += [[name, getattr(module, name, None)] for module, names in sizes.items() for name in names]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 

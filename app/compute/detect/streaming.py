@@ -228,7 +228,8 @@ class StreamingDetector:
             # the incident's peak, so its probability is conditional on that peak having been seen. A habit
             # likewise, if as rare as the default budget's range: above that budget, noise just beyond the range
             # shows within a habit's reach by chance most days and would explain nearly every row away.
-            peak, habit = habits.explained(st, now, residual, self._habit_reach(st.period))
+            reach = self._habit_reach(st.period)
+            peak, habit = habits.explained(st, now, residual, reach)
             rare = row_probability(DEFAULT_FALSE_ALARMS_PER_WEEK, st.step) / signals
             habitual = habit > peak and (per_signal <= rare or calibration.probability(habit) <= rare)
             reference = habit if habitual else peak
@@ -236,7 +237,7 @@ class StreamingDetector:
                 point = 1.0
             elif reference >= halfwidth:
                 point = min(1.0, raw / max(calibration.probability(reference), 1e-300))
-            habits.mark(st, now, residual, self._habit_reach(st.period))
+            habits.mark(st, now, residual, reach)
         # The record keeps normal rows, and of an incident only its news: incidents must not become normal.
         incident_open = any_flag(st.recent_flags)
         recorded = (not deviant and not incident_open) or (deviant and point <= per_signal)
