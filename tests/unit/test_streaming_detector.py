@@ -321,11 +321,11 @@ def test_a_stream_predicted_exactly_gets_the_same_verdicts_at_any_level(shift: f
     (20.0, 0.5, 0), (20.0, 0.5, 4),  # a count that halves
 ])
 def test_a_count_whose_level_drops_for_good_is_flagged_once(rate: float, factor: float, seed: int) -> None:
-    # Minute counts with a daily wave for three days, then a day at ``factor`` of the level. No row is beyond
-    # its range (a zero is common enough at a rate of 3), and the six-row shift is within its noise, so the
-    # one-step predictors follow the drop within eight rows and the stream is then predicted exactly: without
-    # the level signal the day after is never flagged. The long window's mean error against what was expected
-    # 36 rows back flags it once.
+    # Minute counts with a daily wave for three days, then a day at ``factor`` of the level. On the count's own
+    # scale no row is beyond its range (a zero is common enough at a rate of 3), and the six-row shift is within
+    # its noise, so the one-step predictors follow the drop within eight rows and the stream is then predicted
+    # exactly: without the level signal the day after is never flagged. The long window's mean error against what
+    # was expected 36 rows back flags it once. On the square-root scale (a count's default) it is flagged once too.
     numbers = np.random.default_rng(seed)
     day = 1440
     wave = 1 + 0.3 * np.sin(2 * np.pi * np.arange(4 * day) / day)
@@ -333,12 +333,15 @@ def test_a_count_whose_level_drops_for_good_is_flagged_once(rate: float, factor:
     values += [float(v) for v in numbers.poisson(rate * factor * wave[3 * day :])]
     times = [1.7e9 - 1.7e9 % 86400 + 60.0 * i for i in range(len(values))]
     flagged = {}
-    for level in (True, False):
-        detector = StreamingDetector(data_frequency="Minutes", level=level)
+    settings: dict[str, dict[str, bool]] = {"default": {}, "raw": {"counts": False},
+                                            "raw, no level": {"counts": False, "level": False}}
+    for name, options in settings.items():
+        detector = StreamingDetector(data_frequency="Minutes", **options)
         verdicts = detector.update(detector.initial_state(), times, values)
-        flagged[level] = [row - 3 * day for row in range(3 * day, 4 * day) if verdicts.is_anomaly[row]]
-    assert len(flagged[True]) == 1 and flagged[True][0] <= 40
-    assert flagged[False] == []
+        flagged[name] = [row - 3 * day for row in range(3 * day, 4 * day) if verdicts.is_anomaly[row]]
+    for name in ("default", "raw"):
+        assert len(flagged[name]) == 1 and flagged[name][0] <= 40
+    assert flagged["raw, no level"] == []
 
 
 @pytest.mark.parametrize("seed", [0, 1, 3])

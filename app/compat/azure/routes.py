@@ -142,7 +142,9 @@ def entire_detect() -> Response:
     allowed = int(data["maxAnomalyRatio"] * len(flags))
     if sum(flags) > allowed:
         def surprise(i: int) -> tuple[float, float]:
-            width = result.upper[i] - result.expected[i]
+            # The range's side the row is on: a count's range is wider above than below.
+            above = values[i] >= result.expected[i]
+            width = result.upper[i] - result.expected[i] if above else result.expected[i] - result.lower[i]
             distance = abs(values[i] - result.expected[i])
             return result.score[i], distance / width if width > 0 else math.inf
         ranked = sorted((i for i, flag in enumerate(flags) if flag), key=surprise, reverse=True)

@@ -75,6 +75,7 @@ class DetectorState:
     origin: float = 0.0
     step: float = 0.0
     period: int = 0
+    counts: int = 0  # 1: a count, judged on the square-root scale (app.compute.detect.counts)
     slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2 + the habit's reach
     slot_values: array = field(default_factory=floats)
     slot_residuals: array = field(default_factory=floats)  # value - expected, by slot (0 for warm-up rows)

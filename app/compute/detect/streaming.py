@@ -60,6 +60,7 @@ from typing import Final
 from app.compute.detect import habits, weekly
 from app.compute.detect import predictors as p
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
+from app.compute.detect.counts import looks_like_counts, rescale_warm_up, stabilised, unstabilised, width_on_scale
 from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, any_flag, push_ranked, push_ring
 from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
 from app.series.frequencies import median_gap, period_seconds
@@ -113,6 +114,7 @@ class StreamingDetector:
         adopt_rows: int = ADOPT_ROWS,
         joint: bool = True,
         week_pattern: bool = True,
+        counts: bool = True,
     ) -> None:
         """The threshold is set by ``false_alarms_per_week`` (default one) or, instead, by ``confidence``: the
         share of normal rows below it. ``period`` in rows overrides the season data_frequency suggests (0:
@@ -122,7 +124,8 @@ class StreamingDetector:
         is looked for either side of a row's time; 0: none), ``adopt_rows`` and ``joint`` (False: every signal
         takes an equal share of the budget, however much they move together) are the constants chosen by
         leave-one-category-out (the benchmark varies them). ``week_pattern`` False: the week's own pattern is not
-        learnt (app.compute.detect.weekly)."""
+        learnt (app.compute.detect.weekly). ``counts`` False: a count is judged on its own scale, not on the square-root
+        scale (app.compute.detect.counts)."""
         if confidence is not None and false_alarms_per_week is not None:
             raise ValueError("give confidence or false_alarms_per_week, not both")
         self.data_frequency = data_frequency
@@ -140,6 +143,7 @@ class StreamingDetector:
         self.adopt_rows = max(1, adopt_rows)
         self.joint = joint
         self.week_pattern = week_pattern
+        self.counts = counts
         # Where each signal's probability is its window's top rank: exact there, whatever the tail model says.
         self.joint_share = top_rank / WINDOW_ROWS
         self.period_override = period
@@ -200,6 +204,8 @@ class StreamingDetector:
             out.add(value, value, value, 0.0, False, None, False)
             return
         st.rows += 1
+        if st.counts:
+            value = stabilised(value)
         st.bucket = math.floor(moment / (SHAPE_ROWS * st.step)) if st.step > 0 else st.rows // SHAPE_ROWS
         now = p.slot(st, moment) if st.period else 0
         carried, excess = p.carry_over_hour(st, now) if st.hour_rows else (0.0, 0.0)
@@ -207,11 +213,9 @@ class StreamingDetector:
         choice = p.choose(st, candidates, seasonal_only=bool(st.period) and now - st.last_slot > p.LOCAL_ROWS)
         expected = candidates[choice]
         assert expected is not None
-        least = max(
-            self.floor_absolute,
-            self.floor_relative * abs(expected),
-            1e-9 + 1e-6 * abs(value),  # a perfectly flat stretch must not flag rounding noise
-        )
+        floor = max(self.floor_absolute, self.floor_relative * abs(unstabilised(expected) if st.counts else expected))
+        # A perfectly flat stretch must not flag rounding noise; the floor is on the stream's own scale.
+        least = max(width_on_scale(expected, floor) if st.counts else floor, 1e-9 + 1e-6 * abs(value))
         rounding = p.rounding(value)
         allowed = self.row_probability(st)
         signals = self._effective_signals(st)
@@ -260,8 +264,11 @@ class StreamingDetector:
         if normal:  # feedback: the row is normal, so the incident it belonged to is over
             self._end_incident(st)
             still_open = self._incident_open(st)
-        out.add(expected, expected - halfwidth, expected + halfwidth, 1.0 - probability, flagged,
-              ("up" if residual > 0 else "down") if flagged else None, still_open)
+        shown, lower, upper = expected, expected - halfwidth, expected + halfwidth
+        if st.counts:
+            shown, lower, upper = unstabilised(expected), unstabilised(lower), unstabilised(upper)
+        direction = ("up" if residual > 0 else "down") if flagged else None
+        out.add(shown, lower, upper, 1.0 - probability, flagged, direction, still_open)
         self._learn(st, now, value, expected, residual, halfwidth, candidates, deviant and not normal,
                     deviant and normal)
         p.remember_anchor(st, self.anchor_rows)
@@ -420,6 +427,8 @@ class StreamingDetector:
     def _start(self, st: DetectorState) -> None:
         """Nominal step and season, fixed once warm-up ends so later rows never change them."""
         times = st.warm_times
+        if self.counts and looks_like_counts(st.warm_values):
+            rescale_warm_up(st)
         st.origin, st.step = times[0], max(median_gap(times, self.data_frequency), 0.0)
         period = st.period = self.season_rows(st.step)
         if weekly.daily(period, st.step):
