@@ -78,7 +78,7 @@ PUBLISHED = [  # the NAB dev set README: published detectors' result files score
 # The earlier detectors measured in the same run: the one before the calibrated score (its is_anomaly was score
 # >= 0.5), and the one landed before a habit had to be as rare as the default budget's range.
 REFERENCES = {"19f2049": "the detector before the calibrated score (is_anomaly was score >= 0.5)",
-              "840b6d8": "the detector before a habit had to be as rare as the default budget's range"}
+              "c0381b4": "the detector before counts were judged on the square-root scale"}
 PROFILES = ("standard", "reward_low_FP_rate", "reward_low_FN_rate")
 # Result files hold is_anomaly as 1.0/0.0, so NAB's threshold 0.5 reads "is_anomaly": the detector's own
 # threshold, whatever it is for the stream's step.
@@ -87,7 +87,8 @@ THRESHOLD = 0.5
 # and the one it ships with, so the grid also says whether each part helps held-out data: the unit of surprise's
 # rank, the rows that end an incident, the short window (0: no shift and spread signals), the long window (0: no
 # density and level signals), the level signal, the habit's reach (0: no habits), the run adopted as a new level,
-# and whether the budget is shared among the signals as many as they behave as (joint) or split among all of them.
+# whether the budget is shared among the signals as many as they behave as (joint) or split among all of them,
+# and whether a count is judged on the square-root scale.
 GRID: dict[str, tuple[float, ...]] = {
     "top_rank": (12, 24),
     "quiet_rows": (12, 48),
@@ -97,8 +98,9 @@ GRID: dict[str, tuple[float, ...]] = {
     "habit": (0.0, 1 / 12),
     "adopt_rows": (12, 48),
     "joint": (False, True),
+    "counts": (False, True),
 }
-SHIPPED = (24, 48, 6, 36, True, 1 / 12, 12, True)
+SHIPPED = (24, 48, 6, 36, True, 1 / 12, 12, True, True)
 GridPoint = tuple[float, ...]
 SPEED_POINTS = 4000
 TARGETS_MS = {"/anomalies": 100.0, "/anomalies/last": 50.0}

@@ -78,9 +78,9 @@ SENSITIVITIES = (0, 25, 50, 75, 99)
 # The calibration's check: on anomaly-free streams the share of rows scoring at least 1 - q should be about q.
 CALIBRATION_SHARES = (1e-2, 1e-3, 1e-4, 1e-5)
 STEP_HOURS = 3  # a weekly step's reach: the detector's long window is three hours of five-minute rows
-# The earlier detectors run beside the working tree: before the alarm budget, and the one landed before a habit
-# had to be as rare as the default budget's range (app.compute.detect.streaming).
-REFERENCES = ("19f2049", "840b6d8")
+# The earlier detectors run beside the working tree: before the alarm budget, and the one landed before counts
+# were judged on the square-root scale (app.compute.detect.counts).
+REFERENCES = ("19f2049", "c0381b4")
 
 
 @dataclass(frozen=True)
