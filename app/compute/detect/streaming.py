@@ -454,7 +454,8 @@ class StreamingDetector:
 
     def rebuild_rows(self, times: Sequence[float]) -> int:
         """How many of a series' newest rows a state rebuilt from them needs (``times``: the newest few): the
-        look-back of their median gap (as warm-up reads the step) and its season. More rows give the same state."""
+        look-back of their median gap (as warm-up reads the step) and its season. More rows give the same state,
+        but for the scale of a count near app.compute.detect.counts' edge, which the first rows replayed decide."""
         step = median_gap(times, self.data_frequency)
         return lookback_rows(self.season_rows(step), step)
 
