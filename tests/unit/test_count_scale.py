@@ -76,6 +76,18 @@ def test_a_count_is_judged_on_the_square_root_scale_and_answered_on_its_own() ->
                for i in later)
 
 
+def test_a_sparse_counts_range_never_goes_below_zero() -> None:
+    values = [float(v) for v in np.random.default_rng(3).poisson(0.6, 2 * DAY)]
+    times = [1.7e9 - 1.7e9 % 86400 + 60.0 * i for i in range(len(values))]
+    detector = StreamingDetector(data_frequency="Minutes")
+    state = detector.initial_state()
+    verdicts = detector.update(state, times, values)
+    assert state.counts == 1
+    judged = range(WARMUP, len(values))
+    assert min(verdicts.lower[i] for i in judged) == 0.0
+    assert min(verdicts.expected[i] for i in judged) >= 0.0
+
+
 def test_a_floor_holds_on_the_counts_own_scale() -> None:
     times, values = minute_counts(days=2)
     detector = StreamingDetector(data_frequency="Minutes", floor=(15.0, 0.0))

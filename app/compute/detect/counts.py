@@ -51,9 +51,10 @@ def stabilised(value: float) -> float:
 
 
 def unstabilised(scaled: float) -> float:
-    """Back to the count's scale: the inverse of ``stabilised`` (a point below the scale's 0 maps to -3/8)."""
-    half = max(scaled, 0.0) / 2.0
-    return half * half - ANSCOMBE
+    """Back to the count's scale: the inverse of ``stabilised``. A point below the scale's 0 is a count of 0, so a
+    count's expected value and range never go below 0."""
+    half = scaled / 2.0
+    return max(half * half - ANSCOMBE, 0.0) if scaled > 0.0 else 0.0
 
 
 def width_on_scale(expected: float, width: float) -> float:
