@@ -17,12 +17,8 @@ so they stay on their own scale.
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Sequence
 from typing import Final
-
-from app.compute.detect import predictors
-from app.compute.detect.state import DetectorState, push_ranked
 
 ANSCOMBE: Final = 0.375  # 3/8: what makes the transform's variance nearest 1 for a Poisson count
 # The dispersion of the first 11 rows of a Poisson count (any rate from 1 to 100) lies within these bounds 99 times
@@ -68,15 +64,3 @@ def width_on_scale(expected: float, width: float) -> float:
         return expected - stabilised(centre - width)
     return max(expected - stabilised(0.0), stabilised(centre + width) - expected)
 
-
-def rescale_warm_up(st: DetectorState) -> None:
-    """The stream is a count: what its warm-up rows taught (the error window, the last values) is learnt again
-    from them on the square-root scale, as later rows will be."""
-    st.counts = 1
-    st.warm_values = [stabilised(value) for value in st.warm_values]
-    st.errors_ring, st.errors_sorted, st.errors_next, st.local = array("d"), array("d"), 0, []
-    for index, value in enumerate(st.warm_values):
-        if index:
-            st.errors_next = push_ranked(st.errors_ring, st.errors_sorted, st.errors_next,
-                                         abs(value - st.warm_values[index - 1]))
-        predictors.remember_short(st, value)

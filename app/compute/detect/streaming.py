@@ -60,7 +60,7 @@ from typing import Final
 from app.compute.detect import habits, weekly
 from app.compute.detect import predictors as p
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
-from app.compute.detect.counts import looks_like_counts, rescale_warm_up, stabilised, unstabilised, width_on_scale
+from app.compute.detect.counts import looks_like_counts, stabilised, unstabilised, width_on_scale
 from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, any_flag, push_ranked, push_ring
 from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
 from app.series.frequencies import median_gap, period_seconds
@@ -213,7 +213,8 @@ class StreamingDetector:
         choice = p.choose(st, candidates, seasonal_only=bool(st.period) and now - st.last_slot > p.LOCAL_ROWS)
         expected = candidates[choice]
         assert expected is not None
-        floor = max(self.floor_absolute, self.floor_relative * abs(unstabilised(expected) if st.counts else expected))
+        shown = unstabilised(expected) if st.counts else expected  # on the stream's own scale
+        floor = max(self.floor_absolute, self.floor_relative * abs(shown))
         # A perfectly flat stretch must not flag rounding noise; the floor is on the stream's own scale.
         least = max(width_on_scale(expected, floor) if st.counts else floor, 1e-9 + 1e-6 * abs(value))
         rounding = p.rounding(value)
@@ -264,9 +265,9 @@ class StreamingDetector:
         if normal:  # feedback: the row is normal, so the incident it belonged to is over
             self._end_incident(st)
             still_open = self._incident_open(st)
-        shown, lower, upper = expected, expected - halfwidth, expected + halfwidth
+        lower, upper = expected - halfwidth, expected + halfwidth
         if st.counts:
-            shown, lower, upper = unstabilised(expected), unstabilised(lower), unstabilised(upper)
+            lower, upper = unstabilised(lower), unstabilised(upper)
         direction = ("up" if residual > 0 else "down") if flagged else None
         out.add(shown, lower, upper, 1.0 - probability, flagged, direction, still_open)
         self._learn(st, now, value, expected, residual, halfwidth, candidates, deviant and not normal,
@@ -415,20 +416,23 @@ class StreamingDetector:
     # -------------------------------------------------------------------------------------- learning
 
     def _warm_up(self, st: DetectorState, moment: float, value: float) -> None:
-        if st.rows:
-            self._push_error(st, abs(value - st.last))
         st.rows += 1
         st.warm_times.append(moment)
         st.warm_values.append(value)
-        p.remember_short(st, value)
         if st.rows == WARMUP:
             self._start(st)
 
     def _start(self, st: DetectorState) -> None:
-        """Nominal step and season, fixed once warm-up ends so later rows never change them."""
+        """The scale (a count's square root), nominal step and season, fixed once warm-up ends so later rows never
+        change them; the warm-up rows then teach the error window and the last values on that scale."""
         times = st.warm_times
         if self.counts and looks_like_counts(st.warm_values):
-            rescale_warm_up(st)
+            st.counts = 1
+            st.warm_values = [stabilised(value) for value in st.warm_values]
+        for index, value in enumerate(st.warm_values):
+            if index:
+                self._push_error(st, abs(value - st.warm_values[index - 1]))
+            p.remember_short(st, value)
         st.origin, st.step = times[0], max(median_gap(times, self.data_frequency), 0.0)
         period = st.period = self.season_rows(st.step)
         if weekly.daily(period, st.step):
