@@ -72,6 +72,10 @@ KINDS = ("gaussian", "student_t3", "poisson", "bursty")
 STEPS = {"1-minute": 60, "5-minute": 300}
 INCIDENTS = ("spike", "dip", "outage", "level_shift", "noise_change", "slow_drift")
 PA_DELAY = 7
+# Seeds of each noise kind and step. Point-adjusted F1 pools the rows of a few long segments (a level shift is
+# labelled for a day), so three seeds were a lottery: the same detector scored 0.58, 0.52 and 0.82 on seeds 1-3,
+# 4-6 and 7-9. Nine make a change's figure mean something; false alarms a week held at 1.03-1.11 on each three.
+SEEDS = tuple(range(1, 10))
 NOISE_SHARE = 0.05  # the Gaussian and Student-t noise's standard deviation, as a share of the mean level
 BURST_SHAPE, BURST_SCALE = 4.0, 0.25  # a bursty count's ten-minute rate multiplier: gamma, mean 1
 SENSITIVITIES = (0, 25, 50, 75, 99)
@@ -224,7 +228,7 @@ def _inject(rng: np.random.Generator, name: str, values: np.ndarray, level: np.n
 
 
 def streams(quick: bool, weekly_step: bool = True, days: int = DAYS, incidents: bool = True) -> list[Stream]:
-    seeds = (1,) if quick else (1, 2, 3)
+    seeds = (1,) if quick else SEEDS
 
     out = []
     for kind_index, kind in enumerate(KINDS):
