@@ -13,11 +13,16 @@ from app.compute.detect.streaming import WARMUP, StreamingDetector
 DAY = 1440
 
 
+def minute_times(rows: int) -> list[float]:
+    """``rows`` minutes from a midnight (UTC)."""
+    return [1.7e9 - 1.7e9 % 86400 + 60.0 * i for i in range(rows)]
+
+
 def minute_counts(days: int = 3, seed: int = 1) -> tuple[list[float], list[float]]:
     """A count of 4 a minute at night and 20 at noon."""
     rate = 12 + 8 * np.sin(2 * np.pi * (np.arange(days * DAY) / DAY - 0.25))
     values = np.random.default_rng(seed).poisson(rate).astype(float).tolist()
-    return [1.7e9 - 1.7e9 % 86400 + 60.0 * i for i in range(len(values))], values
+    return minute_times(len(values)), values
 
 
 @pytest.mark.parametrize("values, counts", [
@@ -78,7 +83,7 @@ def test_a_count_is_judged_on_the_square_root_scale_and_answered_on_its_own() ->
 
 def test_a_sparse_counts_range_never_goes_below_zero() -> None:
     values = [float(v) for v in np.random.default_rng(3).poisson(0.6, 2 * DAY)]
-    times = [1.7e9 - 1.7e9 % 86400 + 60.0 * i for i in range(len(values))]
+    times = minute_times(len(values))
     detector = StreamingDetector(data_frequency="Minutes")
     state = detector.initial_state()
     verdicts = detector.update(state, times, values)
