@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import selectors
 import shutil
 import signal
@@ -494,11 +493,6 @@ def render_nginx(tmp_path: Path, upstream_port: int) -> tuple[Path, int, int, Pa
         "MAX_UPLOAD": "1g",
     }.items():
         site = site.replace("${" + name + "}", value)
-    if nginx_version() < (1, 25, 1):
-        # The template uses `http2 on;` (nginx 1.25.1+); older nginx (Debian 12 ships 1.22) has only the listen
-        # parameter, as the template's header says. The rest of the template is tested as shipped.
-        site = site.replace("    http2 on;\n", "")
-        site = site.replace(f"listen {https_port} ssl;", f"listen {https_port} ssl http2;")
     config = tmp_path / "nginx.conf"
     config.write_text(
         # pytest's temp dirs are 0700; nginx's workers must write request bodies there, so they run as us.
@@ -510,13 +504,6 @@ def render_nginx(tmp_path: Path, upstream_port: int) -> tuple[Path, int, int, Pa
         f"{site}\n}}\n"
     )
     return config, http_port, https_port, cert
-
-
-def nginx_version() -> tuple[int, ...]:
-    shown = subprocess.run([nginx_binary(), "-v"], capture_output=True, text=True).stderr
-    found = re.search(r"nginx/(\d+)\.(\d+)\.(\d+)", shown)
-    assert found, shown
-    return tuple(int(part) for part in found.groups())
 
 
 def nginx_binary() -> str:
