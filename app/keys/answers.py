@@ -19,6 +19,14 @@ def display_form(key: ApiKey) -> str:
     return f"{key.prefix}…{key.last4}" if key.last4 else f"{key.prefix}…"
 
 
+def shown_expiry(key: ApiKey) -> datetime | None:
+    """The expiry worth showing: a revoked key stopped at its revocation, so an expiry after that never comes and
+    showing it would promise a key that works until then (a rotated key's grace end, say)."""
+    if key.revoked_at is not None and (key.expires_at is None or key.expires_at > key.revoked_at):
+        return None
+    return key.expires_at
+
+
 def key_body(key: ApiKey, now: datetime | None = None) -> dict[str, Any]:
     """Everything safe to show about a key: never the plain key, never its hash."""
     now = now or datetime.now(UTC)
@@ -33,7 +41,7 @@ def key_body(key: ApiKey, now: datetime | None = None) -> dict[str, Any]:
         "limits": {"per_minute": key.per_minute, "per_hour": key.per_hour, "per_day": key.per_day},
         "status": key.status(now),
         "created": iso(key.created_at),
-        "expires": iso(key.expires_at),
+        "expires": iso(shown_expiry(key)),
         "revoked": iso(key.revoked_at),
         "last_used": iso(key.last_used_at),
         "usage_count": key.usage_count,
