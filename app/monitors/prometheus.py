@@ -62,8 +62,10 @@ ACCOUNT_READERS = 2
 ROUND_SECONDS = 10.0
 # While reads are under way a round looks for monitors fallen due this often (one UPDATE when none are).
 RECLAIM_SECONDS = 0.5
-# A Prometheus that was unreachable or slow is not asked again by other monitors' reads for this long.
+# A Prometheus that was unreachable or slow is not asked again by the same account's other reads for this long.
 FAILURE_MEMORY_SECONDS = 5.0
+# Past this many remembered failures, the expired ones are forgotten.
+FAILURES_KEPT = 1024
 # A read's outcome message is stored and logged at most this long.
 MESSAGE_CHARS = 500
 
@@ -151,9 +153,11 @@ class Reader:
         # queue).
         self.runtime = build_runtime(self.database, settings, judge_slots=READ_CONCURRENCY)
         self.pid = os.getpid()
-        # A Prometheus server (scheme, host and port) -> (until when, the failed read's outcome), shared by the
-        # reader threads: monitors on other paths of a server that hangs wait out the same failure.
-        self._failing: dict[str, tuple[float, ReadResult]] = {}
+        # (account, Prometheus server: scheme, host and port) -> (until when, the failed read's outcome), shared by
+        # the reader threads: an account's monitors on other paths of a server that hangs wait out the same
+        # failure. Per account, since a timeout may be one account's heavy query rather than the server: another
+        # account's healthy monitor on that server must not take it.
+        self._failing: dict[tuple[str, str], tuple[float, ReadResult]] = {}
 
     def close(self) -> None:
         self.pool.close()
@@ -219,16 +223,19 @@ class Reader:
         self._record(monitor, status=status, message=message, read_until=read_until, due=due, checked=True)
 
     def _query(self, monitor: Claimed, span: Window) -> ReadResult:
-        origin = _origin(monitor.prometheus_url)
+        origin = (monitor.account_id, _origin(monitor.prometheus_url))
         remembered = self._failing.get(origin)
         if remembered is not None and remembered[0] >= time.time():
             return remembered[1]
         result = query_range(monitor, span, allow_private=self.settings.allow_private_webhooks,
                              timeout=self.settings.prometheus_timeout_seconds)
         if result.status in (UNREACHABLE, TIMEOUT):
-            # Every monitor on this Prometheus would wait out the same failure: they take this one's outcome
-            # until their own retry, so a stalled server holds READ_CONCURRENCY readers, not all of them.
-            self._failing[origin] = (time.time() + FAILURE_MEMORY_SECONDS, result)
+            # Every monitor of the account on this Prometheus would wait out the same failure: they take this one's
+            # outcome until their own retry, so a stalled server holds a few readers, not one per monitor.
+            now = time.time()
+            if len(self._failing) >= FAILURES_KEPT:
+                self._failing = {k: v for k, v in self._failing.items() if v[0] >= now}
+            self._failing[origin] = (now + FAILURE_MEMORY_SECONDS, result)
         else:
             self._failing.pop(origin, None)
         return result
