@@ -17,6 +17,8 @@ from app.web.pipeline import current_key, requires
 bp = Blueprint("monitor_intake", __name__)
 
 REMOTE_WRITE_CONTENT_TYPE = "application/x-protobuf"
+# The message of remote write 1.0; 2.0's (io.prometheus.write.v2.Request) is answered 415.
+REMOTE_WRITE_1_MESSAGE = "prometheus.WriteRequest"
 
 
 def _runtime() -> MonitorRuntime:
@@ -75,17 +77,9 @@ def bulk_points() -> tuple[Response, int]:
 def prometheus_remote_write() -> Response:
     """Prometheus remote write 1.0: 204 when every sample was dealt with (stored, or counted and dropped)."""
     services = current_services()
-    encoding = request.headers.get("Content-Encoding", "").strip().lower()
-    if encoding != "snappy":
-        raise UnsupportedMediaType(
-            "Remote write bodies must be snappy-compressed (Content-Encoding: snappy).",
-            details={"field": "Content-Encoding", "issue": "Must be snappy", "provided": encoding[:64]})
-    if request.content_type and request.mimetype != REMOTE_WRITE_CONTENT_TYPE:
-        raise UnsupportedMediaType(
-            f"Remote write bodies must be protobuf (Content-Type: {REMOTE_WRITE_CONTENT_TYPE}).",
-            details={"field": "Content-Type", "issue": f"Must be {REMOTE_WRITE_CONTENT_TYPE}",
-                     "provided": request.mimetype[:64]})
+    _check_remote_write_headers()
     write_request = remote_write.decode(read_body(services.settings.max_body_bytes))
+    remote_write.check_size(write_request, services.settings.max_points)
     received = remote_write.receive(
         database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
         request=write_request, max_points=services.settings.max_points,
@@ -98,3 +92,32 @@ def prometheus_remote_write() -> Response:
     response.headers["X-Samples-Stored"] = str(counts["stored"] + counts["duplicate"])
     response.headers["X-Samples-Dropped"] = str(sum(counts.values()) - counts["stored"] - counts["duplicate"])
     return response
+
+
+def _check_remote_write_headers() -> None:
+    """415 unless the body is a snappy-compressed remote write 1.0 WriteRequest, as the remote write 2.0 spec asks
+    of a receiver that does not speak the message a sender chose (its ``proto`` parameter)."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding != "snappy":
+        raise UnsupportedMediaType(
+            "Remote write bodies must be snappy-compressed (Content-Encoding: snappy).",
+            details={"field": "Content-Encoding", "issue": "Must be snappy", "provided": encoding[:64]},
+            headers={"Accept-Encoding": "snappy"})
+    if not request.content_type:
+        return
+    if request.mimetype != REMOTE_WRITE_CONTENT_TYPE:
+        raise UnsupportedMediaType(
+            f"Remote write bodies must be protobuf (Content-Type: {REMOTE_WRITE_CONTENT_TYPE}).",
+            details={"field": "Content-Type", "issue": f"Must be {REMOTE_WRITE_CONTENT_TYPE}",
+                     "provided": request.mimetype[:64]})
+    message = request.mimetype_params.get("proto", REMOTE_WRITE_1_MESSAGE)
+    if message != REMOTE_WRITE_1_MESSAGE:
+        raise UnsupportedMediaType(
+            f"This receiver speaks remote write 1.0 only (proto={REMOTE_WRITE_1_MESSAGE}), not {message[:64]}: "
+            f"set protobuf_message: {REMOTE_WRITE_1_MESSAGE} in the sender's remote_write block. Nothing of this "
+            "request was written.",
+            details={"field": "Content-Type", "issue": f"proto must be {REMOTE_WRITE_1_MESSAGE}",
+                     "provided": request.content_type[:128]},
+            headers={"X-Prometheus-Remote-Write-Samples-Written": "0",
+                     "X-Prometheus-Remote-Write-Histograms-Written": "0",
+                     "X-Prometheus-Remote-Write-Exemplars-Written": "0"})

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import struct
+import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.compute.pool import PoolError, WorkerPool
 from app.db import Database
 from app.monitors import ingest, selectors, series
+from app.monitors.cache import ROUTE_OVERHEAD, RouteCache
 from app.monitors.records import monitors_table
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
@@ -63,6 +65,8 @@ OUTCOMES = (
     "same_second",  # a later sample in the same whole second as the previous one of its series
     "out_of_order",  # older than the monitor's newest stored point and not stored
     "conflict",  # its second is stored with another value
+    "too_far_ahead",  # dated further ahead of the server's clock than its monitor allows (it would freeze the series)
+    "unjudged",  # the detector failed on its series' points: not stored, and that series' state is rebuilt
     "series_limit",  # a new series of a monitor that follows MAX_SERIES_PER_MONITOR series already
     "invalid_series",  # no __name__, a duplicated or malformed label name
     "labels_too_large",  # beyond MAX_LABELS, MAX_LABEL_NAME_CHARS or MAX_LABEL_VALUE_CHARS
@@ -102,6 +106,21 @@ def decode(body: bytes) -> WriteRequest:
     return request
 
 
+def check_size(request: WriteRequest, most: int) -> None:
+    """A 413 for a request of more than ``most`` samples (MAX_POINTS, as for a bulk body), before any is routed or
+    judged. A 4xx, which Prometheus does not retry: the same body would never fit. Prometheus sends at most its
+    ``queue_config.max_samples_per_send`` samples a request, far fewer by default."""
+    samples = 0
+    for entry in request.timeseries:
+        samples += len(entry.samples) + len(entry.histograms)
+        if samples > most:
+            total = sum(len(e.samples) + len(e.histograms) for e in request.timeseries)
+            raise PayloadTooLarge(
+                f"The request holds {total:,} samples, more than the {most:,} (MAX_POINTS) a request may; nothing of "
+                "it was stored. Send fewer at once: lower queue_config.max_samples_per_send.",
+                details=problem("body", f"At most {most} samples (MAX_POINTS)", total))
+
+
 def _malformed(issue: str) -> InvalidRequest:
     return InvalidRequest(f"Malformed remote-write body: {issue}.", details=problem("body", issue, ""))
 
@@ -121,10 +140,6 @@ class _Targets:
     against every monitor of the account."""
 
     def __init__(self, rows: list[tuple[str, str]]) -> None:
-        # A label set's route, as it came (its outcome when unusable, else its sorted labels and the monitors it
-        # feeds): a fleet sends the same label sets every scrape, so each is checked and matched once per process
-        # while the account's selectors stay as they are.
-        self.routes: dict[tuple[tuple[str, str], ...], tuple[str | None, series.Labels, list[str]]] = {}
         self.by_pair: dict[tuple[str, str], list[tuple[str, selectors.Selector]]] = {}
         self.anywhere: list[tuple[str, selectors.Selector]] = []
         for monitor_id, text in rows:
@@ -145,21 +160,30 @@ class _Targets:
                 found.extend(m for m, s in candidates if s.matches(labels))
         return found
 
-    def route(self, raw: tuple[tuple[str, str], ...]) -> tuple[str | None, series.Labels, list[str]]:
-        known = self.routes.get(raw)
-        if known is None:
-            labels = dict(raw)
-            problem = _label_outcome(labels, len(raw))
-            identity = tuple(sorted(labels.items()))
-            known = (problem, identity, [] if problem or not self else self.matching(labels))
-            if len(self.routes) >= ROUTES_KEPT:
-                self.routes.clear()
-            self.routes[raw] = known
-        return known
+
+# A label set as it came, and its route: its outcome when unusable, else its sorted labels and the monitors it feeds.
+Raw = tuple[tuple[str, str], ...]
+Route = tuple[str | None, series.Labels, list[str]]
+# The routes of the label sets some monitor takes, per account and under its selectors as they were: a fleet sends
+# the same label sets every scrape, so each is checked and matched once per process while the account's selectors
+# stay as they are. A label set no monitor takes, or an unusable one, is never kept (it is checked again whenever it
+# comes): a sender of endless distinct label sets leaves nothing behind its request.
+ROUTES = RouteCache()
 
 
-# Label sets whose route an account's selectors keep (a few MB at most).
-ROUTES_KEPT = 100_000
+def route(account_id: str, targets: _Targets, raw: Raw) -> Route:
+    known = ROUTES.get(account_id, targets, raw)
+    if known is None:
+        labels = dict(raw)
+        problem = _label_outcome(labels, len(raw))
+        identity = tuple(sorted(labels.items()))
+        known = (problem, identity, [] if problem or not targets else targets.matching(labels))
+        if problem is None and known[2]:
+            ROUTES.put(account_id, targets, raw, known, size=ROUTE_OVERHEAD * (1 + len(raw) + len(known[2])) + sum(
+                sys.getsizeof(name) + sys.getsizeof(value) for name, value in raw))
+    return known
+
+
 _TARGETS: dict[str, tuple[tuple[tuple[str, str], ...], _Targets]] = {}
 
 
@@ -259,7 +283,8 @@ def receive(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, ac
         if len(entry.labels) > series.MAX_LABELS:
             counts["labels_too_large"] += samples
             continue
-        problem, identity, matched = targets.route(tuple((label.name, label.value) for label in entry.labels))
+        problem, identity, matched = route(account_id, targets,
+                                           tuple((label.name, label.value) for label in entry.labels))
         if problem is not None:
             counts[problem] += samples
             continue
@@ -299,6 +324,8 @@ def _store(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, acc
         sent = len(entry.points.epochs)
         if isinstance(outcome, NotFound):  # deleted since the selectors were read
             counts["unmatched"] += sent
+        elif isinstance(outcome, ingest.PointsNotJudged):  # retried, they would fail again
+            counts["unjudged"] += sent
         elif isinstance(outcome, DataValidationError):  # a new series beyond the monitor's cap
             counts["series_limit"] += sent
         elif isinstance(outcome, ApiError):
