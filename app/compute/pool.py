@@ -3,14 +3,18 @@ stay free and a stuck computation can be killed.
 
 Each worker is a spawned process with one BLAS thread that takes one piece of work at a time over a pipe.
 Work past its timeout kills its worker, which is replaced in the background; so does a worker crash. A worker
-found dead before it took its work (killed while idle) is replaced too, and the work goes to another. The pool
-knows nothing of what it computes: work is any picklable object with ``run()``, which may raise WorkFailed
+found dead before it took its work (killed while idle) is replaced too, and the work goes to another. Work whose
+request's client went away (``client_of_this_thread``: the serving worker names each request's socket) is
+stopped: it is never handed over if the client left while it waited, and a running one is interrupted in its
+worker (SIGUSR1), which then takes new work; a worker that does not answer the interruption at once is replaced.
+The pool knows nothing of what it computes: work is any picklable object with ``run()``, which may raise WorkFailed
 with a message safe to show, and the pool reports its ready count through a callback. ("Jobs" are something
 else: the background jobs of app.jobs.)
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import multiprocessing
@@ -18,9 +22,11 @@ import os
 import queue
 import select
 import signal
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import import_module
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -82,9 +88,58 @@ class WorkError(PoolError):
     pass
 
 
+class ClientGone(PoolError):
+    """The request's client closed its connection: its work was stopped (or never started), nobody reads it."""
+
+
 STOPPING = "The server is stopping; retry shortly."
-# How often work waiting for a free worker looks whether the pool was closed meanwhile.
+GONE = "The client closed the connection; the computation was stopped."
+# How often work waiting for a free worker looks whether the pool was closed (or its client left) meanwhile.
 CLOSED_CHECK_SECONDS = 0.25
+# How long an interrupted worker may take to answer before it is killed and replaced.
+CANCEL_GRACE_SECONDS = 1.0
+CANCEL_SIGNAL = signal.SIGUSR1
+
+_requests = threading.local()
+
+
+@contextmanager
+def client_of_this_thread(sock: socket.socket | None) -> Iterator[None]:
+    """Work this thread submits meanwhile belongs to the client at the other end of ``sock``: it stops when that
+    client goes away. The socket must be the request's own, its request read whole (what arrives on it during the
+    computation can only be the client's end, or a next pipelined request)."""
+    previous = getattr(_requests, "client", None)
+    _requests.client = sock
+    try:
+        yield
+    finally:
+        _requests.client = previous
+
+
+def _client_left(sock: socket.socket) -> bool | None:
+    """True when the client closed (end of file, reset), False while it is connected and silent, None when it sent
+    more (a pipelined request): then whether it is still there cannot be told without reading it."""
+    try:
+        data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError as exc:
+        return exc.errno in (errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE, errno.ETIMEDOUT, errno.EBADF)
+    return None if data else True
+
+
+class _Cancelled(BaseException):
+    """Raised inside a worker's running work by CANCEL_SIGNAL (a BaseException, so the work's own
+    ``except Exception`` does not swallow it)."""
+
+
+_running = False
+
+
+def _on_cancel(signum: int, frame: object) -> None:
+    # Only work is interrupted: a signal arriving late, with the worker sending its answer or idle, is dropped.
+    if _running:
+        raise _Cancelled
 
 
 class _NeverTaken(Exception):
@@ -100,6 +155,7 @@ def _worker_main(connection: Connection, warm_up: str | None) -> None:
     if warm_up:  # "module:function", run once so a worker's first real computation is not the slow one
         module, _, function = warm_up.partition(":")
         getattr(import_module(module), function)()
+    signal.signal(CANCEL_SIGNAL, _on_cancel)
     connection.send(("ready", os.getpid()))
     while True:
         try:
@@ -108,12 +164,25 @@ def _worker_main(connection: Connection, warm_up: str | None) -> None:
             return
         if work is None:
             return
+        connection.send(_answer_of(work))
+
+
+def _answer_of(work: Work) -> tuple[str, Any]:
+    global _running
+    try:
         try:
-            connection.send(("ok", work.run()))
-        except WorkFailed as exc:
-            connection.send(("failed", str(exc)[:300]))
-        except Exception as exc:  # the parent answers 500; the worker stays useful
-            connection.send(("failed", f"{type(exc).__name__}: {str(exc)[:300]}"))
+            _running = True
+            result = work.run()
+            _running = False
+            return ("ok", result)
+        finally:
+            _running = False
+    except _Cancelled:
+        return ("cancelled", None)
+    except WorkFailed as exc:
+        return ("failed", str(exc)[:300])
+    except Exception as exc:  # the parent answers 500; the worker stays useful
+        return ("failed", f"{type(exc).__name__}: {str(exc)[:300]}")
 
 
 class _Worker:
@@ -271,11 +340,14 @@ class WorkerPool:
             if self._admitted >= self.size + self.queue_limit:
                 raise PoolBusy("The workers are saturated; retry shortly.")
             self._admitted += 1
+        client: socket.socket | None = getattr(_requests, "client", None)
         try:
             deadline = time.monotonic() + self.timeout_seconds
             while True:
                 if self._closed:
                     raise PoolClosed(STOPPING)
+                if client is not None and _client_left(client):
+                    raise ClientGone(GONE)
                 try:
                     worker = self._idle.get(timeout=min(CLOSED_CHECK_SECONDS, max(0.0, deadline - time.monotonic())))
                 except queue.Empty as exc:
@@ -287,7 +359,7 @@ class WorkerPool:
                     self._replace(worker, reason="died while idle")
                     continue
                 try:
-                    return self._run_on(worker)
+                    return self._run_on(worker, client)
                 except _NeverTaken:
                     continue
         finally:
@@ -303,9 +375,9 @@ class WorkerPool:
             return False
         return True
 
-    def _run_on(self, worker: _Worker) -> Any:
+    def _run_on(self, worker: _Worker, client: socket.socket | None = None) -> Any:
         try:
-            if not worker.wait_for_answer(self.timeout_seconds):
+            if not self._wait_for(worker, client):
                 self._replace(worker, reason="timeout")
                 raise WorkTimeout(f"The computation did not finish within {self.timeout_seconds:g} seconds.")
             status, payload = worker.connection.recv()
@@ -323,7 +395,44 @@ class WorkerPool:
         self._idle.put(worker)
         if status == "failed":
             raise WorkError(payload)
+        if status == "cancelled":
+            raise ClientGone(GONE)
         return payload
+
+    def _wait_for(self, worker: _Worker, client: socket.socket | None) -> bool:
+        """True once the worker's answer can be read, False past the timeout. When the client goes away meanwhile,
+        the work is interrupted and its answer ("cancelled", or what it had finished) awaited briefly; a worker
+        that does not answer then is replaced, and either way the caller learns the client is gone."""
+        if client is None:
+            return worker.wait_for_answer(self.timeout_seconds)
+        deadline = time.monotonic() + self.timeout_seconds
+        watch = select.poll()
+        watch.register(worker.connection.fileno(), select.POLLIN)
+        watch.register(client.fileno(), select.POLLIN | select.POLLRDHUP)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            ready = dict(watch.poll(max(1, math.ceil(left * 1000))))
+            if worker.connection.fileno() in ready:
+                return True
+            if client.fileno() not in ready:
+                continue
+            gone = _client_left(client)
+            if gone is None:  # a next request already sent: the end of this one cannot be watched any more
+                watch.unregister(client.fileno())
+            elif gone:
+                break
+        log.info("stopping work whose client went away", extra={"fields": {"pid": worker.process.pid}})
+        if worker.process.pid is not None:
+            try:
+                os.kill(worker.process.pid, CANCEL_SIGNAL)
+            except OSError:
+                pass  # gone already: reading its end below replaces it
+        if worker.wait_for_answer(CANCEL_GRACE_SECONDS):
+            return True
+        self._replace(worker, reason="did not stop for a client that went away")
+        raise ClientGone(GONE)
 
     def _replace(self, worker: _Worker, *, reason: str) -> None:
         log.warning("replacing worker process", extra={"fields": {"pid": worker.process.pid, "reason": reason}})

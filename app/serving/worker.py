@@ -47,6 +47,7 @@ from typing import Any, NoReturn
 from gunicorn import http
 from gunicorn.workers.gthread import ThreadWorker
 
+from app.compute.pool import client_of_this_thread
 from app.serving import answers
 from app.serving.config import ClientLimits
 from app.serving.connection import ServingConn
@@ -425,8 +426,12 @@ class ServingWorker(ThreadWorker):
         sock = conn.sock
         paced = PacedSocket(sock, self.slow_reader_slots, self.limits.stall_seconds, self.limits.send_seconds)
         conn.sock = paced  # type: ignore[assignment]
+        # Work this request hands to the compute pool stops if its client goes away (TLS: its socket's bytes are
+        # records, not the client's end, so it is not watched).
+        watched = None if self.cfg.is_ssl else sock
         try:
-            return bool(super().handle_request(req, conn))
+            with client_of_this_thread(watched):
+                return bool(super().handle_request(req, conn))
         finally:
             conn.sock = sock
             paced.done()

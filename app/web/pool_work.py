@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.compute.pool import PoolError, Work, WorkerPool
-from app.web.errors import InternalError
+from app.compute.pool import ClientGone, PoolError, Work, WorkerPool
+from app.web.errors import ApiError, InternalError
+
+
+class ClientClosedRequest(ApiError):
+    """The client went away before its answer (nginx's 499): nobody reads it, and it is no server error."""
+
+    status = 499
+    code = "CLIENT_CLOSED_REQUEST"
 
 
 def compute_on_pool(pool: WorkerPool, work: Work, *, failure: str = "") -> Any:
@@ -13,6 +20,8 @@ def compute_on_pool(pool: WorkerPool, work: Work, *, failure: str = "") -> Any:
     Retry-After when waiting helps. ``failure`` prefixes the message ("Anomaly detection failed")."""
     try:
         return pool.submit(work)
+    except ClientGone as exc:
+        raise ClientClosedRequest(str(exc)) from exc
     except PoolError as exc:
         error = InternalError(f"{failure}: {exc}" if failure else str(exc))
         if exc.retry_after:

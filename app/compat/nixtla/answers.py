@@ -6,7 +6,7 @@ request's ``y``) to split them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.anomalies import service as detection
@@ -14,7 +14,6 @@ from app.anomalies.schemas import check_series as check_anomaly_series
 from app.anomalies.schemas import load_request as load_anomaly_request
 from app.batches.backtest import cutoffs, points_needed
 from app.compat.nixtla.schemas import (
-    FULL_HISTORY_POINTS,
     N_WINDOWS_RANGE,
     NixtlaError,
     NixtlaRequest,
@@ -24,10 +23,12 @@ from app.compat.nixtla.schemas import (
     level_name,
     levels,
 )
+from app.compat.nixtla.work import LevelsWork
+from app.compute.forecast.results import ForecastResult
 from app.forecast import service as forecasting
 from app.forecast.schemas import DEFAULT_CONFIDENCE, MIN_POINTS, ForecastRequest, SeriesData, check_series
 from app.forecast.schemas import SubmittedSeries as ForecastSeries
-from app.series.timestamps import TimestampError
+from app.series.timestamps import TimestampError, future_timestamps
 from app.web.errors import ApiError
 
 Runner = Callable[[Any], Any]
@@ -53,31 +54,40 @@ class _Intervals:
         self.bounds: dict[str, list[float]] = {f"{side}-{level_name(level)}": [] for level in self.wanted
                                                for side in ("lo", "hi")}
 
-    def confidences(self) -> list[float]:
-        return [level / 100 for level in self.wanted] or [DEFAULT_CONFIDENCE]
+    def confidences(self) -> tuple[float, ...]:
+        return tuple(level / 100 for level in self.wanted) or (DEFAULT_CONFIDENCE,)
 
-    def add(self, forecasts: list[forecasting.Forecast]) -> None:
-        self.mean.extend(forecasts[0].median)
-        for level, answer in zip(self.wanted, forecasts, strict=False):
-            self.bounds[f"lo-{level_name(level)}"].extend(answer.lower_bound)
-            self.bounds[f"hi-{level_name(level)}"].extend(answer.upper_bound)
+    def add(self, results: list[ForecastResult]) -> None:
+        self.mean.extend(results[0].median)
+        for level, answer in zip(self.wanted, results, strict=False):
+            self.bounds[f"lo-{level_name(level)}"].extend(answer.lower)
+            self.bounds[f"hi-{level_name(level)}"].extend(answer.upper)
 
     def body(self) -> dict[str, Any]:
         return {"mean": self.mean, "intervals": self.bounds if self.asked else None}
 
 
-def _forecasts(checked: SeriesData, h: int, frequency: str, model_id: str, confidences: list[float],
-               run: Runner) -> list[forecasting.Forecast]:
-    out = []
-    for confidence in confidences:
-        request = ForecastRequest(forecast_horizon=h, data_frequency=frequency, confidence=confidence,
-                                  model_id=model_id)
-        try:
-            out.append(forecasting.forecast(request, checked, run=run))
-        except TimestampError as exc:
-            raise NixtlaError(f"The forecast's timestamps cannot be written: {exc.issue}.", status=422,
-                              code="DATA_VALIDATION_ERROR") from exc
-    return out
+def _fit(checked: SeriesData, h: int, frequency: str, model_id: str, confidences: tuple[float, ...],
+         run: Runner) -> list[ForecastResult]:
+    """POST /forecast's answer at every confidence, from one fit (its work, with the confidences asked of it)."""
+    request = ForecastRequest(forecast_horizon=h, data_frequency=frequency, confidence=confidences[0],
+                              model_id=model_id)
+    try:
+        future_timestamps(checked.axis, h)  # as POST /forecast: unwritable timestamps are refused before any work
+    except TimestampError as exc:
+        raise NixtlaError(f"The forecast's timestamps cannot be written: {exc.issue}.", status=422,
+                          code="DATA_VALIDATION_ERROR") from exc
+    results: list[ForecastResult] = run(LevelsWork(forecasting.work_for(request, checked), confidences))
+    return results
+
+
+def fits_of_forecast(body: Mapping[str, Any], series: int) -> int:
+    return series
+
+
+def fits_of_cross_validation(body: Mapping[str, Any], series: int) -> int:
+    """One fit per window of each series, whatever the levels; read before anything is rebuilt or computed."""
+    return series * integer(body, "n_windows", *N_WINDOWS_RANGE, default=1)
 
 
 def forecast(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[str, Any]:
@@ -86,7 +96,7 @@ def forecast(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[st
     for index, series in enumerate(request.series):
         try:
             checked = _checked(series, len(series.values), request.data_frequency, max_points=max_points)
-            answer.add(_forecasts(checked, h, request.data_frequency, request.model_id, answer.confidences(), run))
+            answer.add(_fit(checked, h, request.data_frequency, request.model_id, answer.confidences(), run))
         except NixtlaError:
             raise
         except ApiError as error:
@@ -94,42 +104,50 @@ def forecast(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[st
     return {**answer.body(), "weights_x": None, "feature_contributions": None}
 
 
+def _windows(index: int, length: int, h: int, n_windows: int, step: int, full_history: bool) -> tuple[int, int]:
+    """(h, windows) of one series. add_history's windows (``full_history``) end with the series and tile its tail,
+    as the client reads them; a series too short for them gets one window, as long as its history allows."""
+    if length >= points_needed(h, n_windows, step):
+        return h, n_windows
+    if full_history and length > MIN_POINTS:
+        return min(h, length - MIN_POINTS), 1
+    if full_history:
+        raise NixtlaError(f"series {index} holds {length} points; add_history needs more than {MIN_POINTS}.",
+                          status=422, code="DATA_VALIDATION_ERROR")
+    raise NixtlaError(f"series {index} holds {length} points, too few for {n_windows} windows of h={h} every "
+                      f"{step} (at least {points_needed(h, n_windows, step)}).", status=422,
+                      code="DATA_VALIDATION_ERROR")
+
+
 def cross_validation(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[str, Any]:
-    """Windows as a backtest batch cuts them; with ``full_history`` (the client's add_history), one-step-ahead
-    forecasts over each series' last points (at most FULL_HISTORY_POINTS, each with MIN_POINTS of history)."""
+    """Windows as a backtest batch cuts them, one fit per window for every level. With ``full_history`` (the
+    client's add_history) the windows are those the client asks for its in-sample values (step = h): the tail of
+    each series, forecast from the history before each window."""
     body = request.body
     full_history = body.get("full_history") is True
-    if full_history:
-        h = 1
-    else:
-        h = horizon(body)
-        n_windows = integer(body, "n_windows", *N_WINDOWS_RANGE, default=1)
-        step = integer(body, "step_size", 1, 10_000, default=h)
+    h = horizon(body)
+    n_windows = integer(body, "n_windows", *N_WINDOWS_RANGE, default=1)
+    step = integer(body, "step_size", 1, 10_000, default=h)
+    if full_history and step != h:
+        raise NixtlaError(f"step_size must equal h ({h}) with full_history: its windows tile each series' tail.")
     answer = _Intervals(levels(body.get("level")))
     idxs: list[int] = []
     sizes: list[int] = []
     for index, (series, offset) in enumerate(zip(request.series, request.offsets, strict=True)):
         length = len(series.values)
-        if full_history:
-            n_windows, step = min(length - MIN_POINTS, FULL_HISTORY_POINTS), 1
-            if n_windows < 1:
-                raise NixtlaError(f"series {index} holds {length} points; add_history needs more than {MIN_POINTS}.",
-                                  status=422, code="DATA_VALIDATION_ERROR")
-        elif length < points_needed(h, n_windows, step):
-            raise NixtlaError(f"series {index} holds {length} points, too few for {n_windows} windows of h={h} every "
-                              f"{step} (at least {points_needed(h, n_windows, step)}).", status=422,
-                              code="DATA_VALIDATION_ERROR")
+        h_here, windows = _windows(index, length, h, n_windows, step, full_history)
+        step_here = h_here if full_history else step
         try:
-            for cut in cutoffs(length, h, n_windows, step):
+            for cut in cutoffs(length, h_here, windows, step_here):
                 checked = _checked(series, cut, request.data_frequency, max_points=max_points)
-                answer.add(_forecasts(checked, h, request.data_frequency, request.model_id, answer.confidences(),
-                                      run))
-                idxs.extend(range(offset + cut, offset + cut + h))
+                answer.add(_fit(checked, h_here, request.data_frequency, request.model_id, answer.confidences(),
+                                run))
+                idxs.extend(range(offset + cut, offset + cut + h_here))
         except NixtlaError:
             raise
         except ApiError as error:
             raise _in_series(index, error) from error
-        sizes.append(n_windows * h)
+        sizes.append(windows * h_here)
     return {**answer.body(), "idxs": idxs, "sizes": sizes, "weights_x": None, "feature_contributions": None}
 
 

@@ -18,7 +18,7 @@ from flask import Blueprint, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from app.compat.nixtla import answers
-from app.compat.nixtla.schemas import NixtlaError, read_series, unsupported
+from app.compat.nixtla.schemas import MAX_FITS_PER_CALL, NixtlaError, read_series, unsupported
 from app.compute.detect.results import DETECTOR_IDS
 from app.compute.forecast.catalog import MODEL_IDS
 from app.services import current_services
@@ -114,10 +114,22 @@ def _spend(series: int) -> None:
     services.usage.record(key.id, status=200, count=series - 1)
 
 
-def _answer(compute: Callable[..., dict[str, Any]], *, detection: bool = False) -> Response:
+def _answer(compute: Callable[..., dict[str, Any]], *, detection: bool = False,
+            fits: Callable[[Any, int], int] = answers.fits_of_forecast) -> Response:
     settings = current_services().settings
-    nixtla_request = read_series(_body(), request.headers, max_points=settings.max_points, detection=detection)
-    _spend(len(nixtla_request.series))
+    body = _body()
+
+    def admit(series: int) -> None:
+        # What a call may cost and the key's windows, before its series are rebuilt or computed.
+        asked = fits(body, series)
+        if asked > MAX_FITS_PER_CALL:
+            raise NixtlaError(f"A call may ask for at most {MAX_FITS_PER_CALL:,} model fits (series x n_windows; "
+                              f"levels cost nothing more); this one asks for {asked:,}. Send fewer windows or "
+                              "series per call.", code="TOO_MUCH_WORK")
+        _spend(series)
+
+    nixtla_request = read_series(body, request.headers, max_points=settings.max_points, detection=detection,
+                                 before_rebuild=admit)
     return _json(compute(nixtla_request, max_points=settings.max_points, run=_run_on_pool))
 
 
@@ -130,7 +142,7 @@ def forecast() -> Response:
 @bp.post("/v2/cross_validation")
 @requires("read")
 def cross_validation() -> Response:
-    return _answer(answers.cross_validation)
+    return _answer(answers.cross_validation, fits=answers.fits_of_cross_validation)
 
 
 @bp.post("/v2/anomaly_detection")
@@ -148,8 +160,14 @@ def online_anomaly_detection() -> Response:
 @bp.get("/validate_api_key")
 @uncounted
 def validate_api_key() -> Response:
-    # The pipeline has already answered 401 for a key that is not valid.
-    return _json({"detail": "API key is valid."})
+    """What the key can do here: the client calls the key valid on a 200 only, so a key the /v2 routes refuse
+    (no read permission) is answered 403 saying so. The pipeline has already answered 401 for a key that is
+    not valid at all."""
+    held = ", ".join(current_key().permissions) or "none"
+    if "read" not in current_key().permissions:
+        return _detail(403, f"API key is valid but lacks the 'read' permission every /v2 route needs (it holds: "
+                            f"{held}).", "UNAUTHORIZED")
+    return _json({"detail": f"API key is valid for forecasting and anomaly detection (permissions: {held})."})
 
 
 @bp.get("/model_params")
@@ -175,9 +193,19 @@ _REFUSED = {
 }
 
 
+_ROUTES = {"forecast": "POST", "cross_validation": "POST", "anomaly_detection": "POST",
+           "online_anomaly_detection": "POST", "models": "GET"}
+
+
 @bp.route("/v2/<path:rest>", methods=["GET", "POST", "DELETE"])
 @requires("read")
 def refused(rest: str) -> Response:
+    allowed = _ROUTES.get(rest)
+    if allowed is not None:  # a route of this door asked with another method
+        wrong = NixtlaError(f"{request.method} is not allowed on /v2/{rest}: use {allowed}.", status=405,
+                            code="METHOD_NOT_ALLOWED")
+        wrong.headers["Allow"] = allowed
+        raise wrong
     feature = _REFUSED.get(rest.split("/")[0])
     if feature is None:
         raise NixtlaError(f"No such route: /v2/{rest[:64]}.", status=404, code="NOT_FOUND")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +27,10 @@ START_FORM = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,
                         re.ASCII)
 LEVEL_RANGE = (round(CONFIDENCE_RANGE[0] * 100), round(CONFIDENCE_RANGE[1] * 100))
 N_WINDOWS_RANGE = (1, 50)
-# add_history's in-sample values: one-step-ahead forecasts over at most this many of the last points.
-FULL_HISTORY_POINTS = 48
+# What one call may ask, so that a single counted request cannot hold the web process and the pool for
+# minutes: its series, and its model fits (series x windows; every level of a fit comes from that one fit).
+MAX_SERIES_PER_CALL = 1_000
+MAX_FITS_PER_CALL = 1_000
 
 # pandas offset names -> this service's data frequency; a multiple (2h, 15min) is a step of several units.
 _OFFSET_FREQUENCIES = {
@@ -96,8 +98,19 @@ def model_of(body: Mapping[str, Any], headers: Mapping[str, str], *, detection: 
 def refuse_unsupported(body: Mapping[str, Any]) -> None:
     """Every option this service does not offer is refused by name, never ignored."""
     series = body.get("series") if isinstance(body.get("series"), dict) else {}
-    if _number(body.get("finetune_steps"), 0) > 0 or body.get("finetuned_model_id") not in (None, ""):
+    steps = body.get("finetune_steps")
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 0):
+        raise NixtlaError(f"finetune_steps must be a non-negative integer; got {str(steps)[:32]!r}.")
+    if steps or body.get("finetuned_model_id") not in (None, ""):
         raise unsupported("Fine-tuning (finetune_steps, finetuned_model_id)", "Use finetune_steps=0.")
+    # The client sends these defaults with every call; anything else asks for a fine-tuning this service lacks.
+    if body.get("finetune_loss") not in (None, "default"):
+        raise unsupported("Fine-tuning (finetune_loss)", "Leave finetune_loss at 'default'.")
+    if body.get("finetune_depth") not in (None, 1) or isinstance(body.get("finetune_depth"), bool):
+        raise unsupported("Fine-tuning (finetune_depth)", "Leave finetune_depth at 1.")
+    if body.get("quantiles") is not None:
+        raise NixtlaError("quantiles is not read by this route: send level (NixtlaClient turns quantiles=[0.1, 0.9] "
+                          "into level=[80] itself and names the columns by quantile).")
     if body.get("feature_contributions") or body.get("feature_contributions_type"):
         raise unsupported("Feature contributions (feature_contributions=True)")
     if body.get("multivariate") or body.get("threshold_method") == "multivariate":
@@ -109,10 +122,6 @@ def refuse_unsupported(body: Mapping[str, Any]) -> None:
                           "Send the target column only.")
     if body.get("model_parameters"):
         raise unsupported("Model parameters (model_parameters)")
-
-
-def _number(value: Any, default: float) -> float:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else default
 
 
 def integer(body: Mapping[str, Any], name: str, low: int, high: int, default: int | None = None) -> int:
@@ -169,9 +178,12 @@ def frequency_of(freq: Any) -> tuple[str, Any]:
     return frequency, offset
 
 
-def read_series(body: Any, headers: Mapping[str, str], *, max_points: int, detection: bool = False) -> NixtlaRequest:
+def read_series(body: Any, headers: Mapping[str, str], *, max_points: int, detection: bool = False,
+                before_rebuild: Callable[[int], None] | None = None) -> NixtlaRequest:
     """The body's series rebuilt (timestamps from each start, the frequency and the size), its model and its
-    frequency; 400 for a body that is not the client's shape."""
+    frequency; 400 for a body that is not the client's shape or over MAX_SERIES_PER_CALL. ``before_rebuild``
+    hears the number of series once the cheap checks passed and before any timestamp is built (the caller's
+    rate limit and work caps: rebuilding is what costs)."""
     import pandas as pd
 
     if not isinstance(body, dict):
@@ -187,6 +199,10 @@ def read_series(body: Any, headers: Mapping[str, str], *, max_points: int, detec
             not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
         raise NixtlaError("series.y must be a list of numbers and series.sizes a non-empty list of positive "
                           "integers.")
+    if len(sizes) > MAX_SERIES_PER_CALL:
+        raise NixtlaError(f"A call may hold at most {MAX_SERIES_PER_CALL:,} series; this one holds {len(sizes):,}. "
+                          "Split it (NixtlaClient's num_partitions) or send a batch (POST /batches).",
+                          code="TOO_MANY_SERIES")
     if sum(sizes) != len(y):
         raise NixtlaError(f"series.sizes add up to {sum(sizes)} but series.y holds {len(y)} values.")
     if not isinstance(starts, list) or len(starts) != len(sizes) or not all(isinstance(s, str) for s in starts):
@@ -195,6 +211,8 @@ def read_series(body: Any, headers: Mapping[str, str], *, max_points: int, detec
     if max(sizes) > max_points:
         raise NixtlaError(f"A series holds {max(sizes)} points; at most {max_points} are accepted.", status=422,
                           code="DATA_VALIDATION_ERROR")
+    if before_rebuild is not None:
+        before_rebuild(len(sizes))
     out: list[SubmittedSeries] = []
     offsets: list[int] = []
     position = 0
