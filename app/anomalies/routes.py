@@ -50,7 +50,7 @@ def _respond(body: dict[str, object], detector: str, result: DetectionResult) ->
 def detect_series() -> Response:
     anomaly_request, series = _read()
     result = _detect(anomaly_request, series)
-    return _respond(service.verdicts(anomaly_request.timestamps, series, result), anomaly_request.detector, result)
+    return _respond(service.verdicts(series.timestamps, series, result), anomaly_request.detector, result)
 
 
 @bp.post("/anomalies/last")
@@ -59,5 +59,5 @@ def detect_last() -> Response:
     anomaly_request, series = _read()
     last = len(series.values) - 1
     result = _detect(anomaly_request, series, start=last)
-    body = service.last_verdict(anomaly_request.timestamps[last], series, result)
+    body = service.last_verdict(series.timestamps[last], series, result)
     return _respond(body, anomaly_request.detector, result)

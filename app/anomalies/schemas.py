@@ -8,7 +8,7 @@ to be strictly increasing in one form (gaps and jitter are real and accepted).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from marshmallow import Schema, fields, validate
@@ -20,11 +20,11 @@ from app.compute.detect.budget import (
     threshold_fields_given,
 )
 from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, SENSITIVITY_RANGE
-from app.forecast.schemas import FREQUENCY_ISSUE
+from app.forecast.schemas import FREQUENCY_ISSUE, missing_rows, present_values, too_few_values
 from app.series.instants import epoch_seconds
 from app.series.timestamps import FREQUENCIES, TimestampError
 from app.web.errors import DataValidationError, sentence
-from app.web.fields import JsonArray, StrictFloat, values_array
+from app.web.fields import JsonArray, StrictFloat
 from app.web.validation import envelope, load_object, problem
 
 MIN_POINTS = 12
@@ -47,8 +47,9 @@ class AnomalySeriesSchema(Schema):
     values = JsonArray(
         required=True,
         metadata={
-            "description": "Finite numbers, one per timestamp; no nulls.",
-            "items": {"type": "number"},
+            "description": "Finite numbers, one per timestamp; null for a missing value, whose row is left "
+            "out as a missing timestamp is.",
+            "items": {"type": "number", "nullable": True},
             "minItems": MIN_POINTS,
         },
     )
@@ -167,6 +168,10 @@ class CheckedSeries:
     epoch_seconds: Any  # float64 numpy array, UTC seconds
     values: Any  # float64 numpy array
     out_of_order: list[int]  # rows whose timestamp is not after the row before (judged in the order given)
+    # The rows judged: a value sent as null makes its row missing, as a missing timestamp is (the detector
+    # judges each row by time, so a hole needs nothing), so these are the timestamps of the other rows.
+    timestamps: list[Any] = field(default_factory=list)
+    missing_values: int = 0
 
 
 def out_of_order_rows(instants: Any) -> list[int]:
@@ -226,14 +231,15 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
                 values=len(values),
             )
         )
-    shortest = min(len(timestamps), len(values))
-    if shortest < MIN_POINTS:
-        problems.append(problem("series[0]", "insufficient data points", f"{shortest} points", minimum=MIN_POINTS))
     longest = max(len(timestamps), len(values))
+    missing = missing_rows(values) if longest <= max_points else []
+    shortest = min(len(timestamps), len(values) - len(missing))
+    if shortest < MIN_POINTS:
+        problems.append(too_few_values(shortest, len(missing), MIN_POINTS))
     if longest > max_points:
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
         raise DataValidationError(sentence(f"Invalid series data: {problems[0]['issue']}"), details=envelope(problems))
-    floats = values_array(values, problems)
+    floats = present_values(values, missing, problems)
     instants: Any = []
     if timestamps:
         try:
@@ -246,4 +252,13 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
     if problems:
         first = problems[0]
         raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=envelope(problems))
-    return CheckedSeries(epoch_seconds=instants, values=floats, out_of_order=out_of_order_rows(instants))
+    kept = timestamps
+    if missing:
+        import numpy as np
+
+        present = np.ones(len(timestamps), dtype=bool)
+        present[missing] = False
+        instants = instants[present]
+        kept = [text for text, keep in zip(timestamps, present.tolist(), strict=True) if keep]
+    return CheckedSeries(epoch_seconds=instants, values=floats, out_of_order=out_of_order_rows(instants),
+                         timestamps=kept, missing_values=len(missing))

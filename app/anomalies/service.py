@@ -13,6 +13,7 @@ from typing import Any
 from app.anomalies.schemas import CheckedSeries
 from app.compute.detect.results import DEFAULT_DETECTOR, ChangePointResult, DetectionResult
 from app.compute.detect.work import ChangePointWork, DetectionWork
+from app.series.numbers import has_float32_noise, without_float32_noise
 
 # Every door that answers detection over HTTP says with this header when the fallback detector answered.
 FALLBACK_HEADER = "X-Anomaly-Fallback"
@@ -58,11 +59,12 @@ def change_points(values: Any, *, window: int, threshold: float, period: int | N
 
 def verdicts(timestamps: list[Any], series: CheckedSeries, result: DetectionResult) -> dict[str, Any]:
     """Every row's verdict in this service's own shape (POST /anomalies, and each series of an anomaly batch)."""
+    expected, lower, upper = _numbers(series, result)
     return {
         "timestamps": timestamps,
-        "expected": result.expected,
-        "lower_bound": result.lower,
-        "upper_bound": result.upper,
+        "expected": expected,
+        "lower_bound": lower,
+        "upper_bound": upper,
         "anomaly_score": result.score,
         "is_anomaly": result.is_anomaly,
         "threshold": result.threshold,
@@ -70,16 +72,31 @@ def verdicts(timestamps: list[Any], series: CheckedSeries, result: DetectionResu
         "warmup_points": result.warmup_points,
         "period": result.period,
         "out_of_order": series.out_of_order,
+        **missing_count(series.missing_values),
     }
+
+
+def missing_count(missing_values: int) -> dict[str, int]:
+    """The answer's word on values sent as null (their rows were left out), when there were any."""
+    return {"missing_values": missing_values} if missing_values else {}
+
+
+def _numbers(series: CheckedSeries, result: DetectionResult) -> tuple[list[float], list[float], list[float]]:
+    """expected and the range as written: float32 input (echoed by a prediction) without its float64 digits."""
+    if not has_float32_noise(series.values):
+        return result.expected, result.lower, result.upper
+    return (without_float32_noise(result.expected), without_float32_noise(result.lower),
+            without_float32_noise(result.upper))
 
 
 def last_verdict(timestamp: Any, series: CheckedSeries, result: DetectionResult) -> dict[str, Any]:
     """The verdict on a series' last row (``result`` computed with start at that row)."""
+    expected, lower, upper = _numbers(series, result)
     return {
         "timestamp": timestamp,
-        "expected": result.expected[0],
-        "lower_bound": result.lower[0],
-        "upper_bound": result.upper[0],
+        "expected": expected[0],
+        "lower_bound": lower[0],
+        "upper_bound": upper[0],
         "anomaly_score": result.score[0],
         "is_anomaly": result.is_anomaly[0],
         "threshold": result.threshold,
@@ -87,4 +104,5 @@ def last_verdict(timestamp: Any, series: CheckedSeries, result: DetectionResult)
         "warmup_points": result.warmup_points,
         "period": result.period,
         "out_of_order": series.out_of_order,
+        **missing_count(series.missing_values),
     }

@@ -30,7 +30,9 @@ from app.forecast.schemas import (
     SubmittedSeries,
     check_series,
     invalid_future_timestamps,
+    missing_rows,
 )
+from app.series.numbers import without_float32_noise
 from app.series.timestamps import TimestampError
 from app.web.errors import ApiError, DataValidationError
 from app.web.validation import problem
@@ -124,6 +126,12 @@ class BacktestRunner:
 
         whole = check_series(SubmittedSeries(timestamps=timestamps, values=values), self.frequency,
                              max_points=self.max_points)
+        if whole.missing_values:
+            # Windows are cut and scored by position: a missing value would leave a window without its actuals.
+            index = missing_rows(values)[0]
+            issue = "missing value (null): a backtest scores every point, so each needs a value"
+            raise DataValidationError(f"Invalid series data: {issue}.", details=problem(
+                "series[0].values", issue, None, index=index))
         needed = points_needed(self.horizon, self.n_windows, self.step)
         if len(whole.values) < needed:
             issue = f"too short for the backtest's windows (at least {needed} points)"
@@ -139,7 +147,8 @@ class BacktestRunner:
                                    self.frequency, max_points=self.max_points)
             actual = whole.values[cut:cut + self.horizon]
             scale = mase_scale(history.values, season)
-            window: dict[str, Any] = {"cutoff": timestamps[cut - 1], "actual": actual.tolist(), "forecasts": {}}
+            window: dict[str, Any] = {"cutoff": timestamps[cut - 1], "actual": without_float32_noise(actual.tolist()),
+                                      "forecasts": {}}
             for model_id in self.models:
                 request = ForecastRequest(forecast_horizon=self.horizon, data_frequency=self.frequency,
                                           confidence=self.confidence, model_id=model_id)

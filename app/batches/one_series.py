@@ -81,6 +81,8 @@ class SeriesRunner:
             "upper_bound": answer.upper_bound,
             "model_id": answer.model_id,
         }
+        if series.missing_values:
+            out["missing_values"] = series.missing_values
         if answer.fallback:
             out["fallback"] = answer.fallback
         if answer.warning:
@@ -93,7 +95,7 @@ class SeriesRunner:
         result = detection.detect(series.epoch_seconds, series.values, data_frequency=one.data_frequency,
                                   confidence=one.confidence, false_alarms_per_week=one.false_alarms_per_week,
                                   detector=one.detector, run=run_here)
-        answer = detection.verdicts(one.timestamps, series, result)
+        answer = detection.verdicts(series.timestamps, series, result)
         answer["model_id"] = one.detector
         if result.fallback:
             answer["fallback"] = result.fallback

@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.wsgi import LimitedStream
 
-from app.batches import backtest, quota, store
+from app.batches import backtest, multipart, quota, store
 from app.batches.results import csv_rows
 from app.batches.schemas import batch_json
 from app.batches.submit import (
@@ -44,6 +44,8 @@ def submit() -> Response:
     key = current_key()
     if request.mimetype == "text/csv":
         batch = _submit_csv(services)
+    elif request.mimetype == "multipart/form-data":
+        batch = _submit_csv(services, form=True)
     elif not request.content_type or is_json_content_type(request.mimetype):
         raw = read_body(settings.max_body_bytes)
         fields, series = read_json_batch(parse_json_body(raw), request.headers, max_series=settings.batch_max_series,
@@ -58,8 +60,8 @@ def submit() -> Response:
     else:
         raise UnsupportedMediaType(
             "The request body must be JSON (Content-Type: application/json) or a CSV upload (Content-Type: "
-            "text/csv).",
-            details={"field": "Content-Type", "issue": "Must be application/json or text/csv",
+            "text/csv, or a multipart/form-data form with the file as its one part).",
+            details={"field": "Content-Type", "issue": "Must be application/json, text/csv or multipart/form-data",
                      "provided": request.mimetype},
         )
     response = jsonify(batch_json(batch))
@@ -68,16 +70,22 @@ def submit() -> Response:
     return response
 
 
-def _submit_csv(services: Services) -> store.Batch:
+def _submit_csv(services: Services, *, form: bool = False) -> store.Batch:
+    """A CSV upload, the body itself or (``form``) the one file part of a multipart/form-data body: streamed to
+    the database in pieces either way."""
     settings = services.settings
     key = current_key()
     fields: BatchFields = fields_from_query(request.args, request.headers)
     limit = settings.batch_max_upload_bytes
-    if request.content_length is not None and request.content_length > limit:
+    boundary = multipart.boundary_of(request.mimetype_params) if form else ""
+    slack = multipart.OVERHEAD_BYTES if form else 0
+    if request.content_length is not None and request.content_length > limit + slack:
         raise PayloadTooLarge.over(limit)
     stream = request.environ["wsgi.input"]
     if request.content_length is not None:
         stream = LimitedStream(stream, request.content_length)
+    if form:
+        stream = multipart.FormFile(stream, boundary, max_bytes=limit)
     allowed = settings.batch_account_quota_bytes
     quota.check(services.database, key.account_id, size=request.content_length or 0, quota=allowed)
     scan = UploadScan(max_series=settings.batch_max_series)

@@ -26,6 +26,9 @@ from app.web.errors import InvalidRequest, PayloadTooLarge
 from app.web.validation import envelope, load_object, problem, unstorable
 
 CSV_HEADER = ("unique_id", "timestamp", "value")
+# Nixtla's (statsforecast's) long format names the same three columns so; either header is taken, in any order.
+NIXTLA_CSV_HEADER = ("unique_id", "ds", "y")
+CSV_HEADERS = (CSV_HEADER, NIXTLA_CSV_HEADER)
 # Upload pieces stored as one row each: large enough to keep rows few (a thousand for 1 GB), small enough that
 # the piece and the database driver's copy of it (psycopg's is twice as large, as hex) add little to the web
 # process's memory.
@@ -231,8 +234,8 @@ class UploadScan:
 
     def _header(self, line: bytes) -> None:
         names = [name.strip().strip('"') for name in line.decode("utf-8", "replace").lstrip("\ufeff").split(",")]
-        if sorted(names) != sorted(CSV_HEADER):
-            raise _bad_csv("Must be the header unique_id,timestamp,value", ",".join(names))
+        if not any(sorted(names) == sorted(header) for header in CSV_HEADERS):
+            raise _bad_csv("Must be the header unique_id,timestamp,value (or unique_id,ds,y)", ",".join(names))
         self._column = names.index("unique_id")
         self._pattern = re.compile(rb"^(?:[^,\r\n]*,){%d}([^,\r\n]*)" % self._column, re.MULTILINE)
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("app.batches")
 
 CSV_COLUMNS = ("unique_id", "timestamp", "value")
+NIXTLA_COLUMNS = {"ds": "timestamp", "y": "value"}
 
 
 @dataclass(frozen=True)
@@ -300,9 +301,11 @@ def _reader(spool: IO[bytes], rows: int) -> Any:
 
 
 def _checked(frame: Any) -> Any:
+    if "timestamp" not in frame.columns and "value" not in frame.columns:
+        frame = frame.rename(columns=NIXTLA_COLUMNS)  # unique_id,ds,y: the same columns under Nixtla's names
     missing = [column for column in CSV_COLUMNS if column not in frame.columns]
     if missing:
-        raise UploadError("The CSV must have the columns unique_id,timestamp,value.",
+        raise UploadError("The CSV must have the columns unique_id,timestamp,value (or unique_id,ds,y).",
                           "missing column " + missing[0], ",".join(map(str, frame.columns))[:64])
     return frame
 
@@ -353,7 +356,8 @@ def split_whole(spool: IO[bytes], *, max_series: int) -> SplitUpload:
             warnings.simplefilter("error", pd.errors.ParserWarning)
             with _reader(spool, WHOLE_FRAME_ROWS) as reader:
                 for frame in reader:
-                    values = _values(_checked(frame))
+                    frame = _checked(frame)
+                    values = _values(frame)
                     stamps = frame["timestamp"].to_numpy(dtype=object)
                     for unique_id, rows in frame.groupby("unique_id", sort=False).indices.items():
                         entry = found.get(unique_id)

@@ -55,6 +55,7 @@ def forecast() -> Response:
             "lower_bound": answer.lower_bound,
             "median": answer.median,
             "upper_bound": answer.upper_bound,
+            **({"missing_values": series.missing_values} if series.missing_values else {}),
         }
     )
     response.headers["X-Model-Id"] = answer.model_id

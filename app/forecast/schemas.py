@@ -55,8 +55,9 @@ class SeriesSchema(Schema):
     values = JsonArray(
         required=True,
         metadata={
-            "description": "Finite numbers, one per timestamp; no nulls.",
-            "items": {"type": "number"},
+            "description": "Finite numbers, one per timestamp; null for a missing value (at least "
+            f"{MIN_POINTS} must be numbers).",
+            "items": {"type": "number", "nullable": True},
             "minItems": MIN_POINTS,
         },
     )
@@ -147,8 +148,39 @@ def model_id_from_headers(headers: Mapping[str, str], problems: list[dict[str, A
 @dataclass(frozen=True)
 class SeriesData:
     axis: TimeAxis
-    # float64, sent to the worker pool as one buffer
+    # float64, sent to the worker pool as one buffer: the values that are not null, in order
     values: np.ndarray
+    # Values sent as null: those rows are missing, as a missing timestamp is where holes are taken (a monitor's
+    # stored points); the axis is still the timestamps sent.
+    missing_values: int = 0
+
+
+def missing_rows(values: list[Any]) -> list[int]:
+    """The indices of null values (a null is a missing value, not a defect); a C scan when there are none."""
+    if None not in values:
+        return []
+    return [index for index, value in enumerate(values) if value is None]
+
+
+def present_values(values: list[Any], missing: list[int], problems: list[dict[str, Any]],
+                   field: str = "series[0].values") -> np.ndarray:
+    """values_array of the values that are not null, a defect's index still the one in ``values``."""
+    if not missing:
+        return values_array(values, problems)
+    skip = set(missing)
+    kept = [index for index in range(len(values)) if index not in skip]
+    start = len(problems)
+    floats = values_array([values[index] for index in kept], problems)
+    for found in problems[start:]:
+        if found.get("field") == field and isinstance(found.get("index"), int):
+            found["index"] = kept[found["index"]]
+    return floats
+
+
+def too_few_values(count: int, missing: int, minimum: int) -> dict[str, Any]:
+    """The too-short series' problem, counting values: a series of nulls is as short as one without points."""
+    provided = f"{count} points" if not missing else f"{count} points with a value ({missing} null)"
+    return problem("series[0]", "insufficient data points", provided, minimum=minimum)
 
 
 def check_series(submitted: SubmittedSeries, frequency: str, *, max_points: int) -> SeriesData:
@@ -165,17 +197,16 @@ def check_series(submitted: SubmittedSeries, frequency: str, *, max_points: int)
                 values=len(values),
             )
         )
-    shortest = min(len(timestamps), len(values))
-    if shortest < MIN_POINTS:
-        problems.append(
-            problem("series[0]", "insufficient data points", f"{shortest} points", minimum=MIN_POINTS)
-        )
     longest = max(len(timestamps), len(values))
+    missing = missing_rows(values) if longest <= max_points else []
+    shortest = min(len(timestamps), len(values) - len(missing))
+    if shortest < MIN_POINTS:
+        problems.append(too_few_values(shortest, len(missing), MIN_POINTS))
     if longest > max_points:
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
         raise DataValidationError(sentence(f"Invalid series data: {problems[0]['issue']}"), details=envelope(problems))
 
-    floats = values_array(values, problems)
+    floats = present_values(values, missing, problems)
     # The whole series in one pass when it is regular; item by item only to find and name a defect.
     axis = regular_axis(timestamps, frequency)
     if axis is None:
@@ -183,7 +214,7 @@ def check_series(submitted: SubmittedSeries, frequency: str, *, max_points: int)
     if problems or axis is None:
         first = problems[0]
         raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=envelope(problems))
-    return SeriesData(axis=axis, values=floats)
+    return SeriesData(axis=axis, values=floats, missing_values=len(missing))
 
 
 def _axis_item_by_item(timestamps: list[Any], frequency: str, problems: list[dict[str, Any]]) -> TimeAxis | None:

@@ -13,6 +13,7 @@ from app.compute.forecast.results import ForecastResult
 from app.compute.forecast.work import ForecastWork
 from app.forecast.schemas import RECOMMENDED_POINTS, ForecastRequest, SeriesData
 from app.series.frequencies import seasonal_periods
+from app.series.numbers import without_float32_noise
 from app.series.timestamps import future_timestamps
 
 Runner = Callable[[ForecastWork], ForecastResult]
@@ -47,9 +48,9 @@ def forecast(forecast_request: ForecastRequest, series: SeriesData, *, run: Runn
     result = run(work_for(forecast_request, series))
     return Forecast(
         forecast_timestamps=timestamps,
-        lower_bound=result.lower,
-        median=result.median,
-        upper_bound=result.upper,
+        lower_bound=without_float32_noise(result.lower),
+        median=without_float32_noise(result.median),
+        upper_bound=without_float32_noise(result.upper),
         model_id=forecast_request.model_id,
         confidence=forecast_request.confidence,
         fallback=result.fallback,

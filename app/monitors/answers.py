@@ -4,6 +4,7 @@ series."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Row
@@ -11,17 +12,24 @@ from sqlalchemy import Row
 from app.compute.detect.results import DEFAULT_DETECTOR
 from app.monitors import sources
 from app.monitors.series import stored_labels
-from app.monitors.store import epoch_text, iso
+from app.series.instants import epoch_text, moment_text, utc_text
 
 if TYPE_CHECKING:
     from app.monitors.judge import Verdict
     from app.monitors.reads import OpenIncident, Totals
     from app.monitors.store import SeriesState
 
+# Every instant an answer writes is in one form, UTC with "Z" (a stored point's text keeps its fraction): a
+# point sent as 00:11:00 or 02:11:00+02:00 reads as the 00:11:00Z the answer's computed instants are written in.
+
+
+def iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment_text(moment, microseconds=True)
+
 
 def point_view(point: Row[Any], *, labelled: bool = False) -> dict[str, Any]:
     view = {
-        "timestamp": point.timestamp,
+        "timestamp": utc_text(point.timestamp),
         "value": point.value,
         "expected": point.expected,
         "lower_bound": point.lower,
@@ -39,7 +47,7 @@ def point_view(point: Row[Any], *, labelled: bool = False) -> dict[str, Any]:
 
 def alert_view(point: Any) -> dict[str, Any]:
     """A stored point as an event describes it."""
-    return {"timestamp": point.timestamp, "value": point.value, "expected": point.expected,
+    return {"timestamp": utc_text(point.timestamp), "value": point.value, "expected": point.expected,
             "lower_bound": point.lower, "upper_bound": point.upper, "anomaly_score": point.score,
             "direction": point.direction}
 
@@ -62,7 +70,7 @@ def monitor_view(monitor: Row[Any], totals: Totals) -> dict[str, Any]:
         "created_at": iso(monitor.created_at),
         "updated_at": iso(monitor.updated_at),
         "point_count": totals.point_count,
-        "last_timestamp": totals.last_timestamp,
+        "last_timestamp": None if totals.last_timestamp is None else utc_text(totals.last_timestamp),
         "series_count": totals.series_count,
         "series_refused": monitor.series_refused,
         "series_refused_at": iso(monitor.series_refused_at),
@@ -84,7 +92,7 @@ def series_view(series: Row[Any], last_point: Row[Any] | None) -> dict[str, Any]
         "labels": stored_labels(series.labels),
         "point_count": series.point_count,
         "first_timestamp": None if series.first_epoch is None else epoch_text(series.first_epoch),
-        "last_timestamp": None if last_point is None else last_point.timestamp,
+        "last_timestamp": None if last_point is None else utc_text(last_point.timestamp),
         "last_point": None if last_point is None else point_view(last_point),
         "open_anomaly_since": None if series.open_anomaly_epoch is None else epoch_text(series.open_anomaly_epoch),
         "created_at": iso(series.created_at),
@@ -101,7 +109,7 @@ def points_answer(
     period: int | None,
 ) -> dict[str, Any]:
     rows = [point_view(r) for r in old_records] + [
-        {"timestamp": t, "value": v, "expected": d.expected, "lower_bound": d.lower, "upper_bound": d.upper,
+        {"timestamp": utc_text(t), "value": v, "expected": d.expected, "lower_bound": d.lower, "upper_bound": d.upper,
          "anomaly_score": d.score, "is_anomaly": d.is_anomaly, "direction": d.direction, "warmup": d.warmup}
         for t, v, d in zip(texts, values, verdicts, strict=True)
     ]

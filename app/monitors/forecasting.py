@@ -11,6 +11,7 @@ from app.compute.pool import WorkerPool
 from app.forecast import service
 from app.forecast.schemas import ForecastRequest, SeriesData
 from app.series.frequencies import UNIT_SECONDS
+from app.series.instants import utc_text
 from app.series.timestamps import TimeAxis, TimestampError, parse_axis
 from app.web.errors import DataValidationError
 from app.web.pool_work import compute_on_pool
@@ -90,7 +91,7 @@ def forecast(
     return {
         "model": model_id,
         "confidence": confidence,
-        "forecast_timestamps": answer.forecast_timestamps,
+        "forecast_timestamps": [utc_text(text) for text in answer.forecast_timestamps],  # the monitor's one form
         "lower_bound": answer.lower_bound,
         "median": answer.median,
         "upper_bound": answer.upper_bound,

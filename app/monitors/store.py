@@ -27,6 +27,7 @@ from app.monitors import queue, snapshots
 from app.monitors.cache import History, JudgeState
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.schemas import IncomingPoints
+from app.series import instants
 from app.series.frequencies import MAX_PERIOD_ROWS
 from app.web.errors import DataValidationError, NotFound
 
@@ -248,11 +249,12 @@ def utc_now() -> datetime:
 
 
 def iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return None if moment is None else instants.moment_text(moment, microseconds=True)
 
 
 def epoch_text(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Four-digit years: strftime writes year 1 as "1-01-01", which no parser of the API reads back.
+    return instants.epoch_text(epoch)
 
 
 def new_monitor_id() -> str:

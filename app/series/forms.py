@@ -40,10 +40,11 @@ UNIT_NAMES: dict[str, str] = {
     "Yearly": "years",
 }
 
-# [0-9] rather than \d so that non-ASCII digits are refused; ranges here, day-in-month by datetime.
+# [0-9] rather than \d so that non-ASCII digits are refused; ranges here, day-in-month by datetime. Date and time
+# are separated by "T" or a space (RFC 3339 allows it; pandas and databases write it): the same instant either way.
 _BODY = (
     r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
-    r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.([0-9]{1,6}))?"
+    r"[T ](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.([0-9]{1,6}))?"
 )
 _OFFSET = r"[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]"
 # A date alone is that day's midnight, without an offset (ISO 8601's calendar date; datetime.fromisoformat
@@ -111,6 +112,7 @@ class TimeAxis:
     suffix: str  # "", "Z" or the last timestamp's own "±HH:MM"
     fraction_digits: int
     month_end: bool = False
+    separator: str = "T"  # the last timestamp's own, "T" or " "
 
 
 def format_error(index: int, provided: object) -> TimestampError:
@@ -155,14 +157,20 @@ def fraction_digits(texts: Sequence[str], form: str) -> int:
     return extra - 1 if extra > 0 else 0
 
 
-def render(wall: datetime, digits: int, suffix: str) -> str:
+def render(wall: datetime, digits: int, suffix: str, separator: str = "T") -> str:
     """The wall clock in the input's form. isoformat is C and pads the year to four digits; the fraction
-    is cut to the input's own digits, and the suffix is the input's, not the datetime's own offset."""
+    is cut to the input's own digits, and the suffix and separator are the input's, not the datetime's own
+    offset."""
     if wall.tzinfo is not None:
         wall = wall.replace(tzinfo=None)
     if digits:
-        return wall.isoformat(timespec="microseconds")[: 20 + digits] + suffix
-    return wall.isoformat(timespec="seconds") + suffix
+        return wall.isoformat(separator, timespec="microseconds")[: 20 + digits] + suffix
+    return wall.isoformat(separator, timespec="seconds") + suffix
+
+
+def separator_of(text: str) -> str:
+    """The character between date and time of a well-formed timestamp ("T" for a date alone)."""
+    return " " if len(text) > 10 and text[10] == " " else "T"
 
 
 def is_month_end(wall: datetime) -> bool:

@@ -121,3 +121,38 @@ def _epoch_seconds_walk(timestamps: Sequence[object], *, increasing: bool = True
         previous = instant
         out.append(since_epoch.total_seconds())
     return out
+
+
+def utc_text(text: str) -> str:
+    """A well-formed timestamp (TIMESTAMP_RE) written as the same instant in UTC with "Z", its fraction kept:
+    the one form an answer that mixes stored and computed instants writes them all in. A timestamp without an
+    offset is UTC already, as everywhere in the API. Text that is not one is handed back as it is."""
+    if len(text) >= 20 and text[10] == "T" and text[-1] == "Z":
+        return text
+    match = TIMESTAMP_RE.fullmatch(text)
+    if match is None:
+        return text
+    try:
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return text
+    digits = len(match.group(1) or "")
+    wall = moment.replace(tzinfo=None)
+    if digits:
+        return wall.isoformat(timespec="microseconds")[: 20 + digits] + "Z"
+    return wall.isoformat(timespec="seconds") + "Z"
+
+
+def moment_text(moment: datetime, *, microseconds: bool = False) -> str:
+    """An aware (or UTC naive) datetime as UTC with "Z", the year written with four digits as ISO 8601 and the
+    API's own parser want it (strftime's %Y writes year 1 as "1")."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return moment.isoformat(timespec="microseconds" if microseconds else "seconds") + "Z"
+
+
+def epoch_text(epoch: float) -> str:
+    """Whole seconds since the Unix epoch as UTC with "Z" (see moment_text)."""
+    return moment_text(_EPOCH + timedelta(seconds=epoch))

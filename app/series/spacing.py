@@ -18,6 +18,7 @@ from app.series.forms import (
     fraction_digits,
     is_month_end,
     render,
+    separator_of,
     suffix_text,
 )
 
@@ -42,6 +43,7 @@ def make_axis(
         suffix=suffix_text(last_text, form),
         fraction_digits=fraction_digits(timestamps, form),
         month_end=month_end,
+        separator=separator_of(last_text),
     )
 
 def validate_spacing(timestamps: Sequence[str], dts: list[datetime], form: str, frequency: str) -> TimeAxis:
@@ -56,7 +58,7 @@ def validate_spacing(timestamps: Sequence[str], dts: list[datetime], form: str, 
 
 def _expected_text(timestamps: Sequence[str], form: str, i: int, wall: datetime) -> str:
     digits = fraction_digits(timestamps[: i + 1], form)
-    return render(wall, digits, suffix_text(timestamps[i], form))
+    return render(wall, digits, suffix_text(timestamps[i], form), separator_of(timestamps[i]))
 
 def _not_whole_issue(frequency: str) -> str:
     return f"the gap between the first two timestamps is not a whole number of {UNIT_NAMES[frequency]}"

@@ -59,6 +59,7 @@ from app.series.forms import (
     format_error,
     is_month_end,
     render,
+    separator_of,
     suffix_text,
 )
 from app.series.forms import (
@@ -243,6 +244,7 @@ def _axis_from_rows(text: bytes | memoryview, start: int, end: int, first: str, 
         suffix=suffix_text(last_text, form),
         fraction_digits=fraction_digits,
         month_end=month_end,
+        separator=separator_of(last_text),
     )
 
 
@@ -463,7 +465,7 @@ def future_timestamps(axis: TimeAxis, horizon: int) -> list[str]:
             if calendar_wall is None:
                 raise _past_max_year(axis)
             walls.append(calendar_wall)
-    return [render(wall, axis.fraction_digits, axis.suffix) for wall in walls]
+    return [render(wall, axis.fraction_digits, axis.suffix, axis.separator) for wall in walls]
 
 
 def _past_max_year(axis: TimeAxis) -> TimestampError:

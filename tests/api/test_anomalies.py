@@ -130,9 +130,9 @@ def test_series_defects_answer_422_with_the_index(client: FlaskClient, key: str,
     assert (details["index"], details["issue"]) == (4, "invalid timestamp format")
 
     holes = five_minute(30)
-    holes["series"][0]["values"][21] = None
+    holes["series"][0]["values"][21] = "21"
     details = _post(client, key, holes, path).get_json()["error"]["details"]
-    assert (details["field"], details["index"], details["issue"]) == ("series[0].values", 21, "missing value (null)")
+    assert (details["field"], details["index"], details["issue"]) == ("series[0].values", 21, "value must be a number")
 
     uneven = five_minute(30)
     uneven["series"][0]["values"].pop()

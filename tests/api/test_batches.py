@@ -112,7 +112,7 @@ def test_json_batch_answers_202_and_every_series_equals_post_forecast(client: Fl
 def test_a_failing_series_carries_the_error_post_forecast_gives_it(client: FlaskClient, key: str) -> None:
     short = {"id": "short", "timestamps": days(5)["timestamps"], "values": [1, 2, 3, 4, 5]}
     gap = days(20)
-    gap["values"][7] = None
+    gap["values"][7] = "7"
     holed = {"id": "holed", **gap}
     body = batch_body(2)
     body["series"][1:1] = [short, holed]
@@ -174,7 +174,7 @@ def test_csv_upload_gives_the_json_batch_results(client: FlaskClient, key: str) 
     assert client.get(f"/batches/{batch_id}", headers=bearer(key)).get_json()["status"] == "done"
     from_csv = lines(client.get(f"/batches/{batch_id}/results", headers=bearer(key)))
     assert from_csv == from_json
-    assert from_csv[1]["error"]["details"]["issue"] == "missing value (null)"
+    assert from_csv[1]["missing_values"] == 1
 
 
 def test_anomaly_batch_gives_post_anomalies_answers(client: FlaskClient, key: str) -> None:
@@ -268,7 +268,7 @@ def test_csv_header_and_query_fields_are_checked_before_the_upload_is_kept(clien
     bad_header = client.post("/batches", data="id,time,y\na,2026-01-01T00:00:00,1\n", query_string=FIELDS,
                              headers=headers)
     assert error_of(bad_header, 400, "INVALID_REQUEST")["details"]["issue"] == (
-        "Must be the header unique_id,timestamp,value")
+        "Must be the header unique_id,timestamp,value (or unique_id,ds,y)")
     horizon = client.post("/batches", data="unique_id,timestamp,value\n", headers=headers,
                           query_string={**FIELDS, "forecast_horizon": "ten"})
     assert error_of(horizon, 400, "INVALID_REQUEST")["details"] == {

@@ -59,7 +59,7 @@ def test_a_forecast_reads_the_wall_clock_so_the_same_series_is_valid_there() -> 
 
 
 # (A date alone, 2026-01-05, is that day's midnight: docs/contract.md, Timestamps.)
-@pytest.mark.parametrize("bad", ["2026-01-05T00:00", "2026-01-05 00:00:00", "yesterday"])
+@pytest.mark.parametrize("bad", ["2026-01-05T00:00", "2026-01-05_00:00:00", "yesterday"])
 def test_a_format_error_names_the_accepted_form(bad: str) -> None:
     series = [f"2026-01-{day:02d}T00:00:00" for day in range(1, 11)]
     series[4] = bad
