@@ -69,10 +69,10 @@ def test_backtest_has_statsforecast_shape_and_post_forecast_windows(service: tup
         assert last[f"{model}-lo-90"].tolist() == frame.lower
         assert last[f"{model}-hi-90"].tolist() == frame.upper
 
-    summary = cv.attrs["summary"]
+    summary = pd.DataFrame(cv.attrs["summary"])
     assert summary["model"].tolist() == MODELS
     assert set(summary.columns) >= {"mase", "smape", "coverage", "msis"}
-    assert cv.attrs["errors"].empty and cv.attrs["batch_id"].startswith("bat_")
+    assert cv.attrs["errors"] == () and cv.attrs["batch_id"].startswith("bat_")
 
 
 def test_failed_series_are_listed_and_async_agrees(service: tuple[str, str]) -> None:
@@ -85,9 +85,31 @@ def test_failed_series_are_listed_and_async_agrees(service: tuple[str, str]) -> 
 
     cv = asyncio.run(run())
     assert set(cv["unique_id"]) == {"good"} and len(cv) == 2 * 3
-    errors = cv.attrs["errors"]
+    errors = pd.DataFrame(cv.attrs["errors"])
     assert errors["unique_id"].tolist() == ["gap"] and errors["code"].tolist() == ["DATA_VALIDATION_ERROR"]
     with Client(url, key) as client:
         again = client.backtest(df[df["unique_id"] == "good"], 3, n_windows=2, time_col="ds", value_col="y",
                                 progress=False)
     pd.testing.assert_frame_equal(cv.reset_index(drop=True), again.reset_index(drop=True))
+
+
+def test_backtest_frames_print_and_concatenate_like_statsforecast_frames(service: tuple[str, str],
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """print() of a frame wider than the screen and pd.concat() both compare the frames' attrs: with the summary
+    and the failed series held there as DataFrames, both raised 'The truth value of a DataFrame is ambiguous'."""
+    url, key = service
+    with Client(url, key) as client:
+        first = client.backtest(monthly(["a"], 30), 6, n_windows=2, models=MODELS, time_col="ds", value_col="y",
+                                progress=False)
+        second = client.backtest(monthly(["b", "c"], 30), 6, n_windows=2, models=MODELS, time_col="ds",
+                                 value_col="y", progress=False)
+    with pd.option_context("display.max_columns", 4, "display.width", 80):  # as narrow as a terminal
+        print(first)
+        print(second)
+    shown = capsys.readouterr().out
+    assert "forecast-model-2-hi-95" in shown and "[12 rows x 10 columns]" in shown
+    both = pd.concat([first, second], ignore_index=True)
+    assert both["unique_id"].tolist() == ["a"] * 12 + ["b"] * 12 + ["c"] * 12
+    assert list(both.columns) == list(first.columns)
+    assert first.attrs["batch_id"] != second.attrs["batch_id"] and both.attrs == {}  # pandas: only if all agree
+    assert [row["model"] for row in second.attrs["summary"]] == MODELS and second.attrs["errors"] == ()

@@ -63,7 +63,7 @@ def test_forecast_many_equals_forecast_per_series_and_reports_the_failed_one(run
         assert list(out.columns) == ["unique_id", "timestamp", "lower", "median", "upper"]
         assert out["unique_id"].tolist() == [sid for sid in (10, 11, 13, 14, 15) for _ in range(5)]  # int ids kept
         assert out.attrs["batch_id"].startswith("bat_")
-        errors = out.attrs["errors"]
+        errors = pd.DataFrame(out.attrs["errors"])
         assert errors["unique_id"].tolist() == [12]
         assert errors["code"].tolist() == ["DATA_VALIDATION_ERROR"]
         assert errors["details"][0]["field"] == "series[2]"
@@ -98,7 +98,7 @@ def test_a_frame_larger_than_one_upload_piece_streams_whole(running: Running) ->
     with Client(running.url, running.key) as client:
         out = client.forecast_many(frame, 3, model="forecast-model-2", progress=False)
     assert out["unique_id"].nunique() == count and len(out) == 3 * count
-    assert out.attrs["errors"].empty
+    assert out.attrs["errors"] == ()
 
 
 def test_progress_bar_timeout_resume_results_list_and_cancel(running: Running,

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import io
+import json
+import pickle
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
+from forecast_client import Client
 from forecast_client._batches import (
     POLL_FIRST,
     POLL_MAX,
@@ -17,6 +22,7 @@ from forecast_client._batches import (
     csv_pieces,
     next_poll,
     prepare_frame,
+    read_backtest_csv,
     read_forecast_csv,
 )
 
@@ -93,8 +99,9 @@ def test_results_csv_splits_forecasts_from_errors_and_restores_ids_and_zone() ->
     assert out["median"].tolist() == [0.1 + 0.2]  # read back exactly
     assert out["timestamp"].iloc[0] == pd.Timestamp("2026-04-01", tz="Europe/Berlin")
     errors = out.attrs["errors"]
-    assert errors.to_dict("records") == [{"unique_id": 8, "code": "DATA_VALIDATION_ERROR", "message": "too short",
-                                          "details": {"field": "series[1]"}}]
+    assert errors == ({"unique_id": 8, "code": "DATA_VALIDATION_ERROR", "message": "too short",
+                       "details": {"field": "series[1]"}},)
+    assert type(errors[0]["unique_id"]) is int  # the input's id, as a Python int: the attrs serialise to JSON
 
 
 def test_polling_starts_soon_grows_to_a_ceiling_and_obeys_retry_after() -> None:
@@ -146,4 +153,56 @@ def test_results_ids_come_back_without_the_csv_injection_apostrophe() -> None:
                       b"'=x,,,,,\"{\"\"error\"\":{\"\"code\"\":\"\"DATA_VALIDATION_ERROR\"\",\"\"message\"\":\"\"m\"\"}}\"\n")
     out = read_forecast_csv(body, None, None)
     assert out["unique_id"].tolist() == ["-1", "'quoted"]
-    assert out.attrs["errors"]["unique_id"].tolist() == ["=x"]
+    assert [error["unique_id"] for error in out.attrs["errors"]] == ["=x"]
+
+
+def _backtest(ids: tuple[str, ...], failed: str) -> pd.DataFrame:
+    lines = ["unique_id,cutoff,timestamp,actual,model,lower,median,upper,error"]
+    for sid in ids:
+        for step in (1, 2):
+            for model in ("forecast-model-1", "forecast-model-2"):
+                lines.append(f"{sid},2026-01-01T00:00:00,2026-01-0{1 + step}T00:00:00,{step}.0,{model},0.5,1.5,2.5,")
+    envelope = json.dumps({"error": {"code": "DATA_VALIDATION_ERROR", "message": "a gap", "details": {"index": 3}}})
+    lines.append(f'{failed},,,,,,,,"{envelope.replace(chr(34), chr(34) * 2)}"')
+    return read_backtest_csv(io.BytesIO("\n".join(lines).encode()), None, None, 0.95, ("unique_id", "ds", "y"))
+
+
+def test_backtest_and_batch_frames_print_and_concatenate_like_any_frame() -> None:
+    """pandas compares attrs when it concatenates frames, and so when it prints a frame too wide for the screen
+    (two halves joined): DataFrames held there made both raise 'The truth value of a DataFrame is ambiguous'."""
+    one, two = _backtest(("a", "b"), "gap"), _backtest(("c",), "short")
+    summary = ({"model": "forecast-model-1", "mase": 0.9, "smape": 11.2, "coverage": 0.94, "msis": 7.8},)
+    one.attrs.update(summary=summary, batch_id="bat_1")
+    two.attrs.update(summary=summary, batch_id="bat_2")
+    with pd.option_context("display.max_columns", 4, "display.max_rows", 4, "display.width", 80):
+        assert "..." in repr(one) and "forecast-model-2-hi-95" in repr(one)
+        assert "forecast-model-2-hi-95" in one._repr_html_()  # type: ignore[operator]
+    both = pd.concat([one, two], ignore_index=True)
+    assert both["unique_id"].tolist() == ["a"] * 2 + ["b"] * 2 + ["c"] * 2
+    assert both.attrs == {}  # two batches: pandas keeps attrs only where every frame agrees
+    again = pd.concat([one.iloc[:2], one.iloc[2:]])
+    assert again.attrs["batch_id"] == "bat_1" and again.attrs["errors"] == one.attrs["errors"]
+    assert [e["unique_id"] for e in one.attrs["errors"]] == ["gap"]
+    assert pd.DataFrame(one.attrs["errors"])["code"].tolist() == ["DATA_VALIDATION_ERROR"]
+
+
+def test_the_failed_series_are_shared_not_copied_and_survive_json_and_pickle() -> None:
+    out = _backtest(("a",), "gap")
+    errors = out.attrs["errors"]
+    # pandas deep-copies attrs for every column read and every group: the records are handed on as they are.
+    assert out["y"].attrs["errors"] is errors and copy.deepcopy(out).attrs["errors"] is errors
+    assert [group.attrs["errors"] is errors for _, group in out.groupby("cutoff")] == [True]
+    assert json.loads(json.dumps(out.attrs)) == {"errors": [{"unique_id": "gap", "code": "DATA_VALIDATION_ERROR",
+                                                            "message": "a gap", "details": {"index": 3}}]}
+    assert pickle.loads(pickle.dumps(out)).attrs == out.attrs
+
+
+def test_the_backtest_summary_is_a_tuple_of_plain_records() -> None:
+    body = {"batch_id": "bat_1", "models": [
+        {"model": "forecast-model-1", "mase": 0.91, "smape": 11.2, "coverage": 0.94, "msis": None,
+         "series": {"mase": 120, "smape": 120, "coverage": 120, "msis": 0}}], "series": []}
+    with Client("http://service.invalid", "fk_test") as client:
+        call = client._summary_call("bat_1")  # type: ignore[attr-defined]
+    summary = call.read(httpx.Response(200, json=body, request=httpx.Request("GET", "http://service.invalid")))
+    assert summary == ({"model": "forecast-model-1", "mase": 0.91, "smape": 11.2, "coverage": 0.94, "msis": None},)
+    assert pd.DataFrame(summary).set_index("model").loc["forecast-model-1", "smape"] == 11.2

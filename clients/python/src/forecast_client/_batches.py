@@ -26,6 +26,24 @@ FORECAST_COLUMNS = ["unique_id", "timestamp", "lower", "median", "upper"]
 ERROR_COLUMNS = ["unique_id", "code", "message", "details"]
 
 
+class Records(tuple[dict[str, Any], ...]):
+    """Rows as plain dicts, which is how a frame's ``attrs`` hold the series that failed and a backtest's summary
+    (``pd.DataFrame(records)`` makes a frame of them). Not a DataFrame: pandas compares attrs when it concatenates
+    frames, and so when it prints a wide one, and a DataFrame has no truth value. Shared between frames rather
+    than copied: pandas deep-copies attrs on every operation (each column read, each group of a groupby), which
+    would copy every failed series' record each time."""
+
+    __slots__ = ()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Records:
+        return self
+
+
+def records(frame: pd.DataFrame) -> Records:
+    """The frame's rows, with numpy scalars as Python ones so that the attrs also serialise to JSON (parquet)."""
+    return Records(frame.to_dict("records"))
+
+
 @dataclass(frozen=True)
 class Batch:
     """A batch as GET /batches/{id} describes it. ``error`` is set when its upload could not be read."""
@@ -222,7 +240,7 @@ def _service_times(stamps: pd.Series) -> pd.Series:
 
 def read_forecast_csv(body: IO[bytes], ids: Mapping[str, Any] | None, tz: tzinfo | None) -> pd.DataFrame:
     """The results' CSV (unique_id,timestamp,lower,median,upper,error) as the forecast frame, with the
-    series that failed in ``frame.attrs["errors"]`` (unique_id, code, message, details)."""
+    series that failed in ``frame.attrs["errors"]``: Records of unique_id, code, message, details."""
     import pandas as pd
 
     # round_trip: the numbers read back exactly as the service wrote them (pandas' default parser may differ
@@ -245,7 +263,7 @@ def read_forecast_csv(body: IO[bytes], ids: Mapping[str, Any] | None, tz: tzinfo
     if ids:
         forecasts["unique_id"] = forecasts["unique_id"].map(ids)
         errors["unique_id"] = errors["unique_id"].map(ids)
-    forecasts.attrs["errors"] = errors
+    forecasts.attrs["errors"] = records(errors)
     return forecasts
 
 
@@ -355,5 +373,5 @@ def read_backtest_csv(body: IO[bytes], ids: Mapping[str, Any] | None, tz: tzinfo
         "message": [e.get("message") for e in envelopes],
         "details": [e.get("details") or {} for e in envelopes],
     }, columns=ERROR_COLUMNS)
-    out.attrs["errors"] = errors.reset_index(drop=True)
+    out.attrs["errors"] = records(errors)
     return out

@@ -24,6 +24,7 @@ from forecast_client._batches import (
     BatchTimeout,
     PreparedFrame,
     ProgressBar,
+    Records,
     csv_pieces,
     next_poll,
     prepare_frame,
@@ -635,13 +636,12 @@ class _BatchCalls(_Calls):
         return _Call("POST", "/batches", self._batch_read, lambda: csv_pieces(prepared), {"Content-Type": "text/csv"},
                      params, idempotent=False)
 
-    def _summary_call(self, batch_id: str) -> _Call[Any]:
-        def read(response: httpx.Response) -> Any:
-            import pandas as pd
-
+    def _summary_call(self, batch_id: str) -> _Call[Records]:
+        def read(response: httpx.Response) -> Records:
             try:
-                return pd.DataFrame(_json_object(response)["models"]).drop(columns="series")
-            except (KeyError, TypeError, ValueError) as exc:
+                return Records({name: value for name, value in model.items() if name != "series"}
+                               for model in _json_object(response)["models"])
+            except (KeyError, TypeError, AttributeError) as exc:
                 raise UnexpectedResponse(f"summary response is missing or mangles {exc}", response) from exc
 
         return _Call("GET", f"/batches/{_segment(batch_id)}/summary", read)
@@ -973,9 +973,10 @@ class Client(_BatchCalls):
         point: ``unique_id``, ``timestamp``, ``value``, like statsforecast's), a DataFrame out (``unique_id``,
         ``timestamp``, ``lower``, ``median``, ``upper``, in submission order).
 
-        Series that fail (too short, a gap...) are not in the frame: ``frame.attrs["errors"]`` lists them
-        (``unique_id``, ``code``, ``message``, ``details``), exactly as ``forecast()`` would raise for each.
-        ``frame.attrs["batch_id"]`` names the batch. The upload is streamed, so frames of any size work.
+        Series that fail (too short, a gap...) are not in the frame: ``frame.attrs["errors"]`` lists them, a
+        tuple of dicts (``unique_id``, ``code``, ``message``, ``details``), exactly as ``forecast()`` would raise
+        for each. ``frame.attrs["batch_id"]`` names the batch. The upload is streamed, so frames of any size
+        work.
 
         ``batch_id`` resumes a batch submitted before (``df`` then only gives back the ids' types and the time
         zone, and may be omitted). ``timeout`` (seconds) raises BatchTimeout, which carries the batch id to
@@ -1021,8 +1022,9 @@ class Client(_BatchCalls):
         Returns a DataFrame in the shape of statsforecast's ``cross_validation``: ``id_col``, ``time_col``,
         ``cutoff``, ``value_col`` (the actual value), then per model ``<model>``, ``<model>-lo-<level>`` and
         ``<model>-hi-<level>``. ``frame.attrs["summary"]`` holds the M4 scores per model (MASE, sMAPE,
-        coverage, MSIS), ``frame.attrs["errors"]`` the series that failed, ``frame.attrs["batch_id"]`` the
-        batch. A batch that fails as a whole, or is cancelled, raises BatchFailed."""
+        coverage, MSIS), ``frame.attrs["errors"]`` the series that failed, both tuples of dicts
+        (``pd.DataFrame(...)`` makes a frame of either), ``frame.attrs["batch_id"]`` the batch. A batch that
+        fails as a whole, or is cancelled, raises BatchFailed."""
         prepared = prepare_frame(df, frequency, id_col, time_col, value_col)
         submitted = self._send(self._submit_backtest_call(prepared, horizon, n_windows, step_size, models,
                                                           confidence))
