@@ -13,7 +13,7 @@ from typing import Any
 from app.anomalies.schemas import CheckedSeries
 from app.compute.detect.results import DEFAULT_DETECTOR, ChangePointResult, DetectionResult
 from app.compute.detect.work import ChangePointWork, DetectionWork
-from app.series.numbers import has_float32_noise, without_float32_noise
+from app.series.numbers import has_float32_noise, interval_without_float32_noise
 
 # Every door that answers detection over HTTP says with this header when the fallback detector answered.
 FALLBACK_HEADER = "X-Anomaly-Fallback"
@@ -85,8 +85,8 @@ def _numbers(series: CheckedSeries, result: DetectionResult) -> tuple[list[float
     """expected and the range as written: float32 input (echoed by a prediction) without its float64 digits."""
     if not has_float32_noise(series.values):
         return result.expected, result.lower, result.upper
-    return (without_float32_noise(result.expected), without_float32_noise(result.lower),
-            without_float32_noise(result.upper))
+    lower, expected, upper = interval_without_float32_noise(result.lower, result.expected, result.upper)
+    return expected, lower, upper
 
 
 def last_verdict(timestamp: Any, series: CheckedSeries, result: DetectionResult) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from app.compute.forecast.results import ForecastResult
 from app.compute.forecast.work import ForecastWork
 from app.forecast.schemas import RECOMMENDED_POINTS, ForecastRequest, SeriesData
 from app.series.frequencies import seasonal_periods
-from app.series.numbers import without_float32_noise
+from app.series.numbers import interval_without_float32_noise
 from app.series.timestamps import future_timestamps
 
 Runner = Callable[[ForecastWork], ForecastResult]
@@ -46,11 +46,12 @@ def forecast(forecast_request: ForecastRequest, series: SeriesData, *, run: Runn
     (each door names that in its own words) before any computation starts."""
     timestamps = future_timestamps(series.axis, forecast_request.forecast_horizon)
     result = run(work_for(forecast_request, series))
+    lower, median, upper = interval_without_float32_noise(result.lower, result.median, result.upper)
     return Forecast(
         forecast_timestamps=timestamps,
-        lower_bound=without_float32_noise(result.lower),
-        median=without_float32_noise(result.median),
-        upper_bound=without_float32_noise(result.upper),
+        lower_bound=lower,
+        median=median,
+        upper_bound=upper,
         model_id=forecast_request.model_id,
         confidence=forecast_request.confidence,
         fallback=result.fallback,

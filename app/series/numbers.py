@@ -47,3 +47,12 @@ def has_float32_noise(array: object) -> bool:
         suspect = values.astype(np.float32).astype(np.float64) == values
         suspect &= (np.abs(values) >= _EXACT_INTEGERS) | (values != np.trunc(values))
     return bool(suspect.any())
+
+
+def interval_without_float32_noise(lower: Sequence[float], median: Sequence[float],
+                                   upper: Sequence[float]) -> tuple[list[float], list[float], list[float]]:
+    """The three arrays of a forecast through without_float32_noise, still ordered lower <= median <= upper: a
+    bound rewritten could otherwise cross a median a hair away that was not."""
+    low, mid, high = (without_float32_noise(values) for values in (lower, median, upper))
+    return ([min(a, b) if before <= m else a for a, b, before, m in zip(low, mid, lower, median, strict=True)], mid,
+            [max(a, b) if before >= m else a for a, b, before, m in zip(high, mid, upper, median, strict=True)])
