@@ -3,8 +3,9 @@ remote-written series feed it. Parsed once, matched against every incoming serie
 
 The syntax is PromQL's instant-vector selector without range or offset: an optional metric name, then
 ``{name op "value", ...}`` with op one of ``=``, ``!=``, ``=~``, ``!~``, values in double quotes, single quotes
-or backticks. As in PromQL, regular expressions are anchored at both ends, a matcher against a missing label
-sees the empty string, and a selector must have at least one matcher that does not match the empty string
+or backticks. As in PromQL, regular expressions are RE2's syntax, anchored at both ends, and matched in time
+linear in the label's length (so no pattern can stall the process); a matcher against a missing label sees the
+empty string, and a selector must have at least one matcher that does not match the empty string
 (``{}`` or ``{job!="x"}`` alone would take every series written to the account).
 """
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import re2
 
 from app.web.errors import InvalidRequest
 from app.web.validation import problem
@@ -26,9 +29,17 @@ _LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _OPERATORS = ("=~", "!~", "!=", "=")
 _ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'",
             '"': '"'}
-# A repeated group that itself repeats ("(a+)+", "(a|a?)*"): Python's backtracking engine, unlike Prometheus'
-# RE2, can take exponential time on such a pattern, and selectors run in the web process on every sample.
-_NESTED_REPEAT = re.compile(r"\((?:[^()\\]|\\.)*(?:[+*]|\{\d*,\d*\}|\?)(?:[^()\\]|\\.)*\)\s*(?:[+*]|\{\d*,?\d*\})")
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.dot_nl = True  # PromQL's "." matches a line break too
+    options.never_capture = True  # only whether it matches is asked
+    options.log_errors = False  # a refused pattern is the user's 400, not a line on stderr
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
 
 Op = Literal["=", "!=", "=~", "!~"]
 
@@ -42,7 +53,7 @@ class Matcher:
     name: str
     op: Op
     value: str
-    pattern: re.Pattern[str] | None = None
+    pattern: Any = None  # a compiled RE2 pattern
 
     def matches(self, actual: str) -> bool:
         if self.op == "=":
@@ -132,13 +143,12 @@ def _matcher(text: str, position: int) -> tuple[Matcher, int]:
         if len(value) > MAX_REGEX_LENGTH:
             raise SelectorError(f"the regular expression for '{label.group()}' is longer than {MAX_REGEX_LENGTH} "
                                 "characters")
-        if _NESTED_REPEAT.search(value):
-            raise SelectorError(f"the regular expression for '{label.group()}' repeats a group that itself repeats, "
-                                "which can take exponential time here; write it without nested repetition")
         try:
-            pattern = re.compile(value, re.DOTALL)
-        except re.error as exc:
-            raise SelectorError(f"invalid regular expression for '{label.group()}': {exc}") from None
+            pattern = re2.compile(value, _RE2_OPTIONS)
+        except re2.error as exc:
+            reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+            raise SelectorError(f"invalid regular expression for '{label.group()}' (RE2 syntax, as in "
+                                f"Prometheus): {reason}") from None
     return Matcher(label.group(), op, value, pattern), position  # type: ignore[arg-type]
 
 
