@@ -12,6 +12,7 @@ import ast
 import functools
 import hashlib
 import json
+import math
 import sys
 import zlib
 from array import array
@@ -31,6 +32,9 @@ SORTED_FROM = {"errors_sorted": "errors_ring", "ranked": "sizes"}
 # A fit and the sorted array its calibration reads: the same object, which the detector updates in place.
 RANKED_FOR = {"error_fit": "errors_sorted", "fit": "ranked"}
 _CALIBRATION_FLOATS = [name for name, hint in get_type_hints(Calibration).items() if hint is float]
+# The one array where NaN means something (a predictor that made no prediction on that row); any other non-finite
+# number in a state is damage, and the detector would carry it into every later verdict of its series.
+NAN_MEANS_NONE = frozenset({"chooser_ring"})
 
 
 class SnapshotError(ValueError):
@@ -231,8 +235,44 @@ def decode(data: bytes) -> DetectorState:
         out = reader.get(DetectorState)
         if not reader.finished():
             raise SnapshotError("values left over")
+        _check_usable(out)
         return out
     except SnapshotError:
         raise
     except Exception as exc:  # bad bytes may fail anywhere while they are read: all of it is "unreadable"
         raise SnapshotError(f"unreadable detector state: {exc!r}") from exc
+
+
+def _check_usable(detector_state: DetectorState) -> None:
+    """SnapshotError for a state that decodes but cannot be the detector's: a non-finite number where the detector
+    keeps only finite ones, or no step once warm-up has fixed it (every later row divides by it)."""
+    if detector_state.rows < 0 or detector_state.period < 0:
+        raise SnapshotError("a negative count of rows or season")
+    if detector_state.rows >= streaming.WARMUP and not detector_state.step > 0.0:
+        raise SnapshotError(f"a warm state whose step is {detector_state.step!r}")
+    _check_finite(detector_state, "state")
+
+
+def _check_finite(value: Any, where: str) -> None:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SnapshotError(f"{where} is {value!r}")
+    elif isinstance(value, array):
+        if value.typecode != "d":
+            return
+        if where.rsplit(".", 1)[-1] in NAN_MEANS_NONE:
+            finite = not any(map(math.isinf, value))
+        else:  # NaN and infinities carry into a sum, and the detector's values are too small to overflow one
+            finite = math.isfinite(sum(value))
+        if not finite:
+            raise SnapshotError(f"{where} holds a number that is not finite")
+    elif is_dataclass(value):
+        for item in fields(value):
+            _check_finite(getattr(value, item.name), f"{where}.{item.name}")
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):  # a Calibration, a Tail
+        for name in value._fields:
+            if name != "ranked":  # its owner's sorted window, checked there
+                _check_finite(getattr(value, name), f"{where}.{name}")
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_finite(item, where)

@@ -76,6 +76,7 @@ class DetectorState:
     step: float = 0.0
     period: int = 0
     counts: int = 0  # 1: a count, judged on the square-root scale (app.compute.detect.counts)
+    negative: int = 0  # 1 once a value below 0 came: until then no expected value or range goes below 0
     slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2 + the habit's reach
     slot_values: array = field(default_factory=floats)
     slot_residuals: array = field(default_factory=floats)  # value - expected, by slot (0 for warm-up rows)

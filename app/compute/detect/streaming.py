@@ -63,6 +63,7 @@ from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probabi
 from app.compute.detect.counts import looks_like_counts, stabilised, unstabilised, width_on_scale
 from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, any_flag, push_ranked, push_ring
 from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
+from app.compute.detect.values import judged
 from app.series.frequencies import median_gap, period_seconds
 
 # Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
@@ -199,6 +200,8 @@ class StreamingDetector:
     # ------------------------------------------------------------------------------------------ one row
 
     def _row(self, st: DetectorState, moment: float, value: float, normal: bool, out: Verdicts) -> None:
+        value = judged(value)
+        st.negative = 1 if value < 0.0 else st.negative
         if st.rows < WARMUP:
             self._warm_up(st, moment, value)
             out.add(value, value, value, 0.0, False, None, False)
@@ -268,6 +271,8 @@ class StreamingDetector:
         lower, upper = expected - halfwidth, expected + halfwidth
         if st.counts:
             lower, upper = unstabilised(lower), unstabilised(upper)
+        elif not st.negative:  # a stream never below 0 (a duration, a size) is not expected below 0 either
+            shown, lower, upper = max(shown, 0.0), max(lower, 0.0), max(upper, 0.0)
         direction = ("up" if residual > 0 else "down") if flagged else None
         out.add(shown, lower, upper, 1.0 - probability, flagged, direction, still_open)
         self._learn(st, now, value, expected, residual, halfwidth, candidates, deviant and not normal,
@@ -305,13 +310,11 @@ class StreamingDetector:
         return any_flag(st.recent_flags) or st.since_window_alarm < self.quiet_rows
 
     def _end_incident(self, st: DetectorState) -> None:
-        """The incident is over (adopted, or a row of it marked normal): the windows start afresh, so the rows
-        that opened it do not raise a window alarm of their own."""
+        """The incident is over (adopted, or marked normal): the windows start afresh, without its rows."""
         for i in range(len(st.recent_flags)):
             st.recent_flags[i] = 0.0
         st.since_window_alarm = st.since_deviant = 1 << 30
-        st.run_side, st.run_rows, st.run_values = 0, 0, []
-        st.anchors = []
+        st.run_side, st.run_rows, st.run_values, st.anchors = 0, 0, [], []
         st.short_ring, st.spread_ring, st.long_ring, st.level_ring = array("d"), array("d"), array("d"), array("d")
         st.short_next = st.long_next = 0
 
@@ -406,7 +409,7 @@ class StreamingDetector:
         return round(period * self.habit)
 
     def _remember_flag(self, st: DetectorState, deviation: float) -> bool:
-        """Remembers this row's deviation (0 if it was not deviant); whether an incident is still open."""
+        """Remembers this row's deviation (0 if not deviant); whether an incident is still open."""
         st.recent_next = push_ring(st.recent_flags, st.recent_next, self.quiet_rows, deviation)
         if self._incident_open(st):
             return True
@@ -423,8 +426,7 @@ class StreamingDetector:
             self._start(st)
 
     def _start(self, st: DetectorState) -> None:
-        """The scale (a count's square root), nominal step and season, fixed once warm-up ends so later rows never
-        change them; the warm-up rows then teach the error window and the last values on that scale."""
+        """Scale, step and season, fixed once warm-up ends; its rows then teach the error window on that scale."""
         times = st.warm_times
         if self.counts and looks_like_counts(st.warm_values):
             st.counts = 1
@@ -496,4 +498,3 @@ class StreamingDetector:
 
     def _push_error(self, st: DetectorState, error: float) -> None:
         st.errors_next = push_ranked(st.errors_ring, st.errors_sorted, st.errors_next, error)
-
