@@ -5,25 +5,32 @@ when its verdicts open or close an incident."""
 
 from __future__ import annotations
 
+import logging
+import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from app.compute.detect.results import DEFAULT_DETECTOR
 from app.compute.detect.streaming import StreamingDetector
 from app.compute.pool import WorkerPool
 from app.db import Database
-from app.monitors import incidents, series, sources, store
+from app.monitors import incidents, series, snapshots, sources, store
 from app.monitors.answers import points_answer
 from app.monitors.cache import History, JudgeState
 from app.monitors.judge import JudgeSlot, Verdict, judge_on_worker, judge_state, judge_streaming
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
 from app.monitors.series import NO_LABELS, Labels
-from app.monitors.store import JudgedPoints, SeriesState, StaleRevision, stored_rows, tail_rows, utc_now
-from app.web.errors import ApiError, InternalError
+from app.monitors.store import JudgedPoints, SeriesState, StaleRevision, epoch_text, stored_rows, tail_rows, utc_now
+from app.series.frequencies import UNIT_SECONDS
+from app.web.errors import ApiError, DataValidationError, InternalError
+
+log = logging.getLogger("app.monitors.ingest")
 
 APPEND_ATTEMPTS = 5
 # Points one transaction stores at most when a caller brings more (a bulk or remote-write body, a Prometheus read).
@@ -33,6 +40,28 @@ INGEST_POINTS = 5_000
 # single append meanwhile waited that long (p99 52-82 ms in-process). At 250 points a hold is about 10 ms (p99
 # 31-47 ms) for the same points/s at one point a series, and 3-5% fewer at 20 (the commits); at 100 points, 8% fewer.
 SQLITE_INGEST_POINTS = 250
+
+
+# A point dated further ahead of the server's clock than this (or than one unit of its monitor's data frequency, if
+# longer: a day's total may be stamped at the day's end) is refused: stored, it would make every later current point
+# of its series older than the newest one, and so dropped as out of order.
+LEAST_AHEAD_SECONDS = 3_600
+_LONGEST_UNIT = {"Monthly": 31 * 86_400, "Quarterly": 92 * 86_400, "Yearly": 366 * 86_400}
+
+
+def latest_epoch(data_frequency: str, now: float) -> int:
+    """The latest time a new point of a monitor with ``data_frequency`` may be dated at, in epoch seconds."""
+    unit = UNIT_SECONDS.get(data_frequency) or _LONGEST_UNIT.get(data_frequency, 0)
+    return int(now) + max(LEAST_AHEAD_SECONDS, unit)
+
+
+class PointsNotJudged(ApiError):
+    """A series whose points the detector failed on: refused for that series alone (the other series of the same
+    body are stored), and its detector state forgotten, so its next points are judged by a state rebuilt from what
+    is stored. Not a 5xx: a sender that retried the same points would only fail again."""
+
+    status = 422
+    code = "DATA_VALIDATION_ERROR"
 
 
 def transaction_points(database: Database) -> int:
@@ -233,6 +262,7 @@ def _append_once(
     done: dict[int, Outcome] = {}
     gone: list[int] = []
     judging: list[_Judging] = []
+    failed: dict[int, PointsNotJudged] = {}
     events_added = False
     series_ids = [series_id for _, series_id, _ in pending]
     # The judge slot is taken before a database connection, so appends queued for the worker pool never
@@ -262,7 +292,12 @@ def _append_once(
                 writes: list[JudgedPoints] = []
                 for item in judging:
                     if item.split < len(item.points.epochs):
-                        writes.append(_judge(connection, pool, runtime, item, detectors))
+                        try:
+                            writes.append(_judge(connection, pool, runtime, item, detectors))
+                        except (ApiError, SQLAlchemyError):  # the pool's or the database's: every series'
+                            raise
+                        except Exception as exc:  # noqa: BLE001 - one series' failure stays that series'
+                            failed[item.index] = _not_judged(runtime, item, exc)
                 if writes:
                     with runtime.write_lock or nullcontext():
                         store.write_judged(connection, writes)
@@ -279,7 +314,15 @@ def _append_once(
                 runtime.cache.put(item.state.series_id, item.judged)
     if events_added:
         runtime.sender.notify()
+    if failed:
+        with database.engine.begin() as connection:
+            for item in judging:
+                if item.index in failed:
+                    snapshots.forget(connection, item.state.series_id)
+    done.update(failed)
     for item in judging:
+        if item.index in failed:
+            continue
         points, split = item.points, item.split
         done[item.index] = Appended(series=item.state, old_records=item.old_records, texts=points.texts[split:],
                                     values=points.values[split:], verdicts=item.verdicts, period=item.period,
@@ -287,15 +330,37 @@ def _append_once(
     return done, gone
 
 
+def _not_judged(runtime: MonitorRuntime, item: _Judging, exc: Exception) -> PointsNotJudged:
+    runtime.cache.drop(item.state.series_id)  # judging changes a held state in place: this one may be half-changed
+    log.exception("the detector failed on a series' points; they are refused and its state is rebuilt",
+                  extra={"fields": {"monitor_id": item.state.monitor_id, "series_id": item.state.series_id}})
+    return PointsNotJudged(
+        f"These points could not be judged ({type(exc).__name__}); none of this series' points in this request were "
+        "stored, and its detector will be rebuilt from its stored points for the next ones.",
+        details={"monitor_id": item.state.monitor_id, "labels": item.state.label_map()})
+
+
 def _checked(connection: Any, state: SeriesState, index: int, points: IncomingPoints, lenient: bool) -> _Judging:
     """The series' points split at its newest stored one: those before it must repeat stored points (a 422
     otherwise, or dropped and counted when ``lenient``)."""
+    dropped = {"out_of_order": 0, "conflict": 0, "too_far_ahead": 0}
+    latest = latest_epoch(state.data_frequency, time.time())
+    if points.epochs and points.epochs[-1] > latest:  # strictly increasing: those too far ahead are the last ones
+        keep = bisect_right(points.epochs, latest)
+        if not lenient:
+            raise DataValidationError(
+                "Invalid points: a timestamp is too far ahead of the server's clock (at most "
+                f"{epoch_text(latest)}, one unit of the monitor's data frequency or an hour, whichever is longer).",
+                details={"field": "timestamps", "index": keep, "issue": "too far ahead of the server's clock",
+                         "provided": points.texts[keep], "maximum": epoch_text(latest)})
+        dropped["too_far_ahead"] = len(points.epochs) - keep
+        points = IncomingPoints(epochs=points.epochs[:keep], texts=points.texts[:keep], values=points.values[:keep])
     last = state.last_epoch
     split = 0 if last is None else bisect_right(points.epochs, last)
-    dropped = {"out_of_order": 0, "conflict": 0}
     old_records: list[Any] = []
     if split and lenient:
-        old_records, dropped = store.stored_or_dropped(connection, state, points, split)
+        old_records, late = store.stored_or_dropped(connection, state, points, split)
+        dropped.update(late)
     elif split:
         old_records = stored_rows(connection, state, points, split)
     return _Judging(index=index, state=state, points=points, split=split, old_records=old_records, dropped=dropped)

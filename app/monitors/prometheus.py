@@ -253,11 +253,13 @@ class Reader:
                 continue
             batch.append(ingest.SeriesPoints(monitor.id, read.labels, IncomingPoints(
                 epochs=read.epochs, texts=[step_text(e) for e in read.epochs], values=read.values)))
-        over_cap = 0
+        over_cap = unjudged = 0
         for outcome in ingest.append_chunked(database=self.database, pool=self.pool, runtime=self.runtime,
                                              account_id=monitor.account_id, batch=batch, from_source=True,
                                              lenient=True):
-            if isinstance(outcome, DataValidationError):
+            if isinstance(outcome, ingest.PointsNotJudged):  # read again, they would fail again
+                unjudged += 1
+            elif isinstance(outcome, DataValidationError):
                 over_cap += 1
             elif isinstance(outcome, ApiError):
                 raise outcome
@@ -268,6 +270,9 @@ class Reader:
                       "in series_refused.")
         if unusable:
             extra += f" {unusable:,} series were skipped: their labels are too large."
+        if unjudged:
+            extra += (f" {unjudged:,} series' points could not be judged and were skipped; their detectors are "
+                      "rebuilt from their stored points.")
         return extra
 
     def _record(self, monitor: Claimed, *, status: str | None, message: str | None, read_until: int | None,

@@ -76,6 +76,11 @@ def restore(connection: Connection, series_id: int, relearn_revision: int, after
     return JudgeState(revision=int(row[0]), detector=state, size=0, last_epoch=int(row[1]))
 
 
+def forget(connection: Connection, series_id: int) -> None:
+    """Deletes the series' saved state (one its detector failed from must not be restored again)."""
+    _DELETE.execute(connection, {"series_id": series_id})
+
+
 def save_if_due(connection: Connection, *, monitor_id: str, series_id: int, judged: JudgeState, points: int,
                 now: datetime) -> None:
     """Counts ``points`` more into the state's unsaved points and saves it (in the caller's transaction) once

@@ -15,6 +15,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import func, select, update
 
+from app.compute.detect import snapshot
 from app.compute.detect.snapshot import LAYOUT
 from app.compute.detect.streaming import StreamingDetector, lookback_rows
 from app.monitors.records import monitor_snapshots_table
@@ -122,7 +123,19 @@ def test_a_process_without_the_state_replays_only_the_points_since_it_was_saved(
     assert after["anomaly_score"] == whole.get_json()["anomaly_score"][ROWS:]
 
 
-@pytest.mark.parametrize("spoilt", ["another release's layout", "unreadable bytes", "before a not-an-anomaly"])
+def spoilt_state(monitor_app: Flask, series_id: int, **fields: Any) -> bytes:
+    """The series' saved state with ``fields`` changed: bytes that decode, a state that is not the detector's."""
+    state = snapshot.decode(bytes(saved(monitor_app, series_id).state))
+    for name, value in fields.items():
+        if name == "errors_ring":
+            state.errors_ring[3] = value
+        else:
+            setattr(state, name, value)
+    return snapshot.encode(state)
+
+
+@pytest.mark.parametrize("spoilt", ["another release's layout", "unreadable bytes", "before a not-an-anomaly",
+                                    "a step of 0", "a NaN in a window", "an infinite last value"])
 def test_a_saved_state_that_cannot_stand_for_the_series_is_rebuilt(
     client: FlaskClient, owner: dict[str, str], monitor_app: Flask, spoilt: str
 ) -> None:
@@ -132,6 +145,12 @@ def test_a_saved_state_that_cannot_stand_for_the_series_is_rebuilt(
         change_saved(monitor_app, series_id, layout="0" * 16)
     elif spoilt == "unreadable bytes":
         change_saved(monitor_app, series_id, state=b"\x00not a state")
+    elif spoilt == "a step of 0":
+        change_saved(monitor_app, series_id, state=spoilt_state(monitor_app, series_id, step=0.0))
+    elif spoilt == "a NaN in a window":
+        change_saved(monitor_app, series_id, state=spoilt_state(monitor_app, series_id, errors_ring=math.nan))
+    elif spoilt == "an infinite last value":
+        change_saved(monitor_app, series_id, state=spoilt_state(monitor_app, series_id, last=math.inf))
     else:
         assert client.post(f"/monitors/{monitor_id}/feedback", headers=owner,
                            json={"timestamp": stamps[ROWS - 5], "is_anomaly": False}).status_code == 200
@@ -144,6 +163,31 @@ def test_a_saved_state_that_cannot_stand_for_the_series_is_rebuilt(
     # The rebuilt state is saved at once, for the next process that lacks it.
     row = saved(monitor_app, series_id)
     assert row is not None and row.layout == LAYOUT and index_of(row.last_epoch) == len(stamps) - 1
+
+
+def test_a_state_its_detector_fails_on_fails_that_series_alone_and_is_rebuilt(
+    client: FlaskClient, owner: dict[str, str], monitor_app: Flask
+) -> None:
+    stamps, values = stream(ROWS + 2)
+    broken, series_id = seeded(client, owner, stamps[:ROWS], values[:ROWS])
+    healthy, _ = seeded(client, owner, stamps[:ROWS], values[:ROWS])
+    # A ring position past its ring's end decodes (every number is finite) but fails the first row judged with it.
+    change_saved(monitor_app, series_id, state=spoilt_state(monitor_app, series_id, chooser_next=10**9))
+    monitor_app.extensions["monitors"].cache.drop(series_id)
+    both = client.post("/monitors/points", headers=owner, json={"points": [
+        {"monitor_id": monitor_id, "timestamp": stamps[ROWS], "value": values[ROWS]} for monitor_id in (broken, healthy)
+    ]})
+    assert both.status_code == 207, both.get_json()  # one monitor refused, one stored
+    counts = {monitor_id: client.get(f"/monitors/{monitor_id}", headers=owner).get_json()["series"][0]["point_count"]
+              for monitor_id in (broken, healthy)}
+    assert counts == {broken: ROWS, healthy: ROWS + 1}, both.get_json()
+    assert saved(monitor_app, series_id) is None  # the state it failed from is not restored again
+    again = client.post(f"/monitors/{broken}/points", headers=owner,
+                        json={"timestamps": stamps[ROWS:], "values": values[ROWS:]})
+    assert again.status_code == 200, again.get_json()
+    whole = client.post("/anomalies", headers=owner,
+                        json={"series": [{"timestamps": stamps, "values": values}], "data_frequency": "Hours"})
+    assert again.get_json()["anomaly_score"] == whole.get_json()["anomaly_score"][ROWS:]
 
 
 def test_a_rebuild_replays_only_the_points_its_step_and_season_need(
