@@ -48,11 +48,14 @@ def _number(value: float | bool | int) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     number = float(value)
-    if math.isnan(number):
+    # NaN and the infinities are not integers.
+    if number.is_integer() and -1e15 < number < 1e15:
+        return str(int(number))
+    if number != number:
         return "NaN"
-    if math.isinf(number):
+    if number in (math.inf, -math.inf):
         return "+Inf" if number > 0 else "-Inf"
-    return repr(number) if not number.is_integer() or abs(number) >= 1e15 else str(int(number))
+    return repr(number)
 
 
 _MONITOR = monitors_table.c
@@ -69,80 +72,133 @@ _ROWS = (
                                           _POINT.epoch == _SERIES.last_epoch))
     .order_by(_MONITOR.id, _SERIES.id)
 )
+_FIRST_GAUGE = 7  # the position of GAUGES' first column in a row of _ROWS
+ROWS_AT_ONCE = 5000  # rows fetched from the database at a time
 
 
-def _lines(rows: list[Row[Any]], series_counts: dict[str, int]) -> Iterator[str]:
-    monitors = {row.id: row for row in rows}
-    own = {m.id: f'monitor_id="{_escape(m.id)}",monitor_name="{_escape(m.name)}"' for m in monitors.values()}
-    labelled = []
-    for row in rows:
-        if row.series_id is None or row.epoch is None:
-            continue
+class _Collected:
+    """What the exposition says, read from the rows as they stream in (no row is kept): each monitor's own labels,
+    kind, source state and counts, and per exposed series its label text and its gauges' values column by column."""
+
+    def __init__(self) -> None:
+        self.own: dict[str, str] = {}
+        self.monitors: dict[str, tuple[bool, bool, int]] = {}  # Prometheus-backed, source up, points refused
+        self.series_counts: dict[str, int] = {}
+        self.texts: list[str] = []
+        self.columns: list[list[Any]] = [[] for _ in GAUGES]
+
+    def add(self, row: Row[Any]) -> None:
+        own = self.own.get(row.id)
+        if own is None:
+            own = self.own[row.id] = f'monitor_id="{_escape(row.id)}",monitor_name="{_escape(row.name)}"'
+            self.monitors[row.id] = (row.prometheus_query is not None, row.source_status == "ok", row.series_refused)
+        if row.series_id is None:
+            return
+        self.series_counts[row.id] = self.series_counts.get(row.id, 0) + 1
+        if row.epoch is None:
+            return
         extra = public_labels(stored_labels(row.labels), row.series_id) if row.labels not in (None, "{}") else {}
-        text = own[row.id] + "".join(f',{name}="{_escape(value)}"' for name, value in extra.items())
-        labelled.append((text, row))
-    for name, help_text, column in GAUGES:
-        yield f"# HELP {name} {help_text}"
-        yield f"# TYPE {name} gauge"
-        for text, point in labelled:
-            yield f"{name}{{{text}}} {_number(getattr(point, column))}"
+        self.texts.append(own + "".join(f',{name}="{_escape(value)}"' for name, value in extra.items()))
+        for column, value in zip(self.columns, row[_FIRST_GAUGE:], strict=True):
+            column.append(value)
+
+
+def _blocks(found: _Collected) -> Iterator[bytes]:
+    """The exposition, one gauge's lines a block: a block is encoded as soon as it is written, so a rendering holds
+    one gauge's lines and the blocks so far, never every line at once."""
+    for (name, help_text, _), column in zip(GAUGES, found.columns, strict=True):
+        lines = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        lines.extend(f"{name}{{{text}}} {value}" for text, value in zip(found.texts, map(_number, column), strict=True))
+        yield ("\n".join(lines) + "\n").encode()
+    own = found.own
     name, help_text = INFO
-    yield f"# HELP {name} {help_text}"
-    yield f"# TYPE {name} gauge"
-    for monitor in monitors.values():
-        if monitor.prometheus_query is not None:
-            yield f"{name}{{{own[monitor.id]}}} {1 if monitor.source_status == 'ok' else 0}"
-    for (name, help_text), value in ((SERIES, lambda m: series_counts.get(m.id, 0)),
-                                     (REFUSED, lambda m: m.series_refused)):
-        yield f"# HELP {name} {help_text}"
-        yield f"# TYPE {name} {'counter' if name.endswith('_total') else 'gauge'}"
-        for monitor in monitors.values():
-            yield f"{name}{{{own[monitor.id]}}} {value(monitor)}"
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+    lines.extend(f"{name}{{{own[monitor_id]}}} {1 if up else 0}"
+                 for monitor_id, (backed, up, _) in found.monitors.items() if backed)
+    for (name, help_text), values in ((SERIES, {m: found.series_counts.get(m, 0) for m in found.monitors}),
+                                      (REFUSED, {m: refused for m, (_, _, refused) in found.monitors.items()})):
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {'counter' if name.endswith('_total') else 'gauge'}")
+        lines.extend(f"{name}{{{own[monitor_id]}}} {value}" for monitor_id, value in values.items())
+    yield ("\n".join(lines) + "\n").encode()
 
 
-def render(*, database: Database, account_id: str) -> str:
+def render(*, database: Database, account_id: str) -> tuple[bytes, ...]:
+    """The account's exposition as blocks of UTF-8 text (served one after the other)."""
+    found = _Collected()
     with database.transaction() as connection:
-        rows = list(connection.execute(_ROWS.where(_MONITOR.account_id == account_id)))
-    counts: dict[str, int] = {}
-    for row in rows:
-        if row.series_id is not None:
-            counts[row.id] = counts.get(row.id, 0) + 1
-    return "\n".join(_lines(rows, counts)) + "\n"
+        for row in connection.execution_options(yield_per=ROWS_AT_ONCE).execute(
+                _ROWS.where(_MONITOR.account_id == account_id)):
+            found.add(row)
+    return tuple(_blocks(found))
 
 
-# The endpoint is not counted against a key's limits (a scraper calls it every few seconds), so what one
-# request may cost is bounded instead: an account's exposition is rendered at most once per REUSE_SECONDS in a
-# process, and every other request in that second gets the same text. Prometheus scrapes far less often.
+# The endpoint is not counted against a key's limits (a scraper calls it every few seconds), so what requests may
+# cost is bounded instead. An account's exposition is rendered by one request at a time in a process and served to
+# every other: for REUSE_SECONDS at least, and after a rendering for RENDER_COST_FACTOR times as long as it took,
+# so a loop of requests keeps a process rendering an account's exposition a small share of the time however large
+# the account (a large one is that much older when served). Once it is older, the next request renders it again
+# while the others meanwhile get the one before, rather than waiting for the new one.
 REUSE_SECONDS = 1.0
-# Accounts whose last rendering a process keeps; the least recently rendered goes first.
+RENDER_COST_FACTOR = 10.0
+# Accounts whose last rendering a process keeps, and their bytes in all; the least recently rendered goes first,
+# the latest is always kept.
 CACHED_ACCOUNTS = 1024
+CACHED_BYTES = 512 << 20
 clock = time.monotonic
+
+
+class _Rendering:
+    __slots__ = ("blocks", "fresh_until", "size")
+
+    def __init__(self, blocks: tuple[bytes, ...], fresh_until: float) -> None:
+        self.blocks, self.fresh_until, self.size = blocks, fresh_until, sum(len(block) for block in blocks)
 
 
 class RenderCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._texts: OrderedDict[str, tuple[float, str]] = OrderedDict()
-        # One lock per account: a burst of requests at the end of a second renders once, not once per thread.
+        self._kept: OrderedDict[str, _Rendering] = OrderedDict()
+        self._bytes = 0
+        # One lock per account: the request that holds it renders; a burst of others renders nothing.
         self._rendering: dict[str, threading.Lock] = {}
 
-    def text(self, *, database: Database, account_id: str) -> str:
+    def text(self, *, database: Database, account_id: str) -> tuple[bytes, ...]:
         with self._lock:
+            kept = self._kept.get(account_id)
             lock = self._rendering.setdefault(account_id, threading.Lock())
-        with lock:
+        if kept is not None and clock() < kept.fresh_until:
+            return kept.blocks
+        # The first rendering is waited for; a later one is done by one request while the others get the last.
+        if not lock.acquire(blocking=kept is None):
+            assert kept is not None
+            return kept.blocks
+        try:
             with self._lock:
-                kept = self._texts.get(account_id)
-            now = clock()
-            if kept is not None and now - kept[0] < REUSE_SECONDS:
-                return kept[1]
-            text = render(database=database, account_id=account_id)
-            with self._lock:
-                self._texts[account_id] = (now, text)
-                self._texts.move_to_end(account_id)
-                while len(self._texts) > CACHED_ACCOUNTS:
-                    gone, _ = self._texts.popitem(last=False)
-                    self._rendering.pop(gone, None)
-            return text
+                kept = self._kept.get(account_id)
+            started = clock()
+            if kept is not None and started < kept.fresh_until:  # rendered while this request waited
+                return kept.blocks
+            blocks = render(database=database, account_id=account_id)
+            finished = clock()
+            rendering = _Rendering(blocks, max(started + REUSE_SECONDS,
+                                               finished + RENDER_COST_FACTOR * (finished - started)))
+            self._keep(account_id, rendering)
+            return blocks
+        finally:
+            lock.release()
+
+    def _keep(self, account_id: str, rendering: _Rendering) -> None:
+        with self._lock:
+            replaced = self._kept.pop(account_id, None)
+            self._bytes += rendering.size - (replaced.size if replaced is not None else 0)
+            self._kept[account_id] = rendering
+            while len(self._kept) > 1 and (len(self._kept) > CACHED_ACCOUNTS or self._bytes > CACHED_BYTES):
+                gone, dropped = self._kept.popitem(last=False)
+                self._bytes -= dropped.size
+                lock = self._rendering.get(gone)
+                if lock is not None and not lock.locked():
+                    del self._rendering[gone]
 
 
 renderings = RenderCache()
