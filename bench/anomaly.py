@@ -12,7 +12,11 @@ nab        every file of the NAB development set (sibling ../shared/data/nab-dev
 loco       leave-one-category-out, in-process (app.compute.detect.streaming, no server): every constant of GRID
            over two values (one that switches its part off, or the value landed before), each file scored at the
            service's own threshold (is_anomaly); for each category the point is chosen on the other four and
-           scored on it.
+           scored on it. Where ../shared/data/kpi-dev is present, its KPIs are a sixth category, held out only:
+           the point chosen on all five NAB categories, scored by bench/kpi.py (segments caught at the detector's
+           own threshold, false alarms per KPI-week). Not a training category of the NAB folds: that would
+           take the whole grid over the KPIs (each point about ten times the NAB files' rows) and a rule
+           weighing a KPI share caught against NAB scores.
 reference  the earlier detectors (REFERENCES: the one the alarms issue started from, whose is_anomaly was
            score >= 0.5, and the one landed before this change), each run in-process on the same 41 files in
            this run, from a git worktree of its commit, scored at its own threshold (is_anomaly).
@@ -49,6 +53,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common as c  # noqa: E402
+import kpi  # noqa: E402
 import requests  # noqa: E402
 
 # The shared data sit beside the checkout: /work/shared for /work/main, and for a worktree one level further up.
@@ -373,6 +378,8 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
             rows.append([category, _point(point), f"{train_score:.1f}", f"{held[category]:.1f}"])
     mean = sum(held.values()) / len(held)
     rows.append([f"mean over the {len(held)} categories with windows", "", "", f"**{mean:.1f}**"])
+    kpi_row, kpi_notes = kpi_fold(app_root, grid)
+    rows += kpi_row
 
     shipped = grid[SHIPPED]
     all_files = [normalised(shipped, list(CATEGORIES), p) for p in PROFILES]
@@ -393,11 +400,12 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
         f"{NO_WINDOWS} has no windows (NAB's normalisation is undefined there): its false alarms (rows after "
         "the probationary period with is_anomaly) are reported instead of a score",
         *chosen_notes,
+        *kpi_notes,
     ]
     table = ["## NAB leave-one-category-out (standard profile, at the service's own threshold: is_anomaly)", ""]
     table += [f"- {n}" for n in notes] + [""]
-    table += _table(["held-out category", f"chosen ({', '.join(GRID)})", "score on the other four at its own threshold",
-                     "held-out score at its own threshold"], rows)
+    table += _table(["held-out category", f"chosen ({', '.join(GRID)})",
+                     "score on the other categories at its own threshold", "held-out score at its own threshold"], rows)
     table += ["", f"Shipped settings ({_point(SHIPPED)}), at the service's own threshold (is_anomaly):", ""]
     table += _table(
         ["", *PROFILES],
@@ -421,8 +429,33 @@ def run_loco(app_root: Path) -> tuple[list[str], dict[str, Parts], list[str]]:
     summary = [f"leave-one-category-out, mean held-out score over the {len(held)} categories with windows: "
                f"**{mean:.1f}** (" + ", ".join(f"{cat} {score:.1f}" for cat, score in held.items())
                + f"); held-out {NO_WINDOWS}: {held_alarms.removeprefix('no windows: ')}; shipped settings on all "
-               f"{files} files at the service's own threshold (is_anomaly): {all_files[0]:.1f} standard"]
+               f"{files} files at the service's own threshold (is_anomaly): {all_files[0]:.1f} standard"
+               + (f"; held-out KPIs (sixth category): {kpi_row[0][3]}" if kpi_row else "")]
     return table, shipped, summary
+
+
+def kpi_fold(app_root: Path, grid: dict[GridPoint, dict[str, Parts]]) -> tuple[list[list[object]], list[str]]:
+    """The KPI development set as a sixth, held-out category: the grid point chosen on all five NAB categories (as
+    choose() picks for any fold), run on every KPI by bench/kpi.py and scored at the detector's own threshold."""
+    if not kpi.available():
+        return [], [f"KPIs (sixth category) skipped: {kpi.KPI_ROOT} or {kpi.KPI_SCORE} is absent"]
+    point, how = choose(grid, list(CATEGORIES))
+    figures, wall = kpi.detector_figures(app_root, dict(zip(GRID, point, strict=True)))
+    held = (f"{figures['caught_share']:.1%} of {int(figures['segments'])} segments caught, "
+            f"{figures['alarms_per_week']:.2f} false alarms/week")
+    notes = [f"KPIs (sixth category, held out only): the point with the best standard score on all five NAB "
+             f"categories{how}, run in-process on the {len(kpi.kpi_ids())} KPIs of the KPI development set (last 7 "
+             "days of train as history, then test) and scored by kpi_score.py at the detector's own threshold: "
+             f"segments caught within 8 points, false-alarm runs per KPI-week ({wall:.1f} s wall). The NAB folds "
+             "do not train on the KPIs (bench/anomaly.py's docstring says why); bench/kpi.py gives the whole "
+             "KPI picture at the defaults"]
+    row = ["KPI development set (sixth category)", _point(point),
+           f"{normalised(grid[point], list(CATEGORIES)):.1f} (all five)", held]
+    if point != SHIPPED:
+        shipped, _ = kpi.detector_figures(app_root, dict(zip(GRID, SHIPPED, strict=True)))
+        notes.append(f"KPIs at the shipped settings, for comparison: {shipped['caught_share']:.1%} caught, "
+                     f"{shipped['alarms_per_week']:.2f} false alarms/week")
+    return [row], notes
 
 
 # ---------------------------------------------------------------------------------------------- reference detector
