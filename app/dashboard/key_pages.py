@@ -168,6 +168,8 @@ def _key_page(key: ApiKey, status: int = 200, **extra: Any) -> Response:
         "key": key_body(key),
         "display": display_form(key),
         "windows": windows,
+        # Where the limiter keeps its counters: in memory they start afresh when the server restarts.
+        "limiter_shared": bool(current_services().settings.redis_url),
         "usage": usage,
         "tiers": TIERS,
         "grace_choices": GRACE_CHOICES,

@@ -125,6 +125,23 @@ def _when(value: str | datetime | None) -> str:
     return value[:16].replace("T", " ") + " UTC"  # the API's "YYYY-MM-DDTHH:MM:SSZ", to the minute
 
 
+# The unit one point of each data frequency spans, for sentences such as "4 windows of 6 months".
+FREQUENCY_UNITS = {"Seconds": "second", "Minutes": "minute", "Hours": "hour", "Daily": "day", "Weekly": "week",
+                   "Monthly": "month", "Quarterly": "quarter", "Yearly": "year"}
+
+
+@bp.app_template_filter("counted")
+def _counted(count: int | None, singular: str, plural: str | None = None) -> str:
+    """``4 | counted('window')`` is "4 windows", ``1 | counted('window')`` "1 window" (thousands separated)."""
+    count = count or 0
+    return f"{count:,} {singular if count == 1 else plural or singular + 's'}"
+
+
+@bp.app_template_filter("frequency_unit")
+def _frequency_unit(frequency: str | None) -> str:
+    return FREQUENCY_UNITS.get(frequency or "", "point")
+
+
 def base_context() -> dict[str, Any]:
     session = current_session()
     return {

@@ -88,6 +88,7 @@ def _chart(view: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]
         "min_relative_deviation": view["min_relative_deviation"],
         "anomalies": len(flagged),
         "source": view["source"],
+        "remote_write_selector": view.get("remote_write_selector"),
         "alertmanager_url": view["alertmanager_url"],
         # The latest flagged points, newest first, each with the feedback a user gave it.
         "recent_anomalies": [
@@ -174,12 +175,22 @@ def _batch_rows(account_id: str) -> list[dict[str, Any]]:
         row = batch_json(batch)
         progress = row["progress"]
         row["finished_series"] = progress["done"] + progress["failed"]
+        # A backtest compares every model it lists; the model header names only the first of them.
+        row["models"] = (row["parameters"].get("models") or [row["model_id"]]) if batch.kind == "backtest" \
+            else [row["model_id"]]
+        row["shares"] = _shares(progress)
         row["download_url"] = (url_for("dashboard.batch_results", batch_id=batch.id)
                                if batch.status in BATCH_DOWNLOADABLE else None)
         row["backtest_url"] = (url_for("dashboard.backtest", batch_id=batch.id)
                                if batch.kind == "backtest" and batch.status in BATCH_DOWNLOADABLE else None)
         rows.append(row)
     return rows
+
+
+def _shares(progress: dict[str, int]) -> dict[str, float]:
+    """The widths (percent of the bar) of the series done and of those failed, failed drawn apart in red."""
+    total = progress["total"] or 1
+    return {"done": round(100 * progress["done"] / total, 2), "failed": round(100 * progress["failed"] / total, 2)}
 
 
 def _reader() -> DashboardSession | Response:

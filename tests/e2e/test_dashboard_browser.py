@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ import pytest
 import requests
 from selenium.common.exceptions import WebDriverException
 
-from tests.support import ROOT, JobWorker, Server, bearer, cli_in_process, missing_service, wait_for
+from tests.support import ROOT, JobWorker, Server, bearer, cli_in_process, free_port, missing_service, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -180,6 +180,37 @@ def sign_in(page: Page, key: str) -> None:
     page.open("/dashboard/sign-in")
     page.fill("#api_key", key)
     page.submit("form button[type=submit]")
+
+
+# What a reader would otherwise scroll sideways for: the page wider than the window, or <main>, or any table's
+# container (a .table-wrap scrolls, a card clips) narrower than its table.
+OVERFLOW = """
+var doc = document.documentElement, main = document.querySelector('main');
+var clipped = Array.from(main.querySelectorAll('table')).map(function (table) {
+  var box = table.parentElement;
+  return box.scrollWidth > box.clientWidth ? table.className + ': ' + box.scrollWidth + ' > ' + box.clientWidth : null;
+}).filter(Boolean);
+return {page: doc.scrollWidth, window: window.innerWidth, client: doc.clientWidth, main: main.scrollWidth,
+        main_client: main.clientWidth, clipped: clipped};
+"""
+
+
+def assert_fits(page: Page, path: str | None, width: int, shot: str | None = None) -> None:
+    """The page at ``path`` (None: the page already open, reloaded at the width), ``width`` px wide, has nothing
+    to scroll sideways; ``shot`` names its screenshot."""
+    page.driver.set_window_size(width, 900)
+    if path is None:
+        page.driver.refresh()
+    else:
+        page.open(path)
+    time.sleep(0.3)  # charts follow the resize
+    measured = page.js(OVERFLOW)
+    where = f"{path or page.path()} at {width} px"
+    assert measured["page"] <= min(measured["window"], measured["client"]), (where, measured)
+    assert measured["main"] <= measured["main_client"] and not measured["clipped"], (where, measured)
+    if shot:
+        page.screenshot(shot, width=width)
+    page.driver.set_window_size(WIDE, 900)
 
 
 def test_a_person_manages_keys_and_forecasts_in_the_dashboard(
@@ -370,7 +401,7 @@ def test_a_person_manages_keys_and_forecasts_in_the_dashboard(
         assert "Marked normal" in page.text()
         stored = requests.get(server.url + f"/monitors/{monitor.json()['id']}?points=168",
                               headers=bearer(admin["key"]), timeout=30).json()["points"]
-        assert [p["timestamp"] for p in stored if p["feedback"] == "not_anomaly"] == [hours[150]]
+        assert [p["timestamp"] for p in stored if p["feedback"] == "not_anomaly"] == [hours[150] + "Z"]
 
         # A monitor of several series: its page lists them with their latest verdicts and charts one.
         fleet = requests.post(server.url + "/monitors", json={"name": "fleet latency", "data_frequency": "Hours"},
@@ -496,13 +527,14 @@ def test_the_playground_lists_every_problem_in_words(signed_in: tuple[Page, dict
     page, _ = signed_in
     page.open("/dashboard/playground")
     stamped = DATES.replace(",", "T00:00:00,").replace("timestampT00:00:00,", "timestamp,")
-    broken = stamped.replace("2026-01-04T00:00:00,", "yesterday,").replace(",12\n", ",\n", 1)
+    broken = stamped.replace("2026-01-04T00:00:00,", "yesterday,").replace(",12\n", ",twelve\n", 1)
     run_playground(page, broken)
     assert page.find("#api-error").is_displayed()
     problems = [item.text for item in page.all("#api-error-list li")]
     assert len(problems) >= 2, problems
     assert any(p.startswith("series[0].timestamps [3]: invalid timestamp format (sent: yesterday)") for p in problems)
-    assert any(p.startswith("series[0].values [") and "missing value (null)" in p for p in problems), problems
+    assert any(p.startswith("series[0].values [") and "value must be a number (sent: twelve)" in p
+               for p in problems), problems
     assert all("{" not in p for p in problems), problems
     assert "errors" not in [term.text for term in page.all("#api-error-details dt")]
     listed = page.find("#api-error-list")
@@ -563,10 +595,25 @@ def test_the_batches_page_follows_progress_and_downloads_the_results(
     finally:
         worker.stop()
     assert page.find(row + " .count").text == "7 / 7, 1 failed"
-    assert page.js(f"return document.querySelector(\"{row} progress\").value") == 7
+    bar = page.find(row + " .bar")
+    assert bar.get_attribute("aria-valuenow") == "7" and bar.get_attribute("aria-valuemax") == "7"
+    # The failed share of the bar is red, the done share blue, each as wide as its share of the series.
+    shares = page.js(f"""var bar = document.querySelector("{row} .bar"), width = bar.getBoundingClientRect().width;
+        return ['.bar-done', '.bar-failed'].map(function (part) {{ var el = bar.querySelector(part);
+          return [el.getBoundingClientRect().width / width, getComputedStyle(el).backgroundColor]; }});""")
+    (done, done_color), (failed, failed_color) = shares
+    assert abs(done - 6 / 7) < 0.02 and abs(failed - 1 / 7) < 0.02, shares
+    assert failed_color == "rgb(207, 34, 46)" and done_color == "rgb(9, 105, 218)", shares
+    assert page.find(row + " .failed-count").value_of_css_property("color") == "rgba(207, 34, 46, 1)"
+    # The batch id keeps to one line, and nothing on the page scrolls sideways, at 1,280 px or on a phone.
+    lines = page.js(f"""var range = document.createRange();
+        range.selectNodeContents(document.querySelector("{row} td:first-child code"));
+        return range.getClientRects().length;""")
+    assert lines == 1
+    assert_fits(page, None, WIDE)
+    assert_fits(page, None, NARROW)
     link = page.find(row + " .results a")
     assert link.text == "CSV"
-    page.screenshot("batches")
 
     # The link downloads what GET /batches/{id}/results gives as CSV, to the signed-in session only.
     cookies = {"dashboard_session": page.driver.get_cookie("dashboard_session")["value"]}
@@ -597,22 +644,38 @@ def test_a_backtest_shows_its_scores_and_one_series_windows(
     signed_in: tuple[Page, dict], server: Server, env: dict[str, str], tmp_path: Path
 ) -> None:
     page, admin = signed_in
-    models = ["forecast-model-1", "forecast-model-2"]
+    models = ["forecast-model-1", "forecast-model-2", "forecast-model-4"]
     body = {"kind": "backtest", "forecast_horizon": 6, "data_frequency": "Monthly", "forecast_frequency": "Monthly",
             "n_windows": 4, "step_size": 6, "models": models,
             "series": [monthly_series(f"sku-{i}", 72, i) for i in range(3)]}
     submitted = requests.post(server.url + "/batches", json=body, headers=bearer(admin["key"]), timeout=30)
     assert submitted.status_code == 202, submitted.text
     batch_id = submitted.json()["id"]
+    # Beside it, a forecast batch of five series, three of them too short: done, with failures.
+    mixed = {"forecast_horizon": 3, "data_frequency": "Daily", "forecast_frequency": "Daily",
+             "series": [daily_series(f"store-{i}", 60, i) for i in range(2)]
+             + [daily_series(f"too-short-{i}", 5, i) for i in range(3)]}
+    failing = requests.post(server.url + "/batches", json=mixed, headers=bearer(admin["key"]), timeout=30)
+    assert failing.status_code == 202, failing.text
     worker = JobWorker(env, log_path=tmp_path / "worker.log")
     try:
         page.open("/dashboard/batches")
         row = f"tr[data-batch-id='{batch_id}']"
-        wait_for(lambda: page.find(row + " .status").text == "done", timeout=180,
-                 message="the page to show the backtest done")
+        wait_for(lambda: all(s.text == "done" for s in page.all("tr[data-batch-id] .status")), timeout=180,
+                 message="the page to show both batches done")
     finally:
         worker.stop()
+    # Nothing scrolls sideways at 1,280 px or on a phone, whatever the rows hold.
+    assert_fits(page, None, WIDE, shot="batches")
+    assert_fits(page, None, NARROW, shot="batches-390px")
     assert "backtest" in page.find(row).text
+    # The row names every model the backtest compares, not only the first.
+    assert [m.text for m in page.all(row + " .models .model")] == models
+    failed_row = f"tr[data-batch-id='{failing.json()['id']}']"
+    assert page.find(failed_row + " .count").text == "5 / 5, 3 failed"
+    failed = page.js(f"""var bar = document.querySelector("{failed_row} .bar");
+        return bar.querySelector('.bar-failed').getBoundingClientRect().width / bar.getBoundingClientRect().width;""")
+    assert abs(failed - 3 / 5) < 0.02, failed
     page.submit(row + " a.backtest-link")
     assert page.path() == f"/dashboard/batches/{batch_id}/backtest"
 
@@ -628,7 +691,9 @@ def test_a_backtest_shows_its_scores_and_one_series_windows(
     chart = "#backtest-chart"
     wait_for(lambda: page.all(chart + " canvas"), timeout=10, message="the chart")
     assert page.find(chart).get_attribute("data-windows") == "4"
-    assert page.find(chart).get_attribute("data-models") == "2"
+    assert page.find(chart).get_attribute("data-models") == "3"
+    plan = page.find("#backtest-plan").text
+    assert "3 series, 4 windows of 6 months with cut-offs 6 months apart" in plan and "(s)" not in plan, plan
     from selenium.webdriver.support.ui import Select
 
     Select(page.find("select#series")).select_by_value("sku-2")
@@ -639,9 +704,140 @@ def test_a_backtest_shows_its_scores_and_one_series_windows(
     assert drawn["actual"] == body["series"][2]["values"][-24:]
     assert len(drawn["cutoffs"]) == 4 and set(drawn["models"]) == set(models)
     page.screenshot("backtest")
+    assert_fits(page, None, WIDE)
+    assert_fits(page, None, NARROW, shot="backtest-390px")
 
     blocked = [m for m in page.console_errors() if "Content Security Policy" in m or "Refused" in m]
     assert not blocked, blocked
     missing = requests.get(server.url + "/dashboard/batches/bat_nope/backtest", timeout=30,
                            cookies={"dashboard_session": page.driver.get_cookie("dashboard_session")["value"]})
     assert missing.status_code == 404
+
+
+def test_the_pages_fit_a_phone_and_the_playground_takes_dates_at_any_frequency(
+    signed_in: tuple[Page, dict]
+) -> None:
+    page, admin = signed_in
+    for path in ("/dashboard/keys", f"/dashboard/keys/{admin['id']}", "/dashboard/playground", "/dashboard/batches"):
+        assert_fits(page, path, WIDE)
+        assert_fits(page, path, NARROW)
+
+    # A date alone is that day's midnight at any frequency (docs/contract.md), as the hint says.
+    page.open("/dashboard/playground")
+    hint = page.find("#csv-hint").text
+    assert "at any frequency" in hint and "Daily and coarser" not in hint, hint
+    from selenium.webdriver.support.ui import Select
+
+    Select(page.find("#data_frequency")).select_by_value("Hours")
+    hourly = "timestamp,value\n2026-01-01,10\n" + "\n".join(
+        f"2026-01-{1 + h // 24:02d}T{h % 24:02d}:00:00,{10 + h % 24}" for h in range(1, 72))
+    run_playground(page, hourly)
+    assert page.find("#result").is_displayed(), page.find("#api-error").text
+    stamps = page.js("return document.querySelector('#forecast-chart .chart-area').uplot.data[0]")
+    assert len(stamps) == 79 and all(isinstance(x, int | float) for x in stamps), stamps[:3]
+    assert stamps[0] == datetime(2026, 1, 1).replace(tzinfo=UTC).timestamp() and stamps[1] - stamps[0] == 3600
+
+    # A constant series gets a value axis around its value, not the same label on every tick.
+    Select(page.find("#data_frequency")).select_by_value("Daily")
+    run_playground(page, "timestamp,value\n" + "\n".join(f"2026-01-{day:02d},1" for day in range(1, 31)))
+    assert page.find("#result").is_displayed(), page.find("#api-error").text
+    labels = page.js("return document.querySelector('#forecast-chart .chart-area').uplot.axes[1]._values")
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+    scale = page.js("return document.querySelector('#forecast-chart .chart-area').uplot.scales.y")
+    assert scale["min"] < 1 < scale["max"] and scale["max"] - scale["min"] >= 0.1, scale
+    page.screenshot("playground-constant")
+
+
+def test_monitors_say_where_their_points_come_from_and_fit_a_phone(
+    env: dict[str, str], browser: Any, tmp_path: Path
+) -> None:
+    # Private addresses allowed: the Prometheus-backed monitor names one nothing answers on.
+    running = Server({**env, "ALLOW_PRIVATE_WEBHOOKS": "1"}, log_path=tmp_path / "gunicorn-monitors.log")
+    try:
+        running.wait_ready()
+        page = Page(browser, running.url)
+        admin = make_key(env, "read,write,admin", "--name", "operations")
+        sign_in(page, admin["key"])
+        if not page.all("nav a[href='/dashboard/monitors']"):
+            pytest.skip("this server has no monitors")
+        headers = bearer(admin["key"])
+
+        def monitor(**body: Any) -> str:
+            made = requests.post(running.url + "/monitors", json={"data_frequency": "Hours", **body},
+                                 headers=headers, timeout=30)
+            assert made.status_code == 201, made.text
+            return str(made.json()["id"])
+
+        selector = 'http_server_request_duration_seconds_bucket{job="checkout-service-production", le="0.25"}'
+        query = 'sum by (instance) (rate(http_server_request_duration_seconds_count{job="checkout"}[5m]))'
+        pushed = monitor(name="constant queue depth")
+        written = monitor(name="request latency by remote write", remote_write_selector=selector)
+        read = monitor(name="request rate from Prometheus", prometheus_url=f"http://127.0.0.1:{free_port()}",
+                       prometheus_query=query)
+        fleet = monitor(name="fleet latency, one series per instance of a long-named service")
+        hours = [f"2026-11-{1 + h // 24:02d}T{h % 24:02d}:00:00" for h in range(48)]
+        fed = requests.post(running.url + f"/monitors/{pushed}/points",
+                            json={"timestamps": hours, "values": [1] * 48}, headers=headers, timeout=60)
+        assert fed.status_code == 200, fed.text
+        rows = [{"monitor_id": fleet, "timestamp": hours[h],
+                 "labels": {"instance": f"checkout-web-{i}.eu-west-1.internal.example.com:9100",
+                            "job": "checkout-service-production"},
+                 "value": 100 + h % 24 + 3 * i + (300 if i == 1 and h == 47 else 0)}
+                for h in range(48) for i in range(3)]
+        bulk = requests.post(running.url + "/monitors/points", json={"points": rows}, headers=headers, timeout=60)
+        assert bulk.status_code == 200, bulk.text
+
+        page.open("/dashboard/monitors")
+        assert_fits(page, None, WIDE, shot="monitors-sources")
+        assert_fits(page, None, NARROW, shot="monitors-390px")
+        assert_fits(page, f"/dashboard/monitors?monitor={fleet}", WIDE)
+        # A label set keeps a readable column, not one squeezed to a few letters a line.
+        labels_width = page.js("return document.querySelector('table.series-table td').getBoundingClientRect().width")
+        assert labels_width >= 250, labels_width
+        assert_fits(page, None, NARROW, shot="monitor-series-390px")
+
+        page.open("/dashboard/monitors")
+
+        def source(monitor_id: str) -> str:
+            return str(page.find(f"section[aria-labelledby='monitor-{monitor_id}-title'] .source").text)
+
+        assert f"POST /monitors/{pushed}/points" in source(pushed)
+        assert "remote write" in source(written) and selector in source(written)
+        assert f"POST /monitors/{written}/points" not in source(written).split("remote write")[0]
+        assert query in source(read) and "POST /monitors" not in source(read)
+        # A constant series is charted around its value, its axis labels all different.
+        area = f"figure[data-monitor-id='{pushed}'] .chart-area"
+        labels = page.js(f"return document.querySelector(\"{area}\").uplot.axes[1]._values")
+        assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+        scale = page.js(f"return document.querySelector(\"{area}\").uplot.scales.y")
+        assert scale["min"] < 1 < scale["max"] and scale["max"] - scale["min"] >= 0.1, scale
+    finally:
+        running.stop()
+
+
+def test_the_usage_page_says_the_limiter_started_afresh_after_a_restart(
+    env: dict[str, str], browser: Any, tmp_path: Path
+) -> None:
+    admin = make_key(env, "read,write,admin", "--name", "operations")
+    before = Server(env, log_path=tmp_path / "gunicorn-before.log")
+    try:
+        before.wait_ready()
+        for _ in range(6):
+            assert requests.get(before.url + "/keys", headers=bearer(admin["key"]), timeout=10).status_code == 200
+    finally:
+        before.stop()  # a graceful stop writes the usage counts it still holds
+    after = Server(env, log_path=tmp_path / "gunicorn-after.log")
+    try:
+        after.wait_ready()
+        page = Page(browser, after.url)
+        sign_in(page, admin["key"])
+        page.open(f"/dashboard/keys/{admin['id']}")
+        charted = int(page.find("#usage-day figcaption").text.split(":")[1].split()[0])
+        used = int(page.find("#window-hour").get_attribute("value"))
+        assert charted >= 6 and used < charted  # the database kept the hour; the in-memory limiter did not
+        note = page.find("#windows-note").text
+        assert "start again from zero when the server restarts" in note and "database" in note, note
+        assert "since the server started" in page.find("label[for=window-hour]").text
+        page.screenshot("key-usage-after-restart")
+    finally:
+        after.stop()

@@ -36,7 +36,8 @@
   var height = 320;
   var plot = new uPlot({
     width: widthOf(el), height: height, series: series, bands: bands,
-    scales: { x: { time: true } },
+    scales: { x: { time: true }, y: { range: window.dashboardCharts.valueRange } },
+    axes: [{}, { values: window.dashboardCharts.valueLabels, size: window.dashboardCharts.labelWidth }],
     tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
   }, data, el);
   el.uplot = plot;

@@ -1,5 +1,5 @@
 // Keeps the batches table's progress current: polls the page's JSON twin while any listed batch is queued or
-// running, and updates each row in place (bar, counts, status, finish time, download link).
+// running, and updates each row in place (bar with its failed share, counts, status, finish time, links).
 (function () {
   "use strict";
   var UNFINISHED = { queued: true, running: true };
@@ -15,11 +15,20 @@
 
   function update(row, batch) {
     var finished = batch.progress.done + batch.progress.failed;
-    var bar = row.querySelector("progress");
-    bar.max = batch.progress.total || 1;
-    bar.value = finished;
-    row.querySelector(".count").textContent = count(finished) + " / " + count(batch.progress.total) +
-      (batch.progress.failed ? ", " + count(batch.progress.failed) + " failed" : "");
+    var bar = row.querySelector(".bar");
+    bar.setAttribute("aria-valuemax", String(batch.progress.total));
+    bar.setAttribute("aria-valuenow", String(finished));
+    bar.querySelector(".bar-done").style.width = batch.shares.done + "%";
+    bar.querySelector(".bar-failed").style.width = batch.shares.failed + "%";
+    var shown = row.querySelector(".count");
+    shown.textContent = count(finished) + " / " + count(batch.progress.total);
+    if (batch.progress.failed) {
+      var failed = document.createElement("span");
+      failed.className = "failed-count";
+      failed.textContent = count(batch.progress.failed) + " failed";
+      shown.appendChild(document.createTextNode(", "));
+      shown.appendChild(failed);
+    }
     row.querySelector(".status").textContent = batch.status;
     row.className = "status-" + batch.status;
     row.querySelector(".finished").textContent = when(batch.finished_at);

@@ -16,6 +16,37 @@
     });
   }
 
+  // The value axis's range: uPlot's own, except where the values (nearly) all agree: differences under a
+  // ten-thousandth of the value are drawn flat, on an axis padded a tenth of the value (1 around 0) either side,
+  // rather than stretched over the whole height with the same label on every tick ("1, 1, 1").
+  function valueRange(u, min, max) {
+    if (min == null || max == null) return [0, 1];
+    var size = Math.max(Math.abs(min), Math.abs(max));
+    if (max - min <= size * 1e-4) {
+      var middle = (min + max) / 2, pad = size ? size / 10 : 1;
+      return [middle - pad, middle + pad];
+    }
+    return uPlot.rangeNum(min, max, 0.1, true);
+  }
+
+  // The value axis's tick labels, with as many decimals as the tick spacing needs: uPlot's default keeps at most
+  // three, so ticks closer than that (a series that hardly moves) all read the same.
+  function valueLabels(u, splits, axis, space, incr) {
+    var decimals = Math.max(0, -Math.floor(Math.log10(incr) + 1e-9));
+    while (decimals < 20 && Math.abs(incr * Math.pow(10, decimals) - Math.round(incr * Math.pow(10, decimals))) > 1e-6) {
+      decimals++;
+    }
+    return splits.map(function (v) {
+      return v == null ? "" : v.toLocaleString("en-US", { minimumFractionDigits: decimals, maximumFractionDigits: decimals });
+    });
+  }
+
+  // The value axis as wide as its longest label, so that no label is cut at the chart's left edge.
+  function labelWidth(u, values) {
+    var longest = (values || []).reduce(function (n, v) { return Math.max(n, String(v).length); }, 0);
+    return Math.max(50, 16 + 7 * longest);
+  }
+
   function usageChart(el, series, spanHours) {
     var height = 220;
     var bars = uPlot.paths.bars({ size: [0.8, 40], gap: 1 });
@@ -72,7 +103,8 @@
         { label: "Upper", stroke: "#54aeff", dash: [4, 4] }
       ],
       bands: [{ series: [4, 3], fill: "rgba(9, 105, 218, 0.15)" }],
-      scales: { x: { time: true } },
+      scales: { x: { time: true }, y: { range: valueRange } },
+      axes: [{}, { values: valueLabels, size: labelWidth }],
       tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
     };
     if (el.uplot) el.uplot.destroy();
@@ -108,7 +140,8 @@
           points: { show: true, size: 9, fill: "#cf222e", stroke: "#cf222e" } }
       ],
       bands: [{ series: [4, 3], fill: "rgba(9, 105, 218, 0.12)" }],
-      scales: { x: { time: true } },
+      scales: { x: { time: true }, y: { range: valueRange } },
+      axes: [{}, { values: valueLabels, size: labelWidth }],
       tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
     };
     var plot = new uPlot(opts, data, el);
@@ -117,5 +150,7 @@
     return plot;
   }
 
-  window.dashboardCharts = { usageChart: usageChart, forecastChart: forecastChart, monitorChart: monitorChart };
+  window.dashboardCharts = { usageChart: usageChart, forecastChart: forecastChart, monitorChart: monitorChart,
+                             valueRange: valueRange, valueLabels: valueLabels,
+                             labelWidth: labelWidth };
 })();

@@ -57,18 +57,12 @@
     return { timestamps: timestamps, values: values };
   }
 
-  // The API takes date-times (YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM]). For a daily or coarser series a date
-  // alone can only mean that day's midnight, so it is sent as such; finer series are sent as typed, and the
-  // API's answer names the form it expects.
+  // A date alone is that day's midnight at any frequency (docs/contract.md, section 7): it is sent as typed, and
+  // charted at that midnight.
   var DATE_ONLY = /^\d{4}-\d{2}-\d{2}$/;
-  var COARSE = ["Daily", "Weekly", "Monthly", "Quarterly", "Yearly"];
-
-  function withTimes(timestamps, frequency) {
-    if (COARSE.indexOf(frequency) < 0) return timestamps;
-    return timestamps.map(function (t) { return DATE_ONLY.test(t) ? t + "T00:00:00" : t; });
-  }
 
   function epoch(ts) {
+    if (DATE_ONLY.test(ts)) ts += "T00:00:00";
     var zoned = /([zZ]|[+-]\d\d:?\d\d)$/.test(ts) ? ts : ts + "Z";
     return Date.parse(zoned) / 1000;
   }
@@ -136,7 +130,6 @@
     try { series = parseCsv(csv.value); showCsvError(""); }
     catch (e) { showCsvError(e.message); csv.focus(); return; }
     var frequency = document.getElementById("data_frequency").value;
-    series.timestamps = withTimes(series.timestamps, frequency);
     var horizonRaw = document.getElementById("horizon").value;
     var request = {
       series: [series],
