@@ -1,6 +1,6 @@
 """Anomaly detection on the KPI development set, as an operator meets it: incidents caught at the alarm budget.
 
-    python bench/kpi.py [--quick] [--settings JSON]
+    python bench/kpi.py [--quick] [--settings JSON] [--base COMMIT[,COMMIT]]
 
 Every KPI of the sibling ../shared/data/kpi-dev (14 labelled web-service KPIs, its README) is streamed through
 anomaly-model-1 (app.compute.detect.streaming.StreamingDetector, in-process, the compiled build where it is current)
@@ -19,7 +19,9 @@ per KPI-week, point-adjusted F1 (delay 7), best-threshold F1 and the share caugh
 
 --quick: the four five-minute KPIs only. --settings: the detector's constructor keywords as a JSON object (or a
 path to a JSON file), e.g. '{"top_rank": 12, "joint": false}', for a point of the leave-one-category-out grid
-(bench/anomaly.py scores the KPIs as its sixth category with ``detector_figures``).
+(bench/anomaly.py scores the KPIs as its sixth category with ``detector_figures``). --base: the detector of
+each commit at its defaults (a git worktree, compiled where it has a build step) in the same run, scored the same
+way, so a detector change is read beside the code before it on the same machine and load.
 Writes bench/results/kpi.md (with --settings or --quick: prints only, unless --out is given) and prints it.
 """
 
@@ -290,7 +292,7 @@ def _table(header: list[str], rows: list[list[object]]) -> list[str]:
 
 
 def report(kids: list[str], results: dict[str, tuple[dict[str, Figures], Figures, dict]], settings: dict,
-           timing: list[str], quick: bool, load_start: tuple[float, ...]) -> str:
+           timing: list[str], quick: bool, load_start: tuple[float, ...], bases: dict[str, Figures]) -> str:
     det_per, det, det_official = results["detector"]
     ref_per, ref, ref_official = results["zscore"]
     what = "at its defaults" if not settings else f"with {json.dumps(settings, sort_keys=True)}"
@@ -302,6 +304,9 @@ def report(kids: list[str], results: dict[str, tuple[dict[str, Figures], Figures
         f"reference (seasonal-naive residual z-score), same run: {ref['caught_share']:.1%} caught at "
         f"{ref['alarms_per_week']:.2f} false alarms per KPI-week (PA-F1 {ref['pa_f1']:.3f}); ranking: best-threshold "
         f"F1 {ref['best_f1']:.3f}, caught {ref['caught_at_1']:.1%} at 1 a week, {ref['caught_at_5']:.1%} at 5",
+        *(f"the detector of {commit} at its defaults, same run: {f['caught_share']:.1%} caught at "
+          f"{f['alarms_per_week']:.2f} false alarms per KPI-week (PA-F1 {f['pa_f1']:.3f}); caught "
+          f"{f['caught_at_1']:.1%} at 1 a week, {f['caught_at_5']:.1%} at 5" for commit, f in bases.items()),
     ]
     checks = []
     for name, mine, official in (("detector", det, det_official), ("reference", ref, ref_official)):
@@ -335,7 +340,9 @@ def report(kids: list[str], results: dict[str, tuple[dict[str, Figures], Figures
              f"{c.machine_line()}; {c.CODE_LINE}; load average (1/5 min) when the suite started: "
              f"{load_start[0]:.2f}/{load_start[1]:.2f}", ""]
     lines += [f"- {s}" for s in summary] + ["", "## Pooled over the KPIs", ""] + [f"- {n}" for n in notes] + [""]
-    lines += _table(["", *COLUMNS], [[METHODS["detector"], *_cells(det)], [METHODS["zscore"], *_cells(ref)]])
+    lines += _table(["", *COLUMNS], [[METHODS["detector"], *_cells(det)], [METHODS["zscore"], *_cells(ref)],
+                                     *([f"anomaly-model-1 of {commit} at its defaults", *_cells(f)]
+                                       for commit, f in bases.items())])
     for title, per in (("anomaly-model-1", det_per), ("Reference: seasonal-naive residual z-score", ref_per)):
         lines += ["", f"## Per KPI: {title}", ""]
         lines += _table(["kpi", "step", "weeks", *COLUMNS],
@@ -360,6 +367,7 @@ def main() -> int:
     parser.add_argument("--settings", help="StreamingDetector keywords: a JSON object, or a file holding one")
     parser.add_argument("--out", help="where to write the report (default: bench/results/kpi.md for a full run "
                                       "at the defaults; otherwise printed only)")
+    parser.add_argument("--base", default="", help="commits whose detector runs beside, at its defaults")
     args = parser.parse_args()
     settings = parse_settings(args.settings)
     if not available():
@@ -367,6 +375,7 @@ def main() -> int:
         return 0
     load_start = os.getloadavg()
     kids = kpi_ids(args.quick)
+    timing_bases: list[str] = []
     results: dict[str, tuple[dict[str, Figures], Figures, dict]] = {}
     with c.code_snapshot() as code_line, c.temp_dir("bench-kpi-") as tmp:
         c.CODE_LINE = code_line
@@ -376,13 +385,20 @@ def main() -> int:
             per, total = score_method(kids, tmp / method)
             results[method] = (per, total, score_dir(tmp / method))
         scoring = time.perf_counter() - scoring
+        bases: dict[str, Figures] = {}
+        for commit in filter(None, args.base.split(",")):
+            with c.git_worktree(commit, prefix="bench-kpi-base-") as tree:
+                _, base_compiled, base_wall, _ = stream_all(tree, kids, ["detector"], {}, tmp / f"base-{commit}")
+            bases[commit] = score_method(kids, tmp / f"base-{commit}" / "detector")[1]
+            timing_bases.append(f"{commit}: streaming {base_wall:.1f} s wall"
+                                f"{'' if base_compiled else ' (as plain Python)'}")
     detector_cpu = sum(v for (_, m), v in seconds.items() if m == "detector")
     reference_cpu = sum(v for (_, m), v in seconds.items() if m == "zscore")
     how = "compiled (mypyc)" if compiled else "as plain Python (no compiled build of these sources)"
     timing = [f"time: streaming {wall:.1f} s wall ({POOL} processes; the detector {how}: {detector_cpu:.1f} s CPU "
               f"for {rows:,} rows, {detector_cpu / max(rows, 1) * 1e6:.0f} us a row; the reference "
-              f"{reference_cpu:.1f} s CPU), scoring {scoring:.1f} s"]
-    text = report(kids, results, settings, timing, args.quick, load_start)
+              f"{reference_cpu:.1f} s CPU), scoring {scoring:.1f} s" + "".join(f"; {t}" for t in timing_bases)]
+    text = report(kids, results, settings, timing, args.quick, load_start, bases)
     out = Path(args.out) if args.out else (c.RESULTS / "kpi.md" if not (args.quick or settings) else None)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
