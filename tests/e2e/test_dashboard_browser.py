@@ -195,12 +195,13 @@ return {page: doc.scrollWidth, window: window.innerWidth, client: doc.clientWidt
 """
 
 
-def assert_fits(page: Page, path: str | None, width: int, shot: str | None = None) -> None:
-    """The page at ``path`` (None: the page already open, reloaded at the width), ``width`` px wide, has nothing
-    to scroll sideways; ``shot`` names its screenshot."""
+def assert_fits(page: Page, path: str | None, width: int, shot: str | None = None, *, reload: bool = True) -> None:
+    """The page at ``path`` (None: the page already open, reloaded at the width unless ``reload`` is false),
+    ``width`` px wide, has nothing to scroll sideways; ``shot`` names its screenshot."""
     page.driver.set_window_size(width, 900)
     if path is None:
-        page.driver.refresh()
+        if reload:
+            page.driver.refresh()
     else:
         page.open(path)
     time.sleep(0.3)  # charts follow the resize
@@ -705,7 +706,7 @@ def test_a_backtest_shows_its_scores_and_one_series_windows(
     assert len(drawn["cutoffs"]) == 4 and set(drawn["models"]) == set(models)
     page.screenshot("backtest")
     assert_fits(page, None, WIDE)
-    assert_fits(page, None, NARROW, shot="backtest-390px")
+    assert_fits(page, None, NARROW)
 
     blocked = [m for m in page.console_errors() if "Content Security Policy" in m or "Refused" in m]
     assert not blocked, blocked
@@ -718,9 +719,15 @@ def test_the_pages_fit_a_phone_and_the_playground_takes_dates_at_any_frequency(
     signed_in: tuple[Page, dict]
 ) -> None:
     page, admin = signed_in
-    for path in ("/dashboard/keys", f"/dashboard/keys/{admin['id']}", "/dashboard/playground", "/dashboard/batches"):
+    for path in ("/dashboard/keys", f"/dashboard/keys/{admin['id']}", "/dashboard/playground", "/dashboard/batches",
+                 f"/dashboard/keys/{admin['id']}/revoke", "/dashboard/no-such-page"):
         assert_fits(page, path, WIDE)
         assert_fits(page, path, NARROW)
+    for width in (WIDE, NARROW):
+        page.driver.set_window_size(width, 900)
+        page.open("/dashboard/reference")
+        wait_for(lambda: "Forecast one series" in page.text(), timeout=30, message="ReDoc to render")
+        assert_fits(page, None, width, reload=False)
 
     # A date alone is that day's midnight at any frequency (docs/contract.md), as the hint says.
     page.open("/dashboard/playground")
@@ -745,7 +752,6 @@ def test_the_pages_fit_a_phone_and_the_playground_takes_dates_at_any_frequency(
     assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
     scale = page.js("return document.querySelector('#forecast-chart .chart-area').uplot.scales.y")
     assert scale["min"] < 1 < scale["max"] and scale["max"] - scale["min"] >= 0.1, scale
-    page.screenshot("playground-constant")
 
 
 def test_monitors_say_where_their_points_come_from_and_fit_a_phone(
@@ -794,7 +800,7 @@ def test_monitors_say_where_their_points_come_from_and_fit_a_phone(
         # A label set keeps a readable column, not one squeezed to a few letters a line.
         labels_width = page.js("return document.querySelector('table.series-table td').getBoundingClientRect().width")
         assert labels_width >= 250, labels_width
-        assert_fits(page, None, NARROW, shot="monitor-series-390px")
+        assert_fits(page, None, NARROW)
 
         page.open("/dashboard/monitors")
 
@@ -830,6 +836,8 @@ def test_the_usage_page_says_the_limiter_started_afresh_after_a_restart(
     try:
         after.wait_ready()
         page = Page(browser, after.url)
+        assert_fits(page, "/dashboard/sign-in", WIDE)
+        assert_fits(page, "/dashboard/sign-in", NARROW)
         sign_in(page, admin["key"])
         page.open(f"/dashboard/keys/{admin['id']}")
         charted = int(page.find("#usage-day figcaption").text.split(":")[1].split()[0])
@@ -838,6 +846,5 @@ def test_the_usage_page_says_the_limiter_started_afresh_after_a_restart(
         note = page.find("#windows-note").text
         assert "start again from zero when the server restarts" in note and "database" in note, note
         assert "since the server started" in page.find("label[for=window-hour]").text
-        page.screenshot("key-usage-after-restart")
     finally:
         after.stop()
