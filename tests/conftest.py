@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
     if "PYTEST_XDIST_WORKER" in os.environ:  # every worker sorts alike, as xdist needs; one process keeps the order
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish() -> None:
+    """Collects garbage once here and freezes what is left out of the collector. After a pytest-xdist worker
+    reports its session finished, pytest collects garbage several more times (for exceptions raised in __del__),
+    each over the whole heap of every module the tests loaded, while execnet gives the worker five seconds to end
+    and then sends it SIGINT: that KeyboardInterrupt landed in hypothesis' gc callback and ended `make test` with
+    a PytestUnraisableExceptionWarning. This collection still runs under pytest's unraisable hook, so whatever it
+    finds is reported as before."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
