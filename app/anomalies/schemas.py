@@ -134,6 +134,8 @@ class AnomalyResponseSchema(Schema):
         metadata={"description": "Rows whose timestamp is not after the row before it (a repeated hour, a clock "
                   "stepping back); they are judged in the order given like every other row."},
     )
+    missing_values = fields.Integer(
+        metadata={"description": "Only when some values were null: how many rows were left out for it."})
 
 
 class LastPointResponseSchema(Schema):
@@ -148,6 +150,7 @@ class LastPointResponseSchema(Schema):
     warmup_points = fields.Integer(required=True)
     period = fields.Integer(allow_none=True, required=True)
     out_of_order = fields.List(fields.Integer(), required=True, metadata={"description": "As in POST /anomalies."})
+    missing_values = fields.Integer(metadata={"description": "As in POST /anomalies."})
 
 
 _request_schema = AnomalyRequestSchema()

@@ -12,7 +12,7 @@ from app.batches.schemas import (
     BatchSchema,
     ForecastBatchRequestSchema,
 )
-from app.batches.submit import CSV_HEADER
+from app.batches.submit import CSV_HEADER, NIXTLA_CSV_HEADER
 from app.compute.detect.results import DETECTOR_IDS
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.schemas import FREQUENCY_ISSUE
@@ -95,9 +95,15 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
         "application/json": {"schema": {"oneOf": [{"$ref": "#/components/schemas/ForecastBatchRequest"},
                                                   {"$ref": "#/components/schemas/AnomalyBatchRequest"},
                                                   {"$ref": "#/components/schemas/BacktestBatchRequest"}]}},
-        "text/csv": {"schema": {"type": "string", "description": "Header " + ",".join(CSV_HEADER) + ", one row "
+        "text/csv": {"schema": {"type": "string", "description": "Header " + ",".join(CSV_HEADER) + " (or "
+                                + ",".join(NIXTLA_CSV_HEADER) + "), one row "
                                 "per point (a row ends at LF, CRLF or a lone CR); unique_id of 1 to 200 characters, "
                                 "no field over 131,072 characters, no NUL; the fields go in the query string."}},
+        "multipart/form-data": {"schema": {
+            "type": "object", "required": ["file"],
+            "properties": {"file": {"type": "string", "format": "binary",
+                                    "description": "The CSV file, as text/csv takes it; the form's one part."}},
+            "description": "A form upload of the CSV (curl -F file=@stores.csv), streamed as text/csv is."}},
     }}
     spec.path(path="/batches", operations={
         "post": submit,

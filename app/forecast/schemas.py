@@ -95,6 +95,7 @@ class ForecastResponseSchema(Schema):
     lower_bound = fields.List(fields.Float(), required=True)
     median = fields.List(fields.Float(), required=True)
     upper_bound = fields.List(fields.Float(), required=True)
+    missing_values = fields.Integer(metadata={"description": "Only when some values were null: how many."})
 
 
 _request_schema = ForecastRequestSchema()
