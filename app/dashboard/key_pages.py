@@ -13,7 +13,7 @@ from flask import (
 )
 
 from app.dashboard import sessions
-from app.dashboard.views import base_context, bp, current_session, page, secure_cookies, signed_in
+from app.dashboard.views import base_context, bp, counted, current_session, page, secure_cookies, signed_in
 from app.keys import crud, manage
 from app.keys.answers import display_form, key_body, rate_windows
 from app.keys.limits import TIERS
@@ -267,7 +267,7 @@ def revoke_key(key_id: str) -> Response:
         response = redirect(url_for("dashboard.sign_in", expired=1))
         sessions.clear_cookie(response, secure=secure_cookies())
         return response
-    also = f", with the {len(cascade)} key(s) it created" if cascade else ""
+    also = f", with the {counted(len(cascade), 'key')} it created" if cascade else ""
     return _keys_page(notice=f"Key {key.name or key.id} ({display_form(key)}) is revoked{also}.")
 
 

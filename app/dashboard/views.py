@@ -131,7 +131,7 @@ FREQUENCY_UNITS = {"Seconds": "second", "Minutes": "minute", "Hours": "hour", "D
 
 
 @bp.app_template_filter("counted")
-def _counted(count: int | None, singular: str, plural: str | None = None) -> str:
+def counted(count: int | None, singular: str, plural: str | None = None) -> str:
     """``4 | counted('window')`` is "4 windows", ``1 | counted('window')`` "1 window" (thousands separated)."""
     count = count or 0
     return f"{count:,} {singular if count == 1 else plural or singular + 's'}"

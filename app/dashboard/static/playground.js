@@ -47,7 +47,7 @@
       var line = lines[n].trim();
       if (!line) continue;
       var cells = line.split(",");
-      if (cells.length !== 2) throw new Error("Line " + (n + 1) + ": expected timestamp,value, found " + cells.length + " column(s).");
+      if (cells.length !== 2) throw new Error("Line " + (n + 1) + ": expected timestamp,value, found " + cells.length + (cells.length === 1 ? " column." : " columns."));
       var ts = cells[0].trim(), raw = cells[1].trim();
       if (timestamps.length === 0 && values.length === 0 && isNaN(Number(raw)) && /[a-z]/i.test(ts) && !/\d/.test(ts)) continue;
       timestamps.push(ts);
