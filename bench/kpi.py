@@ -351,6 +351,19 @@ def report(kids: list[str], results: dict[str, tuple[dict[str, Figures], Figures
     return "\n".join(lines) + "\n"
 
 
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=c.ROOT, capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+def detector_sources() -> str:
+    """Whether the detector's sources were as committed when the snapshot was taken: the code line's "uncommitted
+    changes" covers every service file, and the detector is what these figures are of."""
+    changed = [line[3:].rsplit("/", 1)[-1] for line in git("status", "--porcelain", "--", "app/compute/detect")
+               .splitlines() if line.strip()]
+    return ("detector sources (app/compute/detect) as committed" if not changed else
+            f"detector sources (app/compute/detect) with uncommitted changes to {', '.join(sorted(changed))}")
+
+
 def parse_settings(text: str | None) -> dict:
     if not text:
         return {}
@@ -376,9 +389,11 @@ def main() -> int:
     load_start = os.getloadavg()
     kids = kpi_ids(args.quick)
     timing_bases: list[str] = []
+    # Resolved now: HEAD moves while the working tree runs when others commit in this checkout.
+    base_commits = [git("rev-parse", "--short", name) or name for name in filter(None, args.base.split(","))]
     results: dict[str, tuple[dict[str, Figures], Figures, dict]] = {}
     with c.code_snapshot() as code_line, c.temp_dir("bench-kpi-") as tmp:
-        c.CODE_LINE = code_line
+        c.CODE_LINE = f"{code_line}; {detector_sources()}"
         seconds, compiled, wall, rows = stream_all(c.APP_ROOT, kids, list(METHODS), settings, tmp)
         scoring = time.perf_counter()
         for method in METHODS:
@@ -386,7 +401,7 @@ def main() -> int:
             results[method] = (per, total, score_dir(tmp / method))
         scoring = time.perf_counter() - scoring
         bases: dict[str, Figures] = {}
-        for commit in filter(None, args.base.split(",")):
+        for commit in base_commits:
             with c.git_worktree(commit, prefix="bench-kpi-base-") as tree:
                 _, base_compiled, base_wall, _ = stream_all(tree, kids, ["detector"], {}, tmp / f"base-{commit}")
             bases[commit] = score_method(kids, tmp / f"base-{commit}" / "detector")[1]
