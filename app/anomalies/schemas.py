@@ -20,7 +20,7 @@ from app.compute.detect.budget import (
     threshold_fields_given,
 )
 from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS, SENSITIVITY_RANGE
-from app.forecast.schemas import FREQUENCY_ISSUE, missing_rows, present_values, too_few_values
+from app.forecast.schemas import FREQUENCY_ISSUE, missing_rows, present_values
 from app.series.instants import epoch_seconds
 from app.series.timestamps import FREQUENCIES, TimestampError
 from app.web.errors import DataValidationError, sentence
@@ -235,14 +235,13 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
             )
         )
     longest = max(len(timestamps), len(values))
-    missing = missing_rows(values) if longest <= max_points else []
-    shortest = min(len(timestamps), len(values) - len(missing))
-    if shortest < MIN_POINTS:
-        problems.append(too_few_values(shortest, len(missing), MIN_POINTS))
     if longest > max_points:
+        if min(len(timestamps), len(values)) < MIN_POINTS:
+            problems.append(problem("series[0]", "insufficient data points",
+                                    f"{min(len(timestamps), len(values))} points", minimum=MIN_POINTS))
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
         raise DataValidationError(sentence(f"Invalid series data: {problems[0]['issue']}"), details=envelope(problems))
-    floats = present_values(values, missing, problems)
+    floats, missing_count = present_values(timestamps, values, MIN_POINTS, problems)
     instants: Any = []
     if timestamps:
         try:
@@ -256,12 +255,12 @@ def check_series(request: AnomalyRequest, *, max_points: int) -> CheckedSeries:
         first = problems[0]
         raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=envelope(problems))
     kept = timestamps
-    if missing:
+    if missing_count:
         import numpy as np
 
         present = np.ones(len(timestamps), dtype=bool)
-        present[missing] = False
+        present[missing_rows(values)] = False
         instants = instants[present]
         kept = [text for text, keep in zip(timestamps, present.tolist(), strict=True) if keep]
     return CheckedSeries(epoch_seconds=instants, values=floats, out_of_order=out_of_order_rows(instants),
-                         timestamps=kept, missing_values=len(missing))
+                         timestamps=kept, missing_values=missing_count)

@@ -157,31 +157,37 @@ class SeriesData:
 
 
 def missing_rows(values: list[Any]) -> list[int]:
-    """The indices of null values (a null is a missing value, not a defect); a C scan when there are none."""
+    """The indices of null values (a null is a missing value, not a defect)."""
     if None not in values:
         return []
     return [index for index, value in enumerate(values) if value is None]
 
 
-def present_values(values: list[Any], missing: list[int], problems: list[dict[str, Any]],
-                   field: str = "series[0].values") -> np.ndarray:
-    """values_array of the values that are not null, a defect's index still the one in ``values``."""
-    if not missing:
-        return values_array(values, problems)
-    skip = set(missing)
-    kept = [index for index in range(len(values)) if index not in skip]
-    start = len(problems)
-    floats = values_array([values[index] for index in kept], problems)
-    for found in problems[start:]:
-        if found.get("field") == field and isinstance(found.get("index"), int):
-            found["index"] = kept[found["index"]]
-    return floats
+def present_values(timestamps: list[Any], values: list[Any], minimum: int,
+                   problems: list[dict[str, Any]]) -> tuple[np.ndarray, int]:
+    """values_array of the values that are not null and how many were, with the too-short problem (counting
+    values: a series of nulls is as short as one without points) where the length checks put theirs. Nulls
+    are looked for only once the one-pass check has found a defect, so a series without any costs nothing."""
+    at = len(problems)
+    floats = values_array(values, problems)
+    missing: list[int] = []
+    if any(found.get("issue") == _NULL_ISSUE for found in problems[at:]):
+        del problems[at:]
+        missing = missing_rows(values)
+        skip = set(missing)
+        kept = [index for index in range(len(values)) if index not in skip]
+        floats = values_array([values[index] for index in kept], problems)
+        for found in problems[at:]:  # a defect's index is the one in the series as sent
+            if found.get("field") == "series[0].values" and isinstance(found.get("index"), int):
+                found["index"] = kept[found["index"]]
+    shortest = min(len(timestamps), len(values) - len(missing))
+    if shortest < minimum:
+        provided = f"{shortest} points" if not missing else f"{shortest} points with a value ({len(missing)} null)"
+        problems.insert(at, problem("series[0]", "insufficient data points", provided, minimum=minimum))
+    return floats, len(missing)
 
 
-def too_few_values(count: int, missing: int, minimum: int) -> dict[str, Any]:
-    """The too-short series' problem, counting values: a series of nulls is as short as one without points."""
-    provided = f"{count} points" if not missing else f"{count} points with a value ({missing} null)"
-    return problem("series[0]", "insufficient data points", provided, minimum=minimum)
+_NULL_ISSUE = "missing value (null)"
 
 
 def check_series(submitted: SubmittedSeries, frequency: str, *, max_points: int) -> SeriesData:
@@ -199,15 +205,14 @@ def check_series(submitted: SubmittedSeries, frequency: str, *, max_points: int)
             )
         )
     longest = max(len(timestamps), len(values))
-    missing = missing_rows(values) if longest <= max_points else []
-    shortest = min(len(timestamps), len(values) - len(missing))
-    if shortest < MIN_POINTS:
-        problems.append(too_few_values(shortest, len(missing), MIN_POINTS))
     if longest > max_points:
+        if min(len(timestamps), len(values)) < MIN_POINTS:
+            problems.append(problem("series[0]", "insufficient data points",
+                                    f"{min(len(timestamps), len(values))} points", minimum=MIN_POINTS))
         problems.append(problem("series[0]", "too many data points", f"{longest} points", maximum=max_points))
         raise DataValidationError(sentence(f"Invalid series data: {problems[0]['issue']}"), details=envelope(problems))
 
-    floats = present_values(values, missing, problems)
+    floats, missing = present_values(timestamps, values, MIN_POINTS, problems)
     # The whole series in one pass when it is regular; item by item only to find and name a defect.
     axis = regular_axis(timestamps, frequency)
     if axis is None:
@@ -215,7 +220,7 @@ def check_series(submitted: SubmittedSeries, frequency: str, *, max_points: int)
     if problems or axis is None:
         first = problems[0]
         raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=envelope(problems))
-    return SeriesData(axis=axis, values=floats, missing_values=len(missing))
+    return SeriesData(axis=axis, values=floats, missing_values=missing)
 
 
 def _axis_item_by_item(timestamps: list[Any], frequency: str, problems: list[dict[str, Any]]) -> TimeAxis | None:

@@ -362,7 +362,7 @@ def test_the_openapi_document_describes_the_batch_endpoints(client: FlaskClient,
     assert set(spec["paths"]["/batches"]) == {"post", "get"}
     assert set(spec["paths"]["/batches/{batch_id}"]) == {"get", "delete"}
     submit = spec["paths"]["/batches"]["post"]
-    assert set(submit["requestBody"]["content"]) == {"application/json", "text/csv"}
+    assert set(submit["requestBody"]["content"]) == {"application/json", "text/csv", "multipart/form-data"}
     assert set(submit["responses"]) == {"202", "400", "401", "403", "413", "415", "429", "500"}
     assert set(spec["paths"]["/batches/{batch_id}/results"]["get"]["responses"]["200"]["content"]) == {
         "application/x-ndjson", "text/csv"}
