@@ -340,7 +340,8 @@ def report(kids: list[str], results: dict[str, tuple[dict[str, Figures], Figures
              f"{c.machine_line()}; {c.CODE_LINE}; load average (1/5 min) when the suite started: "
              f"{load_start[0]:.2f}/{load_start[1]:.2f}", ""]
     lines += [f"- {s}" for s in summary] + ["", "## Pooled over the KPIs", ""] + [f"- {n}" for n in notes] + [""]
-    lines += _table(["", *COLUMNS], [[METHODS["detector"], *_cells(det)], [METHODS["zscore"], *_cells(ref)],
+    label = METHODS["detector"] if not settings else f"anomaly-model-1 {what} (is_anomaly; anomaly_score)"
+    lines += _table(["", *COLUMNS], [[label, *_cells(det)], [METHODS["zscore"], *_cells(ref)],
                                      *([f"anomaly-model-1 of {commit} at its defaults", *_cells(f)]
                                        for commit, f in bases.items())])
     for title, per in (("anomaly-model-1", det_per), ("Reference: seasonal-naive residual z-score", ref_per)):
