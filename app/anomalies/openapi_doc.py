@@ -35,6 +35,7 @@ EXAMPLE_LAST = {
     "is_anomaly": False,
     "threshold": 0.994048,
     "direction": None,
+    "reason": None,
     "warmup_points": 11,
     "period": None,
 }

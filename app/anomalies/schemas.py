@@ -122,6 +122,13 @@ class AnomalyResponseSchema(Schema):
         required=True,
         metadata={"description": '"up" or "down" for an anomaly, null otherwise.'},
     )
+    reason = fields.List(
+        fields.String(allow_none=True),
+        required=True,
+        metadata={"description": "Why an anomaly was flagged, in a sentence naming the signal and its numbers (its "
+                  "value beyond the range; the last points' level or spread against what was expected; a value "
+                  "that stopped changing); null for every other row."},
+    )
     warmup_points = fields.Integer(
         required=True, metadata={"description": "Leading rows used only to learn (score 0, not an anomaly)."}
     )
@@ -147,6 +154,7 @@ class LastPointResponseSchema(Schema):
     is_anomaly = fields.Boolean(required=True)
     threshold = fields.Float(required=True)
     direction = fields.String(allow_none=True, required=True)
+    reason = fields.String(allow_none=True, required=True, metadata={"description": "As in POST /anomalies."})
     warmup_points = fields.Integer(required=True)
     period = fields.Integer(allow_none=True, required=True)
     out_of_order = fields.List(fields.Integer(), required=True, metadata={"description": "As in POST /anomalies."})

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from app.anomalies.schemas import CheckedSeries
+from app.compute.detect.reasons import reason
 from app.compute.detect.results import DEFAULT_DETECTOR, ChangePointResult, DetectionResult
+from app.compute.detect.state import POINT
 from app.compute.detect.work import ChangePointWork, DetectionWork
 from app.series.numbers import has_float32_noise, interval_without_float32_noise
 
@@ -69,11 +71,32 @@ def verdicts(timestamps: list[Any], series: CheckedSeries, result: DetectionResu
         "is_anomaly": result.is_anomaly,
         "threshold": result.threshold,
         "direction": result.direction,
+        "reason": reasons(series, result, lower, upper, 0),
         "warmup_points": result.warmup_points,
         "period": result.period,
         "out_of_order": series.out_of_order,
         **missing_count(series.missing_values),
     }
+
+
+def reasons(series: CheckedSeries, result: DetectionResult, lower: list[float], upper: list[float],
+            start: int) -> list[str | None]:
+    """Each judged row's reason: None for a row that is not an anomaly, else which signal flagged it and its
+    numbers (a detector that keeps no signals flags a row for its own value alone). ``start``: the row of the
+    series the result's first verdict is for."""
+    values = series.values
+    out: list[str | None] = []
+    for row, flagged in enumerate(result.is_anomaly):
+        if not flagged:
+            out.append(None)
+            continue
+        value = float(values[start + row])
+        if result.signal is not None and result.size is not None:
+            signal, size = result.signal[row], result.size[row]
+        else:
+            signal, size = POINT, value - result.expected[row]
+        out.append(reason(signal, size, value, lower[row], upper[row]))
+    return out
 
 
 def missing_count(missing_values: int) -> dict[str, int]:
@@ -101,6 +124,7 @@ def last_verdict(timestamp: Any, series: CheckedSeries, result: DetectionResult)
         "is_anomaly": result.is_anomaly[0],
         "threshold": result.threshold,
         "direction": result.direction[0],
+        "reason": reasons(series, result, lower, upper, len(series.values) - 1)[0],
         "warmup_points": result.warmup_points,
         "period": result.period,
         "out_of_order": series.out_of_order,

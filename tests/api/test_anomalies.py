@@ -45,7 +45,11 @@ def test_every_row_gets_a_verdict_and_the_spike_is_found(client: FlaskClient, ke
     response = client.post("/anomalies", headers=bearer(key), json=five_minute(1000, spike_at=800))
     assert response.status_code == 200, response.get_data(as_text=True)
     body = response.get_json()
-    assert list(body) == ["timestamps", *FIELDS[:5], "threshold", FIELDS[5], "warmup_points", "period", "out_of_order"]
+    assert list(body) == ["timestamps", *FIELDS[:5], "threshold", FIELDS[5], "reason", "warmup_points", "period",
+                          "out_of_order"]
+    # Every flagged row says why, and no other row does: here the spike's own value, beyond its range.
+    assert [row for row, why in enumerate(body["reason"]) if why] == [r for r, f in enumerate(body["is_anomaly"]) if f]
+    assert "far above its expected range" in body["reason"][800]
     assert body["timestamps"] == five_minute(1000)["series"][0]["timestamps"]
     for name in FIELDS:
         assert len(body[name]) == 1000
@@ -79,7 +83,9 @@ def test_last_equals_the_last_row_of_the_whole_series(client: FlaskClient, key: 
     last = client.post("/anomalies/last", headers=bearer(key), json=request)
     assert last.status_code == 200, last.get_data(as_text=True)
     body = last.get_json()
-    assert list(body) == ["timestamp", *FIELDS[:5], "threshold", FIELDS[5], "warmup_points", "period", "out_of_order"]
+    assert list(body) == ["timestamp", *FIELDS[:5], "threshold", FIELDS[5], "reason", "warmup_points", "period",
+                          "out_of_order"]
+    assert body["reason"] == whole["reason"][-1] and "above its expected range" in body["reason"]
     assert body["threshold"] == whole["threshold"]
     assert body["timestamp"] == whole["timestamps"][-1]
     for name in FIELDS:

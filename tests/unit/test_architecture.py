@@ -21,7 +21,8 @@ WEB_SAFE_COMPUTE = {"app.compute", "app.compute.pool"} | {
 } | {"app.compute.forecast", "app.compute.detect", "app.compute.detect.streaming", "app.compute.detect.surprises",
     "app.compute.detect.state", "app.compute.detect.budget", "app.compute.detect.predictors",
     "app.compute.detect.weekly", "app.compute.detect.habits", "app.compute.detect.snapshot",
-    "app.compute.detect.counts", "app.compute.detect.native"}
+    "app.compute.detect.counts", "app.compute.detect.native", "app.compute.detect.values",
+    "app.compute.detect.frozen", "app.compute.detect.windows", "app.compute.detect.reasons"}
 
 
 def module_name(path: Path) -> str:

@@ -121,7 +121,8 @@ def test_a_count_fed_in_pieces_or_restored_from_bytes_gets_the_same_verdicts(cut
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         state = decode(encode(state))
         part = detector.update(state, times[lo:hi], values[lo:hi])
-        for name in ("expected", "lower", "upper", "score", "is_anomaly", "direction", "incident"):
+        for name in ("expected", "lower", "upper", "score", "is_anomaly", "direction", "incident", "signal",
+                     "size"):
             getattr(pieces, name).extend(getattr(part, name))
         pieces.threshold = part.threshold
     assert pieces == whole

@@ -106,6 +106,8 @@ def streaming_detector(work: DetectionWork) -> DetectionResult:
         period=state.period or None,
         threshold=detector.threshold(state),
         incident=verdicts.incident[start:],
+        signal=verdicts.signal[start:],
+        size=verdicts.size[start:],
     )
 
 

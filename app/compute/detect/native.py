@@ -25,7 +25,8 @@ ROOT = PACKAGE_DIR.parents[2]
 BUILD_DIR = ROOT / ".native"
 # The modules a row goes through, and the state they keep (snapshot.py, which saves it, reads its field types
 # from the source: compiled classes keep only their runtime classes).
-COMPILED = ("budget", "values", "counts", "surprises", "predictors", "weekly", "habits", "streaming", "state")
+COMPILED = ("budget", "values", "counts", "surprises", "predictors", "weekly", "habits", "frozen", "windows",
+            "streaming", "state")
 # What the compiled code was type-checked against as well: a change there may break what it assumed.
 READ_BY_COMPILED = (ROOT / "app" / "series" / "frequencies.py",)
 PURE_VARIABLE = "FORECAST_PURE_DETECTOR"

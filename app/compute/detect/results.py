@@ -27,6 +27,9 @@ class DetectionResult:
     fallback: str | None = None  # why the fallback detector answered instead of the requested one
     # An incident is open after the row (the default detector's incidents; None: each anomaly is its own).
     incident: list[bool] | None = None
+    # Which signal flagged each row and its size (app.compute.detect.state's codes; None: the detector keeps none).
+    signal: list[int] | None = None
+    size: list[float] | None = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,22 @@ from typing import Final
 from app.compute.detect.surprises import WINDOW_ROWS, Calibration, Record
 
 PREDICTORS: Final = 5  # season, season-adjusted last, median of three seasons, last, local mean
+# Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
+WARMUP: Final = 11
+SHAPE_ROWS: Final = 64  # the window's tail and the threshold are refitted every 64 steps of the stream
+# A surprise beyond the threshold enters the record at most at twice the threshold: a heavy tail is still
+# learnt (the threshold can climb twice as high with each such row), but one spike on a young stream cannot
+# widen its range to the spike's size.
+RECORD_CAP: Final = 2.0
+# Which signal flagged a row (Verdicts.signal), so the verdict can say why (app.compute.detect.reasons): the row's
+# own error, a window signal (app.compute.detect.windows), or a value that stopped moving (app.compute.detect.frozen).
+NO_SIGNAL: Final = 0
+POINT: Final = 1
+SHIFT: Final = 2
+SPREAD: Final = 3
+DENSITY: Final = 4
+LEVEL: Final = 5
+FROZEN: Final = 6
 
 
 @dataclass
@@ -22,11 +38,17 @@ class Verdicts:
     is_anomaly: list[bool] = field(default_factory=list)
     direction: list[str | None] = field(default_factory=list)
     incident: list[bool] = field(default_factory=list)  # an incident is open after the row (told or explained)
+    # A flagged row's signal (NO_SIGNAL for any other row) and its size on the stream's own scale: the error
+    # (POINT), the window's mean error or mean size (the window signals), the rows without a change (FROZEN).
+    signal: list[int] = field(default_factory=list)
+    size: list[float] = field(default_factory=list)
     threshold: float = 0.5  # the least score of an anomaly (fixed once warm-up has set the stream's step)
 
     def add(self, expected: float, lower: float, upper: float, score: float, flagged: bool, direction: str | None,
-            incident: bool) -> None:
+            incident: bool, signal: int = NO_SIGNAL, size: float = 0.0) -> None:
         """One row's verdict."""
+        self.signal.append(signal)
+        self.size.append(size)
         self.expected.append(expected)
         self.lower.append(lower)
         self.upper.append(upper)
@@ -77,6 +99,12 @@ class DetectorState:
     period: int = 0
     counts: int = 0  # 1: a count, judged on the square-root scale (app.compute.detect.counts)
     negative: int = 0  # 1 once a value below 0 came: until then no expected value or range goes below 0
+    # The current run of equal values (app.compute.detect.frozen), the longest run before it that was not flagged,
+    # and whether this one was flagged (or fell in an incident).
+    same_value: float = 0.0
+    same_rows: int = 0
+    longest_same: int = 0
+    same_told: int = 0
     slot_ids: array = field(default_factory=lambda: array("q"))  # ring of 3 seasons + 2 + the habit's reach
     slot_values: array = field(default_factory=floats)
     slot_residuals: array = field(default_factory=floats)  # value - expected, by slot (0 for warm-up rows)

@@ -57,23 +57,28 @@ from array import array
 from collections.abc import Sequence
 from typing import Final
 
-from app.compute.detect import habits, weekly
+from app.compute.detect import frozen, habits, weekly
 from app.compute.detect import predictors as p
 from app.compute.detect.budget import DEFAULT_FALSE_ALARMS_PER_WEEK, row_probability
 from app.compute.detect.counts import looks_like_counts, stabilised, unstabilised, width_on_scale
-from app.compute.detect.state import DetectorState, ShortSignal, SignalFit, Verdicts, any_flag, push_ranked, push_ring
-from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS, Calibration, calibrate, floored, tail_shape
+from app.compute.detect.state import (
+    FROZEN,
+    POINT,
+    RECORD_CAP,
+    SHAPE_ROWS,
+    WARMUP,
+    DetectorState,
+    Verdicts,
+    any_flag,
+    push_ranked,
+    push_ring,
+)
+from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS
 from app.compute.detect.values import judged
+from app.compute.detect.windows import WindowSignals
 from app.series.frequencies import median_gap, period_seconds
 
-# Rows 0..WARMUP-1 only teach the detector; with the 12-point minimum the last row is still judged.
-WARMUP: Final = 11
 TOP_RANK: Final = 24  # the unit of surprise: the 24th-largest error of the window, 2% of a full one
-SHAPE_ROWS: Final = 64  # the window's tail and the threshold are refitted every 64 steps of the stream
-# A surprise beyond the threshold enters the record at most at twice the threshold: a heavy tail is still
-# learnt (the threshold can climb twice as high with each such row), but one spike on a young stream cannot
-# widen its range to the spike's size.
-RECORD_CAP: Final = 2.0
 QUIET_ROWS: Final = 48  # an incident ends after this many rows in a row with nothing beyond its range
 ADOPT_ROWS: Final = 12  # a run beyond the range on one side this long is a new level: an hour of five-minute rows
 HABIT_SHARE: Final = 1 / 12  # how near this time of the season a habit is looked for: two hours of a day
@@ -95,7 +100,7 @@ def lookback_rows(period: int | None, step: float | None = None) -> int:
     return rows
 
 
-class StreamingDetector:
+class StreamingDetector(WindowSignals):
     """Configuration only in the constructor; ``update`` judges rows and advances a state."""
 
     def __init__(
@@ -207,6 +212,7 @@ class StreamingDetector:
             out.add(value, value, value, 0.0, False, None, False)
             return
         st.rows += 1
+        run = frozen.stuck(st, value)
         if st.counts:
             value = stabilised(value)
         st.bucket = math.floor(moment / (SHAPE_ROWS * st.step)) if st.step > 0 else st.rows // SHAPE_ROWS
@@ -254,15 +260,22 @@ class StreamingDetector:
         anchored = p.exact(p.anchored_error(st, now, value, expected, choice, self.short_rows), rounding)
         deep = p.exact(p.anchored_error(st, now, value, expected, choice, self.long_rows), rounding) if self.level \
             else 0.0
-        window = self._window_probability(st, residual, anchored, deep, least, per_signal, incident_open or deviant)
+        window, signal, size = self._window_probability(st, residual, anchored, deep, least, per_signal,
+                                                        incident_open or deviant)
+        if point <= window:
+            signal, size = POINT, residual
         smallest = min(point, window)
         if self.joint:
             quiet = not (incident_open or deviant) and st.since_window_alarm >= self.quiet_rows
             self._count_joint(st, (1 if smallest <= self.joint_share else 0) if quiet else -1)
         probability = min(1.0, signals * smallest)
         flagged = probability <= allowed
+        if incident_open or deviant or flagged:
+            frozen.told(st)
+        elif run:  # a value that stopped moving: one alarm, an incident as a window signal's is
+            probability, flagged, signal, size = allowed, True, FROZEN, float(run)
         st.since_window_alarm += 1
-        if flagged and window < point:
+        if flagged and (window < point or signal == FROZEN):
             st.since_window_alarm = 0
         still_open = self._remember_flag(st, residual if deviant else 0.0)
         if normal:  # feedback: the row is normal, so the incident it belonged to is over
@@ -274,7 +287,10 @@ class StreamingDetector:
         elif not st.negative:  # a stream never below 0 (a duration, a size) is not expected below 0 either
             shown, lower, upper = max(shown, 0.0), max(lower, 0.0), max(upper, 0.0)
         direction = ("up" if residual > 0 else "down") if flagged else None
-        out.add(shown, lower, upper, 1.0 - probability, flagged, direction, still_open)
+        if flagged and st.counts and signal != FROZEN:  # the signal's size in counts, at this row's expected count
+            size = math.copysign(unstabilised(expected + abs(size)) - unstabilised(expected), size)
+        out.add(shown, lower, upper, 1.0 - probability, flagged, direction, still_open, signal if flagged else 0,
+                size if flagged else 0.0)
         self._learn(st, now, value, expected, residual, halfwidth, candidates, deviant and not normal,
                     deviant and normal)
         p.remember_anchor(st, self.anchor_rows)
@@ -317,91 +333,6 @@ class StreamingDetector:
         st.run_side, st.run_rows, st.run_values, st.anchors = 0, 0, [], []
         st.short_ring, st.spread_ring, st.long_ring, st.level_ring = array("d"), array("d"), array("d"), array("d")
         st.short_next = st.long_next = 0
-
-    def _calibrated(self, st: DetectorState, ranked: array, fit: SignalFit, least: float,
-                    per_signal: float) -> tuple[Calibration, float]:
-        """The signal's calibration for this row and the error at which its probability is ``per_signal``
-        (never below ``least``). The window's tail and that error are refitted every SHAPE_ROWS rows (every
-        sixteenth of the window's rows while it is young): they move slowly, and a refit costs a hundred
-        logarithms and a bisection."""
-        calibration = fit.calibration
-        # Refits fall on the stream's clock (every SHAPE_ROWS steps of epoch time), not on a count of rows, so a
-        # state rebuilt from the last rows of a stored series refits where the one that judged them did.
-        bucket = st.bucket
-        young = len(ranked) < WINDOW_ROWS
-        if calibration is None or (st.rows - fit.at >= max(1, len(ranked) // 16) if young else bucket != fit.bucket):
-            # A young window's shape is mostly noise (and a bimodal start, a daily step not yet predicted, reads
-            # as a heavy tail): it counts in proportion to how full the window is, exponential before.
-            shape = tail_shape(ranked, self.top_rank) * min(1.0, len(ranked) / WINDOW_ROWS)
-            calibration = calibrate(ranked, self.top_rank, shape, fit.record)
-            fit.calibration, fit.at, fit.bucket = calibration, st.rows, bucket
-            fit.edge = calibration.quantile(per_signal) if calibration.unit > 0 else 0.0
-        if fit.edge >= least:
-            return calibration, fit.edge
-        return floored(calibration, fit.edge, least, per_signal), least
-
-    def _window_probability(self, st: DetectorState, error: float, anchored: float, deep: float, least: float,
-                            per_signal: float, incident: bool) -> float:
-        """The smallest calibrated probability of the window signals (1 where there are none yet): the size of
-        the short window's mean anchored error (a shift) and its mean size (a noisier stretch), and the long
-        window's mean size (a denser stretch) and the size of its mean error against the predictor anchored a
-        long window back (``deep``: a level). Each row's error is capped at the largest of the error window:
-        one wild row must not carry a mean, it is judged on its own. ``incident``: a row was judged deviant
-        lately (or this one is)."""
-        cap = st.errors_sorted[-1] if st.errors_sorted else math.inf
-        capped, anchored = max(-cap, min(error, cap)), max(-cap, min(anchored, cap))
-        probability = 1.0
-        k = self.short_rows
-        if k:
-            position = st.short_next
-            st.short_next = push_ring(st.short_ring, position, k, anchored)
-            push_ring(st.spread_ring, position, k, abs(capped))
-            if len(st.short_ring) == k:
-                shift = abs(sum(st.short_ring)) / k
-                spread = sum(st.spread_ring) / k
-                probability = min(self._window_signal(st, st.shift, shift, least, per_signal, incident),
-                                  self._window_signal(st, st.spread, spread, least, per_signal, incident))
-        n = self.long_rows
-        if n:
-            position = st.long_next
-            st.long_next = push_ring(st.long_ring, position, n, abs(capped))
-            if self.level:
-                push_ring(st.level_ring, position, n, max(-cap, min(deep, cap)))
-            if len(st.long_ring) == n:
-                density = sum(st.long_ring) / n
-                probability = min(probability,
-                                  self._window_signal(st, st.density, density, least, per_signal, incident))
-                if self.level:
-                    # The level reads rows anchored a long window back: a move an incident told is in it for two
-                    # long windows after, past the incident's end, and is not news there.
-                    told = min(st.since_deviant, st.since_window_alarm) < 2 * n
-                    level = abs(sum(st.level_ring)) / n
-                    probability = min(probability,
-                                      self._window_signal(st, st.level, level, least, per_signal, incident, told))
-        return probability
-
-    def _window_signal(self, st: DetectorState, signal: ShortSignal, size: float, least: float,
-                       per_signal: float, incident: bool, told: bool = False) -> float:
-        """One window signal's probability, read against the WINDOW_ROWS such numbers before it and its own
-        record; 1 for a deviation of the incident already told (a row was judged deviant lately, or a window
-        alarm was raised within quiet_rows; ``told``: a signal whose window reaches further back says when). Its
-        record keeps the rows outside a point incident (a spike's aftermath is not a window's normal) but not the
-        row that raises a window alarm: the rows that repeat a told alarm enter it, capped at twice the threshold
-        as the point record keeps its news, so a heavy-tailed window signal is learnt while a shift seen once is
-        flagged again when it recurs."""
-        probability = 1.0
-        if len(signal.ranked) >= WARMUP:
-            calibration, edge = self._calibrated(st, signal.ranked, signal.fit, least, per_signal)
-            probability = calibration.probability(size)
-            if probability <= per_signal and (st.since_window_alarm < self.quiet_rows or incident or told):
-                probability = 1.0
-            recorded = probability > per_signal and not incident and calibration.unit > 0
-            signal.fit.record.add(min(size, RECORD_CAP * edge) / calibration.unit / calibration.stretch
-                                  if recorded else None)
-        else:
-            signal.fit.record.add(None)
-        signal.next = push_ranked(signal.sizes, signal.ranked, signal.next, size)
-        return probability
 
     # ------------------------------------------------------------------------------------ habits, incidents
 
