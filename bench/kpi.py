@@ -395,7 +395,12 @@ def main() -> int:
     results: dict[str, tuple[dict[str, Figures], Figures, dict]] = {}
     with c.code_snapshot() as code_line, c.temp_dir("bench-kpi-") as tmp:
         c.CODE_LINE = f"{code_line}; {detector_sources()}"
-        seconds, compiled, wall, rows = stream_all(c.APP_ROOT, kids, list(METHODS), settings, tmp)
+        try:
+            seconds, compiled, wall, rows = stream_all(c.APP_ROOT, kids, list(METHODS), settings, tmp)
+        except TypeError as exc:  # a keyword the detector does not take: say so, not a worker's traceback
+            if not settings:
+                raise
+            raise SystemExit(f"--settings: {exc}") from None
         scoring = time.perf_counter()
         for method in METHODS:
             per, total = score_method(kids, tmp / method)
