@@ -119,9 +119,14 @@ def client_of_this_thread(sock: socket.socket | None) -> Iterator[None]:
 def _client_left(sock: socket.socket) -> bool | None:
     """True when the client closed (end of file, reset), False while it is connected and silent, None when it sent
     more (a pipelined request): then whether it is still there cannot be told without reading it."""
+    # A socket with a timeout waits for data inside recv() whatever its flags: look first, without waiting.
+    readable = select.poll()
+    readable.register(sock.fileno(), select.POLLIN | select.POLLRDHUP)
+    if not readable.poll(0):
+        return False
     try:
         data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except (BlockingIOError, InterruptedError):
+    except (BlockingIOError, InterruptedError, TimeoutError):
         return False
     except OSError as exc:
         return exc.errno in (errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE, errno.ETIMEDOUT, errno.EBADF)

@@ -107,17 +107,69 @@ def test_model_quantiles_and_one_series_without_an_id(served: tuple[Server, str,
     assert default["TimeGPT"].tolist() == own_forecast(server, key, df, 4, 0.95)["median"]
 
 
-def test_add_history_gives_one_step_ahead_forecasts(served: tuple[Server, str, dict[str, str]],
-                                                    nixtla: NixtlaClient) -> None:
+def test_add_history_gives_the_windows_the_client_asks_for(served: tuple[Server, str, dict[str, str]],
+                                                           nixtla: NixtlaClient) -> None:
+    """The client asks for one window of min(100, shortest - 1) points ending with each series (what
+    model_params' sizes make it ask); a series too short for it gets the longest window its history allows."""
     server, key, _ = served
     df = monthly_frame((30,))
     out = nixtla.forecast(df, h=3, freq="MS", add_history=True)
     history = out[out["ds"] <= df["ds"].max()]
-    assert len(history) == 30 - 10 and len(out) == 20 + 3  # every point with 10 points of history before it
-    for position in (10, 22, 29):
-        row = history[history["ds"] == df["ds"].iloc[position]]
-        ours = own_forecast(server, key, df.iloc[:position], 1, 0.95)
-        assert row["TimeGPT"].tolist() == ours["median"]
+    assert len(history) == 30 - 10 and len(out) == 20 + 3  # the last 20 points, forecast from the first 10
+    ours = own_forecast(server, key, df.iloc[:10], 20, 0.95)
+    assert history["TimeGPT"].tolist() == ours["median"]
+
+
+def hourly_frame(series: int = 3, length: int = 336) -> pd.DataFrame:
+    frames = [pd.DataFrame({"unique_id": f"h{number}", "ds": pd.date_range("2024-01-01", periods=length, freq="h"),
+                            "y": [float(round(50 + 10 * number + 8 * math.sin(2 * math.pi * i / 24) + (i * 7 % 5)))
+                                  for i in range(length)]}) for number in range(series)]
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_add_history_of_hourly_series_is_one_window_of_100(served: tuple[Server, str, dict[str, str]],
+                                                           nixtla: NixtlaClient) -> None:
+    server, key, _ = served
+    df = hourly_frame()
+    out = nixtla.forecast(df, h=24, freq="h", add_history=True, level=[80])
+    for uid, part in df.groupby("unique_id"):
+        mine = out[(out["unique_id"] == uid) & (out["ds"] <= part["ds"].max())]
+        assert mine["ds"].tolist() == part["ds"].iloc[-100:].tolist()
+        answer = requests.post(f"{server.url}/forecast", headers=bearer(key), timeout=60, json={
+            "series": [{"timestamps": part["ds"].iloc[:236].dt.strftime("%Y-%m-%dT%H:%M:%S").tolist(),
+                        "values": part["y"].iloc[:236].tolist()}],
+            "forecast_horizon": 100, "data_frequency": "Hours", "forecast_frequency": "Hours", "confidence": 0.8})
+        assert answer.status_code == 200, answer.text
+        assert mine["TimeGPT"].tolist() == answer.json()["median"]
+        assert mine["TimeGPT-lo-80"].tolist() == answer.json()["lower_bound"]
+
+
+def test_what_a_call_may_cost_is_capped_with_a_clear_400(served: tuple[Server, str, dict[str, str]],
+                                                         nixtla: NixtlaClient) -> None:
+    df = monthly_frame((12,) * 1001)
+    with pytest.raises(ApiError) as caught:
+        nixtla.forecast(df, h=2, freq="MS")
+    assert caught.value.status_code == 400 and "at most 1,000 series" in caught.value.body["detail"]
+    many = hourly_frame(series=21, length=100)
+    with pytest.raises(ApiError) as caught:
+        nixtla.cross_validation(many, h=1, freq="h", n_windows=50, level=list(range(60, 99, 2)))
+    assert caught.value.status_code == 400 and "at most 1,000 model fits" in caught.value.body["detail"]
+
+
+def test_options_keys_and_methods_get_clear_answers(served: tuple[Server, str, dict[str, str]],
+                                                    nixtla: NixtlaClient) -> None:
+    server, key, env = served
+    df = monthly_frame((40,))
+    for options, words in (({"finetune_loss": "mae"}, "Fine-tuning (finetune_loss)"),
+                           ({"finetune_depth": 2}, "Fine-tuning (finetune_depth)")):
+        with pytest.raises(ApiError) as caught:
+            nixtla.forecast(df, h=2, freq="MS", **options)
+        assert caught.value.status_code == 400 and caught.value.body["detail"].startswith(words)
+    writer = json.loads(cli_in_process("keys", "create", "--permissions", "write", "--name",
+                                       f"writer-{uuid.uuid4().hex[:6]}", "--json", env=env).stdout)["key"]
+    assert client_for(server, writer).validate_api_key(log=False) is False
+    wrong = requests.get(f"{server.url}/v2/forecast", headers=bearer(key), timeout=30)
+    assert wrong.status_code == 405 and wrong.headers["Allow"] == "POST", wrong.text
 
 
 def backtest_batch(server: Server, key: str, df: pd.DataFrame, **fields: Any) -> list[dict[str, Any]]:

@@ -23,8 +23,8 @@ from app.compat.nixtla.schemas import (
     level_name,
     levels,
 )
-from app.compat.nixtla.work import LevelsWork
 from app.compute.forecast.results import ForecastResult
+from app.compute.forecast.work import LevelsWork
 from app.forecast import service as forecasting
 from app.forecast.schemas import DEFAULT_CONFIDENCE, MIN_POINTS, ForecastRequest, SeriesData, check_series
 from app.forecast.schemas import SubmittedSeries as ForecastSeries

@@ -31,6 +31,21 @@ class ForecastWork:
         return run_forecast(self.model_id, self.values, self.horizon, self.confidence, self.periods)
 
 
+@dataclass(frozen=True)
+class LevelsWork:
+    """One fit answering several confidences (the Nixtla routes' levels): each result is what ForecastWork gives
+    at that confidence, and the levels of a call cost one fit instead of one each."""
+
+    forecast: ForecastWork  # its own confidence is unused: ``confidences`` are asked of the one fit
+    confidences: tuple[float, ...]
+
+    def run(self) -> list[ForecastResult]:
+        from app.compute.forecast.models import run_forecast_multi
+
+        work = self.forecast
+        return run_forecast_multi(work.model_id, work.values, work.horizon, self.confidences, work.periods)
+
+
 def warm_up() -> None:
     """Loads the numeric stack and runs one small fit, so a worker's first real forecast is not the slow one."""
     ForecastWork("forecast-model-2", [float(i % 7) for i in range(60)], 3, 0.9, (7,)).run()
