@@ -75,10 +75,10 @@ def detect(client: FlaskClient, key: str, timestamps: list[str], values: list[An
                                                         "data_frequency": "Hours"})
 
 
-def batch_results(client: FlaskClient, key: str, submitted: Any) -> list[dict[str, Any]]:
+def batch_results(client: FlaskClient, key: str, submitted: Any, status: str = "done") -> list[dict[str, Any]]:
     batch_id = ok(submitted)["id"]
-    status = ok(client.get(f"/batches/{batch_id}", headers=bearer(key)))
-    assert status["status"] == "done", status
+    found = ok(client.get(f"/batches/{batch_id}", headers=bearer(key)))
+    assert found["status"] == status, found
     text = client.get(f"/batches/{batch_id}/results", headers=bearer(key)).get_data(as_text=True)
     return [json.loads(line) for line in text.splitlines()]
 
@@ -145,6 +145,10 @@ def test_a_null_value_is_a_missing_one_and_the_answer_counts_them(client: FlaskC
                                                                       enumerate(values)]}], **DAILY}
     [row] = batch_results(client, key, client.post("/batches", json=body, headers=bearer(key)))
     assert row["missing_values"] == 1 and len(row["median"]) == 3
+    # A backtest scores every point by position: a missing one fails that series, with its index.
+    backtest = {**body, "kind": "backtest", "n_windows": 2, "step_size": 2}
+    [row] = batch_results(client, key, client.post("/batches", json=backtest, headers=bearer(key)), "failed")
+    assert row["error"]["details"]["index"] == 3 and row["error"]["details"]["issue"].startswith("missing value")
 
 
 def test_a_series_of_too_few_values_is_refused_as_a_short_one(client: FlaskClient, key: str) -> None:
