@@ -56,6 +56,9 @@ def _annotations(monitor_id: str, point: dict[str, Any] | None, series_id: int |
     if point is not None:
         notes["summary"] = (f"{point['timestamp']}: value {point['value']:g}, expected {point['expected']:g} "
                             f"(range {point['lower_bound']:g} .. {point['upper_bound']:g})")
+        if point.get("reason"):  # which signal fired: the value may be inside its range (a window signal)
+            notes["summary"] += f". {point['reason']}"
+            notes["reason"] = str(point["reason"])
         notes["anomaly_score"] = f"{point['anomaly_score']:.6f}"  # a probability near 1: its last digits matter
         if point.get("direction"):
             notes["direction"] = str(point["direction"])
@@ -147,7 +150,7 @@ def refresh_alerts(database: Database, *, now: datetime | None = None) -> int:
             point = None if first is None else {
                 "timestamp": first.timestamp, "value": first.value, "expected": first.expected,
                 "lower_bound": first.lower, "upper_bound": first.upper, "anomaly_score": first.score,
-                "direction": first.direction}
+                "direction": first.direction, "reason": first.reason}
             event_id = queue.new_event_id()
             series_labels = stored_labels(row.labels)
             # The run's first point again: Alertmanager keeps the annotations of the latest send.

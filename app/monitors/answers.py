@@ -37,6 +37,7 @@ def point_view(point: Row[Any], *, labelled: bool = False) -> dict[str, Any]:
         "anomaly_score": point.score,
         "is_anomaly": point.is_anomaly,
         "direction": point.direction,
+        "reason": point.reason,
         "warmup": point.warmup,
         "feedback": point.feedback,
     }
@@ -49,7 +50,7 @@ def alert_view(point: Any) -> dict[str, Any]:
     """A stored point as an event describes it."""
     return {"timestamp": utc_text(point.timestamp), "value": point.value, "expected": point.expected,
             "lower_bound": point.lower, "upper_bound": point.upper, "anomaly_score": point.score,
-            "direction": point.direction}
+            "direction": point.direction, "reason": point.reason}
 
 
 def monitor_view(monitor: Row[Any], totals: Totals) -> dict[str, Any]:
@@ -110,7 +111,8 @@ def points_answer(
 ) -> dict[str, Any]:
     rows = [point_view(r) for r in old_records] + [
         {"timestamp": utc_text(t), "value": v, "expected": d.expected, "lower_bound": d.lower, "upper_bound": d.upper,
-         "anomaly_score": d.score, "is_anomaly": d.is_anomaly, "direction": d.direction, "warmup": d.warmup}
+         "anomaly_score": d.score, "is_anomaly": d.is_anomaly, "direction": d.direction, "reason": d.reason,
+         "warmup": d.warmup}
         for t, v, d in zip(texts, values, verdicts, strict=True)
     ]
     warmup = 0
@@ -126,6 +128,7 @@ def points_answer(
         "anomaly_score": [r["anomaly_score"] for r in rows],
         "is_anomaly": [r["is_anomaly"] for r in rows],
         "direction": [r["direction"] for r in rows],
+        "reason": [r["reason"] for r in rows],
         "warmup_points": warmup,
         "period": period,
         "new_points": len(verdicts),

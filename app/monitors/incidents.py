@@ -58,7 +58,8 @@ def plan_events(
         if verdict.warmup:
             continue
         point = {"timestamp": text, "value": value, "expected": verdict.expected, "lower_bound": verdict.lower,
-                 "upper_bound": verdict.upper, "anomaly_score": verdict.score, "direction": verdict.direction}
+                 "upper_bound": verdict.upper, "anomaly_score": verdict.score, "direction": verdict.direction,
+                 "reason": verdict.reason}
         if verdict.is_anomaly:
             if plan.open_epoch is None:
                 plan.open_epoch, run_count, first = epoch, 0, point

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Row
 
 from app.anomalies import service as detection
+from app.compute.detect.reasons import reason
 from app.compute.detect.results import DetectionResult
+from app.compute.detect.state import POINT
 from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts
 from app.compute.detect.work import DetectionWork
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
@@ -40,6 +42,7 @@ class Verdict:
     direction: str | None
     warmup: bool
     incident: bool  # the detector's incident is still open after the point (it ends at the first that is not)
+    reason: str | None = None  # why an anomaly was flagged (app.compute.detect.reasons)
 
 
 def judge_on_pool(pool: WorkerPool, work: DetectionWork) -> DetectionResult:
@@ -113,12 +116,13 @@ def judge_on_worker(
         start=len(hist_epochs),
         run=lambda work: judge_on_pool(pool, work),
     )
-    return verdicts_of(result, len(epochs), warm=result.warmup_points - len(hist_epochs)), result.period
+    return verdicts_of(result, values, warm=result.warmup_points - len(hist_epochs)), result.period
 
 
-def verdicts_of(result: DetectionResult | Verdicts, count: int, *, warm: int) -> list[Verdict]:
-    """One Verdict per judged row; the first ``warm`` of them are warm-up rows."""
+def verdicts_of(result: DetectionResult | Verdicts, values: Sequence[float], *, warm: int) -> list[Verdict]:
+    """One Verdict per judged row (one per value); the first ``warm`` of them are warm-up rows."""
     incident = result.incident if result.incident is not None else result.is_anomaly
+    signal, size = result.signal, result.size
     return [
         Verdict(
             expected=result.expected[i],
@@ -129,8 +133,11 @@ def verdicts_of(result: DetectionResult | Verdicts, count: int, *, warm: int) ->
             direction=result.direction[i],
             warmup=i < warm,
             incident=bool(incident[i]),
+            reason=None if not result.is_anomaly[i] else reason(
+                signal[i] if signal else POINT, size[i] if size else value - result.expected[i], value,
+                result.lower[i], result.upper[i]),
         )
-        for i in range(count)
+        for i, value in enumerate(values)
     ]
 
 # Points judged a second time are what several processes (or a restart) cost a monitor: counted for operators.
@@ -208,7 +215,7 @@ def judge_streaming(
         judged.checkpoint_rows = [(e, float(v), False) for e, v in zip(epochs, values, strict=True)]
     result = (detector or monitor.detector()).update(state, [float(e) for e in epochs], values)
     judged.size = _size(judged)
-    return verdicts_of(result, len(epochs), warm=WARMUP - before), state.period or None
+    return verdicts_of(result, values, warm=WARMUP - before), state.period or None
 
 
 def relearn_last_append(judged: JudgeState, detector: StreamingDetector, epoch: int) -> bool:

@@ -118,6 +118,7 @@ monitor_points_table = Table(
     Column("warmup", Boolean, nullable=False),
     # "not_anomaly" once a user said so; the detector then learns the point as a normal one.
     Column("feedback", String(16), nullable=True),
+    Column("reason", String(400), nullable=True),  # why an anomaly was flagged (null for any other point)
 )
 
 

@@ -184,6 +184,9 @@ class PointsResponseSchema(Schema):
     anomaly_score = fields.List(fields.Float(), required=True)
     is_anomaly = fields.List(fields.Boolean(), required=True)
     direction = fields.List(fields.String(allow_none=True), required=True)
+    reason = fields.List(fields.String(allow_none=True), required=True,
+                         metadata={"description": "Why each anomaly was flagged, as in POST /anomalies; null for "
+                                   "any other entry."})
     warmup_points = fields.Integer(required=True, metadata={"description": "Leading entries judged as warm-up."})
     period = fields.Integer(
         allow_none=True, required=True,
@@ -205,6 +208,8 @@ class PointSchema(Schema):
     anomaly_score = fields.Float(required=True)
     is_anomaly = fields.Boolean(required=True)
     direction = fields.String(allow_none=True, required=True)
+    reason = fields.String(allow_none=True, required=True,
+                           metadata={"description": "Why the anomaly was flagged, as in POST /anomalies; else null."})
     warmup = fields.Boolean(required=True)
     feedback = fields.String(
         allow_none=True, required=True,

@@ -161,7 +161,7 @@ _CLAIM_NAMES = ("series_id", "old_revision", "new_revision", "new_point_count", 
                 "new_event_seq", "new_open_anomaly_epoch", "new_last_seen_at")
 _INSERT_POINTS = Prepared(_POINTS.insert())
 _POINT_NAMES = ("monitor_id", "series_id", "epoch", "timestamp", "value", "expected", "lower", "upper", "score",
-                "is_anomaly", "direction", "warmup", "feedback")
+                "is_anomaly", "direction", "warmup", "feedback", "reason")
 _IN_SERIES = (_POINT.monitor_id == bindparam("monitor_id")) & (_POINT.series_id == bindparam("series_id"))
 _STORED_RANGE = select(_POINTS).where(_IN_SERIES, _POINT.epoch >= bindparam("first"), _POINT.epoch <= bindparam("last"))
 _HEAD = Prepared(select(_POINT.epoch, _POINT.value).where(_IN_SERIES).order_by(_POINT.epoch).limit(HEAD_ROWS))
@@ -207,7 +207,7 @@ _PEAK_SINCE = Prepared(
 )
 _POINT_AT = Prepared(
     select(_POINT.timestamp, _POINT.value, _POINT.expected, _POINT.lower, _POINT.upper, _POINT.score,
-           _POINT.direction)
+           _POINT.direction, _POINT.reason)
     .where(_IN_SERIES, _POINT.epoch == bindparam("epoch"))
 )
 _TIMESTAMP_AT = Prepared(select(_POINT.timestamp).where(_IN_SERIES, _POINT.epoch == bindparam("epoch")))
@@ -390,7 +390,7 @@ def write_judged(connection: Connection, batch: list[JudgedPoints]) -> None:
         monitor_id, series_id = series.monitor_id, series.series_id
         rows.extend(
             (monitor_id, series_id, e, t, v, d.expected, d.lower, d.upper, d.score, d.is_anomaly, d.direction,
-             d.warmup, None)
+             d.warmup, None, d.reason)
             for e, t, v, d in zip(epochs, item.texts, item.values, item.verdicts, strict=True)
         )
     claimed = _CLAIM_REVISION.update_rows(connection, _CLAIM_NAMES, claims)
@@ -447,9 +447,9 @@ def alert_point(connection: Connection, series: SeriesState, epoch: int) -> dict
     row = _POINT_AT.execute(connection, {**_where(series), "epoch": epoch}).fetchone()
     if row is None:
         return None
-    timestamp, value, expected, lower, upper, score, direction = row
+    timestamp, value, expected, lower, upper, score, direction, why = row
     return {"timestamp": timestamp, "value": value, "expected": expected, "lower_bound": lower,
-            "upper_bound": upper, "anomaly_score": score, "direction": direction}
+            "upper_bound": upper, "anomaly_score": score, "direction": direction, "reason": why}
 
 
 def series_payload(series_id: int, labels: dict[str, str]) -> dict[str, Any]:
