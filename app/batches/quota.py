@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from app.batches import store
 from app.db import Database
+from app.series.instants import moment_text
 from app.web.errors import PayloadTooLarge, RateLimitExceeded
 
 # Asked again after this long when none of the account's batches has an expiry yet (all still running).
@@ -32,7 +33,7 @@ def over_quota(database: Database, account_id: str, *, stored: int, size: int, q
         f"The account keeps {stored:,} bytes of batch data; {size:,} more would pass its quota of {quota:,} "
         f"bytes. Delete finished batches (DELETE /batches/{{id}}) or wait for them to expire.",
         details={"limit": quota, "window": "stored batch data", "stored": stored, "provided": f"{size} bytes",
-                 **({"reset_time": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")} if expiry is not None else {})},
+                 **({"reset_time": moment_text(expiry)} if expiry is not None else {})},
         headers={"Retry-After": str(wait)},
     )
 

@@ -11,6 +11,7 @@ from marshmallow import Schema, fields, validate
 from app.anomalies.schemas import AnomalyRequestSchema, AnomalySeriesSchema
 from app.batches.one_series import FORECAST, KINDS
 from app.forecast.schemas import ForecastRequestSchema, SeriesSchema
+from app.series.instants import moment_text
 from app.web.fields import StoredText
 
 ID_LENGTH = (1, 200)
@@ -82,7 +83,7 @@ class BatchListSchema(Schema):
 
 def batch_json(batch: Any) -> dict[str, Any]:
     def when(moment: Any) -> str | None:
-        return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return None if moment is None else moment_text(moment)  # four-digit years, as everywhere
 
     return {
         "id": batch.id,
