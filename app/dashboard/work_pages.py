@@ -93,7 +93,8 @@ def _chart(view: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]
         # The latest flagged points, newest first, each with the feedback a user gave it.
         "recent_anomalies": [
             {"timestamp": p["timestamp"], "value": p["value"], "expected": p["expected"],
-             "direction": p["direction"], "feedback": p["feedback"], "series_id": p.get("series_id")}
+             "direction": p["direction"], "reason": p.get("reason"), "feedback": p["feedback"],
+             "series_id": p.get("series_id")}
             for p in reversed(flagged[-MONITOR_FEEDBACK_ROWS:])
         ],
         "series": {

@@ -387,6 +387,10 @@ def test_a_person_manages_keys_and_forecasts_in_the_dashboard(
         # The expected range after the spike at hour 120 is back near its width before it within a few points.
         width = [upper - lower for lower, upper in zip(drawn[3], drawn[4], strict=True)]
         assert width[124] <= 1.5 * width[119], (width[115:130])
+        # Each anomaly says why, beside its value.
+        reasons = [cell.text for cell in page.all(
+            f"section[aria-labelledby='monitor-{monitor.json()['id']}-title'] table.anomalies td.reason")]
+        assert reasons and all("expected range" in text or "points" in text for text in reasons), reasons
         page.screenshot("monitors")
         # "Not an anomaly" on the latest anomaly: stored, shown, and learnt from.
         page.find(f"section[aria-labelledby='monitor-{monitor.json()['id']}-title'] table.anomalies button").click()
