@@ -369,6 +369,7 @@ def test_alerts_are_signed_ordered_and_logged(client: FlaskClient, keys: dict, m
         assert all(d["signature_ok"] and d["event_id_header"] == d["event"]["id"] for d in receiver.deliveries)
         first = events[0]
         assert first["type"] == "anomaly" and first["point"]["timestamp"] == stamps[flagged[0]]
+        assert first["point"]["reason"].startswith("The value")  # why it was flagged, as POST /anomalies says
         ended = [e for e in events if e["type"] == "anomaly_ended"]
         assert len(ended) == 1 and ended[0]["run"]["started_at"] == stamps[flagged[0]]
         assert stamps.index(ended[0]["run"]["ended_at"]) >= flagged[-1] + 48

@@ -198,6 +198,7 @@ def test_alertmanager_events_fire_and_resolve_in_the_shared_queue(client: FlaskC
     assert body[0]["annotations"]["monitor"] == f"https://f.example/monitors/{created['id']}"
     assert body[0]["generatorURL"].startswith("https://f.example/dashboard/monitors#")
     assert "expected" in body[0]["annotations"]["summary"]
+    assert body[0]["annotations"]["reason"] and body[0]["annotations"]["reason"] in body[0]["annotations"]["summary"]
     sent = json.loads(alertmanager.render(events[3].payload.encode(), public_url=None, now=now))
     assert sent[0]["endsAt"] == ends and sent[0]["annotations"]["monitor"].startswith("/monitors/")
 
