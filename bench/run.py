@@ -2,7 +2,7 @@
 
     python bench/run.py [--quick] [--only footprint,import,web,verify,limiter,forecast,anomaly,synthetic,monitors,
                                           prometheus,remote-write,fleet,restart,load,accuracy,batches,batch-results,
-                                          backtest,tenant-isolation]
+                                          backtest,tenant-isolation,kpi,hostile-remote-write]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -35,6 +35,10 @@ Suites (each writes bench/results/<suite>.md and prints it):
             cross_validation with AutoETS (100 series with --quick)
   tenant-isolation bench/tenant_isolation.py: another account's 1-series batch (and healthy Prometheus-backed
             monitor) while 150 monitors hang and a 3,000-series batch is queued; SQLite and PostgreSQL + Redis
+  kpi       bench/kpi.py: the 14 labelled web-service KPIs, segments caught at the default alarm budget and the
+            score's ranking, beside the previous detector and a seasonal-naive z-score
+  hostile-remote-write bench/hostile_remote_write.py: memory and CPU under hostile remote-write and metrics load,
+            beside the commit before the bounds
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
 a suite whose service is missing fails on its own and the others still run. Exit status 1 if any failed.
@@ -60,13 +64,15 @@ import latency  # noqa: E402
 
 SUITES = ["footprint", "import", "web", "verify", "limiter", "forecast", "anomaly", "synthetic", "monitors",
           "prometheus", "remote-write", "fleet", "restart", "load", "accuracy", "batches", "batch-results", "backtest",
-          "tenant-isolation"]
+          "tenant-isolation", "kpi", "hostile-remote-write"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
 REFERENCE = "3e9fd9e"
 # The commit before app/ was laid out in rooms (issue 42): web and import are measured beside it too.
 PREVIOUS_LAYOUT = "5eea8fa"
+# The detector before stuck values and reasons: the KPI suite runs it beside today's.
+KPI_BASE = "6377270"
 
 
 def _script(name: str, *args: str, timeout: float = 3600) -> str:
@@ -187,6 +193,20 @@ def suite_tenant_isolation(quick: bool) -> str:
     return _script("tenant_isolation.py", *(["--quick"] if quick else []), timeout=1800)
 
 
+def suite_kpi(quick: bool) -> str:
+    """bench/kpi.py: the detector at its defaults on the 14 labelled web-service KPIs (segments caught within 8
+    points at the false alarms a week it raises, the score's ranking), beside the detector before stuck values and
+    reasons and a seasonal-naive z-score, in the same run."""
+    return _script("kpi.py", *(["--quick"] if quick else ["--base", KPI_BASE]), timeout=1800)
+
+
+def suite_hostile_remote_write(quick: bool) -> str:
+    """bench/hostile_remote_write.py: the web process's memory under unmatched hostile label sets, a million samples
+    in one body, and a /monitors/metrics loop over 100,000 series, beside the commit before those bounds."""
+    return _script("hostile_remote_write.py", *(["--label-requests", "4", "--metrics-series", "20000",
+                                                  "--loop-seconds", "15"] if quick else []), timeout=2400)
+
+
 def suite_load(quick: bool) -> str:
     """bench/load.py: 50 clients through nginx (TLS) and gunicorn, /verify and /forecast mixed."""
     cmd = [c.PYTHON, str(c.BENCH / "load.py"), "--seconds", "15" if quick else "60"]
@@ -213,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy,
                "batches": suite_batches, "batch-results": suite_batch_results, "backtest": suite_backtest,
                "remote-write": suite_remote_write, "fleet": suite_fleet, "restart": suite_restart,
-               "tenant-isolation": suite_tenant_isolation}
+               "tenant-isolation": suite_tenant_isolation, "kpi": suite_kpi,
+               "hostile-remote-write": suite_hostile_remote_write}
     failed = []
     with c.code_snapshot() as code:
         c.CODE_LINE = code
