@@ -6,9 +6,21 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, Engine, Executable, MetaData, create_engine, event, text
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Dialect,
+    Engine,
+    Executable,
+    MetaData,
+    TypeDecorator,
+    create_engine,
+    event,
+    text,
+)
 
 from app.settings import Settings
 
@@ -21,6 +33,23 @@ CHECKPOINT_SECONDS = 1.0
 # Every table: each package declares its own in a `records` module (Core tables: the ORM costs a process's start
 # a fifth of its import time and each request several times what the database does).
 metadata = MetaData()
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores naive UTC (SQLite has no zones) and always hands back aware UTC datetimes."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are ambiguous; pass an aware UTC datetime")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
 
 
 class Database:

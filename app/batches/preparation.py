@@ -13,8 +13,7 @@ from sqlalchemy import Connection, and_, case, delete, insert, literal, select, 
 
 from app.batches.records import batch_chunks_table, batch_uploads_table, batches_table
 from app.batches.store import RUNNABLE, add_chunks, all_failed, free, new_chunk, now_utc
-from app.db import Database
-from app.keys.records import UTCDateTime
+from app.db import Database, UTCDateTime
 
 _batches = batches_table.c
 _chunks = batch_chunks_table.c

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Boolean, Column, ForeignKey, Index, Integer, LargeBinary, String, Table, Text
 
-from app.db import metadata
-from app.keys.records import UTCDateTime
+from app.db import UTCDateTime, metadata
 
 batches_table = Table(
     "batches", metadata,

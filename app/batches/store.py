@@ -21,8 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, String, Table, and_, case, cast, delete, func, insert, literal, or_, select, update
 
 from app.batches.records import batch_chunks_table, batch_uploads_table, batches_table
-from app.db import Database
-from app.keys.records import UTCDateTime
+from app.db import Database, UTCDateTime
 
 UNFINISHED = ("uploading", "queued", "running")
 RUNNABLE = ("queued", "running")

@@ -3,32 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, Integer, Row, String, Table, TypeDecorator
-from sqlalchemy.engine import Dialect
+from sqlalchemy import BigInteger, Column, ForeignKey, Integer, Row, String, Table
 
-from app.db import metadata
+from app.db import UTCDateTime, metadata
 
 PERMISSIONS: tuple[str, ...] = ("read", "write", "admin", "delete")
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Stores naive UTC (SQLite has no zones) and always hands back aware UTC datetimes."""
-
-    impl = DateTime
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetimes are ambiguous; pass an aware UTC datetime")
-        return value.astimezone(UTC).replace(tzinfo=None)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        return None if value is None else value.replace(tzinfo=UTC)
 
 
 api_keys_table = Table(

@@ -18,8 +18,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from app.db import metadata
-from app.keys.records import UTCDateTime
+from app.db import UTCDateTime, metadata
 
 monitors_table = Table(
     "monitors", metadata,

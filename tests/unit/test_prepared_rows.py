@@ -10,8 +10,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, select
 
 from app import db as db_module
-from app.db import Database, Prepared
-from app.keys.records import UTCDateTime
+from app.db import Database, Prepared, UTCDateTime
 from tests.support import settings_for
 
 METADATA = MetaData()
