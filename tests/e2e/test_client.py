@@ -381,13 +381,14 @@ def test_monitor_calls(running: Running) -> None:
             assert repeated.new_points == 0 and repeated.duplicate_points == 10
             assert repeated.score == first.score[370:] and repeated.is_anomaly == first.is_anomaly[370:]
             rest = owner.add_points(monitor.id, series.iloc[380:])
-            assert (rest.to_pandas().index == series.index[380:]).all() and rest.point_count == 400
+            # A monitor writes every instant in UTC with Z, so naive input comes back as UTC.
+            assert (rest.to_pandas().index == series.index[380:].tz_localize("UTC")).all() and rest.point_count == 400
 
             seen = owner.get_monitor(monitor.id, points=5, horizon=6, model="forecast-model-2")
             assert seen.point_count == 400 and [p.timestamp for p in seen.points] == rest.timestamps[-5:]
             assert seen.last_timestamp == rest.timestamps[-1] and seen.webhook_secret is None
             assert seen.forecast is not None and seen.forecast.model == "forecast-model-2"
-            assert seen.forecast.to_pandas().index[0] == series.index[-1] + pd.Timedelta(minutes=5)
+            assert seen.forecast.to_pandas().index[0] == (series.index[-1] + pd.Timedelta(minutes=5)).tz_localize("UTC")
             assert monitor.id in [m.id for m in owner.list_monitors(limit=50).monitors]
 
             deadline = time.monotonic() + 30
