@@ -42,6 +42,8 @@ def test_any_accepted_values_give_finite_verdicts_and_a_state_that_keeps_working
     for verdicts in (first, second, after):
         for name in ("expected", "lower", "upper", "score"):
             assert finite(getattr(verdicts, name)), name
+        # Every flagged row has a signal, so a reason; no other row has one.
+        assert [bool(code) for code in verdicts.signal] == verdicts.is_anomaly
 
 
 def test_a_huge_value_in_warm_up_or_later_is_flagged_and_the_stream_goes_on() -> None:
