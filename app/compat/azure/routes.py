@@ -8,7 +8,6 @@ those of the key check and the rate limiter, is rendered in Azure's {"code", "me
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import orjson
@@ -16,6 +15,7 @@ from flask import Blueprint, Response, g, jsonify
 from werkzeug.exceptions import HTTPException
 
 from app.anomalies import service
+from app.compat.azure import answers
 from app.compat.azure.schemas import (
     SUBSCRIPTION_KEY_HEADER,
     URL_PREFIX,
@@ -134,32 +134,7 @@ def _parse(schema: DetectLoadSchema | ChangePointLoadSchema) -> tuple[dict, Azur
 def entire_detect() -> Response:
     data, series = _parse(_detect_schema)
     result = _detect(series, data["sensitivity"])
-    flags = list(result.is_anomaly)
-    values = series.values.tolist()
-    # Azure reports at most maxAnomalyRatio of the points; the least surprising ones are dropped first. Scores of
-    # very rare rows round to 1.0, so among equal scores the row further beyond its range (in units of the
-    # range) is the more surprising.
-    allowed = int(data["maxAnomalyRatio"] * len(flags))
-    if sum(flags) > allowed:
-        def surprise(i: int) -> tuple[float, float]:
-            # The range's side the row is on: a count's range is wider above than below.
-            above = values[i] >= result.expected[i]
-            width = result.upper[i] - result.expected[i] if above else result.expected[i] - result.lower[i]
-            distance = abs(values[i] - result.expected[i])
-            return result.score[i], distance / width if width > 0 else math.inf
-        ranked = sorted((i for i, flag in enumerate(flags) if flag), key=surprise, reverse=True)
-        keep = set(ranked[:allowed])
-        flags = [i in keep for i in range(len(flags))]
-    body = {
-        "period": result.period or 0,
-        "expectedValues": result.expected,
-        "upperMargins": [high - mid for high, mid in zip(result.upper, result.expected, strict=True)],
-        "lowerMargins": [mid - low for low, mid in zip(result.lower, result.expected, strict=True)],
-        "isAnomaly": flags,
-        "isNegativeAnomaly": [f and v < e for f, v, e in zip(flags, values, result.expected, strict=True)],
-        "isPositiveAnomaly": [f and v > e for f, v, e in zip(flags, values, result.expected, strict=True)],
-        "severity": [s if f else 0.0 for f, s in zip(flags, result.score, strict=True)],
-    }
+    body = answers.entire(result, series.values.tolist(), max_anomaly_ratio=data["maxAnomalyRatio"])
     return _with_fallback(jsonify(body), result)
 
 
@@ -170,18 +145,8 @@ def last_detect() -> Response:
     data, series = _parse(_detect_schema)
     last = len(series.values) - 1
     result = _detect(series, data["sensitivity"], start=last)
-    flag, value, expected = result.is_anomaly[0], float(series.values[last]), result.expected[0]
-    body = {
-        "period": result.period or 0,
-        "suggestedWindow": min(len(series.values), lookback_rows(result.period)),
-        "expectedValue": expected,
-        "upperMargin": result.upper[0] - expected,
-        "lowerMargin": expected - result.lower[0],
-        "isAnomaly": flag,
-        "isNegativeAnomaly": flag and value < expected,
-        "isPositiveAnomaly": flag and value > expected,
-        "severity": result.score[0] if flag else 0.0,
-    }
+    body = answers.last(result, float(series.values[last]), suggested_window=min(len(series.values),
+                                                                                 lookback_rows(result.period)))
     return _with_fallback(jsonify(body), result)
 
 
@@ -189,28 +154,13 @@ def last_detect() -> Response:
 @key_header(SUBSCRIPTION_KEY_HEADER)
 @requires("read")
 def change_point_detect() -> Response:
-    import numpy as np
-
-    from app.series.frequencies import nominal_step, period_seconds
-
     data, series = _parse(_change_point_schema)
     window = data["stableTrendWindow"]
     if window * 2 >= len(series.values):
         raise AzureError(
             "BadArgument", "The 'stableTrendWindow' field must be an integer >= 3 and < half of the series' length."
         )
-    period = series.period
-    if period is None and series.data_frequency is not None:
-        times = np.asarray(series.epoch_seconds, dtype=np.float64)
-        step = nominal_step(times)
-        seconds = period_seconds(series.data_frequency, step)
-        period = round(seconds / step) if seconds else 0
+    period = series.period if series.period is not None else answers.season_rows(series)
     result = service.change_points(series.values, window=window, threshold=data["threshold"], period=period or None,
                                    run=_run_on_pool)
-    return jsonify(
-        {
-            "period": result.period or 0,
-            "isChangePoint": result.is_change_point,
-            "confidenceScores": result.confidence,
-        }
-    )
+    return jsonify(answers.change_points(result))
