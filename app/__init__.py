@@ -30,7 +30,8 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.forecast import routes as forecast_routes
     from app.jobs.engine import build_engine
     from app.keys import routes as keys_routes
-    from app.keys.store import KeyStore, UsageRecorder
+    from app.keys.store import KeyStore
+    from app.keys.usage import UsageRecorder
     from app.monitors import poller
     from app.monitors import routes as monitor_routes
     from app.services import Services

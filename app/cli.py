@@ -18,7 +18,7 @@ from flask import Flask
 from flask.cli import AppGroup
 from sqlalchemy import Connection
 
-from app.keys import crud
+from app.keys import store
 from app.keys.limits import TIERS
 from app.keys.records import ApiKey
 from app.services import current_services
@@ -170,7 +170,7 @@ def _print_key(key: ApiKey) -> None:
     click.echo(f"{'limits':<12} {limits['per_minute']}/minute, {limits['per_hour']}/hour, {limits['per_day']}/day")
 
 
-def _print_new_key(created: crud.CreatedKey, *, as_json: bool) -> None:
+def _print_new_key(created: store.CreatedKey, *, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({**key_summary(created.key), "key": created.plain_key}))
         return
@@ -183,7 +183,7 @@ def _print_new_key(created: crud.CreatedKey, *, as_json: bool) -> None:
 @keys_cli.command("create")
 @click.option("--permissions", required=True, help="Comma-separated: read, write, admin, delete.")
 @click.option("--name", default="", help="A label for people.")
-@click.option("--account", "account_id", default=crud.DEFAULT_ACCOUNT, show_default=True)
+@click.option("--account", "account_id", default=store.DEFAULT_ACCOUNT, show_default=True)
 @click.option("--expires", default=None, help="ISO 8601 date-time after which the key is refused.")
 @click.option(
     "--tier", type=click.Choice(sorted(TIERS)), default=None, help="Rate-limit tier (docs/contract.md, Rate limits)."
@@ -206,9 +206,9 @@ def keys_create(
     """Create a key and print it once."""
     try:
         with _key_store() as connection:
-            created = crud.create_key(
+            created = store.create_key(
                 connection,
-                permissions=crud.parse_permissions(permissions),
+                permissions=store.parse_permissions(permissions),
                 name=name,
                 account_id=account_id,
                 expires_at=_parse_expiry(expires),
@@ -217,7 +217,7 @@ def keys_create(
                 per_hour=per_hour,
                 per_day=per_day,
             )
-    except crud.KeyInputError as exc:
+    except store.KeyInputError as exc:
         _fail(str(exc))
     _print_new_key(created, as_json=as_json)
 
@@ -227,7 +227,7 @@ def keys_create(
 def keys_list(as_json: bool) -> None:
     """List keys (never the keys themselves)."""
     with _key_store() as connection:
-        keys = crud.list_keys(connection)
+        keys = store.list_keys(connection)
     if as_json:
         click.echo(json.dumps([key_summary(k) for k in keys]))
         return
@@ -294,8 +294,8 @@ def keys_show(key_id: str, as_json: bool) -> None:
     """Show one key."""
     try:
         with _key_store() as connection:
-            key = crud.get_key(connection, key_id=key_id)
-    except crud.KeyInputError as exc:
+            key = store.get_key(connection, key_id=key_id)
+    except store.KeyInputError as exc:
         _fail(str(exc))
     if as_json:
         click.echo(json.dumps(key_summary(key)))
@@ -309,9 +309,9 @@ def keys_revoke(key_id: str) -> None:
     """Revoke a key at once, and every key it created (running servers refuse them within 5 s)."""
     try:
         with _key_store() as connection:
-            key = crud.revoke_key(connection, key_id=key_id)
-            cascade = crud.revoke_created(connection, key_id=key_id)
-    except crud.KeyInputError as exc:
+            key = store.revoke_key(connection, key_id=key_id)
+            cascade = store.revoke_created(connection, key_id=key_id)
+    except store.KeyInputError as exc:
         _fail(str(exc))
     click.echo(f"Revoked {key.id} at {_iso(key.revoked_at)}.")
     if cascade:
@@ -326,8 +326,8 @@ def keys_rotate(key_id: str, grace: str, as_json: bool) -> None:
     """Make a replacement key with the same account, permissions and limits."""
     try:
         with _key_store() as connection:
-            created, old = crud.rotate_key(connection, key_id=key_id, grace=_parse_duration(grace))
-    except crud.KeyInputError as exc:
+            created, old = store.rotate_key(connection, key_id=key_id, grace=_parse_duration(grace))
+    except store.KeyInputError as exc:
         _fail(str(exc))
     ends = _iso(old.revoked_at) if old.revoked_at else _iso(old.expires_at)
     click.echo(f"Old key {old.id} stops working at {ends}.", err=True)
@@ -348,10 +348,10 @@ def keys_set_limits(
         _fail("give --tier and/or --per-minute/--per-hour/--per-day")
     try:
         with _key_store() as connection:
-            key = crud.set_limits(
+            key = store.set_limits(
                 connection, key_id=key_id, tier=tier, per_minute=per_minute, per_hour=per_hour, per_day=per_day
             )
-    except crud.KeyInputError as exc:
+    except store.KeyInputError as exc:
         _fail(str(exc))
     click.echo(f"{key.id}: {key.per_minute}/minute, {key.per_hour}/hour, {key.per_day}/day")
 
@@ -365,7 +365,7 @@ def keys_bootstrap(url: str) -> None:
     """Create a first full-access key when the store is empty, and show how to call the service."""
     dashboard = f"{url.rstrip('/')}/dashboard/"
     with _key_store() as connection:
-        existing = crud.count_keys(connection)
+        existing = store.count_keys(connection)
         if existing > 0:
             # The first key is printed once only; someone who lost it needs the way to a new one, not a dead end.
             click.echo(f"{existing} key(s) already exist, so none was created (see: {_invoked_as()} keys list).")
@@ -373,7 +373,7 @@ def keys_bootstrap(url: str) -> None:
             click.echo(f"  {_invoked_as()} keys create --permissions {FULL_ACCESS} --name admin")
             click.echo(f"Then sign in to the dashboard at {dashboard} with it.")
             return
-        created = crud.create_key(
+        created = store.create_key(
             connection, permissions=tuple(FULL_ACCESS.split(",")), name="first key"
         )
     click.echo(f"Created the first API key {created.key.id} (full access). It is shown once; keep it safe:")

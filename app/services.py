@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
     from app.compute.pool import WorkerPool
     from app.db import Database
-    from app.keys.store import KeyStore, UsageRecorder
+    from app.keys.store import KeyStore
+    from app.keys.usage import UsageRecorder
     from app.settings import Settings
     from app.web.ratelimit import RateLimits
 

@@ -27,7 +27,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.keys import crud
+from app.keys import store
 from app.monitors.queue import ACTIVE
 from app.monitors.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from app.services import Services
@@ -445,7 +445,7 @@ def services_of(app: Flask) -> Services:
 def new_key(app: Flask, permissions: tuple[str, ...] = ("read",), **kwargs: Any) -> tuple[str, str]:
     """Creates a key through the same CRUD the CLI uses; returns (plain key, key id)."""
     with services_of(app).database.transaction() as connection:
-        created = crud.create_key(connection, permissions=permissions, **kwargs)
+        created = store.create_key(connection, permissions=permissions, **kwargs)
     return created.plain_key, created.key.id
 
 

@@ -14,10 +14,11 @@ from flask import (
 
 from app.dashboard import sessions
 from app.dashboard.views import base_context, bp, counted, current_session, page, secure_cookies, signed_in
-from app.keys import crud, manage
+from app.keys import manage
 from app.keys.answers import display_form, key_body, rate_windows
 from app.keys.limits import TIERS
 from app.keys.records import OUTCOMES, PERMISSIONS, ApiKey
+from app.keys.usage import usage_history
 from app.services import current_services
 from app.web.errors import ApiError
 
@@ -150,7 +151,7 @@ def _not_found() -> Response:
 
 def _usage_series(key_id: str, hours: int) -> dict[str, Any]:
     with current_services().database.transaction() as connection:
-        buckets = crud.usage_history(connection, key_id=key_id, hours=hours)
+        buckets = usage_history(connection, key_id=key_id, hours=hours)
     return {
         "hours": [int(b.hour.timestamp()) for b in buckets],
         **{outcome: [b.counts[outcome] for b in buckets] for outcome in OUTCOMES},

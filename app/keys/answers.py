@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.keys.crud import UsageBucket
 from app.keys.records import ApiKey
+from app.keys.usage import UsageBucket
 from app.services import current_services
 
 

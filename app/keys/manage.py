@@ -16,9 +16,10 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from app.db import Database
-from app.keys import crud
+from app.keys import store
 from app.keys.limits import TIERS, KeyLimits, resolve_limits
 from app.keys.records import PERMISSIONS, ApiKey
+from app.keys.usage import UsageBucket, usage_history
 
 log = logging.getLogger("app.keys.audit")
 
@@ -59,8 +60,8 @@ def _audit(action: str, actor: ApiKey, key: ApiKey, **fields: object) -> None:
 def _own(database: Database, actor: ApiKey, key_id: str) -> ApiKey:
     with database.transaction() as connection:
         try:
-            key = crud.get_key(connection, key_id=key_id)
-        except crud.KeyInputError:
+            key = store.get_key(connection, key_id=key_id)
+        except store.KeyInputError:
             raise KeyNotFound(key_id) from None
     if key.account_id != actor.account_id:
         raise KeyNotFound(key_id)
@@ -145,7 +146,7 @@ def _check_limits(actor: ApiKey, limits: KeyLimits) -> None:
 
 def list_keys(database: Database, actor: ApiKey) -> list[ApiKey]:
     with database.transaction() as connection:
-        return crud.list_keys(connection, account_id=actor.account_id)
+        return store.list_keys(connection, account_id=actor.account_id)
 
 
 def get_key(database: Database, actor: ApiKey, key_id: str) -> ApiKey:
@@ -163,9 +164,9 @@ def create_key(
     per_minute: int | None = None,
     per_hour: int | None = None,
     per_day: int | None = None,
-) -> crud.CreatedKey:
+) -> store.CreatedKey:
     _check_may_manage(actor)
-    permissions = crud.parse_permissions(permissions)
+    permissions = store.parse_permissions(permissions)
     _check_permissions(actor, permissions)
     if tier is not None and tier not in TIERS:
         raise Refused(f"Unknown tier {tier!r}.", field="tier", issue=f"must be one of {', '.join(TIERS)}",
@@ -180,7 +181,7 @@ def create_key(
                       provided=expires_at.isoformat())
     expires_at = _expiry_within_actor(actor, expires_at)
     with database.transaction() as connection:
-        created = crud.create_key(
+        created = store.create_key(
             connection,
             permissions=permissions,
             name=name,
@@ -202,15 +203,15 @@ def revoke_key(database: Database, actor: ApiKey, key_id: str) -> tuple[ApiKey, 
     _check_may_manage(actor)
     _check_target(actor, _own(database, actor, key_id))
     with database.transaction() as connection:
-        key = crud.revoke_key(connection, key_id=key_id)
-        cascade = crud.revoke_created(connection, key_id=key_id)
+        key = store.revoke_key(connection, key_id=key_id)
+        cascade = store.revoke_created(connection, key_id=key_id)
     _audit("revoked", actor, key, revoked_with=cascade)
     return key, cascade
 
 
 def rotate_key(
     database: Database, actor: ApiKey, key_id: str, *, grace: timedelta = DEFAULT_GRACE
-) -> tuple[crud.CreatedKey, ApiKey]:
+) -> tuple[store.CreatedKey, ApiKey]:
     if grace < timedelta(0) or grace > MAX_GRACE:
         raise Refused("The grace period must be between 0 seconds and 7 days.", field="grace_seconds",
                       issue="must be between 0 and 604800", provided=int(grace.total_seconds()))
@@ -224,7 +225,7 @@ def rotate_key(
     _check_target(actor, old)
     _check_limits(actor, KeyLimits(old.per_minute, old.per_hour, old.per_day))
     with database.transaction() as connection:
-        created, old_after = crud.rotate_key(connection, key_id=key_id, grace=grace, expires_by=actor.expires_at)
+        created, old_after = store.rotate_key(connection, key_id=key_id, grace=grace, expires_by=actor.expires_at)
     _audit("rotated", actor, old_after, new_key_id=created.key.id, grace_seconds=int(grace.total_seconds()))
     return created, old_after
 
@@ -257,9 +258,9 @@ def update_key(
         _check_limits(actor, wanted)
     with database.transaction() as connection:
         if name is not None:
-            key = crud.rename_key(connection, key_id=key_id, name=name)
+            key = store.rename_key(connection, key_id=key_id, name=name)
         if changes_limits:
-            key = crud.set_limits(
+            key = store.set_limits(
                 connection, key_id=key_id, tier=tier, per_minute=wanted.per_minute, per_hour=wanted.per_hour,
                 per_day=wanted.per_day,
             )
@@ -268,10 +269,10 @@ def update_key(
     return key
 
 
-def usage(database: Database, actor: ApiKey, key_id: str, *, hours: int) -> tuple[ApiKey, list[crud.UsageBucket]]:
+def usage(database: Database, actor: ApiKey, key_id: str, *, hours: int) -> tuple[ApiKey, list[UsageBucket]]:
     key = _own(database, actor, key_id)
     with database.transaction() as connection:
-        return key, crud.usage_history(connection, key_id=key_id, hours=hours)
+        return key, usage_history(connection, key_id=key_id, hours=hours)
 
 
 __all__ = ["PERMISSIONS", "KeyNotFound", "Refused"]

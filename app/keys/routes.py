@@ -15,9 +15,9 @@ from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, validat
 
 from app.keys import manage
 from app.keys.answers import bucket_body, key_body, rate_windows
-from app.keys.crud import KeyInputError
 from app.keys.limits import TIERS
 from app.keys.records import OUTCOMES, PERMISSIONS
+from app.keys.store import KeyInputError
 from app.keys.verify import verify_body
 from app.services import current_services
 from app.web.body import read_body

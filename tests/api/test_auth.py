@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from app.keys import crud
+from app.keys import store
+from app.keys import usage as usage_module
 from tests.support import bearer, build_app, new_key, services_of, settings_for
 
 
@@ -69,7 +70,7 @@ def test_revoked_key_is_401(db_app: Flask) -> None:
     client = db_app.test_client()
     assert client.get("/verify", headers=bearer(plain)).status_code == 200
     with services_of(db_app).database.transaction() as connection:
-        crud.revoke_key(connection, key_id=key_id)
+        store.revoke_key(connection, key_id=key_id)
     services_of(db_app).keys.forget()  # what the 5 s cache expiry does on its own
     assert_unauthorized(client.get("/verify", headers=bearer(plain)), "revoked")
 
@@ -117,7 +118,7 @@ def test_usage_counts_every_authenticated_request_but_not_401s(db_app: Flask) ->
     client.get("/verify", headers=bearer("ak_" + "1" * 64))  # 401: not this key's
     services_of(db_app).usage.flush()
     with services_of(db_app).database.transaction() as connection:
-        key = crud.get_key(connection, key_id=key_id)
+        key = store.get_key(connection, key_id=key_id)
     assert key.usage_count == 3
     assert key.last_used_at is not None
     assert datetime.now(UTC) - key.last_used_at < timedelta(seconds=30)
@@ -129,13 +130,13 @@ def test_usage_survives_a_failed_flush(db_app: Flask, monkeypatch: pytest.Monkey
     usage = services_of(db_app).usage
     for _ in range(3):
         client.get("/verify", headers=bearer(plain))
-    monkeypatch.setattr(crud, "add_usage", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("db down")))
+    monkeypatch.setattr(usage_module, "add_usage", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("db down")))
     assert usage.flush() is False
     monkeypatch.undo()
     client.get("/verify", headers=bearer(plain))
     assert usage.flush() is True
     with services_of(db_app).database.transaction() as connection:
-        assert crud.get_key(connection, key_id=key_id).usage_count == 4
+        assert store.get_key(connection, key_id=key_id).usage_count == 4
 
 
 def test_failed_authentication_is_limited_per_address(tmp_path: Path) -> None:

@@ -310,9 +310,9 @@ def test_a_batch_counts_one_request_per_series_and_is_refused_whole(app: Flask, 
     services = services_of(app)
     services.usage.flush()
     with services.database.transaction() as connection:
-        from app.keys import crud
+        from app.keys import store as key_store
 
-        assert crud.get_key(connection, key_id=key_id).usage_count == 4 + 1 + 1 + 4 + 1
+        assert key_store.get_key(connection, key_id=key_id).usage_count == 4 + 1 + 1 + 4 + 1
 
 
 def test_cancel_deletes_the_data_and_a_worker_then_does_nothing(app: Flask, client: FlaskClient, key: str) -> None:

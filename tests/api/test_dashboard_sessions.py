@@ -82,9 +82,9 @@ def test_sign_in_refusals_say_why(app: Flask) -> None:
         assert 'aria-invalid="true"' in response.get_data(as_text=True)
     revoked, revoked_id = new_key(app, ADMIN)
     with services_of(app).database.transaction() as connection:
-        from app.keys import crud
+        from app.keys import store
 
-        crud.revoke_key(connection, key_id=revoked_id)
+        store.revoke_key(connection, key_id=revoked_id)
     response = client.post("/dashboard/sign-in", data={"csrf_token": form_token(client), "api_key": revoked})
     assert response.status_code == 401 and "This API key is revoked." in response.get_data(as_text=True)
 

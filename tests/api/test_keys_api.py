@@ -132,9 +132,9 @@ def test_another_accounts_key_is_not_found(client: FlaskClient, app: Flask, admi
     listed = client.get("/keys", headers=bearer(admin_key)).get_json()["keys"]
     assert foreign_id not in [k["id"] for k in listed]
     with services_of(app).database.transaction() as connection:
-        from app.keys import crud
+        from app.keys import store
 
-        assert crud.get_key(connection, key_id=foreign_id).revoked_at is None
+        assert store.get_key(connection, key_id=foreign_id).revoked_at is None
 
 
 def test_revoke_then_the_key_is_refused(client: FlaskClient, admin: tuple[str, str]) -> None:

@@ -14,7 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 import app.web.ratelimit as ratelimit_module
-from app.keys import crud
+from app.keys import store
 from tests.support import (
     REDIS_URL,
     bearer,
@@ -170,7 +170,7 @@ def test_new_limits_apply_after_the_cache_expires(app: Flask, client: FlaskClien
     spend(client, key), spend(client, key)
     assert spend(client, key).status_code == 429
     with services_of(app).database.transaction() as connection:
-        crud.set_limits(connection, key_id=key_id, per_minute=4)
+        store.set_limits(connection, key_id=key_id, per_minute=4)
     services_of(app).keys.forget()  # what the 5 s cache expiry does on its own
     response = spend(client, key)
     # The counters are kept per limit value, so a changed limit starts its windows afresh (README).

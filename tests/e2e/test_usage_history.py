@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from app.db import Database
-from app.keys import crud
+from app.keys import store, usage
 from app.keys.records import outcome_of
-from app.keys.store import UsageRecorder
+from app.keys.usage import UsageRecorder
 from tests.support import migrate, postgres_database, settings_for
 
 
@@ -35,12 +35,12 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 
 def make_key(database: Database) -> str:
     with database.transaction() as connection:
-        return crud.create_key(connection, permissions=("read",)).key.id
+        return store.create_key(connection, permissions=("read",)).key.id
 
 
-def history(database: Database, key_id: str, hours: int = 3, now: datetime | None = None) -> list[crud.UsageBucket]:
+def history(database: Database, key_id: str, hours: int = 3, now: datetime | None = None) -> list[usage.UsageBucket]:
     with database.transaction() as connection:
-        return crud.usage_history(connection, key_id=key_id, hours=hours, now=now)
+        return usage.usage_history(connection, key_id=key_id, hours=hours, now=now)
 
 
 @pytest.mark.parametrize(
@@ -62,12 +62,12 @@ def test_buckets_split_by_outcome_and_hour(database: Database) -> None:
     recorder.record(key_id, at=now)  # status unknown: counted in the total only
     assert recorder.flush()
     buckets = history(database, key_id, hours=3, now=now)
-    assert [b.hour for b in buckets] == [crud.hour_of(now) - timedelta(hours=h) for h in (2, 1, 0)]
+    assert [b.hour for b in buckets] == [usage.hour_of(now) - timedelta(hours=h) for h in (2, 1, 0)]
     assert buckets[0].counts == {"2xx": 0, "4xx": 0, "429": 0, "5xx": 0}
     assert buckets[1].counts == {"2xx": 1, "4xx": 0, "429": 0, "5xx": 0}
     assert buckets[2].counts == {"2xx": 3, "4xx": 1, "429": 2, "5xx": 1}
     with database.transaction() as connection:
-        assert crud.get_key(connection, key_id=key_id).usage_count == 9
+        assert store.get_key(connection, key_id=key_id).usage_count == 9
 
     # A second flush adds to the same rows (an upsert, as another replica's flush would).
     recorder.record(key_id, at=now, status=200)
@@ -84,30 +84,30 @@ def test_failed_flush_keeps_buckets_for_the_next_attempt(database: Database, mon
     for status in (200, 500, 429):
         recorder.record(key_id, at=now, status=status)
 
-    real = crud.add_usage_bucket_batch
+    real = usage.add_usage_bucket_batch
 
     def outage(*args: object, **kwargs: object) -> None:
         raise ConnectionError("database went away")
 
-    monkeypatch.setattr(crud, "add_usage_bucket_batch", outage)
+    monkeypatch.setattr(usage, "add_usage_bucket_batch", outage)
     assert not recorder.flush()
     recorder.record(key_id, at=now, status=200)  # arrives during the outage
-    assert recorder.pending_buckets() == {(key_id, crud.hour_of(now)): {"2xx": 2, "4xx": 0, "429": 1, "5xx": 1}}
-    monkeypatch.setattr(crud, "add_usage_bucket_batch", real)
+    assert recorder.pending_buckets() == {(key_id, usage.hour_of(now)): {"2xx": 2, "4xx": 0, "429": 1, "5xx": 1}}
+    monkeypatch.setattr(usage, "add_usage_bucket_batch", real)
     recorder.close()  # the shutdown flush writes what the failed one kept
     assert recorder.pending_buckets() == {}
     assert history(database, key_id, hours=1, now=now)[0].counts == {"2xx": 2, "4xx": 0, "429": 1, "5xx": 1}
     with database.transaction() as connection:
         # The totals rolled back with the buckets and were written once, not twice.
-        assert crud.get_key(connection, key_id=key_id).usage_count == 4
+        assert store.get_key(connection, key_id=key_id).usage_count == 4
 
 
 def test_buckets_older_than_90_days_are_pruned(database: Database) -> None:
     key_id = make_key(database)
     now = datetime.now(UTC)
     with database.transaction() as connection:
-        crud.add_usage_buckets(connection, key_id=key_id, hour=now - timedelta(days=91), counts={"2xx": 5})
-        crud.add_usage_buckets(connection, key_id=key_id, hour=now - timedelta(days=89), counts={"4xx": 2})
+        usage.add_usage_buckets(connection, key_id=key_id, hour=now - timedelta(days=91), counts={"2xx": 5})
+        usage.add_usage_buckets(connection, key_id=key_id, hour=now - timedelta(days=89), counts={"4xx": 2})
     recorder = UsageRecorder(database, flush_seconds=0.05)
     recorder.record(key_id, at=now, status=200)  # starts the flusher thread, which also prunes
     deadline = time.monotonic() + 10
@@ -115,8 +115,8 @@ def test_buckets_older_than_90_days_are_pruned(database: Database) -> None:
         assert time.monotonic() < deadline, "the flusher did not prune"
         time.sleep(0.05)
     with database.transaction() as connection:
-        assert crud.prune_usage(connection, keep=timedelta(days=90)) == 0  # the flusher already pruned
-        kept = crud.usage_history(connection, key_id=key_id, hours=24 * 92, now=now)
+        assert usage.prune_usage(connection, keep=timedelta(days=90)) == 0  # the flusher already pruned
+        kept = usage.usage_history(connection, key_id=key_id, hours=24 * 92, now=now)
     assert sum(b.total for b in kept) == 3
     assert [b.counts for b in kept if b.total] == [
         {"2xx": 0, "4xx": 2, "429": 0, "5xx": 0},
@@ -174,6 +174,6 @@ def test_buckets_survive_a_graceful_gunicorn_restart(tmp_path: Path) -> None:
             "2xx": 5, "4xx": 20, "429": 3, "5xx": 0
         }
         with database.transaction() as connection:
-            assert crud.get_key(connection, key_id=key["id"]).usage_count == 28
+            assert store.get_key(connection, key_id=key["id"]).usage_count == 28
     finally:
         database.dispose()
