@@ -106,9 +106,8 @@ def openapi_documenters() -> tuple[Callable[..., None], ...]:
     from app.compat.azure import openapi_doc as azure_docs
     from app.compat.nixtla import openapi_doc as nixtla_docs
     from app.forecast import openapi_doc as forecast_docs
-    from app.keys import routes as keys_routes
-    from app.keys import verify
+    from app.keys import openapi_doc as keys_docs
     from app.monitors import openapi_doc as monitor_docs
 
-    return (forecast_docs.document, verify.document, keys_routes.document, monitor_docs.document,
+    return (forecast_docs.document, keys_docs.document, monitor_docs.document,
             anomaly_docs.document, azure_docs.document, nixtla_docs.document, batch_docs.document)

@@ -8,7 +8,7 @@ import pytest
 from flask import Flask
 from openapi_spec_validator import validate
 
-from app.keys.verify import VerifyResponseSchema
+from app.keys.schemas import VerifyResponseSchema
 from app.web.validation import ErrorSchema
 from tests.support import bearer, new_key
 
