@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select, update
 
@@ -24,10 +24,8 @@ from app.db import Database
 from app.monitors import queue
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.series import public_labels, stored_labels
+from app.monitors.types import EventSource, SeriesState
 from app.monitors.webhooks import DeliveryOutcome, send_request
-
-if TYPE_CHECKING:
-    from app.monitors.store import EventSource, SeriesState
 
 log = logging.getLogger("app.monitors.alertmanager")
 

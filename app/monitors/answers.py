@@ -15,9 +15,8 @@ from app.monitors.series import stored_labels
 from app.series.instants import epoch_text, moment_text, utc_text
 
 if TYPE_CHECKING:
-    from app.monitors.judge import Verdict
     from app.monitors.reads import OpenIncident, Totals
-    from app.monitors.store import SeriesState
+    from app.monitors.types import SeriesState, Verdict
 
 # Every instant an answer writes is in one form, UTC with "Z" (a stored point's text keeps its fraction): a
 # point sent as 00:11:00 or 02:11:00+02:00 reads as the 00:11:00Z the answer's computed instants are written in.

@@ -10,22 +10,10 @@ when it ends."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.monitors import alertmanager
-
-if TYPE_CHECKING:
-    from app.monitors.judge import Verdict
-    from app.monitors.store import EventSource, SeriesState
-
-
-@dataclass
-class IncidentPlan:
-    # (sequence number, kind, payload fields, destination), in the order they must be delivered
-    events: list[tuple[int, str, dict[str, Any], str]] = field(default_factory=list)
-    open_epoch: int | None = None  # the open incident's first point after these points, if one is open
-    seq: int = 0  # the series' last event sequence number after these events
+from app.monitors.types import EventSource, IncidentPlan, SeriesState, Verdict
 
 
 def plan_events(

@@ -22,11 +22,12 @@ from app.db import Database
 from app.monitors import incidents, series, snapshots, sources, store
 from app.monitors.answers import points_answer
 from app.monitors.cache import History, JudgeState
-from app.monitors.judge import JudgeSlot, Verdict, judge_on_worker, judge_state, judge_streaming
+from app.monitors.judge import JudgeSlot, judge_on_worker, judge_state, judge_streaming
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
 from app.monitors.series import NO_LABELS, Labels
-from app.monitors.store import JudgedPoints, SeriesState, StaleRevision, epoch_text, stored_rows, tail_rows, utc_now
+from app.monitors.store import JudgedPoints, StaleRevision, epoch_text, stored_rows, tail_rows, utc_now
+from app.monitors.types import SeriesState, Verdict
 from app.series.frequencies import UNIT_SECONDS
 from app.web.errors import ApiError, DataValidationError, InternalError
 

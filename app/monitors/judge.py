@@ -4,10 +4,8 @@ other processes stored, or rebuilt from the stored points), or another detector 
 from __future__ import annotations
 
 import copy
-import queue as queue_module
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Row
@@ -21,7 +19,8 @@ from app.compute.detect.work import DetectionWork
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
 from app.monitors import snapshots, store
 from app.monitors.cache import History, JudgeState
-from app.monitors.store import NOT_ANOMALY, REBUILD_ROWS, SeriesState, tail_rows
+from app.monitors.store import NOT_ANOMALY, REBUILD_ROWS, tail_rows
+from app.monitors.types import SeriesState, Verdict, threshold_of
 from app.web.errors import InternalError
 from app.web.metrics import REJUDGED_POINTS
 
@@ -30,19 +29,6 @@ if TYPE_CHECKING:
 
 # A saturated pool is a moment's queue, not a failure of the write: retry for this long before a 500.
 POOL_BUSY_PATIENCE_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class Verdict:
-    expected: float
-    lower: float
-    upper: float
-    score: float
-    is_anomaly: bool
-    direction: str | None
-    warmup: bool
-    incident: bool  # the detector's incident is still open after the point (it ends at the first that is not)
-    reason: str | None = None  # why an anomaly was flagged (app.compute.detect.reasons)
 
 
 def judge_on_pool(pool: WorkerPool, work: DetectionWork) -> DetectionResult:
@@ -60,27 +46,6 @@ def judge_on_pool(pool: WorkerPool, work: DetectionWork) -> DetectionResult:
             pause = min(pause * 2, 0.05)
         except PoolError as exc:
             raise InternalError(f"The points could not be judged: {exc}") from exc
-
-
-class JudgeSlots:
-    """``count`` slots that appends take turns in, as tokens in a queue.SimpleQueue: taking and returning one are
-    single C calls, where threading.Semaphore runs a Python Condition (a new lock for every waiter), which cost
-    several per cent of the web process's CPU with every thread of a busy server queueing here."""
-
-    def __init__(self, count: int) -> None:
-        self._tokens: queue_module.SimpleQueue[None] = queue_module.SimpleQueue()
-        for _ in range(count):
-            self._tokens.put(None)
-
-    def acquire(self, timeout: float) -> bool:
-        try:
-            self._tokens.get(timeout=timeout)
-        except queue_module.Empty:
-            return False
-        return True
-
-    def release(self) -> None:
-        self._tokens.put(None)
 
 
 class JudgeSlot:
@@ -104,7 +69,7 @@ def judge_on_worker(
 ) -> tuple[list[Verdict], int | None]:
     import numpy as np
     hist_epochs, hist_values = history.series(tail_rows(monitor))
-    confidence, false_alarms_per_week = store.threshold_of(monitor)
+    confidence, false_alarms_per_week = threshold_of(monitor)
     # Through the detection front door, so a monitor's verdicts are POST /anomalies' for the same rows.
     result = detection.detect(
         np.concatenate([hist_epochs, np.asarray(epochs, dtype=np.int64)]),

@@ -20,7 +20,8 @@ from app.monitors import incidents
 from app.monitors.answers import alert_view
 from app.monitors.records import monitor_points_table, monitor_series_table, monitor_snapshots_table, monitors_table
 from app.monitors.series import retire_after
-from app.monitors.store import EventSource, enqueue_events, peak_first, standing_anomaly
+from app.monitors.store import enqueue_events, peak_first, standing_anomaly
+from app.monitors.types import EventSource
 
 log = logging.getLogger("app.monitors.retirement")
 

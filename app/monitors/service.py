@@ -27,8 +27,6 @@ from app.monitors.selectors import Selector
 from app.monitors.series import stored_labels
 from app.monitors.store import (
     NOT_ANOMALY,
-    EventSource,
-    detector_of,
     enqueue_events,
     epoch_text,
     iso,
@@ -36,6 +34,7 @@ from app.monitors.store import (
     owned,
     utc_now,
 )
+from app.monitors.types import EventSource, detector_of
 from app.monitors.webhooks import new_secret
 from app.web.errors import NotFound, RateLimitExceeded
 

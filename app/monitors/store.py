@@ -10,30 +10,25 @@ new state, so no point is lost and none is judged twice.
 
 from __future__ import annotations
 
-import json
 import secrets
 from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Connection, Integer, Row, bindparam, func, select
 
-from app.compute.detect.budget import budget_for_sensitivity
-from app.compute.detect.streaming import StreamingDetector, lookback_rows
+from app.compute.detect.streaming import lookback_rows
 from app.db import Prepared
 from app.monitors import queue, snapshots
 from app.monitors.cache import History, JudgeState
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.schemas import IncomingPoints
+from app.monitors.types import EventSource, IncidentPlan, SeriesState, Verdict
 from app.series import instants
 from app.series.frequencies import MAX_PERIOD_ROWS
 from app.web.errors import DataValidationError, NotFound
-
-if TYPE_CHECKING:
-    from app.monitors.incidents import IncidentPlan
-    from app.monitors.judge import Verdict
 
 # anomaly-model-2 (the rolling median) reads the series' first rows (its nominal spacing) and the last
 # rows before each judged one: the first HEAD_ROWS points plus the last TAIL_ROWS are sent with new points.
@@ -62,62 +57,6 @@ def tail_rows(monitor: SeriesState) -> int:
 
 class StaleRevision(Exception):
     """Another process changed the monitor between our read and our write."""
-
-
-@dataclass
-class SeriesState:
-    """A series as the append path reads it: its monitor's settings and its own stored state, a plain copy of one
-    row that the append moves to its new state once written."""
-
-    # the monitor's
-    monitor_id: str
-    account_id: str
-    name: str
-    data_frequency: str
-    confidence: float | None
-    false_alarms_per_week: float | None
-    model: str | None
-    retention_points: int
-    webhook_url: str | None
-    sensitivity: int | None
-    min_deviation: float
-    min_relative_deviation: float
-    alertmanager_url: str | None
-    prometheus_query: str | None
-    # the series'
-    series_id: int
-    labels: str | None
-    point_count: int
-    first_epoch: int | None
-    last_epoch: int | None
-    revision: int
-    relearn_revision: int
-    event_seq: int
-    open_anomaly_epoch: int | None
-
-    def detector(self) -> StreamingDetector:
-        return detector_of(self)
-
-    def label_map(self) -> dict[str, str]:
-        return {} if not self.labels else dict(json.loads(self.labels))
-
-
-def threshold_of(monitor: SeriesState | Row[Any]) -> tuple[float | None, float | None]:
-    """(confidence, false_alarms_per_week) as a monitor's settings give them to a detector."""
-    if monitor.sensitivity is not None:
-        return None, budget_for_sensitivity(monitor.sensitivity)
-    return monitor.confidence, monitor.false_alarms_per_week
-
-
-def detector_of(monitor: SeriesState | Row[Any]) -> StreamingDetector:
-    """The default detector as a monitor's settings configure it."""
-    confidence, budget = threshold_of(monitor)
-    return StreamingDetector(
-        data_frequency=monitor.data_frequency,
-        confidence=confidence,
-        false_alarms_per_week=budget,
-        floor=(monitor.min_deviation, monitor.min_relative_deviation),
-    )
 
 
 _MONITORS = monitors_table
@@ -468,20 +407,3 @@ def enqueue_events(connection: Connection, series: SeriesState | EventSource, pl
         url = series.webhook_url if destination == "webhook" else series.alertmanager_url
         queue.enqueue(connection, monitor_id=series.monitor_id, series_id=series.series_id, webhook_url=url or "",
                       seq=event_seq, kind=kind, payload=payload, now=now, destination=destination)
-
-
-@dataclass
-class EventSource:
-    """A series as an event names it, outside the append path (feedback, retirement)."""
-
-    monitor_id: str
-    name: str
-    webhook_url: str | None
-    alertmanager_url: str | None
-    series_id: int
-    labels: str | None
-    event_seq: int
-    open_anomaly_epoch: int | None
-
-    def label_map(self) -> dict[str, str]:
-        return {} if not self.labels else dict(json.loads(self.labels))

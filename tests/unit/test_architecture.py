@@ -1,6 +1,6 @@
 """The package boundaries, as import contracts read from the source (every import, module level or not).
 
-- No import circle between modules of ``app``.
+- No import circle between modules of ``app``, type-only imports (``if TYPE_CHECKING:``) included.
 - No private name (``_x``) imported from another package.
 - The worker side (``app.compute``) imports nothing of the web side, nor Flask.
 - Nothing outside ``app.serving`` (gunicorn's side) imports it.
@@ -34,12 +34,14 @@ def app_modules() -> dict[str, Path]:
     return {module_name(path): path for path in (ROOT / "app").rglob("*.py")}
 
 
-def imports_of(path: Path, modules: dict[str, Path], *, at_load: bool = False) -> list[tuple[str, list[str]]]:
-    """(imported module, names taken from it) for every import statement of one file; with ``at_load``,
-    only those that run when the module is imported (not inside functions or classes)."""
+def imports_of(path: Path, modules: dict[str, Path], *, at_load: bool = False, type_only: bool = False
+               ) -> list[tuple[str, list[str]]]:
+    """(imported module, names taken from it) for every import statement of one file that runs; with
+    ``type_only``, those of ``if TYPE_CHECKING:`` blocks too; with ``at_load``, only those that run when the
+    module is imported (not inside functions or classes)."""
     out: list[tuple[str, list[str]]] = []
     tree = ast.parse(path.read_text(), filename=str(path))
-    type_only = {
+    for_types = set() if type_only else {
         id(inner)
         for node in ast.walk(tree)
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
@@ -52,7 +54,7 @@ def imports_of(path: Path, modules: dict[str, Path], *, at_load: bool = False) -
         for inner in ast.walk(node)
     }
     for node in ast.walk(tree):
-        if id(node) in type_only or id(node) in skipped:  # type-only: never executed, never a circle or load
+        if id(node) in for_types or id(node) in skipped:  # type-only: never executed, never a load
             continue
         if isinstance(node, ast.Import):
             out.extend((alias.name, []) for alias in node.names)
@@ -78,10 +80,18 @@ def graph() -> dict[str, set[str]]:
     modules = app_modules()
     edges: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for target, _ in imports_of(path, modules):
+        for target, _ in imports_of(path, modules, type_only=True):
             if target in modules and target != name:
                 edges[name].add(target)
     return edges
+
+
+# Circles that close only through an ``if TYPE_CHECKING:`` import, still to be undone by whoever owns them (the
+# contract counts type-only imports: a type that sits above the modules using it is a circle in the design).
+TYPE_ONLY_CIRCLES_TO_UNDO = {
+    "app.compute.detect.work -> app.compute.detect.changepoint -> app.compute.detect.work",
+    "app.compute.detect.work -> app.compute.detect.detectors -> app.compute.detect.work",
+}
 
 
 def test_no_import_circle() -> None:
@@ -106,6 +116,7 @@ def test_no_import_circle() -> None:
             visit(node)
     # A package's __init__ importing its own modules is how packages work, not a circle.
     circles = [c for c in circles if not any(m.count(".") < 1 for m in c)]
+    circles = [c for c in circles if " -> ".join(c) not in TYPE_ONLY_CIRCLES_TO_UNDO]
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
 
 
