@@ -19,7 +19,6 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.anomalies import routes as anomaly_routes
     from app.batches import routes as batch_routes
     from app.batches import tasks as batch_tasks
-    from app.cli import register_cli
     from app.compat.azure import routes as azure_routes
     from app.compat.nixtla import routes as nixtla_routes
     from app.compute.pool import WorkerPool
@@ -27,9 +26,12 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.dashboard import sessions as dashboard_sessions
     from app.dashboard import views as dashboard_views
     from app.db import Database
+    from app.db_cli import db_cli
     from app.forecast import routes as forecast_routes
+    from app.jobs.cli import jobs_cli
     from app.jobs.engine import build_engine
     from app.keys import routes as keys_routes
+    from app.keys.cli import keys_cli
     from app.keys.store import KeyStore
     from app.keys.usage import UsageRecorder
     from app.monitors import poller
@@ -91,7 +93,8 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     app.register_blueprint(batch_routes.bp)
     monitor_routes.init_monitors(app, services, start_sender=start_workers)
     init_openapi(app, openapi_documenters())
-    register_cli(app)
+    for commands in (jobs_cli, keys_cli, db_cli):
+        app.cli.add_command(commands)
 
     if start_workers:
         services.warm_up()

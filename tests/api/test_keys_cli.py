@@ -189,6 +189,23 @@ def test_rotate_with_zero_grace_revokes_at_once(run: Cli) -> None:
     assert json.loads(run("keys", "show", old["id"], "--json").stdout)["status"] == "revoked"
 
 
+@SQLITE_ONLY
+def test_a_rotated_then_revoked_key_shows_no_expiry(run: Cli) -> None:
+    # As the API and the dashboard show it: once revoked, the grace end of its rotation never comes.
+    old = create(run, "--permissions", "read")
+    run("keys", "rotate", old["id"], "--grace", "24h", "--json")
+    assert json.loads(run("keys", "show", old["id"], "--json").stdout)["expires"] is not None  # its grace end
+    run("keys", "revoke", old["id"])
+    row = json.loads(run("keys", "show", old["id"], "--json").stdout)
+    assert row["status"] == "revoked" and row["revoked"] is not None and row["expires"] is None
+    assert re.search(r"^expires +-$", run("keys", "show", old["id"]).stdout, re.MULTILINE)
+    listed = next(k for k in json.loads(run("keys", "list", "--json").stdout) if k["id"] == old["id"])
+    assert listed["expires"] is None
+    header, *rows = run("keys", "list").stdout.splitlines()
+    row_text = next(r for r in rows if r.startswith(old["id"]))
+    assert row_text[header.index("expires"):].split()[0] == "-"
+
+
 def test_set_limits(run: Cli) -> None:
     key = create(run, "--permissions", "read")
     run("keys", "set-limits", key["id"], "--per-minute", "5")

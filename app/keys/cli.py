@@ -1,6 +1,6 @@
-"""Admin command line: `flask --app wsgi db ...` (migrations) and `flask --app wsgi keys ...` (API keys).
+"""`flask --app wsgi keys ...`: the operator's commands for API keys (README describes them and what they print).
 
-The commands, their options and what they print are described in README and docs/migrations.md."""
+Unlike the /keys API, these act with no key of their own: they reach every account and grant anything."""
 
 from __future__ import annotations
 
@@ -14,76 +14,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-from flask import Flask
 from flask.cli import AppGroup
 from sqlalchemy import Connection
 
 from app.keys import store
+from app.keys.answers import iso, shown_expiry
 from app.keys.limits import TIERS
 from app.keys.records import ApiKey
 from app.services import current_services
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
-
 keys_cli = AppGroup("keys", help="Create, list, show, revoke and rotate API keys.")
-db_cli = AppGroup("db", help="Database schema migrations.")
-
-
-def alembic_config() -> Any:
-    from alembic.config import Config
-
-    # stdout is looked up now, not when alembic was imported, so output goes where click sends it.
-    config = Config(stdout=sys.stdout)
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.attributes["database_url"] = current_services().settings.database_url_for_sqlalchemy
-    return config
-
-
-def _say_which_database() -> None:
-    settings = current_services().settings
-    if settings.sqlite_path is not None:
-        click.echo(f"Using SQLite database at {settings.sqlite_path}", err=True)
-
-
-@db_cli.command("upgrade")
-@click.argument("revision", default="head")
-def db_upgrade(revision: str) -> None:
-    """Apply migrations up to REVISION (default: head)."""
-    from alembic import command
-
-    _say_which_database()
-    command.upgrade(alembic_config(), revision)
-    click.echo(f"Database schema is at {revision}.", err=True)
-
-
-@db_cli.command("downgrade")
-@click.argument("revision", default="-1")
-def db_downgrade(revision: str) -> None:
-    """Undo migrations down to REVISION (default: -1, the last one; "base" removes every table)."""
-    from alembic import command
-
-    _say_which_database()
-    command.downgrade(alembic_config(), revision)
-    click.echo(f"Database schema is at {revision}.", err=True)
-
-
-@db_cli.command("current")
-@click.option("--verbose", "-v", is_flag=True, help="Show each revision's details.")
-def db_current(verbose: bool) -> None:
-    """Show the revision the database is at ("(head)" when no migration is pending; nothing when empty)."""
-    from alembic import command
-
-    _say_which_database()
-    command.current(alembic_config(), verbose=verbose)
-
-
-@db_cli.command("history")
-@click.option("--verbose", "-v", is_flag=True, help="Show each revision's details.")
-def db_history(verbose: bool) -> None:
-    """List the migrations, newest first."""
-    from alembic import command
-
-    command.history(alembic_config(), verbose=verbose)
 
 
 def _invoked_as() -> str:
@@ -134,12 +74,9 @@ def _parse_duration(raw: str) -> timedelta:
     return timedelta(seconds=amount * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def key_summary(key: ApiKey) -> dict[str, Any]:
-    """Everything safe to show about a key: never the plain key, never its hash."""
+    """Everything safe to show about a key: never the plain key, never its hash. Its expiry as the API and the
+    dashboard show it: none for a revoked key (a rotated key's grace end never comes once it is revoked)."""
     now = datetime.now(UTC)
     return {
         "id": key.id,
@@ -150,11 +87,11 @@ def key_summary(key: ApiKey) -> dict[str, Any]:
         "tier": key.tier,
         "limits": {"per_minute": key.per_minute, "per_hour": key.per_hour, "per_day": key.per_day},
         "status": key.status(now),
-        "created": _iso(key.created_at),
-        "expires": _iso(key.expires_at),
-        "revoked": _iso(key.revoked_at),
+        "created": iso(key.created_at),
+        "expires": iso(shown_expiry(key)),
+        "revoked": iso(key.revoked_at),
         "usage_count": key.usage_count,
-        "last_used": _iso(key.last_used_at),
+        "last_used": iso(key.last_used_at),
         "rotated_to": key.rotated_to,
         "created_by": key.created_by,
     }
@@ -313,7 +250,7 @@ def keys_revoke(key_id: str) -> None:
             cascade = store.revoke_created(connection, key_id=key_id)
     except store.KeyInputError as exc:
         _fail(str(exc))
-    click.echo(f"Revoked {key.id} at {_iso(key.revoked_at)}.")
+    click.echo(f"Revoked {key.id} at {iso(key.revoked_at)}.")
     if cascade:
         click.echo(f"also revoked: {', '.join(cascade)} (created by it, or by keys it created)")
 
@@ -329,7 +266,7 @@ def keys_rotate(key_id: str, grace: str, as_json: bool) -> None:
             created, old = store.rotate_key(connection, key_id=key_id, grace=_parse_duration(grace))
     except store.KeyInputError as exc:
         _fail(str(exc))
-    ends = _iso(old.revoked_at) if old.revoked_at else _iso(old.expires_at)
+    ends = iso(old.revoked_at) if old.revoked_at else iso(old.expires_at)
     click.echo(f"Old key {old.id} stops working at {ends}.", err=True)
     _print_new_key(created, as_json=as_json)
 
@@ -402,11 +339,3 @@ def _example_request() -> dict[str, Any]:
         "data_frequency": "Daily",
         "forecast_frequency": "Daily",
     }
-
-
-def register_cli(app: Flask) -> None:
-    from app.jobs.cli import jobs_cli
-
-    app.cli.add_command(jobs_cli)
-    app.cli.add_command(keys_cli)
-    app.cli.add_command(db_cli)
