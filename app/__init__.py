@@ -16,6 +16,7 @@ from app.settings import Settings  # noqa: E402
 
 
 def create_app(settings: Settings | None = None, *, start_workers: bool = False) -> Flask:
+    from app import monitors
     from app.anomalies import routes as anomaly_routes
     from app.batches import routes as batch_routes
     from app.batches import tasks as batch_tasks
@@ -34,8 +35,6 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     from app.keys.cli import keys_cli
     from app.keys.store import KeyStore
     from app.keys.usage import UsageRecorder
-    from app.monitors import poller
-    from app.monitors import routes as monitor_routes
     from app.services import Services
     from app.web import cors, errors, jsonio, metrics, observability, pipeline
     from app.web import routes as service_routes
@@ -69,7 +68,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
             on_ready_change=metrics.WORKERS_READY.set,
         ),
         limits=init_rate_limits(app, settings),
-        build_jobs=lambda: build_engine(settings, registrars=(batch_tasks.register, poller.register)),
+        build_jobs=lambda: build_engine(settings, registrars=(batch_tasks.register, monitors.register_tasks)),
     )
     app.extensions["forecast_service"] = services
 
@@ -91,7 +90,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = False)
     app.register_blueprint(azure_routes.bp)
     app.register_blueprint(nixtla_routes.bp)
     app.register_blueprint(batch_routes.bp)
-    monitor_routes.init_monitors(app, services, start_sender=start_workers)
+    monitors.init_app(app, start_sender=start_workers)
     init_openapi(app, openapi_documenters())
     for commands in (jobs_cli, keys_cli, db_cli):
         app.cli.add_command(commands)

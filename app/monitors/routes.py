@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import atexit
-import sys
 from typing import Any
 
-from flask import Blueprint, Flask, Response, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.monitors import exposition, forecasting, ingest, intake_routes, poller, selectors, series, service, sources
-from app.monitors.runtime import MonitorRuntime, build_runtime
+from app.monitors import exposition, forecasting, ingest, poller, selectors, series, service, sources
+from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import (
     FeedbackRequestSchema,
     MonitorCreateSchema,
@@ -21,7 +19,7 @@ from app.monitors.schemas import (
     point_epoch,
 )
 from app.monitors.webhooks import WebhookAddressError, check_url
-from app.services import Services, current_services
+from app.services import current_services
 from app.web.body import read_json
 from app.web.errors import InvalidRequest
 from app.web.pipeline import current_key, requires, uncounted
@@ -41,37 +39,6 @@ _create_schema = MonitorCreateSchema()
 _patch_schema = MonitorPatchSchema()
 _points_schema = PointsRequestSchema()
 _feedback_schema = FeedbackRequestSchema()
-
-
-def init_monitors(app: Flask, services: Services, *, start_sender: bool) -> MonitorRuntime:
-    """Registers the blueprint and this process's monitor runtime; starts the alert sender when serving.
-
-    The sender starts under gunicorn (each worker process builds its app after the fork) or when asked;
-    admin CLI commands, which build the app too, never send alerts.
-    """
-    pool = services.pool
-    runtime = build_runtime(services.database, services.settings, public_url=services.settings.public_url,
-                            judge_slots=pool.size + max(1, pool.queue_limit // 2))
-    app.extensions["monitors"] = runtime
-    app.register_blueprint(bp)
-    app.register_blueprint(intake_routes.bp)
-    serving = start_sender or "gunicorn.arbiter" in sys.modules
-    if serving:
-        runtime.sender.start()
-        # Appends take turns at SQLite's one writer; its log is checkpointed beside them, not inside one.
-        database = services.database
-        database.checkpoint_in_background()
-
-        @app.before_request
-        def _sender_alive() -> None:
-            # An app built before a fork (gunicorn --preload) has no sender or checkpoint thread in the child.
-            if not runtime.sender.running():
-                runtime.sender.start()
-            if database.checkpointer is not None and not database.checkpointer.running():
-                database.checkpointer.start()
-
-    atexit.register(runtime.sender.stop)
-    return runtime
 
 
 def _runtime() -> MonitorRuntime:
