@@ -28,8 +28,8 @@ from flask.testing import FlaskClient
 
 from app import create_app
 from app.keys import store
-from app.monitors.queue import ACTIVE
-from app.monitors.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from app.monitors.alerts.queue import ACTIVE
+from app.monitors.alerts.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from app.services import Services
 from app.settings import Settings
 

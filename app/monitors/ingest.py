@@ -19,7 +19,8 @@ from app.compute.detect.results import DEFAULT_DETECTOR
 from app.compute.detect.streaming import StreamingDetector
 from app.compute.pool import WorkerPool
 from app.db import Database
-from app.monitors import incidents, series, snapshots, sources, store
+from app.monitors import series, snapshots, sources, store
+from app.monitors.alerts import incidents
 from app.monitors.answers import points_answer
 from app.monitors.cache import History, JudgeState
 from app.monitors.judge import JudgeSlot, judge_on_worker, judge_state, judge_streaming

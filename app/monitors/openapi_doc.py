@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
+from app.monitors.alerts.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 from app.monitors.schemas import (
     DeliveriesSchema,
     FeedbackRequestSchema,
@@ -19,7 +20,6 @@ from app.monitors.schemas import (
     SeriesListSchema,
     SeriesSchema,
 )
-from app.monitors.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 
 MONITOR_DESCRIPTION = (
     "A monitor keeps a metric stream, judges each new point causally against its stored history exactly as "

@@ -104,7 +104,8 @@ def start_poller(engine: Huey) -> None:
 def register(engine: Huey, settings: Settings) -> None:
     from huey import crontab  # Huey loads with the engine, not with this module
 
-    from app.monitors import alertmanager, retirement
+    from app.monitors import retirement
+    from app.monitors.alerts import alertmanager
 
     # Above the batch tasks that share the queue: a read waiting behind them is a late verdict.
     @engine.task(name="monitors.prometheus.poll", priority=PRIORITY)

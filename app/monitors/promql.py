@@ -14,8 +14,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from app.monitors import sources
+from app.monitors.alerts.webhooks import send_request
 from app.monitors.series import Labels
-from app.monitors.webhooks import send_request
 from app.web.fields import MAX_ABS_VALUE
 
 SETTLE_SECONDS = 1.0

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, delete, func, select, update
 
 from app.db import Database
-from app.monitors import incidents
+from app.monitors.alerts import incidents
 from app.monitors.answers import alert_view
 from app.monitors.records import monitor_points_table, monitor_series_table, monitor_snapshots_table, monitors_table
 from app.monitors.series import retire_after

@@ -8,6 +8,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.monitors import exposition, forecasting, ingest, poller, selectors, series, service, sources
+from app.monitors.alerts.webhooks import WebhookAddressError, check_url
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import (
     FeedbackRequestSchema,
@@ -18,7 +19,6 @@ from app.monitors.schemas import (
     load,
     point_epoch,
 )
-from app.monitors.webhooks import WebhookAddressError, check_url
 from app.services import current_services
 from app.web.body import read_json
 from app.web.errors import InvalidRequest

@@ -54,8 +54,8 @@ class MonitorRuntime:
 def build_runtime(database: Database, settings: Settings, *, judge_slots: int, public_url: str | None = None
                   ) -> MonitorRuntime:
     """A process's runtime; its sender is started by whoever serves alerts (the web process), never here."""
-    from app.monitors.queue import RetryPolicy
-    from app.monitors.sender import DeliverySender
+    from app.monitors.alerts.queue import RetryPolicy
+    from app.monitors.alerts.sender import DeliverySender
 
     return MonitorRuntime(
         cache=HistoryCache(),

@@ -10,7 +10,9 @@ from sqlalchemy import Connection, Row, delete, func, insert, select, update
 
 from app.compute.detect.budget import THRESHOLD_FIELDS, threshold_fields_given
 from app.db import Database
-from app.monitors import incidents, queue, reads, sources
+from app.monitors import reads, sources
+from app.monitors.alerts import incidents, queue
+from app.monitors.alerts.webhooks import new_secret
 from app.monitors.answers import alert_view, incident_view, monitor_view, point_view, series_view
 from app.monitors.cache import JudgeState
 from app.monitors.judge import relearn_last_append
@@ -35,7 +37,6 @@ from app.monitors.store import (
     utc_now,
 )
 from app.monitors.types import EventSource, detector_of
-from app.monitors.webhooks import new_secret
 from app.web.errors import NotFound, RateLimitExceeded
 
 _MONITOR = monitors_table.c

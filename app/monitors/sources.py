@@ -1,6 +1,6 @@
 """Where a monitor's points come from (pushed, or read from Prometheus) and where its alerts go besides the
 webhook (Alertmanager): the checks on those fields and how a monitor shows them. The reading itself is in
-app/monitors/prometheus.py, the alerts in app/monitors/alertmanager.py."""
+app/monitors/prometheus.py, the alerts in app/monitors/alerts/alertmanager.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Row
 
 from app.monitors import selectors
-from app.monitors.webhooks import WebhookAddressError, check_url
+from app.monitors.alerts.webhooks import WebhookAddressError, check_url
 from app.series.frequencies import UNIT_SECONDS
 from app.web.errors import InvalidRequest
 from app.web.validation import problem

@@ -21,7 +21,8 @@ from sqlalchemy import Connection, Integer, Row, bindparam, func, select
 
 from app.compute.detect.streaming import lookback_rows
 from app.db import Prepared
-from app.monitors import queue, snapshots
+from app.monitors import snapshots
+from app.monitors.alerts import queue
 from app.monitors.cache import History, JudgeState
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.schemas import IncomingPoints

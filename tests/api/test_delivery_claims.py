@@ -13,10 +13,10 @@ from flask import Flask
 from sqlalchemy import insert
 
 from app.db import Database
-from app.monitors import queue
-from app.monitors.queue import ClaimedEvent, RetryPolicy
+from app.monitors.alerts import queue
+from app.monitors.alerts.queue import ClaimedEvent, RetryPolicy
+from app.monitors.alerts.sender import CONCURRENCY, PER_ACCOUNT, PER_DESTINATION, InFlight
 from app.monitors.records import monitor_events_table, monitors_table
-from app.monitors.sender import CONCURRENCY, PER_ACCOUNT, PER_DESTINATION, InFlight
 from tests.support import build_app, services_of, settings_for
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

@@ -269,7 +269,7 @@ def test_bad_monitor_fields(client: FlaskClient, keys: dict, fields: dict, field
      "http://127.0.0.1:9/hook", "https://0.0.0.0/hook"],
 )
 def test_private_webhooks_refused_unless_allowed(tmp_path: Path, url: str) -> None:
-    from app.monitors.webhooks import WebhookAddressError, check_url
+    from app.monitors.alerts.webhooks import WebhookAddressError, check_url
 
     with pytest.raises(WebhookAddressError):
         check_url(url, allow_private=False)

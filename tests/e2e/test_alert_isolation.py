@@ -19,8 +19,8 @@ import pytest
 import requests
 
 from app.compute.detect.streaming import QUIET_ROWS
-from app.monitors.sender import PER_DESTINATION
-from app.monitors.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from app.monitors.alerts.sender import PER_DESTINATION
+from app.monitors.alerts.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from tests.support import Server, Tarpit, bearer, cli_in_process, wait_for
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.monitors.webhooks import WebhookAddressError, check_url, post_event
+from app.monitors.alerts.webhooks import WebhookAddressError, check_url, post_event
 
 
 def _teredo(server: str, client: str, port: int = 40000) -> str:

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from app.db import Database
-from app.monitors import alertmanager, queue
-from app.monitors.queue import Candidate, ClaimedEvent, RetryPolicy
-from app.monitors.webhooks import WebhookAddressError, parse_url, post_event
+from app.monitors.alerts import alertmanager, queue
+from app.monitors.alerts.queue import Candidate, ClaimedEvent, RetryPolicy
+from app.monitors.alerts.webhooks import WebhookAddressError, parse_url, post_event
 
 log = logging.getLogger("app.monitors.sender")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from app.monitors import alertmanager
+from app.monitors.alerts import alertmanager
 from app.monitors.types import EventSource, IncidentPlan, SeriesState, Verdict
 
 

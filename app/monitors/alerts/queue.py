@@ -33,8 +33,8 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, Select, and_, bindparam, case, exists, func, insert, literal, or_, select, update
 
 from app.db import Database, Prepared
+from app.monitors.alerts.webhooks import DeliveryOutcome
 from app.monitors.records import delivery_attempts_table, monitor_events_table, monitors_table
-from app.monitors.webhooks import DeliveryOutcome
 from app.settings import Settings
 
 ACTIVE = ("pending", "sending")
