@@ -81,20 +81,20 @@ lock:
 	/tmp/forecast-lock-venv/bin/pip freeze --exclude-editable | grep -v '^forecast-service\|^forecast-client' \
 		| grep -vxF -f requirements.lock > requirements-dev.lock
 
-# Regenerate app/monitors/prompb from Prometheus' remote-write .proto files (proto/prometheus, NOTICE.md there).
+# Regenerate app/monitors/intake/prompb from Prometheus' remote-write .proto files (proto/prometheus, NOTICE.md there).
 # protoc comes from grpcio-tools in a throw-away venv: the server needs only the protobuf runtime, which must be
 # at least the protoc version the code was generated with (pyproject pins it). The generated modules import each
 # other by top-level names ("import types_pb2"); the sed makes them imports inside the package.
 GRPCIO_TOOLS_VERSION := 1.85.1
-PROMPB := app/monitors/prompb
+PROMPB := app/monitors/intake/prompb
 proto:
 	rm -rf /tmp/forecast-proto-venv && $(PYTHON) -m venv /tmp/forecast-proto-venv
 	/tmp/forecast-proto-venv/bin/pip install --quiet grpcio-tools==$(GRPCIO_TOOLS_VERSION)
 	rm -f $(PROMPB)/*_pb2.py $(PROMPB)/gogoproto/*_pb2.py
 	cd proto/prometheus && /tmp/forecast-proto-venv/bin/python -m grpc_tools.protoc -I . \
 		--python_out=$(CURDIR)/$(PROMPB) remote.proto types.proto gogoproto/gogo.proto
-	sed -i -e 's/^import types_pb2 as/from app.monitors.prompb import types_pb2 as/' \
-		-e 's/^from gogoproto import gogo_pb2 as/from app.monitors.prompb.gogoproto import gogo_pb2 as/' \
+	sed -i -e 's/^import types_pb2 as/from app.monitors.intake.prompb import types_pb2 as/' \
+		-e 's/^from gogoproto import gogo_pb2 as/from app.monitors.intake.prompb.gogoproto import gogo_pb2 as/' \
 		$(PROMPB)/*_pb2.py
 
 clean:

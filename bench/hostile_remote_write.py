@@ -80,7 +80,7 @@ def copy_sqlite(source: Path, dest: Path) -> None:
 def write_body(series: list[tuple[dict[str, str], list[tuple[int, float]]]]) -> bytes:
     import cramjam
 
-    from app.monitors.prompb.remote_pb2 import WriteRequest
+    from app.monitors.intake.prompb.remote_pb2 import WriteRequest
 
     request = WriteRequest()
     for labels, samples in series:

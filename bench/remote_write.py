@@ -128,7 +128,7 @@ def bulk_body(group: list[Series], first_second: int, points: int) -> tuple[byte
 def remote_write_body(group: list[Series], first_second: int, points: int) -> tuple[bytes, int]:
     import cramjam
 
-    from app.monitors.prompb.remote_pb2 import WriteRequest
+    from app.monitors.intake.prompb.remote_pb2 import WriteRequest
 
     request = WriteRequest()
     for s in range(first_second, first_second + points):

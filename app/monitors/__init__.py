@@ -24,7 +24,8 @@ def init_app(app: Flask, *, start_sender: bool = False) -> None:
     The sender starts under gunicorn (each worker process builds its app after the fork) or when asked;
     admin CLI commands, which build the app too, never send alerts.
     """
-    from app.monitors import intake_routes, routes
+    from app.monitors import routes
+    from app.monitors.intake import routes as intake_routes
     from app.monitors.runtime import build_runtime
 
     services = app.extensions["forecast_service"]

@@ -210,9 +210,9 @@ class HeldLocks:
         self._locks.prune()
 
 
-# Routes of remote-written label sets (app.monitors.remote_write) a process keeps, in bytes: estimated as the label
-# strings' own sizes plus ROUTE_OVERHEAD a label, a monitor fed and an entry; at most ROUTE_BYTES_PER_ACCOUNT of one
-# account's and ROUTE_BYTES in all.
+# Routes of remote-written label sets (app.monitors.intake.remote_write) a process keeps, in bytes: estimated as
+# the label strings' own sizes plus ROUTE_OVERHEAD a label, a monitor fed and an entry; at most
+# ROUTE_BYTES_PER_ACCOUNT of one account's and ROUTE_BYTES in all.
 ROUTE_BYTES_PER_ACCOUNT = 16 << 20
 ROUTE_BYTES = 64 << 20
 ROUTE_OVERHEAD = 200

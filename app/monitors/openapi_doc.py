@@ -186,7 +186,7 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
 def _document_intake(spec: Any, operation: Callable[..., dict[str, Any]], json_ok: Callable[..., dict[str, Any]],
                      fail: Callable[..., dict[str, Any]], ok_headers: dict[str, Any],
                      errors: Callable[..., dict[str, Any]], secured: list[dict[str, Any]]) -> None:
-    """POST /monitors/points and POST /api/v1/write (app/monitors/intake_routes.py)."""
+    """POST /monitors/points and POST /api/v1/write (app/monitors/intake/routes.py)."""
     row = {"type": "object", "required": ["monitor_id", "timestamp", "value"], "properties": {
         "monitor_id": {"type": "string", "minLength": 1, "maxLength": 64},
         "timestamp": {"type": "string", "format": "date-time"}, "value": {"type": "number"}}}

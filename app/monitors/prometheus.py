@@ -243,7 +243,7 @@ class Reader:
     def _store(self, monitor: Claimed, result: ReadResult) -> str:
         """Judges and stores every series read, in batches of at most INGEST_POINTS points; what the outcome's
         message adds (series the cap or their labels refused)."""
-        from app.monitors import ingest
+        from app.monitors.intake import ingest
 
         batch: list[ingest.SeriesPoints] = []
         unusable = 0

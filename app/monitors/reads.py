@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, func, select
 
+from app.monitors.intake.selectors import Selector
 from app.monitors.records import monitor_points_table, monitor_series_table
-from app.monitors.selectors import Selector
 from app.monitors.series import stored_labels
 from app.monitors.store import peak_first, standing_anomaly
 from app.web.errors import InvalidRequest, NotFound

@@ -1,6 +1,6 @@
 """Monitor management, the monitors' front door for routes and the dashboard: create, change, read, delete, mark a
 point normal, rotate the webhook secret, list deliveries. Every function is keyword-only and runs in its own
-transaction; new points come in through app.monitors.ingest."""
+transaction; new points come in through app.monitors.intake.ingest."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from app.monitors.alerts import incidents, queue
 from app.monitors.alerts.webhooks import new_secret
 from app.monitors.answers import alert_view, incident_view, monitor_view, point_view, series_view
 from app.monitors.cache import JudgeState
+from app.monitors.intake.selectors import Selector
 from app.monitors.judge import relearn_last_append
 from app.monitors.records import (
     delivery_attempts_table,
@@ -25,7 +26,6 @@ from app.monitors.records import (
     monitors_table,
 )
 from app.monitors.runtime import MonitorRuntime
-from app.monitors.selectors import Selector
 from app.monitors.series import stored_labels
 from app.monitors.store import (
     NOT_ANOMALY,

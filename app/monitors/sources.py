@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from app.monitors import selectors
 from app.monitors.alerts.webhooks import WebhookAddressError, check_url
+from app.monitors.intake import selectors
 from app.series.frequencies import UNIT_SECONDS
 from app.web.errors import InvalidRequest
 from app.web.validation import problem

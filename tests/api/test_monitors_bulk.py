@@ -101,7 +101,7 @@ def test_a_body_is_stored_in_transactions_the_database_bounds(client: FlaskClien
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite has one writer, held by a transaction while it writes: a body goes in transactions of at most 250
     points there (5,000 on PostgreSQL), never splitting a series, and each monitor's answer is its own append's."""
-    from app.monitors import ingest
+    from app.monitors.intake import ingest
 
     transactions: list[list[int]] = []
     append_many = ingest.append_many

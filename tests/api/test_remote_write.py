@@ -17,7 +17,7 @@ from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
-from app.monitors.prompb.remote_pb2 import WriteRequest
+from app.monitors.intake.prompb.remote_pb2 import WriteRequest
 from app.monitors.records import monitor_events_table, monitor_points_table
 from tests.support import build_app, minute_series, new_key, services_of, settings_for
 

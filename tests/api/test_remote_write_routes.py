@@ -11,9 +11,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.monitors import remote_write
 from app.monitors.cache import RouteCache
-from app.monitors.prompb.remote_pb2 import WriteRequest
+from app.monitors.intake import remote_write
+from app.monitors.intake.prompb.remote_pb2 import WriteRequest
 from tests.support import build_app, new_key, services_of, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}

@@ -18,7 +18,7 @@ import cramjam
 import pytest
 import requests
 
-from app.monitors.prompb.remote_pb2 import WriteRequest
+from app.monitors.intake.prompb.remote_pb2 import WriteRequest
 from tests.support import Server, bearer, cli_in_process
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import cramjam
 import pytest
 import requests
 
-from app.monitors.prompb.remote_pb2 import WriteRequest
+from app.monitors.intake.prompb.remote_pb2 import WriteRequest
 from tests.support import Server, bearer, child_pids, cli_in_process, cmdline
 
 MAX_POINTS = 2000

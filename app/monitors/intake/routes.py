@@ -1,5 +1,6 @@
 """Points for many monitors at once: POST /monitors/points (JSON or newline-delimited JSON rows) and Prometheus
-remote write (POST /api/v1/write). Both store and judge through app.monitors.ingest, as the single append does."""
+remote write (POST /api/v1/write). Both store and judge through app.monitors.intake.ingest, as the single append
+does."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from app.monitors import bulk, ingest, remote_write
+from app.monitors.intake import bulk, ingest, remote_write
 from app.monitors.runtime import MonitorRuntime
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type

@@ -1,6 +1,6 @@
 """Prometheus remote write 1.0 in (POST /api/v1/write): the body decoded, each series routed to the monitors whose
 ``remote_write_selector`` matches its labels (as that monitor's series of those labels), and every series' samples
-stored and judged through app.monitors.ingest in a few transactions for the whole body.
+stored and judged through app.monitors.intake.ingest in a few transactions for the whole body.
 
 A malformed body (not snappy, not a WriteRequest) is a 400 and nothing is stored: Prometheus does not retry a 4xx.
 Within a well-formed body, what cannot become a point is counted by outcome and dropped, and the rest is stored:
@@ -26,8 +26,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.compute.pool import PoolError, WorkerPool
 from app.db import Database
-from app.monitors import ingest, selectors, series
+from app.monitors import series
 from app.monitors.cache import ROUTE_OVERHEAD, RouteCache
+from app.monitors.intake import ingest, selectors
 from app.monitors.records import monitors_table
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
@@ -38,7 +39,7 @@ from app.web.metrics import REMOTE_WRITE_SAMPLES
 from app.web.validation import problem
 
 if TYPE_CHECKING:
-    from app.monitors.prompb.remote_pb2 import WriteRequest
+    from app.monitors.intake.prompb.remote_pb2 import WriteRequest
 
 log = logging.getLogger("app.monitors.remote_write")
 
@@ -83,7 +84,7 @@ def decode(body: bytes) -> WriteRequest:
     import cramjam
     from google.protobuf.message import DecodeError
 
-    from app.monitors.prompb.remote_pb2 import WriteRequest
+    from app.monitors.intake.prompb.remote_pb2 import WriteRequest
 
     if not body:
         raise _malformed("empty body: expected a snappy-compressed WriteRequest")
