@@ -55,6 +55,6 @@ def init_app(app: Flask, *, start_sender: bool = False) -> None:
 
 def register_tasks(engine: Huey, settings: Settings) -> None:
     """The monitors' tasks on the job engine: the Prometheus poller, the Alertmanager refresh, series retirement."""
-    from app.monitors import poller
+    from app.monitors.prometheus import poller
 
     poller.register(engine, settings)

@@ -7,9 +7,10 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.monitors import exposition, forecasting, poller, series, service, sources
+from app.monitors import exposition, forecasting, series, service, sources
 from app.monitors.alerts.webhooks import WebhookAddressError, check_url
 from app.monitors.intake import ingest, selectors
+from app.monitors.prometheus import poller
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import (
     FeedbackRequestSchema,

@@ -1,6 +1,6 @@
 """Where a monitor's points come from (pushed, or read from Prometheus) and where its alerts go besides the
 webhook (Alertmanager): the checks on those fields and how a monitor shows them. The reading itself is in
-app/monitors/prometheus.py, the alerts in app/monitors/alerts/alertmanager.py."""
+app/monitors/prometheus/reader.py, the alerts in app/monitors/alerts/alertmanager.py."""
 
 from __future__ import annotations
 

@@ -19,8 +19,9 @@ from flask.testing import FlaskClient
 from sqlalchemy import Row, select
 
 from app.compute.detect.streaming import QUIET_ROWS
-from app.monitors import poller, prometheus, promql
 from app.monitors.alerts import alertmanager
+from app.monitors.prometheus import poller, promql
+from app.monitors.prometheus import reader as prometheus
 from app.monitors.records import monitor_events_table, monitor_series_table, monitors_table
 from tests.support import build_app, minute_series, new_key, services_of, settings_for, wait_for
 

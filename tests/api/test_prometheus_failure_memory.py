@@ -17,7 +17,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.monitors import prometheus
+from app.monitors.prometheus import reader as prometheus
 from tests.support import build_app, new_key, services_of, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}

@@ -1,12 +1,12 @@
 """Reading Prometheus-backed monitors: each due monitor's query is read and its new points judged with the same
-append as POST /monitors/{id}/points (the poller that runs the rounds is app.monitors.poller).
+append as POST /monitors/{id}/points (the poller that runs the rounds is app.monitors.prometheus.poller).
 
 Each round claims the monitors whose next read is due, a batch at a time, by a
 compare-and-set on ``source_due_at`` (which becomes the claim's lease), and reads them READ_CONCURRENCY at a time.
 
-A read asks ``query_range`` (app.monitors.promql: the window of steps, the call, the answer parsed) for the steps
-after the last one read (``source_read_until``); a new monitor starts BACKFILL_POINTS steps back. Every series the
-query yields is one of the monitor's series (by its labels), all judged in one batch. A read that fails (no
+A read asks ``query_range`` (app.monitors.prometheus.promql: the window of steps, the call, the answer parsed) for
+the steps after the last one read (``source_read_until``); a new monitor starts BACKFILL_POINTS steps back. Every
+series the query yields is one of the monitor's series (by its labels), all judged in one batch. A read that fails (no
 series, Prometheus unreachable, slow, or answering an error) is stored as the monitor's source status and
 message, and the next read starts from the same place, so an outage leaves no gap once Prometheus answers again."""
 
@@ -28,7 +28,7 @@ from sqlalchemy import bindparam, func, select, update
 
 from app.db import Database
 from app.monitors import sources
-from app.monitors.promql import (
+from app.monitors.prometheus.promql import (
     ERROR,
     NO_SERIES,
     OK,

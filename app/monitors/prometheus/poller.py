@@ -1,6 +1,6 @@
 """The Prometheus poller on the job engine: one runs at a time (whoever holds the "prometheus-poller" lease); it
 re-schedules itself every POLL_SECONDS, and a periodic task (every minute, in every consumer that runs the
-scheduler) restarts it when its lease ran out (a killed worker). Each round is app.monitors.prometheus's."""
+scheduler) restarts it when its lease ran out (a killed worker). Each round is app.monitors.prometheus.reader's."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.db import Database
-from app.monitors.prometheus import POLL_SECONDS, READ_CONCURRENCY, Reader
+from app.monitors.prometheus.reader import POLL_SECONDS, READ_CONCURRENCY, Reader
 from app.monitors.records import job_leases_table
 from app.settings import Settings
 

@@ -1,7 +1,7 @@
 """Prometheus' query_range API as a monitor's read uses it: which steps a read asks for (whole multiples of the
 monitor's step since the Unix epoch, read SETTLE_SECONDS after their time, at most CHUNK_POINTS steps and
 CHUNK_SAMPLES samples at once), the call, and its answer parsed into each series' finite points or the reason
-there are none. No database here: app.monitors.prometheus claims monitors, reads them with this and stores what
+there are none. No database here: app.monitors.prometheus.reader claims monitors, reads them with this and stores what
 it yields."""
 
 from __future__ import annotations
