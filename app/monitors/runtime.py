@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.db import Database
-from app.monitors.cache import HistoryCache, MonitorLocks
+from app.monitors.judging.cache import HistoryCache, MonitorLocks
 from app.monitors.series import SeriesIds
 from app.settings import Settings
 

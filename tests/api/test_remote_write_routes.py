@@ -1,6 +1,6 @@
 """The routes of remote-written label sets a process keeps: only those some monitor takes, within a byte bound per
-account and in all (app.monitors.cache.RouteCache); an unmatched or unusable label set is never kept, and a series
-whose route was let go is routed again, as before, when it comes back."""
+account and in all (app.monitors.intake.route_cache.RouteCache); an unmatched or unusable label set is never kept,
+and a series whose route was let go is routed again, as before, when it comes back."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.monitors.cache import RouteCache
 from app.monitors.intake import remote_write
 from app.monitors.intake.prompb.remote_pb2 import WriteRequest
+from app.monitors.intake.route_cache import RouteCache
 from tests.support import build_app, new_key, services_of, settings_for
 
 BIG_LIMITS = {"per_minute": 1_000_000, "per_hour": 10_000_000, "per_day": 100_000_000}

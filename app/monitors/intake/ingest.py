@@ -19,11 +19,12 @@ from app.compute.detect.results import DEFAULT_DETECTOR
 from app.compute.detect.streaming import StreamingDetector
 from app.compute.pool import WorkerPool
 from app.db import Database
-from app.monitors import series, snapshots, sources, store
+from app.monitors import series, sources, store
 from app.monitors.alerts import incidents
 from app.monitors.answers import points_answer
-from app.monitors.cache import History, JudgeState
-from app.monitors.judge import JudgeSlot, judge_on_worker, judge_state, judge_streaming
+from app.monitors.judging import snapshots
+from app.monitors.judging.cache import History, JudgeState
+from app.monitors.judging.judge import JudgeSlot, judge_on_worker, judge_state, judge_streaming
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
 from app.monitors.series import NO_LABELS, Labels

@@ -27,8 +27,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.compute.pool import PoolError, WorkerPool
 from app.db import Database
 from app.monitors import series
-from app.monitors.cache import ROUTE_OVERHEAD, RouteCache
 from app.monitors.intake import ingest, selectors
+from app.monitors.intake.route_cache import ROUTE_OVERHEAD, RouteCache
 from app.monitors.records import monitors_table
 from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, bindparam, select
 
 from app.compute.detect import snapshot
 from app.db import Prepared
-from app.monitors.cache import JudgeState
+from app.monitors.judging.cache import JudgeState
 from app.monitors.records import monitor_snapshots_table
 
 log = logging.getLogger("app.monitors.snapshots")
