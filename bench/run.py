@@ -2,7 +2,7 @@
 
     python bench/run.py [--quick] [--only footprint,import,web,verify,limiter,forecast,anomaly,synthetic,monitors,
                                           prometheus,remote-write,fleet,restart,load,accuracy,batches,batch-results,
-                                          backtest,tenant-isolation,kpi,hostile-remote-write]
+                                          backtest,tenant-isolation,kpi,hostile-remote-write,nixtla]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -39,6 +39,7 @@ Suites (each writes bench/results/<suite>.md and prints it):
             score's ranking, beside the previous detector and a seasonal-naive z-score
   hostile-remote-write bench/hostile_remote_write.py: memory and CPU under hostile remote-write and metrics load,
             beside the commit before the bounds
+  nixtla    bench/nixtla.py: add_history beside the plain forecast, levels, the caps, beside the routes before them
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
 a suite whose service is missing fails on its own and the others still run. Exit status 1 if any failed.
@@ -64,7 +65,7 @@ import latency  # noqa: E402
 
 SUITES = ["footprint", "import", "web", "verify", "limiter", "forecast", "anomaly", "synthetic", "monitors",
           "prometheus", "remote-write", "fleet", "restart", "load", "accuracy", "batches", "batch-results", "backtest",
-          "tenant-isolation", "kpi", "hostile-remote-write"]
+          "tenant-isolation", "kpi", "hostile-remote-write", "nixtla"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
@@ -207,6 +208,12 @@ def suite_hostile_remote_write(quick: bool) -> str:
                                                   "--loop-seconds", "15"] if quick else []), timeout=2400)
 
 
+def suite_nixtla(quick: bool) -> str:
+    """bench/nixtla.py: Nixtla's client with add_history beside the plain forecast, cross-validation with many
+    levels, and the caps, beside the routes before them in the same run."""
+    return _script("nixtla.py", *(["--quick"] if quick else []), timeout=2400)
+
+
 def suite_load(quick: bool) -> str:
     """bench/load.py: 50 clients through nginx (TLS) and gunicorn, /verify and /forecast mixed."""
     cmd = [c.PYTHON, str(c.BENCH / "load.py"), "--seconds", "15" if quick else "60"]
@@ -234,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                "batches": suite_batches, "batch-results": suite_batch_results, "backtest": suite_backtest,
                "remote-write": suite_remote_write, "fleet": suite_fleet, "restart": suite_restart,
                "tenant-isolation": suite_tenant_isolation, "kpi": suite_kpi,
-               "hostile-remote-write": suite_hostile_remote_write}
+               "hostile-remote-write": suite_hostile_remote_write, "nixtla": suite_nixtla}
     failed = []
     with c.code_snapshot() as code:
         c.CODE_LINE = code
