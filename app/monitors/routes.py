@@ -7,8 +7,9 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.monitors import exposition, forecasting, series, service, sources
+from app.monitors import series, service, sources
 from app.monitors.alerts.webhooks import WebhookAddressError, check_url
+from app.monitors.answers import exposition, forecasting
 from app.monitors.intake import ingest, selectors
 from app.monitors.prometheus import poller
 from app.monitors.runtime import MonitorRuntime

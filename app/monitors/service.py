@@ -10,10 +10,11 @@ from sqlalchemy import Connection, Row, delete, func, insert, select, update
 
 from app.compute.detect.budget import THRESHOLD_FIELDS, threshold_fields_given
 from app.db import Database
-from app.monitors import reads, sources
+from app.monitors import sources
 from app.monitors.alerts import incidents, queue
 from app.monitors.alerts.webhooks import new_secret
-from app.monitors.answers import alert_view, incident_view, monitor_view, point_view, series_view
+from app.monitors.answers import reads
+from app.monitors.answers.views import alert_view, incident_view, monitor_view, point_view, series_view
 from app.monitors.intake.selectors import Selector
 from app.monitors.judging.cache import JudgeState
 from app.monitors.judging.judge import relearn_last_append

@@ -21,7 +21,7 @@ from app.compute.pool import WorkerPool
 from app.db import Database
 from app.monitors import series, sources, store
 from app.monitors.alerts import incidents
-from app.monitors.answers import points_answer
+from app.monitors.answers.views import points_answer
 from app.monitors.judging import snapshots
 from app.monitors.judging.cache import History, JudgeState
 from app.monitors.judging.judge import JudgeSlot, judge_on_worker, judge_state, judge_streaming
