@@ -124,7 +124,7 @@ class WalCheckpointer:
     By default the commit that takes the log past 1,000 pages does it. A fleet's append (one point for each of
     2,000 series) changes a page per series and so passes that in every commit, and the copy with its two fsyncs
     took 100-125 ms against 6-8 ms for the commit itself, while the process's write lock
-    (app.monitors.runtime) was held: every other append waited for it. A passive checkpoint waits for no
+    (app.monitors.state.runtime) was held: every other append waited for it. A passive checkpoint waits for no
     writer and no reader; the log holds about a second of writes."""
 
     def __init__(self, engine: Engine) -> None:

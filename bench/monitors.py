@@ -463,7 +463,7 @@ def state_note(history: int, seconds: int, monitors: int) -> str:
         import inspect
 
         from app.compute.detect.streaming import WINDOW_ROWS, StreamingDetector
-        from app.monitors.judging.cache import HistoryCache
+        from app.monitors.state.cache import HistoryCache
 
         bound = inspect.signature(HistoryCache.__init__).parameters["max_points"].default
         detector = StreamingDetector(data_frequency="Seconds")

@@ -151,7 +151,7 @@ def main() -> None:
                     label, root, series=rebuild_series, history=REBUILD_HISTORY, frequency=frequency, step=step,
                     refuse_saved=True))
     size, encode_ms, decode_ms = state_costs(history)
-    from app.monitors.judging.snapshots import SNAPSHOT_ROWS
+    from app.monitors.state.snapshots import SNAPSHOT_ROWS
 
     notes = [
         f"{series} pushed monitors of 1-minute points (daily season), {history:,} points each, stored through "

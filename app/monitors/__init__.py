@@ -26,7 +26,7 @@ def init_app(app: Flask, *, start_sender: bool = False) -> None:
     """
     from app.monitors import routes
     from app.monitors.intake import routes as intake_routes
-    from app.monitors.runtime import build_runtime
+    from app.monitors.state.runtime import build_runtime
 
     services = app.extensions["forecast_service"]
     pool = services.pool

@@ -123,7 +123,7 @@ monitor_points_table = Table(
 
 # The default detector's state of a series as saved every so often, so a process that does not hold it (after a
 # restart, on another process or host) replays only the points stored since rather than rebuilding it from the
-# stored points its step and season need (app.monitors.judging.snapshots).
+# stored points its step and season need (app.monitors.state.snapshots).
 monitor_snapshots_table = Table(
     "monitor_snapshots", metadata,
     Column("series_id", BigInteger, ForeignKey("monitor_series.id", ondelete="CASCADE"), primary_key=True),

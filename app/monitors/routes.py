@@ -12,7 +12,6 @@ from app.monitors.alerts.webhooks import WebhookAddressError, check_url
 from app.monitors.answers import exposition, forecasting
 from app.monitors.intake import ingest, selectors
 from app.monitors.prometheus import poller
-from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import (
     FeedbackRequestSchema,
     MonitorCreateSchema,
@@ -22,6 +21,7 @@ from app.monitors.schemas import (
     load,
     point_epoch,
 )
+from app.monitors.state.runtime import MonitorRuntime
 from app.services import current_services
 from app.web.body import read_json
 from app.web.errors import InvalidRequest

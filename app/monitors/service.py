@@ -16,8 +16,7 @@ from app.monitors.alerts.webhooks import new_secret
 from app.monitors.answers import reads
 from app.monitors.answers.views import alert_view, incident_view, monitor_view, point_view, series_view
 from app.monitors.intake.selectors import Selector
-from app.monitors.judging.cache import JudgeState
-from app.monitors.judging.judge import relearn_last_append
+from app.monitors.judge import relearn_last_append
 from app.monitors.records import (
     delivery_attempts_table,
     monitor_events_table,
@@ -26,8 +25,9 @@ from app.monitors.records import (
     monitor_snapshots_table,
     monitors_table,
 )
-from app.monitors.runtime import MonitorRuntime
 from app.monitors.series import stored_labels
+from app.monitors.state.cache import JudgeState
+from app.monitors.state.runtime import MonitorRuntime
 from app.monitors.store import (
     NOT_ANOMALY,
     enqueue_events,
@@ -203,7 +203,7 @@ def mark_not_anomaly(
 ) -> dict[str, Any]:
     """Records a user's "not an anomaly" on a stored point of a series (the monitor's only one unless
     ``series_id`` names one). Its verdict stays as it was given; the detector learns the point as normal from now
-    on: a point of the last append is relearnt here by replaying that append (app.monitors.judging.judge.
+    on: a point of the last append is relearnt here by replaying that append (app.monitors.judge.
     relearn_last_append), and the moved revision has every other process rebuild its state from the stored
     points. When it was the open incident's last anomaly not marked normal, the incident closes here, with its end
     events (webhook and Alertmanager)."""

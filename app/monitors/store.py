@@ -1,7 +1,7 @@
 """A monitor's series in SQL: a series as the append path reads it (with its monitor's settings), its stored
 points, and the one transaction that writes the judged points of many series, their events and retention.
 
-Appending is serialized per series: a process-local lock (app.monitors.judging.cache), plus on PostgreSQL a row lock on
+Appending is serialized per series: a process-local lock (app.monitors.state.cache), plus on PostgreSQL a row lock on
 the series (``SELECT ... FOR UPDATE``, in id order) held from reading the stored state to the commit, so writers
 in other processes or hosts wait too. Every write also bumps the series' ``revision`` with a compare-and-set, which
 makes a lost race visible on any database (SQLite across processes included): the loser retries against the
@@ -22,10 +22,10 @@ from sqlalchemy import Connection, Integer, Row, bindparam, func, select
 from app.compute.detect.streaming import lookback_rows
 from app.db import Prepared
 from app.monitors.alerts import queue
-from app.monitors.judging import snapshots
-from app.monitors.judging.cache import History, JudgeState
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.schemas import IncomingPoints
+from app.monitors.state import snapshots
+from app.monitors.state.cache import History, JudgeState
 from app.monitors.types import EventSource, IncidentPlan, SeriesState, Verdict
 from app.series import instants
 from app.series.frequencies import MAX_PERIOD_ROWS

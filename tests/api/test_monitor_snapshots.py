@@ -1,4 +1,4 @@
-"""A series' detector state saved in the database (app.monitors.judging.snapshots): a process that does not hold it (a
+"""A series' detector state saved in the database (app.monitors.state.snapshots): a process that does not hold it (a
 restart, another process) replays the points stored since the save instead of rebuilding from the stored points,
 and gives the verdicts one process would have given. On SQLite and on PostgreSQL."""
 
@@ -18,8 +18,8 @@ from sqlalchemy import func, select, update
 from app.compute.detect import snapshot
 from app.compute.detect.snapshot import LAYOUT
 from app.compute.detect.streaming import StreamingDetector, lookback_rows
-from app.monitors.judging.snapshots import FIRST_SAVE_ROWS, SNAPSHOT_ROWS
 from app.monitors.records import monitor_snapshots_table
+from app.monitors.state.snapshots import FIRST_SAVE_ROWS, SNAPSHOT_ROWS
 from app.monitors.store import REBUILD_ROWS
 from tests.support import build_app, new_key, services_of, settings_for
 

@@ -435,7 +435,7 @@ def test_failed_deliveries_are_retried_in_order(client: FlaskClient, keys: dict,
 
 
 def test_history_cache_is_bounded_by_points_and_tracks_growth() -> None:
-    from app.monitors.judging.cache import History, HistoryCache
+    from app.monitors.state.cache import History, HistoryCache
 
     cache = HistoryCache(max_points=100)
     for i in range(10):
@@ -454,7 +454,7 @@ def test_history_cache_is_bounded_by_points_and_tracks_growth() -> None:
 
 def test_the_default_state_cache_holds_a_thousand_one_second_monitors_with_full_windows() -> None:
     from app.compute.detect.streaming import WINDOW_ROWS, StreamingDetector
-    from app.monitors.judging.cache import HistoryCache, JudgeState
+    from app.monitors.state.cache import HistoryCache, JudgeState
 
     detector = StreamingDetector(data_frequency="Seconds")
     state = detector.initial_state()
@@ -581,7 +581,7 @@ def test_processes_taking_turns_catch_up_from_the_new_points_instead_of_replayin
         # Each process advanced its own state over the points the other stored: the same verdicts as one process.
         assert answers[shared] == answers[alone]
         assert mine.peek(shared_series) is state
-        # The other process took up the state this one saved with its last append (app.monitors.judging.snapshots)
+        # The other process took up the state this one saved with its last append (app.monitors.state.snapshots)
         # instead of rebuilding it from the stored points (more than a rebuild replays); after that each turn judged
         # again only the one point the other process had stored (none on the first turn).
         assert rejudged("rebuild") - rebuilt == 0

@@ -22,12 +22,12 @@ from app.db import Database
 from app.monitors import series, sources, store
 from app.monitors.alerts import incidents
 from app.monitors.answers.views import points_answer
-from app.monitors.judging import snapshots
-from app.monitors.judging.cache import History, JudgeState
-from app.monitors.judging.judge import JudgeSlot, judge_on_worker, judge_state, judge_streaming
-from app.monitors.runtime import MonitorRuntime
+from app.monitors.judge import JudgeSlot, judge_on_worker, judge_state, judge_streaming
 from app.monitors.schemas import IncomingPoints
 from app.monitors.series import NO_LABELS, Labels
+from app.monitors.state import snapshots
+from app.monitors.state.cache import History, JudgeState
+from app.monitors.state.runtime import MonitorRuntime
 from app.monitors.store import JudgedPoints, StaleRevision, epoch_text, stored_rows, tail_rows, utc_now
 from app.monitors.types import SeriesState, Verdict
 from app.series.frequencies import UNIT_SECONDS

@@ -30,8 +30,8 @@ from app.monitors import series
 from app.monitors.intake import ingest, selectors
 from app.monitors.intake.route_cache import ROUTE_OVERHEAD, RouteCache
 from app.monitors.records import monitors_table
-from app.monitors.runtime import MonitorRuntime
 from app.monitors.schemas import IncomingPoints
+from app.monitors.state.runtime import MonitorRuntime
 from app.monitors.store import epoch_text
 from app.web.errors import ApiError, DataValidationError, InvalidRequest, NotFound, PayloadTooLarge
 from app.web.fields import MAX_ABS_VALUE

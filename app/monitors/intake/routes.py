@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from app.monitors.intake import bulk, ingest, remote_write
-from app.monitors.runtime import MonitorRuntime
+from app.monitors.state.runtime import MonitorRuntime
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
 from app.web.errors import ApiError, ServiceUnavailable, UnsupportedMediaType

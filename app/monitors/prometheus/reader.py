@@ -142,7 +142,7 @@ class Reader:
 
     def __init__(self, settings: Settings) -> None:
         from app.compute.pool import WorkerPool
-        from app.monitors.runtime import build_runtime
+        from app.monitors.state.runtime import build_runtime
 
         self.settings = settings
         self.database = Database(settings)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.db import Database
-from app.monitors.judging.cache import HistoryCache, MonitorLocks
 from app.monitors.series import SeriesIds
+from app.monitors.state.cache import HistoryCache, MonitorLocks
 from app.settings import Settings
 
 

@@ -18,15 +18,15 @@ from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts
 from app.compute.detect.work import DetectionWork
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
 from app.monitors import store
-from app.monitors.judging import snapshots
-from app.monitors.judging.cache import History, JudgeState
+from app.monitors.state import snapshots
+from app.monitors.state.cache import History, JudgeState
 from app.monitors.store import NOT_ANOMALY, REBUILD_ROWS, tail_rows
 from app.monitors.types import SeriesState, Verdict, threshold_of
 from app.web.errors import InternalError
 from app.web.metrics import REJUDGED_POINTS
 
 if TYPE_CHECKING:
-    from app.monitors.runtime import MonitorRuntime
+    from app.monitors.state.runtime import MonitorRuntime
 
 # A saturated pool is a moment's queue, not a failure of the write: retry for this long before a 500.
 POOL_BUSY_PATIENCE_SECONDS = 30.0
@@ -112,7 +112,7 @@ _CAUGHT_UP, _REBUILT = REJUDGED_POINTS.labels("catch_up"), REJUDGED_POINTS.label
 
 def judge_state(connection: Connection, runtime: MonitorRuntime, series: SeriesState) -> JudgeState:
     """The detector's state after the stored points: this process's own, or the one saved in the database
-    (app.monitors.judging.snapshots) when this process holds none or one further behind, advanced over the points stored
+    (app.monitors.state.snapshots) when this process holds none or one further behind, advanced over the points stored
     since (when nothing else changed), as if it had judged them itself; or rebuilt from the last stored points its
     step and season need (feedback included) when neither can stand for it (a "not an anomaly" since, a longer
     gap, no state saved, or one of another release)."""

@@ -25,8 +25,8 @@ from sqlalchemy import Connection, bindparam, select
 
 from app.compute.detect import snapshot
 from app.db import Prepared
-from app.monitors.judging.cache import JudgeState
 from app.monitors.records import monitor_snapshots_table
+from app.monitors.state.cache import JudgeState
 
 log = logging.getLogger("app.monitors.snapshots")
 

@@ -91,7 +91,7 @@ class JudgeState:
     # (epoch, value, learnt as normal), so a "not an anomaly" on one of them is relearnt by replaying them alone.
     checkpoint: DetectorState | None = None
     checkpoint_rows: list[tuple[int, float, bool]] | None = None
-    unsaved: int = 0  # points the state advanced over since it was last saved (app.monitors.judging.snapshots)
+    unsaved: int = 0  # points the state advanced over since it was last saved (app.monitors.state.snapshots)
 
 
 class HistoryCache:
