@@ -158,15 +158,17 @@ class _Rendering:
 class RenderCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept: OrderedDict[str, _Rendering] = OrderedDict()
+        # By database and account: a process may serve more than one database (an app per test, a tool).
+        self._kept: OrderedDict[tuple[str, str], _Rendering] = OrderedDict()
         self._bytes = 0
         # One lock per account: the request that holds it renders; a burst of others renders nothing.
-        self._rendering: dict[str, threading.Lock] = {}
+        self._rendering: dict[tuple[str, str], threading.Lock] = {}
 
     def text(self, *, database: Database, account_id: str) -> tuple[bytes, ...]:
+        key = (str(database.engine.url), account_id)
         with self._lock:
-            kept = self._kept.get(account_id)
-            lock = self._rendering.setdefault(account_id, threading.Lock())
+            kept = self._kept.get(key)
+            lock = self._rendering.setdefault(key, threading.Lock())
         if kept is not None and clock() < kept.fresh_until:
             return kept.blocks
         # The first rendering is waited for; a later one is done by one request while the others get the last.
@@ -175,7 +177,7 @@ class RenderCache:
             return kept.blocks
         try:
             with self._lock:
-                kept = self._kept.get(account_id)
+                kept = self._kept.get(key)
             started = clock()
             if kept is not None and started < kept.fresh_until:  # rendered while this request waited
                 return kept.blocks
@@ -183,16 +185,16 @@ class RenderCache:
             finished = clock()
             rendering = _Rendering(blocks, max(started + REUSE_SECONDS,
                                                finished + RENDER_COST_FACTOR * (finished - started)))
-            self._keep(account_id, rendering)
+            self._keep(key, rendering)
             return blocks
         finally:
             lock.release()
 
-    def _keep(self, account_id: str, rendering: _Rendering) -> None:
+    def _keep(self, key: tuple[str, str], rendering: _Rendering) -> None:
         with self._lock:
-            replaced = self._kept.pop(account_id, None)
+            replaced = self._kept.pop(key, None)
             self._bytes += rendering.size - (replaced.size if replaced is not None else 0)
-            self._kept[account_id] = rendering
+            self._kept[key] = rendering
             while len(self._kept) > 1 and (len(self._kept) > CACHED_ACCOUNTS or self._bytes > CACHED_BYTES):
                 gone, dropped = self._kept.popitem(last=False)
                 self._bytes -= dropped.size
