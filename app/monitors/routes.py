@@ -215,6 +215,8 @@ def add_points(monitor_id: str) -> Response:
         database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
         monitor_id=monitor_id, points=points, labels=series.checked_labels(body.get("labels")),
     )
+    if points.missing:  # null values: their points were left out, as points not sent are
+        answer["missing_values"] = points.missing
     return jsonify(answer)
 
 

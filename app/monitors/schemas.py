@@ -7,7 +7,6 @@ as for /forecast and /anomalies. Unknown fields are ignored.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,6 +16,7 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from app.compute.detect.budget import FALSE_ALARMS_RANGE, THRESHOLD_FIELDS, threshold_fields_given
 from app.compute.detect.results import DETECTOR_IDS, SENSITIVITY_RANGE
+from app.series.forms import TIMESTAMP_RE
 from app.series.timestamps import FREQUENCIES, TIMESTAMP_FORM, UTC_RANGE_ISSUE, outside_utc_range
 from app.web.errors import DataValidationError, InvalidRequest
 from app.web.fields import MAX_ABS_VALUE, JsonArray, StoredText, StrictFloat
@@ -28,12 +28,9 @@ MAX_NAME_LENGTH = 200
 FREQUENCY_ISSUE = "Must be one of: " + ", ".join(FREQUENCIES)
 DETECTOR_ISSUE = "Must be one of: " + ", ".join(DETECTOR_IDS)
 
-# The timestamp forms /forecast accepts: YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM], or a date alone (midnight).
-_TIMESTAMP_RE = re.compile(
-    r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
-    r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?"
-    r"|[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
-)
+# The timestamp forms /forecast accepts (app.series.forms): YYYY-MM-DD[T or space]HH:MM:SS[.ffffff][Z|±HH:MM], or
+# a date alone (midnight). Group 2 is the zone.
+_TIMESTAMP_RE = TIMESTAMP_RE
 
 
 class StrictString(StoredText):
@@ -375,6 +372,7 @@ class IncomingPoints:
     epochs: list[int]  # whole seconds since the Unix epoch, UTC
     texts: list[str]
     values: list[float]
+    missing: int = 0  # points sent with a null value: left out, as a point not sent is
 
 
 def _epoch_seconds(text: str) -> int:
@@ -402,7 +400,8 @@ def _reject(issue: str, field: str, provided: Any, **extra: Any) -> DataValidati
 
 
 def check_points(timestamps: list[Any], values: list[Any], *, max_points: int) -> IncomingPoints:
-    """The points themselves: equal lengths, 1..max_points, valid strictly increasing timestamps, finite values."""
+    """The points themselves: equal lengths, 1..max_points, valid strictly increasing timestamps, finite values or
+    null (a missing value: that point is left out and counted)."""
     if len(timestamps) != len(values):
         raise _reject("arrays must have equal length", "points", f"{len(timestamps)} timestamps, {len(values)} "
                       "values", timestamps=len(timestamps), values=len(values))
@@ -411,13 +410,15 @@ def check_points(timestamps: list[Any], values: list[Any], *, max_points: int) -
     if len(timestamps) > max_points:
         raise _reject("too many data points", "points", f"{len(timestamps)} points", maximum=max_points)
     epochs: list[int] = []
+    texts: list[str] = []
     floats: list[float] = []
     form: str | None = None
+    last: int | None = None
     for index, (text, value) in enumerate(zip(timestamps, values, strict=True)):
         match = _TIMESTAMP_RE.fullmatch(text) if isinstance(text, str) else None
         if match is None:
             raise _reject("invalid timestamp format", "timestamps", text, index=index, expected=TIMESTAMP_FORM)
-        suffix = match.group(1) or ""
+        suffix = match.group(2) or ""
         this_form = "Z" if suffix == "Z" else ("offset" if suffix else "naive")
         if form is None:
             form = this_form
@@ -430,13 +431,14 @@ def check_points(timestamps: list[Any], values: list[Any], *, max_points: int) -
                 from None
         if outside_utc_range(text):  # stored as epoch seconds, it could never be written back as a date
             raise _reject(UTC_RANGE_ISSUE, "timestamps", text, index=index)
-        if epochs and epoch <= epochs[-1]:
+        if last is not None and epoch <= last:
             raise _reject("timestamps must be strictly increasing (whole seconds identify a point)", "timestamps",
                           text, index=index)
-        epochs.append(epoch)
+        last = epoch
+        if value is None:
+            continue
         if type(value) not in (int, float):
-            issue = "missing value (null)" if value is None else "value must be a number"
-            raise _reject(issue, "values", value, index=index)
+            raise _reject("value must be a number", "values", value, index=index)
         try:
             number = float(value)
         except OverflowError:
@@ -446,8 +448,13 @@ def check_points(timestamps: list[Any], values: list[Any], *, max_points: int) -
         if abs(number) > MAX_ABS_VALUE:
             raise _reject(f"value out of range: magnitude must be at most {MAX_ABS_VALUE:g}", "values", value,
                           index=index, maximum=MAX_ABS_VALUE)
+        epochs.append(epoch)
+        texts.append(text)
         floats.append(number)
-    return IncomingPoints(epochs=epochs, texts=list(timestamps), values=floats)
+    if not epochs:
+        raise _reject("missing value (null): every value is null, so there is no point to store", "values", None,
+                      index=0)
+    return IncomingPoints(epochs=epochs, texts=texts, values=floats, missing=len(timestamps) - len(epochs))
 
 
 class FeedbackRequestSchema(Schema):

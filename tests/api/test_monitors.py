@@ -228,7 +228,7 @@ def test_retries_are_idempotent_and_conflicts_name_the_index(client: FlaskClient
         ({"values": [1]}, 400, "timestamps"),
         ({"timestamps": ["2026-02-01T00:00:00Z"], "values": ["1"]}, 422, "values"),
         ({"timestamps": ["2026-02-01T00:00:00Z", "2026-02-01T00:01:00"], "values": [1, 2]}, 422, "timestamps"),
-        ({"timestamps": ["2026-02-01 00:00:00"], "values": [1]}, 422, "timestamps"),
+        ({"timestamps": ["2026-02-01 00:00"], "values": [1]}, 422, "timestamps"),
         ({"timestamps": ["2026-02-01T00:00:00Z"], "values": [1, 2]}, 422, "points"),
         ({"timestamps": [], "values": []}, 422, "points"),
         ({"timestamps": [f"2026-02-01T00:00:{i % 60:02d}Z" for i in range(5001)], "values": [1] * 5001}, 422,
@@ -752,3 +752,25 @@ def test_feedback_on_a_point_of_the_last_append_is_relearnt_without_a_rebuild(
     # The step was flagged once, marked normal, and relearnt as the new level: the rows after it are normal.
     assert verdicts["told"][10] and not any(verdicts["told"][11:])
     assert verdicts["untold"][10]
+
+
+def test_points_take_a_space_for_the_t_and_leave_out_null_values(client: FlaskClient, keys: dict) -> None:
+    owner = keys["writer"]
+    created = client.post("/monitors", json={"name": "spaced", "data_frequency": "Minutes"}, headers=owner)
+    monitor_id = created.get_json()["id"]
+    stamps = [f"2026-01-01 00:{m:02d}:00" for m in range(20)]
+    values: list[float | None] = [float(10 + m % 3) for m in range(20)]
+    values[4] = values[9] = None
+    answer = client.post(f"/monitors/{monitor_id}/points", json={"timestamps": stamps, "values": values},
+                         headers=owner)
+    assert answer.status_code == 200, answer.get_json()
+    body = answer.get_json()
+    assert body["missing_values"] == 2 and body["new_points"] == 18
+    assert "2026-01-01T00:04:00Z" not in body["timestamps"] and body["timestamps"][0] == "2026-01-01T00:00:00Z"
+    # The same instant in the T form is the stored point: a retry is a no-op.
+    again = client.post(f"/monitors/{monitor_id}/points", json={"timestamps": ["2026-01-01T00:19:00"],
+                                                                 "values": [values[19]]}, headers=owner)
+    assert again.status_code == 200 and again.get_json()["duplicate_points"] == 1
+    nothing = client.post(f"/monitors/{monitor_id}/points", json={"timestamps": ["2026-01-01 00:30:00"],
+                                                                   "values": [None]}, headers=owner)
+    assert nothing.status_code == 422 and nothing.get_json()["error"]["details"]["field"] == "values"
