@@ -877,3 +877,21 @@ def batch_finished(server: Server, key: str, batch_id: str, *, timeout: float = 
     """The batch's status once it is done or failed, polled until ``timeout``."""
     return wait_for(lambda: (lambda s: s if s["status"] in ("done", "failed") else None)(
         batch_status(server, key, batch_id)), timeout, f"batch {batch_id} to finish", interval=interval)
+
+
+def remote_write_body(series: list[tuple[dict[str, str], list[tuple[int, float]]]]) -> bytes:
+    """A Prometheus remote-write 1.0 body (a snappy-compressed WriteRequest) of (labels, [(ms, value)]) series."""
+    import cramjam
+
+    from app.monitors.intake.prompb.remote_pb2 import WriteRequest
+
+    request = WriteRequest()
+    for labels, samples in series:
+        entry = request.timeseries.add()
+        for name, value in sorted(labels.items()):
+            label = entry.labels.add()
+            label.name, label.value = name, value
+        for timestamp, value in samples:
+            sample = entry.samples.add()
+            sample.timestamp, sample.value = timestamp, value
+    return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))

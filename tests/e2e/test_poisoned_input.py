@@ -14,12 +14,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import cramjam
 import pytest
 import requests
 
-from app.monitors.intake.prompb.remote_pb2 import WriteRequest
-from tests.support import Server, bearer, cli_in_process
+from tests.support import Server, bearer, cli_in_process, remote_write_body
 
 pytestmark = pytest.mark.slow
 
@@ -56,16 +54,7 @@ def monitor(served: tuple[Server, dict[str, str]], **fields: Any) -> str:
 
 def remote_write(served: tuple[Server, dict[str, str]], *series: tuple[dict[str, str], list[tuple[int, float]]]
                  ) -> requests.Response:
-    request = WriteRequest()
-    for labels, samples in series:
-        entry = request.timeseries.add()
-        for name, value in sorted(labels.items()):
-            label = entry.labels.add()
-            label.name, label.value = name, value
-        for timestamp, value in samples:
-            sample = entry.samples.add()
-            sample.timestamp, sample.value = timestamp, value
-    return call(served, "POST", "/api/v1/write", data=bytes(cramjam.snappy.compress_raw(request.SerializeToString())),
+    return call(served, "POST", "/api/v1/write", data=remote_write_body(list(series)),
                 headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
                          "X-Prometheus-Remote-Write-Version": "0.1.0"})
 

@@ -15,8 +15,7 @@ import cramjam
 import pytest
 import requests
 
-from app.monitors.intake.prompb.remote_pb2 import WriteRequest
-from tests.support import Server, bearer, child_pids, cli_in_process, cmdline
+from tests.support import Server, bearer, child_pids, cli_in_process, cmdline, remote_write_body
 
 MAX_POINTS = 2000
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -41,19 +40,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, d
     server.wait_ready()
     yield server, keys
     server.stop()
-
-
-def v1_body(series: list[tuple[dict[str, str], list[tuple[int, float]]]]) -> bytes:
-    request = WriteRequest()
-    for labels, samples in series:
-        entry = request.timeseries.add()
-        for name, value in sorted(labels.items()):
-            label = entry.labels.add()
-            label.name, label.value = name, value
-        for timestamp, value in samples:
-            sample = entry.samples.add()
-            sample.timestamp, sample.value = timestamp, value
-    return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
 
 
 def _varint(number: int) -> bytes:
@@ -121,9 +107,10 @@ def test_a_remote_write_2_body_is_415_and_stores_nothing(served: tuple[Server, d
     assert refused.headers["X-Prometheus-Remote-Write-Samples-Written"] == "0"
     assert points(server, owner, monitor_id) == 0
     # Any other message named is refused alike; 1.0's, named or not, is taken.
-    other = post(server, owner, v1_body([(labels, minutes(3))]), content_type=f"{V1};proto=example.Other")
+    other = post(server, owner, remote_write_body([(labels, minutes(3))]), content_type=f"{V1};proto=example.Other")
     assert other.status_code == 415, other.text
-    named = post(server, owner, v1_body([(labels, minutes(3))]), content_type=f"{V1};proto=prometheus.WriteRequest")
+    named = post(server, owner, remote_write_body([(labels, minutes(3))]),
+                 content_type=f"{V1};proto=prometheus.WriteRequest")
     assert named.status_code == 204, named.text
     assert points(server, owner, monitor_id) == 3
 
@@ -133,7 +120,7 @@ def test_a_body_over_max_points_samples_is_413_before_any_is_stored(served: tupl
     owner = keys["owner"]
     monitor_id = monitor(server, owner, 'cap_probe{job="api"}')
     labels = {"__name__": "cap_probe", "job": "api"}
-    over = post(server, owner, v1_body([(labels, minutes(MAX_POINTS + 1))]))
+    over = post(server, owner, remote_write_body([(labels, minutes(MAX_POINTS + 1))]))
     assert over.status_code == 413, over.text
     error = over.json()["error"]
     assert f"{MAX_POINTS + 1:,} samples" in error["message"] and "max_samples_per_send" in error["message"]
@@ -142,9 +129,9 @@ def test_a_body_over_max_points_samples_is_413_before_any_is_stored(served: tupl
     # Spread over many series the cap is the same: it counts a request's samples, not a series'.
     spread = [({"__name__": "cap_probe", "job": "api", "shard": str(i)}, minutes(3))
               for i in range(MAX_POINTS // 3 + 1)]
-    assert post(server, owner, v1_body(spread)).status_code == 413
+    assert post(server, owner, remote_write_body(spread)).status_code == 413
     assert points(server, owner, monitor_id) == 0
-    at_cap = post(server, owner, v1_body([(labels, minutes(MAX_POINTS))]))
+    at_cap = post(server, owner, remote_write_body([(labels, minutes(MAX_POINTS))]))
     assert at_cap.status_code == 204, at_cap.text
     assert points(server, owner, monitor_id) == MAX_POINTS
 
@@ -159,9 +146,9 @@ def _rss_kib(pid: int) -> int:
 def hostile_labels_body(request: int, series: int = 150, labels: int = 100, chars: int = 4000) -> bytes:
     """The hostile tester's shape: ``series`` series of ``labels`` labels of about ``chars`` characters each, all
     distinct from every other request's (about 3 MB snappy-compressed, 60 MB decoded)."""
-    return v1_body([({"__name__": f"junk_{request}_{s}",
-                      **{f"l{i}": f"{request}-{s}-{i}-" + "x" * chars for i in range(labels - 1)}},
-                     [(T0_MS, 1.0)]) for s in range(series)])
+    return remote_write_body([({"__name__": f"junk_{request}_{s}",
+                                **{f"l{i}": f"{request}-{s}-{i}-" + "x" * chars for i in range(labels - 1)}},
+                               [(T0_MS, 1.0)]) for s in range(series)])
 
 
 def test_unmatched_label_sets_leave_the_web_process_memory_where_it_was(
