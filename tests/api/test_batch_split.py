@@ -21,17 +21,10 @@ from huey import Huey
 from huey.signals import SIGNAL_ENQUEUED
 from sqlalchemy import select
 
-from app.batches import store, tasks
+from app.batches import csv_split, store
+from app.batches.csv_split import NotGrouped, UploadError, grouped_series, series_from_csv, split_whole
 from app.batches.records import batches_table
-from app.batches.tasks import (
-    NotGrouped,
-    UploadError,
-    batch_tasks,
-    grouped_series,
-    series_from_csv,
-    split_whole,
-    sweep_batches,
-)
+from app.batches.tasks import batch_tasks, sweep_batches
 from app.jobs.resources import WorkerResources
 from tests.support import bearer, build_app, new_key, services_of, settings_for
 
@@ -61,8 +54,8 @@ def key(app: Flask) -> str:
 @pytest.fixture
 def small_frames(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parser frames of a few rows, so that series straddle frames and chunks are stored between them."""
-    monkeypatch.setattr(tasks, "FIRST_FRAME_ROWS", 7)
-    monkeypatch.setattr(tasks, "FRAME_ROWS", 11)
+    monkeypatch.setattr(csv_split, "FIRST_FRAME_ROWS", 7)
+    monkeypatch.setattr(csv_split, "FRAME_ROWS", 11)
 
 
 def series(name: str, count: int = 30, level: float = 10.0) -> dict[str, Any]:

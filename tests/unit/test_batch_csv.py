@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from app.batches.csv_split import UploadError, series_from_csv
 from app.batches.submit import PIECE_BYTES, UploadScan, pieces
-from app.batches.tasks import UploadError, series_from_csv
 from app.web.errors import ApiError
 
 UPLOAD = (
