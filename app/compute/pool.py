@@ -44,7 +44,8 @@ _BLAS_THREAD_VARIABLES = (
 
 
 def pin_blas_threads() -> None:
-    # Threaded BLAS on 2 cores made an ARIMA fit 10x slower; must happen before numpy loads.
+    # One BLAS thread a process: the pool already runs a worker per core, and BLAS threads on top contend with the
+    # other workers for those cores over matrices too small to split; must happen before numpy loads.
     for name in _BLAS_THREAD_VARIABLES:
         os.environ.setdefault(name, "1")
 
@@ -200,7 +201,7 @@ class _Worker:
         self.startup_seconds: float | None = None
         self._kill_lock = threading.Lock()
         # Connection.poll builds, registers and closes a selector on every call; one poll object kept for the
-        # worker's pipe answers the same question for about a tenth of a forecast's hand-off CPU.
+        # worker's pipe answers the same question without that work, which every forecast's hand-off would repeat.
         self._readable = select.poll()
         self._readable.register(self.connection.fileno(), select.POLLIN)
 

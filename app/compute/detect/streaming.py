@@ -1,6 +1,6 @@
 """anomaly-model-1: a streaming detector that judges each row from the rows before it, robust to what it flags.
 
-Typed Python, no numpy, compiled by mypyc where built (app.compute.detect.native): a row costs microseconds,
+Typed Python, no numpy, compiled by mypyc where built (app.compute.detect.native): a row's work is bounded,
 so a monitor's new point is judged in the web process from a bounded state, and a whole series in a worker
 process row by row. Feeding a series in one call or in any split of calls gives the same numbers (the state
 carries everything).
@@ -157,8 +157,8 @@ class StreamingDetector(WindowSignals):
         self._allowed = (math.nan, 0.0)
         # The most signals the budget is shared among (_effective_signals). The level is the shift's question (has
         # the level moved?) over the long window, so the two count once: with the level counted apart, a young
-        # stream (k at its most until half a window of rows is counted) lost windows on NAB (all files 59.9
-        # against 62.5), and on long streams the measured k stays below the most either way.
+        # stream (k at its most until half a window of rows is counted) would share its budget one way too many
+        # and miss window alarms, and on long streams the measured k stays below the most either way.
         self.signals = 1 + (2 if short_rows else 0) + (1 if long_rows else 0)
 
     def row_probability(self, state: DetectorState) -> float:

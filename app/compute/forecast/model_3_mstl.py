@@ -28,9 +28,8 @@ from app.compute.forecast.template import Combination, ForecastModel, History, P
 
 PERIOD_STRENGTH = 0.3  # seasonal strength a period needs to be decomposed
 # ... and this many times what noise alone gives over the cycles measured (chance_strength: 0.25 on four cycles).
-# Near chance a period's component is noise or a level shift, repeated into every later cycle: 95 hourly points
-# stepping up by 30 at the middle scored 0.32-0.40 on 24, were decomposed on the log scale, and forecast a step-1
-# median of 58-67 after a history of at most 39-43.
+# Near chance a period's component is noise or a level shift, repeated into every later cycle: a short hourly
+# history with one level step can pass PERIOD_STRENGTH on 24, and decomposed it forecasts beyond its own range.
 CHANCE_MARGIN = 2.0
 POSITION_CYCLES = 8  # cycles of the shortest period the seasonal-position variant needs
 POSITION_MEDIAN = "position median"  # the seasonal-position variant's one candidate
@@ -92,7 +91,7 @@ class MSTLForecaster(ForecastModel[DecomposedHistory]):
     Intervals: the rolling-origin error model of app.compute.forecast.intervals at up to ``whole_origins`` whole
     windows at the end of the history, or, where fewer than ``n_origins`` fit, ``n_origins`` or more origins
     spread over it (windows cut at its end). Each origin decomposes the history before it (one MSTL per
-    origin, about 10 ms at 1,000 points), so its errors are those of forecasts made without the window they
+    origin), so its errors are those of forecasts made without the window they
     are judged on. Everything is fitted on the history with its newest point judged (robust.clean_newest);
     the errors are against the raw history. Windows span the frequency's evaluation horizon
     (app.compute.forecast.frequency), 4 steps on yearly data (``evaluation_horizons``).

@@ -1,7 +1,7 @@
 """Fast exponential-smoothing building blocks (numpy/scipy only, no Python loop over the series).
 
 Every recursion is written as a linear filter (scipy.signal.lfilter), so one likelihood evaluation on
-a few thousand points costs tens of microseconds and parameters can be optimised per request.
+a few thousand points runs in compiled loops and parameters can be optimised per request.
 Inputs are expected to be scale-normalised (order 1) by the caller.
 """
 
