@@ -123,7 +123,7 @@ class WalCheckpointer:
 
     By default the commit that takes the log past 1,000 pages does it. A fleet's append (one point for each of
     2,000 series) changes a page per series and so passes that in every commit, and the copy with its two fsyncs
-    took 100-125 ms against 6-8 ms for the commit itself, while the process's write lock
+    ran inside that commit, while the process's write lock
     (app.monitors.state.runtime) was held: every other append waited for it. A passive checkpoint waits for no
     writer and no reader; the log holds about a second of writes."""
 
@@ -214,8 +214,8 @@ class Prepared:
         """An INSERT's rows, as executemany_rows; on SQLite in statements of many rows each. The sqlite3 module
         lets go of the GIL for every row of an executemany, and a thread that lets go of it waits up to the switch
         interval (5 ms) to get it back while another thread computes: a 2,000-point append held SQLite's one
-        writer (this process's write lock) long enough that the slowest single-point appends meanwhile waited
-        130-175 ms for it (bench/remote_write.py). A few statements of many rows let go of the GIL a few times."""
+        writer (this process's write lock) for up to an interval a row, and every single-point append meanwhile
+        waited for it (bench/remote_write.py). A few statements of many rows let go of the GIL a few times."""
         compiled = self._compiled(connection.dialect)
         if connection.dialect.name != "sqlite" or compiled.order is None:
             self.executemany_rows(connection, names, rows)

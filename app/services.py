@@ -38,7 +38,7 @@ class Services:
 
     def warm_up(self) -> None:
         """What a serving process needs before its first request: the forecast workers spawned, and numpy
-        with the timestamp tables loaded (about 0.1 s that the first series would otherwise wait for).
+        with the timestamp tables loaded (work that the first series would otherwise wait for).
         Admin commands never call this, so they never load numpy."""
         from app.series.timestamps import prepare_tables
 

@@ -46,9 +46,9 @@ def jobs_worker(processes: int | None, periodic: bool) -> None:
         workers=processes or settings.job_workers or os.cpu_count() or 1,
         worker_type="process",
         periodic=periodic,
-        # Huey polls its SQLite storage. An idle worker looks every 0.1 s at most: a new batch waits twice for a
-        # look (its split, then its first chunk), and at 0.5 s those looks were a third of its first progress.
-        # Ten looks a second: an idle two-process worker used 0.6% of a core. (Redis storage blocks on the queue.)
+        # Huey polls its SQLite storage. An idle worker looks every max_delay at most: a new batch waits twice for
+        # a look (its split, then its first chunk), so the delay shows in every batch's first progress, while a
+        # look is one small query that an idle worker can afford often. (Redis storage blocks on the queue.)
         initial_delay=0.05,
         max_delay=0.1,
         check_worker_health=True,

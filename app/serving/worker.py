@@ -112,7 +112,7 @@ class ServingWorker(ThreadWorker):
         """gthread's loop (gunicorn 23), except that finished requests leave ``self.futures`` a few times a second
         rather than on every pass. gthread calls futures.wait(self.futures, timeout=0) after each poll: with a
         request in flight per busy connection, that installed and removed a waiter on every one of them on every
-        pass, about a tenth of the web process's CPU at 1,000 small requests a second. Nothing reads the list
+        pass, work that grows with the requests in flight. Nothing reads the list
         but the shutdown's wait (below) and the wait for a free connection slot, which stays as it was."""
         for sock in self.sockets:
             sock.setblocking(False)

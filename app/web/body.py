@@ -53,8 +53,8 @@ def read_body(max_bytes: int) -> bytes:
 def _read_declared_length_from_gunicorn(length: int) -> bytes | None:
     """The body read straight from gunicorn's length reader, or None to let werkzeug read it.
 
-    gunicorn's wsgi.input takes 1 KiB per step and copies the rest of its socket chunk on every step: about
-    25 ms of CPU for a 3 MB body (100,000 points). Its length reader underneath reads whole chunks. The bytes
+    gunicorn's wsgi.input takes 1 KiB per step and copies the rest of its socket chunk on every step, so a
+    large body is copied over and over. Its length reader underneath reads whole chunks. The bytes
     are the same either way, and a short body comes back short either way (gunicorn terminates the input);
     a body over the limit, or a stream something has already read from, goes to werkzeug as before.
     """

@@ -78,9 +78,9 @@ class MemoryWindows:
     """Moving windows of one process, kept here rather than in limits' MemoryStorage.
 
     MemoryStorage trims expired entries from a threading.Timer that it starts again on almost every hit
-    once the previous one (10 ms) has run: a new thread per counted request, measured at about 1 ms of the
-    web process's CPU a request. Here expired entries are dropped when their window is next read, and a
-    sweep, run by a hit at most every ``sweep_seconds``, empties and drops the windows nobody reads. The answers
+    once the previous one (10 ms) has run: a new thread per counted request, only to drop entries that the
+    next read of their window can drop itself. Here expired entries are dropped when their window is next read,
+    and a sweep, run by a hit at most every ``sweep_seconds``, empties and drops the windows nobody reads. The answers
     are limits' own: a hit is refused when the window already holds ``limit`` entries newer than
     ``expiry`` seconds, and the reset time is the oldest entry in the window plus ``expiry``.
     """

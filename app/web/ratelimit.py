@@ -5,7 +5,7 @@ The storage (memory, or Redis with REDIS_URL) comes from ``limits`` with the str
 app.web.counted_window; the request pipeline (app.web.pipeline) decides when a request is counted and calls
 ``RateLimits`` here, which returns the window figures instead of stashing them anywhere. Flask-Limiter, which
 the service used first, is not used: its request hooks had no limit declared to check, since a key's limits
-come from the key store, yet they cost about a fifth of a GET /verify's CPU in the web process.
+come from the key store, yet they ran on every request in the web process.
 """
 
 from __future__ import annotations
