@@ -39,9 +39,9 @@ APPEND_ATTEMPTS = 5
 # Points one transaction stores at most when a caller brings more (a bulk or remote-write body, a Prometheus read).
 INGEST_POINTS = 5_000
 # The same on SQLite. There a transaction holds the database's one writer while it writes, and every other append
-# waits for it: a fleet's body of 1,000 one-point series held it 16-30 ms at the median and up to 118 ms, and a
-# single append meanwhile waited that long (p99 52-82 ms in-process). At 250 points a hold is about 10 ms (p99
-# 31-47 ms) for the same points/s at one point a series, and 3-5% fewer at 20 (the commits); at 100 points, 8% fewer.
+# waits for it: a smaller transaction keeps a single append's wait behind a fleet's body short, while a larger one
+# shares each commit among more points; this size is where the wait was short and the commits still a small share
+# of the work (bench/results/remote-write.md).
 SQLITE_INGEST_POINTS = 250
 
 

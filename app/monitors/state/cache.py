@@ -142,8 +142,8 @@ class HistoryCache:
 
 
 class MonitorLocks:
-    """One lock per series in this process, kept between appends (creating a lock per series per request cost
-    several per cent of a fleet's append). Entries not held are pruned when they grow past PRUNE_AT; a holder
+    """One lock per series in this process, kept between appends (a fleet's append would otherwise create a
+    lock for each of its series on every request). Entries not held are pruned when they grow past PRUNE_AT; a holder
     checks after acquiring that its lock is still the series' one (a pruned lock is retried), so pruning never
     lets two threads hold one series."""
 

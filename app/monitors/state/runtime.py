@@ -15,8 +15,8 @@ from app.settings import Settings
 
 class JudgeSlots:
     """``count`` slots that appends take turns in, as tokens in a queue.SimpleQueue: taking and returning one are
-    single C calls, where threading.Semaphore runs a Python Condition (a new lock for every waiter), which cost
-    several per cent of the web process's CPU with every thread of a busy server queueing here."""
+    single C calls, where threading.Semaphore runs a Python Condition (a new lock for every waiter), and every
+    thread of a busy server queues here."""
 
     def __init__(self, count: int) -> None:
         self._tokens: queue_module.SimpleQueue[None] = queue_module.SimpleQueue()

@@ -3,13 +3,13 @@ young), so a process that does not hold it (after a restart, or when another pro
 holds one more than SNAPSHOT_ROWS points behind, replays only the points stored since.
 
 Without it such a process rebuilt the state by replaying the stored points the series' step and season need
-(StreamingDetector.rebuild_rows: 23,101 to 71,651): up to a second of CPU a series, so every restart cost a fleet of
-2,000 series up to half an hour of CPU before its verdicts were current again. A saved state (40-140 KB) is written
-once per SNAPSHOT_ROWS points of its series: about a hundred bytes and a few microseconds of encoding a point
-(bench/results/restart.md). A young series is saved each time it has judged twice the rows it had at its last save
-(from FIRST_SAVE_ROWS on), so a process that lacks it replays at most about half its points, not all of them: a
-fleet created together and moved to another process (a restart in its first hours) costs that much less. Its states
-are small (their windows are not full), so these saves add about as many bytes as the first regular one.
+(StreamingDetector.rebuild_rows: 23,101 to 71,651), each judged again, so every restart judged that many points for
+every series of a fleet before its verdicts were current again. A saved state is written once per SNAPSHOT_ROWS
+points of its series, so its bytes and its encoding are shared by that many points (bench/results/restart.md). A
+young series is saved each time it has judged twice the rows it had at its last save (from FIRST_SAVE_ROWS on), so a
+process that lacks it replays at most about half its points, not all of them: a fleet created together and moved to
+another process (a restart in its first hours) costs that much less. Its states are small (their windows are not
+full), so these saves add about as many bytes as the first regular one.
 
 A saved state is used only when it is as valid as a cached one: at a revision no older than the series'
 relearn_revision (a "not an anomaly" changed the history it learnt from) and in the layout the running
@@ -31,7 +31,7 @@ from app.monitors.state.cache import JudgeState
 log = logging.getLogger("app.monitors.snapshots")
 
 # Points a series' state advances between saves (in each process that judges it): what a process that lacks the
-# state replays at most (15-40 ms of detector time), against one save of the state per this many points.
+# state replays at most, against one save of the state per this many points.
 SNAPSHOT_ROWS = 1_000
 FIRST_SAVE_ROWS = 64  # a series' first save: a state of fewer rows is cheaper to replay than to read back
 # Series created together (a fleet) would otherwise reach each save on the same append and all be saved in
