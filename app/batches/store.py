@@ -298,7 +298,7 @@ def claim_fairest_chunk(database: Database, *, lease_seconds: float) -> ClaimedC
     """The next chunk by fair share between accounts, leased to the caller; None when no chunk waits.
 
     Chunk tasks are queued first come, first served, so a small batch waited behind every chunk of a large one
-    queued before it (another account's one series, 281 s behind 3,000). Each chunk task therefore computes the
+    queued before it (another account's one series behind thousands). Each chunk task therefore computes the
     chunk that is fairest now, not the one it was queued for (every chunk still has a task, so none is left):
     a chunk of the account with the fewest chunks being computed, among those the one served least recently
     (an account never served first: with one process free at a time, the large batch's account, its last
