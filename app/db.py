@@ -30,8 +30,8 @@ log = logging.getLogger("app.db")
 CHECKPOINT_SECONDS = 1.0
 
 
-# Every table: each package declares its own in a `records` module (Core tables: the ORM costs a process's start
-# a fifth of its import time and each request several times what the database does).
+# Every table: each package declares its own in a `records` module (Core tables: the ORM adds to a process's
+# imports and puts its unit-of-work machinery between every request and the database).
 metadata = MetaData()
 
 
@@ -177,7 +177,7 @@ class Prepared:
     """One fixed Core statement, compiled once per dialect and run on the DBAPI cursor of a Core connection.
 
     For the few statements a hot path runs on every request: SQLAlchemy's own execution (parameter processing,
-    execution context, result wrapping) costs several times what the database does for a one-row statement.
+    execution context, result wrapping) is more work than the database's own for a one-row statement.
     Parameters still go through each column type's bind processor (a UTC datetime becomes what the dialect
     stores); rows come back as the driver's plain tuples, so a statement whose columns need a result
     processor (booleans on SQLite, UTCDateTime) should not be read this way. The caller's connection must have

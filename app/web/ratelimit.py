@@ -67,7 +67,7 @@ def key_windows(key: ApiKey) -> list[RateLimitItem]:
 @lru_cache(maxsize=1024)
 def _windows(per_minute: int, per_hour: int, per_day: int) -> tuple[RateLimitItem, ...]:
     # In this order: when several are full, a 429 names the first. Built once per set of limits: the items are
-    # immutable, and making three per counted request was a tenth of the limiter's time.
+    # immutable, so making three per counted request would be work thrown away each time.
     return (RateLimitItemPerMinute(per_minute), RateLimitItemPerHour(per_hour), RateLimitItemPerDay(per_day))
 
 
