@@ -25,13 +25,13 @@ from app.compute.forecast.catalog import MODEL_IDS
 from app.forecast import service as forecasting
 from app.forecast.schemas import (
     DEFAULT_CONFIDENCE,
-    MIN_POINTS,
     ForecastRequest,
     SubmittedSeries,
     check_series,
     invalid_future_timestamps,
     missing_rows,
 )
+from app.forecast.service import cutoffs, points_needed
 from app.series.numbers import without_float32_noise
 from app.series.timestamps import TimestampError
 from app.web.errors import ApiError, DataValidationError
@@ -75,11 +75,6 @@ def plan(parameters: Mapping[str, Any]) -> tuple[int, int, int]:
     return horizon, parameters["n_windows"], parameters.get("step_size") or horizon
 
 
-def points_needed(horizon: int, n_windows: int, step: int) -> int:
-    """The shortest series a backtest can cut: the first window's history is a forecastable series."""
-    return MIN_POINTS + horizon + step * (n_windows - 1)
-
-
 def short_series_problems(series: Iterable[Mapping[str, Any]], parameters: Mapping[str, Any]) -> list[dict]:
     """One problem per series too short for the backtest's windows (by its number of values)."""
     needed = points_needed(*plan(parameters))
@@ -89,11 +84,6 @@ def short_series_problems(series: Iterable[Mapping[str, Any]], parameters: Mappi
         for index, one in enumerate(series)
         if isinstance(one.get("values"), list) and len(one["values"]) < needed
     ]
-
-
-def cutoffs(length: int, horizon: int, n_windows: int, step: int) -> list[int]:
-    """The number of history points of each window, oldest first."""
-    return [length - horizon - step * (n_windows - 1 - w) for w in range(n_windows)]
 
 
 class BacktestRunner:

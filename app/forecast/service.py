@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from app.compute.forecast.results import ForecastResult
 from app.compute.forecast.work import ForecastWork
-from app.forecast.schemas import RECOMMENDED_POINTS, ForecastRequest, SeriesData
+from app.forecast.schemas import MIN_POINTS, RECOMMENDED_POINTS, ForecastRequest, SeriesData
 from app.series.frequencies import seasonal_periods
 from app.series.numbers import interval_without_float32_noise
 from app.series.timestamps import future_timestamps
@@ -67,3 +67,14 @@ def short_history_warning(forecast_request: ForecastRequest, points: int) -> str
         f"History of {points} points is short for {forecast_request.data_frequency} data "
         f"(at least {recommended} recommended); the forecast may be less reliable."
     )
+
+
+def points_needed(horizon: int, n_windows: int, step: int) -> int:
+    """The shortest series a backtest can cut: the first window's history is a forecastable series."""
+    return MIN_POINTS + horizon + step * (n_windows - 1)
+
+
+def cutoffs(length: int, horizon: int, n_windows: int, step: int) -> list[int]:
+    """The number of history points of each window of a backtest, oldest first (a backtest batch's windows and
+    Nixtla's cross-validation windows alike)."""
+    return [length - horizon - step * (n_windows - 1 - w) for w in range(n_windows)]

@@ -1,6 +1,6 @@
 """The Nixtla-compatible answers, computed through the front doors: each series' forecast is POST /forecast's
 (app.forecast.service), each cross-validation window a backtest window's (the same cut-offs as a backtest
-batch, app.batches.backtest), each verdict POST /anomalies' (app.anomalies.service). The shapes are those
+batch, app.forecast.service.cutoffs), each verdict POST /anomalies' (app.anomalies.service). The shapes are those
 ``nixtla.NixtlaClient`` 0.9 reads: values of all series end to end, with ``sizes`` (and ``idxs``, rows of the
 request's ``y``) to split them."""
 
@@ -12,7 +12,6 @@ from typing import Any
 from app.anomalies import service as detection
 from app.anomalies.schemas import check_series as check_anomaly_series
 from app.anomalies.schemas import load_request as load_anomaly_request
-from app.batches.backtest import cutoffs, points_needed
 from app.compat.nixtla.schemas import (
     N_WINDOWS_RANGE,
     NixtlaError,
@@ -28,6 +27,7 @@ from app.compute.forecast.work import LevelsWork
 from app.forecast import service as forecasting
 from app.forecast.schemas import DEFAULT_CONFIDENCE, MIN_POINTS, ForecastRequest, SeriesData, check_series
 from app.forecast.schemas import SubmittedSeries as ForecastSeries
+from app.forecast.service import cutoffs, points_needed
 from app.series.timestamps import TimestampError, future_timestamps
 from app.web.errors import ApiError
 
