@@ -25,7 +25,9 @@ pytestmark = pytest.mark.slow
 
 CAP = 64 * 1024  # MAX_BODY_BYTES of the server under test: small, so bodies up to the cap are cheap
 THREADS = 4  # few gunicorn threads, so a handful of pinning clients would starve the server
-WITHIN = 1.0  # every answer within a second: a stalled request waits the 5 s keep-alive timeout
+# A stalled request waits the 5 s keep-alive timeout; an answer within 3 s is not stalled, even with a loaded
+# machine running the rest of the suite beside it (a hang detector, not a speed target).
+WITHIN = 3.0
 UNKNOWN_KEY = "ak_" + "0" * 64
 BODY_SIZES = (0, 70, 20_000, CAP)
 OVER_CAP_SIZES = (CAP + 1, 2 * CAP)
