@@ -64,7 +64,7 @@ def multiplicative_indices(y: np.ndarray, m: int) -> np.ndarray | None:
     decomposition, when the history is positive, holds two whole cycles and that decomposition leaves
     remainders no larger than ADDITIVE_MARGIN x the additive one's; else None. The margin keeps the additive
     shape where it fits clearly better: a strong trend under a constant-amplitude season, where ratios to the
-    early, lower level would inflate the season at today's level (measured on M4 / M1 / Tourism data)."""
+    early, lower level would inflate the season at today's level (chosen on the M4, M1 and Tourism training data)."""
     if m < 2 or len(y) < 2 * m + 1 or np.min(y) <= 0:
         return None
     mult, mult_sse = _classical(y, m, True)

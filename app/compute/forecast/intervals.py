@@ -91,7 +91,8 @@ def level_adjusted(errors: np.ndarray, y: np.ndarray, orgs: list[int], span: int
 
     A positive series that grows (or shrinks) has errors that grow with its level, so errors measured
     at early origins understate the errors at today's level. Power 1 (errors proportional to the level)
-    over-corrects series whose noise does not grow with them; 0.5 was measured best over the development sets.
+    over-corrects series whose noise does not grow with them; 0.5, between the two, was chosen on the development
+    sets (bench/results/forecast-rules.md).
     The level is the mean of the last ``span`` points before an origin; a history that is not
     positive, or whose levels are not all positive, keeps absolute errors.
     """
