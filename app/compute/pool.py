@@ -8,56 +8,33 @@ request's client went away (``client_of_this_thread``: the serving worker names 
 stopped: it is never handed over if the client left while it waited, and a running one is interrupted in its
 worker (SIGUSR1), which then takes new work; a worker that does not answer the interruption at once is replaced.
 The pool knows nothing of what it computes: work is any picklable object with ``run()``, which may raise WorkFailed
-with a message safe to show, and the pool reports its ready count through a callback. ("Jobs" are something
+with a message safe to show, and the pool reports its ready count through a callback. What a worker process runs is
+app.compute.pool_process. ("Jobs" are something
 else: the background jobs of app.jobs.)
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
 import multiprocessing
 import os
 import queue
 import select
-import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from importlib import import_module
-from multiprocessing.connection import Connection
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
-from typing import Any, Protocol
+from typing import Any
+
+from app.compute.clients import client_left, current_client
+from app.compute.clients import client_of_this_thread as client_of_this_thread  # the serving worker names it
+from app.compute.pool_process import CANCEL_SIGNAL, Work, worker_main
+from app.compute.pool_process import WorkFailed as WorkFailed  # raised by work, caught by callers of the pool
+from app.compute.pool_process import pin_blas_threads as pin_blas_threads  # called by the process's entry points
 
 log = logging.getLogger("app.compute.pool")
-
-_BLAS_THREAD_VARIABLES = (
-    "OPENBLAS_NUM_THREADS",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
-
-
-def pin_blas_threads() -> None:
-    # One BLAS thread a process: the pool already runs a worker per core, and BLAS threads on top contend with the
-    # other workers for those cores over matrices too small to split; must happen before numpy loads.
-    for name in _BLAS_THREAD_VARIABLES:
-        os.environ.setdefault(name, "1")
-
-
-class Work(Protocol):
-    """Anything picklable whose run() computes in a worker (app.compute.forecast.work, app.compute.detect.work)."""
-
-    def run(self) -> Any: ...
-
-
-class WorkFailed(Exception):
-    """Raised by a piece of work whose failure is expected and whose message is safe to show a client."""
 
 
 class PoolError(Exception):
@@ -99,102 +76,16 @@ GONE = "The client closed the connection; the computation was stopped."
 CLOSED_CHECK_SECONDS = 0.25
 # How long an interrupted worker may take to answer before it is killed and replaced.
 CANCEL_GRACE_SECONDS = 1.0
-CANCEL_SIGNAL = signal.SIGUSR1
-
-_requests = threading.local()
-
-
-@contextmanager
-def client_of_this_thread(sock: socket.socket | None) -> Iterator[None]:
-    """Work this thread submits meanwhile belongs to the client at the other end of ``sock``: it stops when that
-    client goes away. The socket must be the request's own, its request read whole (what arrives on it during the
-    computation can only be the client's end, or a next pipelined request)."""
-    previous = getattr(_requests, "client", None)
-    _requests.client = sock
-    try:
-        yield
-    finally:
-        _requests.client = previous
-
-
-def _client_left(sock: socket.socket) -> bool | None:
-    """True when the client closed (end of file, reset), False while it is connected and silent, None when it sent
-    more (a pipelined request): then whether it is still there cannot be told without reading it."""
-    # A socket with a timeout waits for data inside recv() whatever its flags: look first, without waiting.
-    readable = select.poll()
-    readable.register(sock.fileno(), select.POLLIN | select.POLLRDHUP)
-    if not readable.poll(0):
-        return False
-    try:
-        data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except (BlockingIOError, InterruptedError, TimeoutError):
-        return False
-    except OSError as exc:
-        return exc.errno in (errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE, errno.ETIMEDOUT, errno.EBADF)
-    return None if data else True
-
-
-class _Cancelled(BaseException):
-    """Raised inside a worker's running work by CANCEL_SIGNAL (a BaseException, so the work's own
-    ``except Exception`` does not swallow it)."""
-
-
-_running = False
-
-
-def _on_cancel(signum: int, frame: object) -> None:
-    # Only work is interrupted: a signal arriving late, with the worker sending its answer or idle, is dropped.
-    if _running:
-        raise _Cancelled
-
 
 class _NeverTaken(Exception):
     """The worker some work was sent to died without reading it: the work can run on another."""
 
 
-def _worker_main(connection: Connection, warm_up: str | None) -> None:
-    # A group-wide SIGTERM/SIGINT (systemd, Ctrl-C) must not kill forecasts gunicorn is still draining;
-    # the parent ends its workers itself, and a closed pipe ends them too.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    pin_blas_threads()
-    if warm_up:  # "module:function", run once so a worker's first real computation is not the slow one
-        module, _, function = warm_up.partition(":")
-        getattr(import_module(module), function)()
-    signal.signal(CANCEL_SIGNAL, _on_cancel)
-    connection.send(("ready", os.getpid()))
-    while True:
-        try:
-            work: Work | None = connection.recv()
-        except (EOFError, OSError):
-            return
-        if work is None:
-            return
-        connection.send(_answer_of(work))
-
-
-def _answer_of(work: Work) -> tuple[str, Any]:
-    global _running
-    try:
-        try:
-            _running = True
-            result = work.run()
-            _running = False
-            return ("ok", result)
-        finally:
-            _running = False
-    except _Cancelled:
-        return ("cancelled", None)
-    except WorkFailed as exc:
-        return ("failed", str(exc)[:300])
-    except Exception as exc:  # the parent answers 500; the worker stays useful
-        return ("failed", f"{type(exc).__name__}: {str(exc)[:300]}")
-
 
 class _Worker:
     def __init__(self, context: multiprocessing.context.BaseContext, warm_up: str | None) -> None:
         self.connection, child = context.Pipe(duplex=True)
-        self.process: BaseProcess = context.Process(target=_worker_main, args=(child, warm_up), daemon=True)
+        self.process: BaseProcess = context.Process(target=worker_main, args=(child, warm_up), daemon=True)
         self.started_at = time.perf_counter()
         self.process.start()
         child.close()
@@ -346,13 +237,13 @@ class WorkerPool:
             if self._admitted >= self.size + self.queue_limit:
                 raise PoolBusy("The workers are saturated; retry shortly.")
             self._admitted += 1
-        client: socket.socket | None = getattr(_requests, "client", None)
+        client: socket.socket | None = current_client()
         try:
             deadline = time.monotonic() + self.timeout_seconds
             while True:
                 if self._closed:
                     raise PoolClosed(STOPPING)
-                if client is not None and _client_left(client):
+                if client is not None and client_left(client):
                     raise ClientGone(GONE)
                 try:
                     worker = self._idle.get(timeout=min(CLOSED_CHECK_SECONDS, max(0.0, deadline - time.monotonic())))
@@ -424,7 +315,7 @@ class WorkerPool:
                 return True
             if client.fileno() not in ready:
                 continue
-            gone = _client_left(client)
+            gone = client_left(client)
             if gone is None:  # a next request already sent: the end of this one cannot be watched any more
                 watch.unregister(client.fileno())
             elif gone:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-WEB_SAFE_COMPUTE = {"app.compute", "app.compute.pool"} | {
+WEB_SAFE_COMPUTE = {"app.compute", "app.compute.pool", "app.compute.pool_process", "app.compute.clients"} | {
     f"app.compute.{area}.{module}" for area in ("forecast", "detect") for module in ("work", "results", "catalog")
 } | {"app.compute.forecast", "app.compute.detect", "app.compute.detect.streaming", "app.compute.detect.surprises",
     "app.compute.detect.state", "app.compute.detect.budget", "app.compute.detect.predictors",
