@@ -70,7 +70,6 @@ from app.compute.detect.state import (
     DetectorState,
     Verdicts,
     any_flag,
-    push_ranked,
     push_ring,
 )
 from app.compute.detect.surprises import BINS, RECORD_ROWS, WINDOW_ROWS
@@ -295,33 +294,6 @@ class StreamingDetector(WindowSignals):
                     deviant and normal)
         p.remember_anchor(st, self.anchor_rows)
 
-    def _effective_signals(self, st: DetectorState) -> float:
-        """How many independent signals the budget is shared among: their number, or fewer where they move
-        together (a spike is a noisier and a denser stretch too). Each signal's probability is exact at its
-        window's top rank (joint_share), so the share of the stream's last quiet rows whose smallest probability
-        is at most joint_share, over joint_share, is how many independent signals they behave as. Rows in or
-        just after an incident are not counted; until half a window of rows is, all of them."""
-        if not self.joint or st.joint_rows < WINDOW_ROWS // 2:
-            return float(self.signals)
-        return max(1.0, min(float(self.signals), st.joint_hits / (st.joint_rows * self.joint_share)))
-
-    def _count_joint(self, st: DetectorState, code: int) -> None:
-        """One row into the ring of the last WINDOW_ROWS: 1 where the smallest probability was at most
-        joint_share, 0 where it was not, -1 for a row not counted."""
-        codes = st.joint_codes  # bytes, not push_ring's floats: the compiled detector would pass 1.0 to them
-        if len(codes) < WINDOW_ROWS:
-            codes.append(code)
-        else:
-            dropped = codes[st.joint_next]
-            if dropped >= 0:
-                st.joint_rows -= 1
-                st.joint_hits -= dropped
-            codes[st.joint_next] = code
-            st.joint_next = (st.joint_next + 1) % WINDOW_ROWS
-        if code >= 0:
-            st.joint_rows += 1
-            st.joint_hits += code
-
     def _incident_open(self, st: DetectorState) -> bool:
         return any_flag(st.recent_flags) or st.since_window_alarm < self.quiet_rows
 
@@ -426,6 +398,3 @@ class StreamingDetector(WindowSignals):
                 st.local[-1 - offset] = real
             st.last = value
             self._end_incident(st)
-
-    def _push_error(self, st: DetectorState, error: float) -> None:
-        st.errors_next = push_ranked(st.errors_ring, st.errors_sorted, st.errors_next, error)

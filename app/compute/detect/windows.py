@@ -45,6 +45,9 @@ class WindowSignals:
     short_rows: int
     long_rows: int
     level: bool
+    joint: bool
+    signals: int
+    joint_share: float
 
     def _calibrated(self, st: DetectorState, ranked: array, fit: SignalFit, least: float,
                     per_signal: float) -> tuple[Calibration, float]:
@@ -132,3 +135,34 @@ class WindowSignals:
             signal.fit.record.add(None)
         signal.next = push_ranked(signal.sizes, signal.ranked, signal.next, size)
         return probability
+
+    def _effective_signals(self, st: DetectorState) -> float:
+        """How many independent signals the budget is shared among: their number, or fewer where they move
+        together (a spike is a noisier and a denser stretch too). Each signal's probability is exact at its
+        window's top rank (joint_share), so the share of the stream's last quiet rows whose smallest probability
+        is at most joint_share, over joint_share, is how many independent signals they behave as. Rows in or
+        just after an incident are not counted; until half a window of rows is, all of them."""
+        if not self.joint or st.joint_rows < WINDOW_ROWS // 2:
+            return float(self.signals)
+        return max(1.0, min(float(self.signals), st.joint_hits / (st.joint_rows * self.joint_share)))
+
+    def _count_joint(self, st: DetectorState, code: int) -> None:
+        """One row into the ring of the last WINDOW_ROWS: 1 where the smallest probability was at most
+        joint_share, 0 where it was not, -1 for a row not counted."""
+        codes = st.joint_codes  # bytes, not push_ring's floats: the compiled detector would pass 1.0 to them
+        if len(codes) < WINDOW_ROWS:
+            codes.append(code)
+        else:
+            dropped = codes[st.joint_next]
+            if dropped >= 0:
+                st.joint_rows -= 1
+                st.joint_hits -= dropped
+            codes[st.joint_next] = code
+            st.joint_next = (st.joint_next + 1) % WINDOW_ROWS
+        if code >= 0:
+            st.joint_rows += 1
+            st.joint_hits += code
+
+    def _push_error(self, st: DetectorState, error: float) -> None:
+        """One row's error into the error window (its ring and sorted copy)."""
+        st.errors_next = push_ranked(st.errors_ring, st.errors_sorted, st.errors_next, error)
