@@ -9,6 +9,8 @@ from flask import Flask, Response, current_app, g, jsonify
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
+from app import errors as domain
+
 log = logging.getLogger("app.web.errors")
 
 
@@ -164,6 +166,28 @@ def _endpoint_list() -> str:
     return "No such endpoint. The endpoints are: " + ", ".join(f"{method} {path}" for path, method in routes) + "."
 
 
+# The one place a domain error becomes an HTTP outcome. Conflict keeps the contract's 422: the body is readable, its
+# request contradicts the state of what it names.
+_DOMAIN_ERRORS: tuple[tuple[type[domain.ServiceError], type[ApiError]], ...] = (
+    (domain.InputTooLarge, PayloadTooLarge),
+    (domain.UnsupportedFormat, UnsupportedMediaType),
+    (domain.MalformedInput, InvalidRequest),
+    (domain.InvalidInput, DataValidationError),
+    (domain.Conflict, DataValidationError),
+    (domain.NotFound, NotFound),
+    (domain.NotPermitted, Forbidden),
+    (domain.Unavailable, ServiceUnavailable),
+)
+
+
+def api_error_for(error: domain.ServiceError) -> ApiError:
+    """The HTTP outcome of a domain error (most specific kind first)."""
+    for kind, api_error in _DOMAIN_ERRORS:
+        if isinstance(error, kind):
+            return api_error(error.message, details=error.details)
+    return InternalError(error.message, details=error.details)
+
+
 def sentence(text: str) -> str:
     """``text`` ending in exactly one full stop, for messages built around another message."""
     return text if text.endswith((".", "?", "!")) else text + "."
@@ -175,6 +199,13 @@ def register_error_handlers(app: Flask) -> None:
         if error.status >= 500:
             log.error("request failed: %s", error.message, exc_info=error.__cause__ is not None)
         return error_response(error)
+
+    @app.errorhandler(domain.ServiceError)
+    def _domain_error(error: domain.ServiceError) -> ResponseReturnValue:
+        # Re-raised as its ApiError so a blueprint that answers in its own shape (Azure, Nixtla) still answers it.
+        api_error = api_error_for(error)
+        api_error.__cause__ = error.__cause__
+        return current_app.handle_user_exception(api_error)
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:
