@@ -28,8 +28,10 @@ from app.compute.forecast.model_1_combination import ValidatedCombination
 from app.compute.forecast.model_2_theta import ThetaCombination
 from app.compute.forecast.model_3_mstl import MSTLForecaster
 from app.compute.forecast.model_4_spike_robust import SpikeRobustCombination
+from app.compute.forecast.regression import forecast_with_covariates
 from app.compute.forecast.results import ForecastResult
 from app.compute.forecast.template import ForecastModel
+from app.compute.forecast.work import CovariateMatrix
 from app.compute.pool import WorkFailed
 from app.series.frequencies import seasonal_periods
 
@@ -96,16 +98,9 @@ def _finalise(out: tuple[np.ndarray, np.ndarray, np.ndarray], fallback: str | No
     return ForecastResult([float(v) for v in med], [float(v) for v in lo], [float(v) for v in hi], fallback)
 
 
-def run_forecast_multi(model_id: str, values: Sequence[float], horizon: int, confidences: Sequence[float],
-                       periods: tuple[int, ...]) -> list[ForecastResult]:
-    """Like run_forecast for several confidences at the cost of one fit (same results)."""
-    if model_id not in REGISTRY:
-        raise KeyError(model_id)
-    if horizon < 1:
-        raise ValueError("horizon must be >= 1")
-    arr = np.asarray(values, dtype=float)
-    if arr.ndim != 1 or len(arr) == 0 or not np.all(np.isfinite(arr)):
-        raise ValueError("values must be a non-empty sequence of finite numbers")
+def _univariate(model_id: str, arr: np.ndarray, horizon: int, confidences: Sequence[float],
+                periods: tuple[int, ...]) -> list[ForecastResult]:
+    """The model's forecast of the series alone, its fallback's if it fails."""
     try:
         outs = _predict_all(REGISTRY[model_id], arr, horizon, confidences, periods)
         return [_finalise(o, None) for o in outs]
@@ -123,9 +118,23 @@ def run_forecast_multi(model_id: str, values: Sequence[float], horizon: int, con
     return [_finalise(o, note) for o in outs]
 
 
+def run_forecast_multi(model_id: str, values: Sequence[float], horizon: int, confidences: Sequence[float],
+                       periods: tuple[int, ...], *, covariates: CovariateMatrix | None = None) -> list[ForecastResult]:
+    """Like run_forecast for several confidences at the cost of one fit (same results)."""
+    if model_id not in REGISTRY:
+        raise KeyError(model_id)
+    if horizon < 1:
+        raise ValueError("horizon must be >= 1")
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1 or len(arr) == 0 or not np.all(np.isfinite(arr)):
+        raise ValueError("values must be a non-empty sequence of finite numbers")
+    if covariates is None:
+        return _univariate(model_id, arr, horizon, confidences, periods)
+    return forecast_with_covariates(model_id, arr, horizon, confidences, periods, covariates, _univariate)
+
+
 def run_forecast(model_id: str, values: Sequence[float], horizon: int, confidence: float,
-                 periods: tuple[int, ...]) -> ForecastResult:
-    """Forecast ``horizon`` steps with the model ``model_id`` (with fallback and output guarantees)."""
-    return run_forecast_multi(model_id, values, horizon, [confidence], periods)[0]
-
-
+                 periods: tuple[int, ...], *, covariates: CovariateMatrix | None = None) -> ForecastResult:
+    """Forecast ``horizon`` steps with the model ``model_id`` (with fallback and output guarantees); with
+    ``covariates``, the regression of app.compute.forecast.regression around it."""
+    return run_forecast_multi(model_id, values, horizon, [confidence], periods, covariates=covariates)[0]

@@ -11,3 +11,5 @@ class ForecastResult:
     lower: list[float]
     upper: list[float]
     fallback: str | None = None
+    covariates_used: bool | None = None  # None: no covariates were given; False: given but not used
+    covariates_note: str | None = None  # why they were not used (a holdout of the history showed no gain, ...)

@@ -14,12 +14,23 @@ from app.compute.forecast.results import ForecastResult
 
 
 @dataclass(frozen=True)
+class CovariateMatrix:
+    """The covariates as the models take them: numeric design columns over the history and the horizon."""
+
+    names: tuple[str, ...]  # one per design column (after one-hot expansion), e.g. "price", "weather=rain"
+    history: Any  # float64 array, shape (n, k), row i aligned with values[i]; finite
+    future: Any  # float64 array, shape (horizon, k); rows of a past-only column are NaN
+    past_only: tuple[bool, ...]  # True: known only over the history (the model uses it lagged by the horizon)
+
+
+@dataclass(frozen=True)
 class ForecastWork:
     model_id: str
     values: Any  # a float64 numpy array or a list of floats
     horizon: int
     confidence: float
     periods: tuple[int, ...]
+    covariates: CovariateMatrix | None = None  # None: the univariate forecast, exactly as without the field
 
     @property
     def label(self) -> str:
@@ -28,7 +39,8 @@ class ForecastWork:
     def run(self) -> ForecastResult:
         from app.compute.forecast.models import run_forecast
 
-        return run_forecast(self.model_id, self.values, self.horizon, self.confidence, self.periods)
+        return run_forecast(self.model_id, self.values, self.horizon, self.confidence, self.periods,
+                            covariates=self.covariates)
 
 
 @dataclass(frozen=True)
@@ -43,7 +55,8 @@ class LevelsWork:
         from app.compute.forecast.models import run_forecast_multi
 
         work = self.forecast
-        return run_forecast_multi(work.model_id, work.values, work.horizon, self.confidences, work.periods)
+        return run_forecast_multi(work.model_id, work.values, work.horizon, self.confidences, work.periods,
+                                  covariates=work.covariates)
 
 
 def warm_up() -> None:

@@ -1,0 +1,179 @@
+"""Forecasts with covariates: a regression on the design columns whose residual series the chosen model forecasts.
+
+Method (docs/models.md, "Covariates"):
+
+1. Design. Columns known over the horizon enter as they are; a past-only column enters lagged by the horizon
+   (row i sees the column's value at i - horizon), so its values over the horizon are the last ``horizon`` rows
+   of its history. The first ``horizon`` rows of a lagged column have no value: they are left out of the fit and
+   carry the column's first value in the residual series. Columns constant over the fitted rows are dropped
+   (their effect cannot be told from the level).
+2. Coefficients. Estimated on the series and the columns differenced at the shortest usable season (else at
+   lag 1), with an unpenalised intercept (the drift): a covariate that shares the series' trend or season then
+   does not take it over, only its movements beyond them count. The fit is a Huber M-estimate (iteratively
+   reweighted least squares) with a light ridge penalty on standardised columns.
+3. Forecast. The model forecasts the residual series y - (X - mean X)·beta (centred, so the residual series
+   keeps the series' level and sign); the covariate forecast is the residual forecast, its median and bounds,
+   plus (X_future - mean X)·beta. The intervals are the residual model's rolling-origin intervals: the future
+   columns are taken as known.
+4. Holdout. The same steps refit on the history without its last ``horizon`` points forecast those points beside
+   the univariate forecast from the same origin; unless the covariate forecast has the strictly lower mean
+   absolute error there, the univariate forecast answers, with a note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from app.compute.forecast.base import never_negative, usable_periods
+from app.compute.forecast.results import ForecastResult
+from app.compute.forecast.work import CovariateMatrix
+
+# the univariate path of app.compute.forecast.models: (model_id, values, horizon, confidences, periods)
+Univariate = Callable[[str, np.ndarray, int, Sequence[float], tuple[int, ...]], list[ForecastResult]]
+
+# Huber's tuning constant: 95% efficiency when the errors are Gaussian, bounded influence when they are not
+HUBER_C = 1.345
+HUBER_ITERATIONS = 30  # IRLS converges in a handful of steps; this only bounds a non-converging case
+# ridge penalty in units of one observation's information on a standardised column: it keeps collinear columns
+# (one-hot levels, a holiday and its neighbourhood) estimable and leaves well-determined effects as they are
+RIDGE = 1.0
+# residual degrees of freedom a fit needs beyond its coefficients, so the robust scale rests on more than a few
+MIN_RESIDUAL_DOF = 10
+# a column whose spread over the fitted rows is below this fraction of its magnitude is constant there
+CONSTANT_TOLERANCE = 1e-9
+
+
+class _Design:
+    """The design columns aligned with a history and its horizon, past-only columns lagged by the horizon."""
+
+    def __init__(self, covariates: CovariateMatrix, n: int, horizon: int) -> None:
+        hist = np.asarray(covariates.history, dtype=float)
+        fut = np.asarray(covariates.future, dtype=float)
+        k = len(covariates.names)
+        if hist.shape != (n, k) or fut.shape != (horizon, k) or len(covariates.past_only) != k:
+            raise ValueError("covariates do not match the history and the horizon")
+        past_only = np.asarray(covariates.past_only, dtype=bool)
+        if not np.all(np.isfinite(hist)) or not np.all(np.isfinite(fut[:, ~past_only])):
+            raise ValueError("covariates must be finite")
+        history, future = hist.copy(), fut.copy()
+        valid = np.ones(n, dtype=bool)
+        if past_only.any():
+            lagged = hist[:, past_only]
+            shifted = np.empty_like(lagged)
+            shifted[horizon:] = lagged[:n - horizon] if n > horizon else lagged[:0]
+            shifted[:horizon] = lagged[0]
+            history[:, past_only] = shifted
+            future[:, past_only] = lagged[n - horizon:] if n >= horizon else lagged[0]
+            valid[:horizon] = False
+        self.history = history
+        self.future = future
+        self.valid = valid  # rows with every column defined: the rows the coefficients are fitted on
+
+
+def _huber_ridge(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Intercept and coefficients of y on x: Huber M-estimate with a ridge penalty on the (standardised) slopes."""
+    m, k = x.shape
+    design = np.column_stack([np.ones(m), x])
+    penalty = np.diag(np.r_[0.0, np.full(k, RIDGE)])
+    weights = np.ones(m)
+    coef = np.zeros(k + 1)
+    for _ in range(HUBER_ITERATIONS):
+        wd = design * weights[:, None]
+        new = np.linalg.solve(design.T @ wd + penalty, wd.T @ y)
+        resid = y - design @ new
+        # MAD scale of the residuals, Gaussian-consistent
+        scale = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+        if scale <= 0:
+            return new
+        u = np.abs(resid) / (HUBER_C * scale)
+        weights = np.where(u <= 1.0, 1.0, 1.0 / np.maximum(u, 1.0))
+        converged = np.allclose(new, coef, rtol=1e-8, atol=1e-10)
+        coef = new
+        if converged:
+            break
+    return coef
+
+
+def _coefficients(y: np.ndarray, design: _Design, periods: tuple[int, ...]) -> np.ndarray | None:
+    """Coefficients on the design columns (zero for a dropped column), or None if the history cannot support a fit."""
+    n, k = design.history.shape
+    per = usable_periods(periods, n)
+    lag = per[0] if per else 1
+    rows = np.flatnonzero(design.valid)
+    rows = rows[rows >= lag]
+    rows = rows[design.valid[rows - lag]]
+    dy = y[rows] - y[rows - lag]
+    dx = design.history[rows] - design.history[rows - lag]
+    spread = dx.std(axis=0) if len(rows) else np.zeros(k)
+    magnitude = np.max(np.abs(design.history), axis=0) if n else np.zeros(k)
+    kept = spread > CONSTANT_TOLERANCE * np.maximum(magnitude, 1.0)
+    if not kept.any() or len(rows) < int(kept.sum()) + 1 + MIN_RESIDUAL_DOF:
+        return None
+    z = (dx[:, kept] - dx[:, kept].mean(axis=0)) / spread[kept]
+    slopes = _huber_ridge(z, dy)[1:]
+    beta = np.zeros(k)
+    beta[kept] = slopes / spread[kept]
+    return beta
+
+
+def _covariate_forecast(model_id: str, y: np.ndarray, horizon: int, confidences: Sequence[float],
+                        periods: tuple[int, ...], design: _Design,
+                        univariate: Univariate) -> list[ForecastResult] | None:
+    beta = _coefficients(y, design, periods)
+    if beta is None:
+        return None
+    centre = design.history.mean(axis=0)
+    residual = y - (design.history - centre) @ beta
+    effect = (design.future - centre) @ beta
+    floor = 0.0 if never_negative(y) else -np.inf
+    out = []
+    for res in univariate(model_id, residual, horizon, confidences, periods):
+        med, lo, hi = (np.maximum(np.asarray(a) + effect, floor) for a in (res.median, res.lower, res.upper))
+        out.append(ForecastResult([float(v) for v in med], [float(v) for v in lo], [float(v) for v in hi],
+                                  res.fallback, covariates_used=True))
+    return out
+
+
+def _mae(forecast: list[float], actual: np.ndarray) -> float:
+    return float(np.mean(np.abs(np.asarray(forecast) - actual)))
+
+
+def _unused(results: list[ForecastResult], note: str) -> list[ForecastResult]:
+    return [ForecastResult(r.median, r.lower, r.upper, r.fallback, covariates_used=False, covariates_note=note)
+            for r in results]
+
+
+def forecast_with_covariates(model_id: str, y: np.ndarray, horizon: int, confidences: Sequence[float],
+                             periods: tuple[int, ...], covariates: CovariateMatrix,
+                             univariate: Univariate) -> list[ForecastResult]:
+    """The covariate forecast if it beat the univariate one on a holdout at the end of the history, else the
+    univariate forecast with covariates_used=False and the reason."""
+    n = len(y)
+    design = _Design(covariates, n, horizon)
+    plain = univariate(model_id, y, horizon, confidences, periods)
+    if not covariates.names:
+        return _unused(plain, "no covariate columns were given")
+    cut = n - horizon
+    if cut < 1:
+        return _unused(plain, "the history is too short to hold out the horizon and check the covariates")
+    train = CovariateMatrix(covariates.names, np.asarray(covariates.history, dtype=float)[:cut],
+                            np.asarray(covariates.history, dtype=float)[cut:], covariates.past_only)
+    try:
+        held = _covariate_forecast(model_id, y[:cut], horizon, confidences[:1], periods,
+                                   _Design(train, cut, horizon), univariate)
+    except (ValueError, np.linalg.LinAlgError):
+        held = None
+    if held is None:
+        return _unused(plain, "the history is too short to fit the covariates and check them on a holdout")
+    actual = y[cut:]
+    with_cov = _mae(held[0].median, actual)
+    without = _mae(univariate(model_id, y[:cut], horizon, confidences[:1], periods)[0].median, actual)
+    if not with_cov < without:
+        return _unused(plain, "on a holdout of the last horizon of the history the covariates did not improve "
+                              "the forecast")
+    full = _covariate_forecast(model_id, y, horizon, confidences, periods, design, univariate)
+    if full is None:
+        return _unused(plain, "the covariates could not be fitted on the history")
+    return full
