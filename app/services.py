@@ -40,7 +40,7 @@ class Services:
         """What a serving process needs before its first request: the forecast workers spawned, and numpy
         with the timestamp tables loaded (work that the first series would otherwise wait for).
         Admin commands never call this, so they never load numpy."""
-        from app.series.timestamps import prepare_tables
+        from app.series.regular import prepare_tables
 
         self.pool.start()
         prepare_tables()

@@ -39,7 +39,8 @@ from app.forecast.schemas import (
     load_request,
     model_id_from_headers,
 )
-from app.series.timestamps import FREQUENCIES, regular_axis, regular_axis_from_json
+from app.series.regular import regular_axis, regular_axis_from_json
+from app.series.timestamps import FREQUENCIES
 from app.web.fields import all_in_range
 from app.web.validation import parse_json_body
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.series.timestamps import FREQUENCIES, TIMESTAMP_FORM, TimeAxis, TimestampError, parse_axis, regular_axis
+from app.series.regular import regular_axis
+from app.series.timestamps import FREQUENCIES, TIMESTAMP_FORM, TimeAxis, TimestampError, parse_axis
 from app.web.errors import DataValidationError, sentence
 from app.web.fields import JsonArray, StrictFloat, values_array
 from app.web.validation import envelope, load_object, problem

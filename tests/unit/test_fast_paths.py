@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from app.forecast import body as forecast_body
 from app.forecast import schemas
-from app.series import timestamps as timestamps_module
-from app.series.timestamps import FREQUENCIES, TimeAxis, TimestampError, _parse_axis_per_item, parse_axis, regular_axis
+from app.series import regular as regular_module
+from app.series.regular import regular_axis
+from app.series.timestamps import FREQUENCIES, TimeAxis, TimestampError, _parse_axis_per_item, parse_axis
 from app.web import fields, jsonio, validation
 from app.web.errors import ApiError
 
@@ -395,7 +396,7 @@ def test_long_regular_series_takes_the_one_array_path() -> None:
 def test_checks_a_block_at_a_time_agree_with_the_per_item_path(case: tuple[list[Any], str], block: int) -> None:
     # Long series are checked a block of rows at a time; small blocks put every kind of defect at a boundary.
     timestamps, frequency = case
-    with patch.object(timestamps_module, "_BLOCK_ROWS", block):
+    with patch.object(regular_module, "_BLOCK_ROWS", block):
         _check_agreement(timestamps, frequency)
 
 

@@ -47,7 +47,7 @@ def test_the_job_engine_loads_with_its_first_use(tmp_path: Path) -> None:
 def test_a_warmed_up_web_process_loads_numpy_but_no_estimator_library(tmp_path: Path) -> None:
     code = (
         "import wsgi\n"
-        "from app.series.timestamps import prepare_tables\n"
+        "from app.series.regular import prepare_tables\n"
         "prepare_tables()\n"
         "from app import openapi_documenters\n"
         "from app.web.openapi import build_spec\n"
