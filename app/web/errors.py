@@ -62,6 +62,10 @@ class NotFound(InvalidRequest):
     status = 404
 
 
+class RequestTimeout(InvalidRequest):
+    status = 408
+
+
 class MethodNotAllowed(InvalidRequest):
     status = 405
 
@@ -171,21 +175,24 @@ def _endpoint_list() -> str:
 _DOMAIN_ERRORS: tuple[tuple[type[domain.ServiceError], type[ApiError]], ...] = (
     (domain.InputTooLarge, PayloadTooLarge),
     (domain.UnsupportedFormat, UnsupportedMediaType),
+    (domain.TimedOut, RequestTimeout),
     (domain.MalformedInput, InvalidRequest),
     (domain.InvalidInput, DataValidationError),
     (domain.Conflict, DataValidationError),
     (domain.NotFound, NotFound),
     (domain.NotPermitted, Forbidden),
+    (domain.QuotaExceeded, RateLimitExceeded),
     (domain.Unavailable, ServiceUnavailable),
 )
 
 
 def api_error_for(error: domain.ServiceError) -> ApiError:
     """The HTTP outcome of a domain error (most specific kind first)."""
+    headers = {} if error.retry_after is None else {"Retry-After": str(error.retry_after)}
     for kind, api_error in _DOMAIN_ERRORS:
         if isinstance(error, kind):
-            return api_error(error.message, details=error.details)
-    return InternalError(error.message, details=error.details)
+            return api_error(error.message, details=error.details, headers=headers)
+    return InternalError(error.message, details=error.details, headers=headers)
 
 
 def sentence(text: str) -> str:

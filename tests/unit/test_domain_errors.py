@@ -17,8 +17,10 @@ from app.web.errors import api_error_for
         (errors.MalformedInput("unreadable"), 400, "INVALID_REQUEST"),
         (errors.InputTooLarge("big"), 413, "INVALID_REQUEST"),
         (errors.UnsupportedFormat("zip"), 415, "INVALID_REQUEST"),
+        (errors.TimedOut("slow"), 408, "INVALID_REQUEST"),
         (errors.NotFound("gone"), 404, "INVALID_REQUEST"),
         (errors.NotPermitted("no"), 403, "UNAUTHORIZED"),
+        (errors.QuotaExceeded("full"), 429, "RATE_LIMIT_EXCEEDED"),
         (errors.Unavailable("down"), 500, "INTERNAL_ERROR"),
         (errors.ServiceError("other"), 500, "INTERNAL_ERROR"),
     ],
@@ -26,6 +28,13 @@ from app.web.errors import api_error_for
 def test_each_kind_has_one_status(error: errors.ServiceError, status: int, code: str) -> None:
     api_error = api_error_for(error)
     assert (api_error.status, api_error.code, api_error.message) == (status, code, error.message)
+    # The caller's own fault is every 4xx, and only those: what a retrying sender must not send again.
+    assert error.caller_at_fault == (status < 500)
+
+
+def test_a_known_wait_becomes_retry_after() -> None:
+    assert api_error_for(errors.Unavailable("busy", retry_after=5)).headers == {"Retry-After": "5"}
+    assert api_error_for(errors.QuotaExceeded("full", details={"limit": 3})).headers == {}
 
 
 def test_a_domain_error_answers_in_the_envelope(app: Flask) -> None:
