@@ -17,12 +17,12 @@ from app.compute.detect.state import POINT
 from app.compute.detect.streaming import WARMUP, StreamingDetector, Verdicts
 from app.compute.detect.work import DetectionWork
 from app.compute.pool import PoolBusy, PoolError, WorkerPool
+from app.errors import Unavailable
 from app.monitors import store
 from app.monitors.state import snapshots
 from app.monitors.state.cache import History, JudgeState
 from app.monitors.store import NOT_ANOMALY, REBUILD_ROWS, tail_rows
 from app.monitors.types import SeriesState, Verdict, threshold_of
-from app.web.errors import InternalError
 from app.web.metrics import REJUDGED_POINTS
 
 if TYPE_CHECKING:
@@ -40,13 +40,11 @@ def judge_on_pool(pool: WorkerPool, work: DetectionWork) -> DetectionResult:
             return pool.submit(work)
         except PoolBusy as exc:
             if time.monotonic() + pause > deadline:
-                error = InternalError(str(exc))
-                error.headers["Retry-After"] = str(exc.retry_after or 5)
-                raise error from exc
+                raise Unavailable(str(exc), retry_after=exc.retry_after or 5) from exc
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
         except PoolError as exc:
-            raise InternalError(f"The points could not be judged: {exc}") from exc
+            raise Unavailable(f"The points could not be judged: {exc}") from exc
 
 
 class JudgeSlot:
@@ -59,7 +57,7 @@ class JudgeSlot:
 
     def __enter__(self) -> None:
         if not self._slots.acquire(timeout=POOL_BUSY_PATIENCE_SECONDS):
-            raise InternalError("The detector workers are saturated; retry shortly.", headers={"Retry-After": "5"})
+            raise Unavailable("The detector workers are saturated; retry shortly.", retry_after=5)
 
     def __exit__(self, *_exc: object) -> None:
         self._slots.release()

@@ -16,9 +16,10 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from app.compute.detect.budget import FALSE_ALARMS_RANGE, THRESHOLD_FIELDS, threshold_fields_given
 from app.compute.detect.results import DETECTOR_IDS, SENSITIVITY_RANGE
+from app.errors import InvalidInput
 from app.series.forms import TIMESTAMP_RE
 from app.series.timestamps import FREQUENCIES, TIMESTAMP_FORM, UTC_RANGE_ISSUE, outside_utc_range
-from app.web.errors import DataValidationError, InvalidRequest
+from app.web.errors import InvalidRequest
 from app.web.fields import MAX_ABS_VALUE, JsonArray, StoredText, StrictFloat
 from app.web.validation import problem
 
@@ -395,8 +396,8 @@ def point_epoch(text: Any) -> int:
         raise _reject("invalid timestamp", "timestamp", text) from None
 
 
-def _reject(issue: str, field: str, provided: Any, **extra: Any) -> DataValidationError:
-    return DataValidationError(f"Invalid points: {issue}.", details=problem(field, issue, provided, **extra))
+def _reject(issue: str, field: str, provided: Any, **extra: Any) -> InvalidInput:
+    return InvalidInput(f"Invalid points: {issue}.", details=problem(field, issue, provided, **extra))
 
 
 def check_points(timestamps: list[Any], values: list[Any], *, max_points: int) -> IncomingPoints:

@@ -21,9 +21,9 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from app.db import Database, dialect_insert
+from app.errors import InvalidInput, NotFound, ServiceError
 from app.monitors import sources
 from app.monitors.records import monitor_series_table, monitors_table
-from app.web.errors import ApiError, DataValidationError, NotFound
 from app.web.validation import problem
 
 log = logging.getLogger("app.monitors.series")
@@ -96,7 +96,7 @@ def checked_labels(raw: Any, *, field_name: str = "labels", **extra: Any) -> Lab
             issue = "label names are Prometheus' ([a-zA-Z_][a-zA-Z0-9_]*), and no value may hold a NUL"
     if issue is not None:
         provided = raw if not isinstance(raw, dict) else f"{len(raw)} labels"
-        raise DataValidationError(f"Invalid points: {field_name}: {issue}.",
+        raise InvalidInput(f"Invalid points: {field_name}: {issue}.",
                                   details=problem(field_name, issue, provided, **extra))
     return tuple(sorted(raw.items()))
 
@@ -147,7 +147,7 @@ class Resolved:
     label sets the cap turned away (their points are the caller's to count)."""
 
     ids: dict[tuple[str, Labels], int] = field(default_factory=dict)
-    errors: dict[str, ApiError] = field(default_factory=dict)
+    errors: dict[str, ServiceError] = field(default_factory=dict)
     over_cap: set[tuple[str, Labels]] = field(default_factory=set)
 
 
@@ -253,11 +253,11 @@ def not_found(monitor_id: str) -> NotFound:
                                                  "provided": monitor_id[:64]})
 
 
-def over_cap_error(max_series: int, labels: Labels) -> DataValidationError:
+def over_cap_error(max_series: int, labels: Labels) -> InvalidInput:
     issue = (f"the monitor already follows {max_series:,} series (MAX_SERIES_PER_MONITOR); a new label set is "
              "refused until one is retired or removed")
-    return DataValidationError(f"Invalid points: labels: {issue}.",
-                               details=problem("labels", issue, f"{len(labels)} labels", maximum=max_series))
+    return InvalidInput(f"Invalid points: labels: {issue}.",
+                        details=problem("labels", issue, f"{len(labels)} labels", maximum=max_series))
 
 
 def retire_after(data_frequency: str, retire_seconds: float) -> timedelta:

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Row, delete, func, insert, select, update
 
 from app.compute.detect.budget import THRESHOLD_FIELDS, threshold_fields_given
 from app.db import Database
+from app.errors import NotFound, QuotaExceeded
 from app.monitors import sources
 from app.monitors.alerts import incidents, queue
 from app.monitors.alerts.webhooks import new_secret
@@ -38,7 +39,6 @@ from app.monitors.store import (
     utc_now,
 )
 from app.monitors.types import EventSource, detector_of
-from app.web.errors import NotFound, RateLimitExceeded
 
 _MONITOR = monitors_table.c
 _SERIES = monitor_series_table.c
@@ -167,7 +167,7 @@ def create_monitor(*, database: Database, account_id: str, fields: dict[str, Any
         kept = connection.scalar(select(func.count()).select_from(monitors_table)
                                  .where(_MONITOR.account_id == account_id)) or 0
         if kept >= limit:
-            raise RateLimitExceeded(
+            raise QuotaExceeded(
                 f"This account keeps {kept:,} monitors, the most it may (MAX_MONITORS_PER_ACCOUNT); delete one first.",
                 details={"limit": limit, "window": "monitors", "stored": kept},
             )

@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import Row
 
+from app.errors import MalformedInput
 from app.monitors.alerts.webhooks import WebhookAddressError, check_url
 from app.monitors.intake import selectors
 from app.series.frequencies import UNIT_SECONDS
-from app.web.errors import InvalidRequest
 from app.web.validation import problem
 
 # The step of a Prometheus-backed monitor's points: one per unit of its data_frequency. Calendar units have
@@ -26,8 +26,8 @@ PENDING = "pending"  # not read yet
 OK = "ok"
 
 
-def _refuse(field: str, issue: str, provided: Any) -> InvalidRequest:
-    return InvalidRequest(f"Invalid request: {field}: {issue}.", details=problem(field, issue, provided))
+def _refuse(field: str, issue: str, provided: Any) -> MalformedInput:
+    return MalformedInput(f"Invalid request: {field}: {issue}.", details=problem(field, issue, provided))
 
 
 def checked_url(field: str, url: str, *, allow_private: bool) -> None:
@@ -119,6 +119,6 @@ def view(monitor: Row[Any]) -> dict[str, Any]:
     return {"source": source, "alertmanager_url": monitor.alertmanager_url}
 
 
-def pushed_to_reader(monitor_id: str) -> InvalidRequest:
+def pushed_to_reader(monitor_id: str) -> MalformedInput:
     issue = "This monitor reads its points from Prometheus; it takes no pushed points"
-    return InvalidRequest(f"Invalid request: {issue}.", details=problem("monitor_id", issue, monitor_id[:64]))
+    return MalformedInput(f"Invalid request: {issue}.", details=problem("monitor_id", issue, monitor_id[:64]))

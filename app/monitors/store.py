@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Integer, Row, bindparam, func, select
 
 from app.compute.detect.streaming import lookback_rows
 from app.db import Prepared
+from app.errors import InvalidInput, NotFound
 from app.monitors.alerts import queue
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.schemas import IncomingPoints
@@ -29,7 +30,6 @@ from app.monitors.state.cache import History, JudgeState
 from app.monitors.types import EventSource, IncidentPlan, SeriesState, Verdict
 from app.series import instants
 from app.series.frequencies import MAX_PERIOD_ROWS
-from app.web.errors import DataValidationError, NotFound
 
 # anomaly-model-2 (the rolling median) reads the series' first rows (its nominal spacing) and the last
 # rows before each judged one: the first HEAD_ROWS points plus the last TAIL_ROWS are sent with new points.
@@ -246,14 +246,14 @@ def stored_rows(
     for index in range(count):
         record = stored.get(points.epochs[index])
         if record is None:
-            raise DataValidationError(
+            raise InvalidInput(
                 "Invalid points: timestamp is older than the newest stored point.",
                 details={"field": "timestamps", "issue": "older than the newest stored point and not stored",
                          "provided": points.texts[index], "index": index,
                          "newest_stored": epoch_text(series.last_epoch or 0)},
             )
         if record.value != points.values[index]:
-            raise DataValidationError(
+            raise InvalidInput(
                 "Invalid points: timestamp already stored with a different value.",
                 details={"field": "values", "issue": "conflicts with the value stored for this timestamp",
                          "provided": points.values[index], "index": index, "stored": record.value,

@@ -8,12 +8,12 @@ from datetime import datetime
 from typing import Any
 
 from app.compute.pool import WorkerPool
+from app.errors import InvalidInput
 from app.forecast import service
 from app.forecast.schemas import ForecastRequest, SeriesData
 from app.series.frequencies import UNIT_SECONDS
 from app.series.instants import utc_text
 from app.series.timestamps import TimeAxis, TimestampError, parse_axis
-from app.web.errors import DataValidationError
 from app.web.pool_work import compute_on_pool
 
 # The most recent points a forecast fits on: two cycles of the longest season /forecast looks for at
@@ -72,7 +72,7 @@ def forecast(
     values: list[float],
 ) -> dict[str, Any]:
     if len(values) < MIN_FORECAST_POINTS:
-        raise DataValidationError(
+        raise InvalidInput(
             "A forecast needs more stored points.",
             details={"field": "horizon", "issue": "insufficient data points", "provided": f"{len(values)} points",
                      "minimum": MIN_FORECAST_POINTS},
@@ -87,7 +87,7 @@ def forecast(
     try:
         answer = service.forecast(forecast_request, series, run=lambda work: compute_on_pool(pool, work))
     except TimestampError as exc:
-        raise DataValidationError(f"Invalid forecast: {exc.issue}.", details=exc.details("horizon")) from exc
+        raise InvalidInput(f"Invalid forecast: {exc.issue}.", details=exc.details("horizon")) from exc
     return {
         "model": model_id,
         "confidence": confidence,

@@ -9,11 +9,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, func, select
 
+from app.errors import MalformedInput, NotFound
 from app.monitors.intake.selectors import Selector
 from app.monitors.records import monitor_points_table, monitor_series_table
 from app.monitors.series import stored_labels
 from app.monitors.store import peak_first, standing_anomaly
-from app.web.errors import InvalidRequest, NotFound
 from app.web.validation import problem
 
 # Open anomalies a monitor or series view lists at most.
@@ -185,7 +185,7 @@ def sole_series(connection: Connection, monitor: Row[Any], series_id: Any) -> Ro
     rows = connection.execute(select(_SERIES_TABLE).where(_SERIES.monitor_id == monitor.id).limit(2)).all()
     if len(rows) > 1:
         issue = "This monitor has several series: name one (GET /monitors/{id}/series lists them)"
-        raise InvalidRequest(f"Invalid request: series_id: {issue}.", details=problem("series_id", issue, None))
+        raise MalformedInput(f"Invalid request: series_id: {issue}.", details=problem("series_id", issue, None))
     return rows[0] if rows else None
 
 

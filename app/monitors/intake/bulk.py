@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.errors import InvalidInput, MalformedInput
 from app.monitors.schemas import IncomingPoints, check_points
 from app.monitors.series import Labels, checked_labels
-from app.web.errors import ApiError, DataValidationError, InvalidRequest
-from app.web.validation import parse_json_body, problem
+from app.web.validation import problem
 
 # What new_monitor_id makes: anything else names no monitor, and is refused before it reaches a query (a NUL,
 # say, which PostgreSQL cannot even compare).
@@ -40,61 +40,32 @@ class MonitorRows:
         return IncomingPoints(epochs=self.epochs, texts=self.texts, values=self.values)
 
 
+@dataclass(frozen=True)
+class RefusedRow:
+    """A row wrong in itself, by its index in the body: left out, the other rows go on."""
+
+    row: int
+    error: InvalidInput
+
+
 @dataclass
 class BulkRows:
     monitors: dict[tuple[str, Labels], MonitorRows]  # by (monitor id, labels)
-    rejected: list[dict[str, Any]]  # {"row", "status", "error"}
+    rejected: list[RefusedRow]
     rows: int
 
 
-def error_entry(error: ApiError) -> dict[str, Any]:
-    body: dict[str, Any] = {"code": error.code, "message": error.message}
-    if error.details:
-        body["details"] = error.details
-    return body
-
-
-def parse_rows(raw: bytes, *, ndjson: bool, max_rows: int) -> list[Any]:
-    """The rows of a body: a JSON body's ``points`` array, or one parsed value per non-blank NDJSON line (a line
-    that is not JSON stays in place as an error, so it gets its own entry)."""
-    if not ndjson:
-        body = parse_json_body(raw)
-        if not isinstance(body, dict) or not isinstance(body.get("points"), list):
-            issue = "Must be a JSON object with a 'points' array of {monitor_id, timestamp, value} rows"
-            raise InvalidRequest(f"Invalid request: points: {issue}.", details=problem("points", issue, ""))
-        rows = body["points"]
-    else:
-        rows = []
-        for line in raw.split(b"\n"):
-            if not line.strip():
-                continue
-            if len(rows) >= max_rows:
-                rows.append(None)  # enough to report the excess below without parsing the rest
-                break
-            try:
-                rows.append(parse_json_body(line))
-            except InvalidRequest as exc:
-                rows.append(exc)
-    if not rows:
-        raise DataValidationError("Invalid points: at least one row is needed.",
-                                  details=problem("points", "at least one row is needed", "0 rows", minimum=1))
-    if len(rows) > max_rows:
-        raise DataValidationError("Invalid points: too many rows.",
-                                  details=problem("points", "too many rows", f"more than {max_rows}",
-                                                  maximum=max_rows))
-    return rows
-
-
 def check_rows(rows: list[Any]) -> BulkRows:
+    """The rows of a body, each a parsed JSON value or the MalformedInput of a line that was not JSON."""
     monitors: dict[tuple[str, Labels], MonitorRows] = {}
-    rejected: list[dict[str, Any]] = []
+    rejected: list[RefusedRow] = []
 
-    def reject(index: int, error: ApiError) -> None:
-        rejected.append({"row": index, "status": error.status, "error": error_entry(error)})
+    def reject(index: int, error: InvalidInput) -> None:
+        rejected.append(RefusedRow(index, error))
 
     for index, row in enumerate(rows):
-        if isinstance(row, InvalidRequest):
-            reject(index, DataValidationError(f"Invalid row: {row.message}", details={**(row.details or {}),
+        if isinstance(row, MalformedInput):
+            reject(index, InvalidInput(f"Invalid row: {row.message}", details={**(row.details or {}),
                                                                                         "row": index}))
             continue
         if not isinstance(row, dict):
@@ -111,16 +82,16 @@ def check_rows(rows: list[Any]) -> BulkRows:
             continue
         try:
             point = check_points([row["timestamp"]], [row["value"]], max_points=1)
-        except DataValidationError as exc:
+        except InvalidInput as exc:
             details = dict(exc.details or {})
             details["field"] = {"timestamps": "timestamp", "values": "value"}.get(details.get("field"),
                                                                                     details.get("field"))
             details.pop("index", None)
-            reject(index, DataValidationError(exc.message, details={**details, "row": index}))
+            reject(index, InvalidInput(exc.message, details={**details, "row": index}))
             continue
         try:
             labels = checked_labels(row.get("labels"), row=index)
-        except DataValidationError as exc:
+        except InvalidInput as exc:
             reject(index, exc)
             continue
         text = point.texts[0]
@@ -141,13 +112,5 @@ def check_rows(rows: list[Any]) -> BulkRows:
     return BulkRows(monitors={k: v for k, v in monitors.items() if v.rows}, rejected=rejected, rows=len(rows))
 
 
-def _row_error(index: int, name: str, issue: str, provided: Any) -> DataValidationError:
-    return DataValidationError(f"Invalid row: {name}: {issue}.", details=problem(name, issue, provided, row=index))
-
-
-def no_usable_row(rejected: list[dict[str, Any]]) -> DataValidationError:
-    """The answer when every row was refused: nothing to store, so the request itself is a 422 (its details list
-    the rows' own errors, at most the first 100)."""
-    first = rejected[0]["error"]
-    details = {**first.get("details", {}), "rejected_rows": len(rejected), "errors": rejected[:100]}
-    return DataValidationError(f"Invalid points: no usable row; the first: {first['message']}", details=details)
+def _row_error(index: int, name: str, issue: str, provided: Any) -> InvalidInput:
+    return InvalidInput(f"Invalid row: {name}: {issue}.", details=problem(name, issue, provided, row=index))

@@ -19,6 +19,7 @@ from app.compute.detect.results import DEFAULT_DETECTOR
 from app.compute.detect.streaming import StreamingDetector
 from app.compute.pool import WorkerPool
 from app.db import Database
+from app.errors import InvalidInput, ServiceError
 from app.monitors import series, sources, store
 from app.monitors.alerts import incidents
 from app.monitors.answers.views import points_answer
@@ -31,7 +32,6 @@ from app.monitors.state.runtime import MonitorRuntime
 from app.monitors.store import JudgedPoints, StaleRevision, epoch_text, stored_rows, tail_rows, utc_now
 from app.monitors.types import SeriesState, Verdict
 from app.series.frequencies import UNIT_SECONDS
-from app.web.errors import ApiError, DataValidationError, InternalError
 
 log = logging.getLogger("app.monitors.ingest")
 
@@ -58,13 +58,11 @@ def latest_epoch(data_frequency: str, now: float) -> int:
     return int(now) + max(LEAST_AHEAD_SECONDS, unit)
 
 
-class PointsNotJudged(ApiError):
+class PointsNotJudged(InvalidInput):
     """A series whose points the detector failed on: refused for that series alone (the other series of the same
     body are stored), and its detector state forgotten, so its next points are judged by a state rebuilt from what
-    is stored. Not a 5xx: a sender that retried the same points would only fail again."""
-
-    status = 422
-    code = "DATA_VALIDATION_ERROR"
+    is stored. The caller's to change, not the service's to retry: a sender that retried the same points would only
+    fail again."""
 
 
 def transaction_points(database: Database) -> int:
@@ -97,7 +95,7 @@ class Appended:
         return points_answer(self.series, self.old_records, self.texts, self.values, self.verdicts, self.period)
 
 
-Outcome = Appended | ApiError
+Outcome = Appended | ServiceError
 
 
 def append_points(
@@ -119,7 +117,7 @@ def append_points(
     outcome = append_many(database=database, pool=pool, runtime=runtime, account_id=account_id,
                           batch=[SeriesPoints(monitor_id, labels, points)], from_source=from_source,
                           lenient=lenient)[0]
-    if isinstance(outcome, ApiError):
+    if isinstance(outcome, ServiceError):
         raise outcome
     answer = outcome.answer()
     if lenient:
@@ -176,7 +174,7 @@ def append_many(
             runtime.series_ids.forget(batch[index].monitor_id, batch[index].labels)
             wanted.setdefault(batch[index].monitor_id, []).append(batch[index].labels)
     if any(outcome is None for outcome in outcomes):
-        raise InternalError("The monitor kept changing under concurrent writes; retry the request.")
+        raise ServiceError("The monitor kept changing under concurrent writes; retry the request.")
     return outcomes  # type: ignore[return-value]
 
 
@@ -222,13 +220,13 @@ def append_chunked(
                                batch=[entry for _, entry in chunk], from_source=from_source, lenient=lenient)
         for (index, _), outcome in zip(chunk, outcomes, strict=True):
             merged[index] = _merged(merged[index], outcome)
-    return [outcome if outcome is not None else InternalError("no points") for outcome in merged]
+    return [outcome if outcome is not None else ServiceError("no points") for outcome in merged]
 
 
 def _merged(before: Outcome | None, after: Outcome) -> Outcome:
-    if before is None or isinstance(before, ApiError):
+    if before is None or isinstance(before, ServiceError):
         return before or after
-    if isinstance(after, ApiError):
+    if isinstance(after, ServiceError):
         return after
     dropped = {k: before.dropped.get(k, 0) + after.dropped.get(k, 0) for k in {*before.dropped, *after.dropped}}
     return Appended(series=after.series, old_records=before.old_records + after.old_records,
@@ -289,7 +287,7 @@ def _append_once(
                         continue
                     try:
                         judging.append(_checked(connection, state, index, points, lenient))
-                    except ApiError as exc:
+                    except ServiceError as exc:
                         done[index] = exc
                 detectors: dict[str, StreamingDetector] = {}
                 writes: list[JudgedPoints] = []
@@ -297,7 +295,7 @@ def _append_once(
                     if item.split < len(item.points.epochs):
                         try:
                             writes.append(_judge(connection, pool, runtime, item, detectors))
-                        except (ApiError, SQLAlchemyError):  # the pool's or the database's: every series'
+                        except (ServiceError, SQLAlchemyError):  # the pool's or the database's: every series'
                             raise
                         except Exception as exc:  # noqa: BLE001 - one series' failure stays that series'
                             failed[item.index] = _not_judged(runtime, item, exc)
@@ -351,7 +349,7 @@ def _checked(connection: Any, state: SeriesState, index: int, points: IncomingPo
     if points.epochs and points.epochs[-1] > latest:  # strictly increasing: those too far ahead are the last ones
         keep = bisect_right(points.epochs, latest)
         if not lenient:
-            raise DataValidationError(
+            raise InvalidInput(
                 "Invalid points: a timestamp is too far ahead of the server's clock (at most "
                 f"{epoch_text(latest)}, one unit of the monitor's data frequency or an hour, whichever is longer).",
                 details={"field": "timestamps", "index": keep, "issue": "too far ahead of the server's clock",

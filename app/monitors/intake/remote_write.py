@@ -26,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.compute.pool import PoolError, WorkerPool
 from app.db import Database
+from app.errors import InputTooLarge, InvalidInput, MalformedInput, NotFound, ServiceError
 from app.monitors import series
 from app.monitors.intake import ingest, selectors
 from app.monitors.intake.route_cache import ROUTE_OVERHEAD, RouteCache
@@ -33,7 +34,6 @@ from app.monitors.records import monitors_table
 from app.monitors.schemas import IncomingPoints
 from app.monitors.state.runtime import MonitorRuntime
 from app.monitors.store import epoch_text
-from app.web.errors import ApiError, DataValidationError, InvalidRequest, NotFound, PayloadTooLarge
 from app.web.fields import MAX_ABS_VALUE
 from app.web.metrics import REMOTE_WRITE_SAMPLES
 from app.web.validation import problem
@@ -93,7 +93,7 @@ def decode(body: bytes) -> WriteRequest:
     except Exception:  # cramjam raises its own DecompressionError and ValueError for a bad length header
         raise _malformed("not snappy block format (the length header does not decode)") from None
     if decoded_length > min(max(len(body) * MAX_EXPANSION, 1 << 20), MAX_DECODED_BYTES):
-        raise PayloadTooLarge(f"The body would decompress to {decoded_length:,} bytes, more than {MAX_EXPANSION} "
+        raise InputTooLarge(f"The body would decompress to {decoded_length:,} bytes, more than {MAX_EXPANSION} "
                               f"times its size or {MAX_DECODED_BYTES >> 20} MiB; the service refuses it undecoded.")
     try:
         raw = bytes(cramjam.snappy.decompress_raw(body))
@@ -116,14 +116,14 @@ def check_size(request: WriteRequest, most: int) -> None:
         samples += len(entry.samples) + len(entry.histograms)
         if samples > most:
             total = sum(len(e.samples) + len(e.histograms) for e in request.timeseries)
-            raise PayloadTooLarge(
+            raise InputTooLarge(
                 f"The request holds {total:,} samples, more than the {most:,} (MAX_POINTS) a request may; nothing of "
                 "it was stored. Send fewer at once: lower queue_config.max_samples_per_send.",
                 details=problem("body", f"At most {most} samples (MAX_POINTS)", total))
 
 
-def _malformed(issue: str) -> InvalidRequest:
-    return InvalidRequest(f"Malformed remote-write body: {issue}.", details=problem("body", issue, ""))
+def _malformed(issue: str) -> MalformedInput:
+    return MalformedInput(f"Malformed remote-write body: {issue}.", details=problem("body", issue, ""))
 
 
 @dataclass
@@ -314,8 +314,8 @@ def _store(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, acc
     try:
         outcomes = ingest.append_chunked(database=database, pool=pool, runtime=runtime, account_id=account_id,
                                          batch=batch, lenient=True, most_points=most_points)
-    except (SQLAlchemyError, PoolError, ApiError) as exc:
-        if isinstance(exc, ApiError) and exc.status < 500:
+    except (SQLAlchemyError, PoolError, ServiceError) as exc:
+        if isinstance(exc, ServiceError) and exc.caller_at_fault:
             raise
         log.warning("remote write: samples not written now (%s); asking the sender to retry", type(exc).__name__)
         counts["failed"] += sum(len(entry.points.epochs) for entry in batch)
@@ -327,10 +327,10 @@ def _store(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, acc
             counts["unmatched"] += sent
         elif isinstance(outcome, ingest.PointsNotJudged):  # retried, they would fail again
             counts["unjudged"] += sent
-        elif isinstance(outcome, DataValidationError):  # a new series beyond the monitor's cap
+        elif isinstance(outcome, InvalidInput):  # a new series beyond the monitor's cap
             counts["series_limit"] += sent
-        elif isinstance(outcome, ApiError):
-            if outcome.status >= 500:
+        elif isinstance(outcome, ServiceError):
+            if not outcome.caller_at_fault:
                 counts["failed"] += sent
                 received.retry = True
             else:  # e.g. became Prometheus-backed: it takes no pushed points

@@ -8,12 +8,21 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from app.errors import MalformedInput, ServiceError
 from app.monitors.intake import bulk, ingest, remote_write
 from app.monitors.state.runtime import MonitorRuntime
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
-from app.web.errors import ApiError, ServiceUnavailable, UnsupportedMediaType
+from app.web.errors import (
+    ApiError,
+    DataValidationError,
+    InvalidRequest,
+    ServiceUnavailable,
+    UnsupportedMediaType,
+    api_error_for,
+)
 from app.web.pipeline import current_key, requires
+from app.web.validation import parse_json_body, problem
 
 bp = Blueprint("monitor_intake", __name__)
 
@@ -33,11 +42,12 @@ def bulk_points() -> tuple[Response, int]:
     ndjson = request.mimetype in bulk.NDJSON_TYPES
     if not ndjson:
         require_json_content_type()
-    rows = bulk.parse_rows(read_body(services.settings.max_body_bytes), ndjson=ndjson,
-                           max_rows=services.settings.max_points)
+    rows = _body_rows(read_body(services.settings.max_body_bytes), ndjson=ndjson,
+                      max_rows=services.settings.max_points)
     checked = bulk.check_rows(rows)
+    rejected = [_rejected_row(refused) for refused in checked.rejected]
     if not checked.monitors:
-        raise bulk.no_usable_row(checked.rejected)
+        raise _no_usable_row(rejected)
     keys = list(checked.monitors)
     results = ingest.append_chunked(
         database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
@@ -49,12 +59,13 @@ def bulk_points() -> tuple[Response, int]:
     for (monitor_id, labels), result in zip(keys, results, strict=True):
         group = checked.monitors[(monitor_id, labels)]
         named = {"labels": dict(labels)} if labels else {}
-        if isinstance(result, ApiError):
-            error = bulk.error_entry(result)
+        if isinstance(result, ServiceError):
+            refusal = api_error_for(result)
+            error = _error_entry(refusal)
             index = (result.details or {}).get("index")
             if isinstance(index, int) and 0 <= index < len(group.rows):  # the point's place in the body
                 error["details"] = {**error.get("details", {}), "row": group.rows[index]}
-            entries.append({"monitor_id": monitor_id, **named, "status": result.status, "rows": group.rows,
+            entries.append({"monitor_id": monitor_id, **named, "status": refusal.status, "rows": group.rows,
                             "error": error})
             failed_rows += len(group.rows)
         else:
@@ -65,12 +76,63 @@ def bulk_points() -> tuple[Response, int]:
             entries.append({"status": 200, "rows": group.rows, **answer})
     body = {
         "monitors": entries,
-        "rejected_rows": checked.rejected,
+        "rejected_rows": rejected,
         "rows": checked.rows,
         "stored_points": sum(e.get("new_points", 0) for e in entries),
         "failed_rows": failed_rows,
     }
     return jsonify(body), (207 if failed_rows else 200)
+
+
+def _body_rows(raw: bytes, *, ndjson: bool, max_rows: int) -> list[Any]:
+    """The rows of a body: a JSON body's ``points`` array, or one parsed value per non-blank NDJSON line (a line
+    that is not JSON stays in place as its MalformedInput, so it gets its own entry)."""
+    if not ndjson:
+        body = parse_json_body(raw)
+        if not isinstance(body, dict) or not isinstance(body.get("points"), list):
+            issue = "Must be a JSON object with a 'points' array of {monitor_id, timestamp, value} rows"
+            raise InvalidRequest(f"Invalid request: points: {issue}.", details=problem("points", issue, ""))
+        rows = body["points"]
+    else:
+        rows = []
+        for line in raw.split(b"\n"):
+            if not line.strip():
+                continue
+            if len(rows) >= max_rows:
+                rows.append(None)  # enough to report the excess below without parsing the rest
+                break
+            try:
+                rows.append(parse_json_body(line))
+            except InvalidRequest as exc:
+                rows.append(MalformedInput(exc.message, details=exc.details))
+    if not rows:
+        raise DataValidationError("Invalid points: at least one row is needed.",
+                                  details=problem("points", "at least one row is needed", "0 rows", minimum=1))
+    if len(rows) > max_rows:
+        raise DataValidationError("Invalid points: too many rows.",
+                                  details=problem("points", "too many rows", f"more than {max_rows}",
+                                                  maximum=max_rows))
+    return rows
+
+
+def _error_entry(error: ApiError) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    if error.details:
+        body["details"] = error.details
+    return body
+
+
+def _rejected_row(refused: bulk.RefusedRow) -> dict[str, Any]:
+    error = api_error_for(refused.error)
+    return {"row": refused.row, "status": error.status, "error": _error_entry(error)}
+
+
+def _no_usable_row(rejected: list[dict[str, Any]]) -> DataValidationError:
+    """The answer when every row was refused: nothing to store, so the request itself is a 422 (its details list
+    the rows' own errors, at most the first 100)."""
+    first = rejected[0]["error"]
+    details = {**first.get("details", {}), "rejected_rows": len(rejected), "errors": rejected[:100]}
+    return DataValidationError(f"Invalid points: no usable row; the first: {first['message']}", details=details)
 
 
 @bp.post("/api/v1/write")

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import re2
 
-from app.web.errors import InvalidRequest
+from app.errors import MalformedInput
 from app.web.validation import problem
 
 MAX_SELECTOR_LENGTH = 4096
@@ -192,6 +192,6 @@ def check_monitor_field(fields: dict[str, Any], *, prometheus_backed: bool) -> N
         raise _refuse(f"Not a series selector: {exc}", text) from None
 
 
-def _refuse(issue: str, provided: str) -> InvalidRequest:
-    return InvalidRequest(f"Invalid request: remote_write_selector: {issue}.",
+def _refuse(issue: str, provided: str) -> MalformedInput:
+    return MalformedInput(f"Invalid request: remote_write_selector: {issue}.",
                           details=problem("remote_write_selector", issue, provided))

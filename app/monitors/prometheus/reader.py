@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import bindparam, func, select, update
 
 from app.db import Database
+from app.errors import InvalidInput, NotFound, ServiceError
 from app.monitors import sources
 from app.monitors.prometheus.promql import (
     ERROR,
@@ -46,7 +47,6 @@ from app.monitors.records import monitor_series_table, monitors_table
 from app.monitors.schemas import IncomingPoints
 from app.monitors.series import label_problem
 from app.settings import Settings
-from app.web.errors import ApiError, DataValidationError, NotFound
 
 log = logging.getLogger("app.monitors.prometheus")
 
@@ -207,7 +207,7 @@ class Reader:
                 message += self._store(monitor, result)
             except NotFound:
                 return  # deleted while it was read
-            except ApiError as exc:
+            except ServiceError as exc:
                 status, message = ERROR, f"The points read could not be judged: {exc}"
             if status == OK:
                 read_until = span.end
@@ -259,9 +259,9 @@ class Reader:
                                              lenient=True):
             if isinstance(outcome, ingest.PointsNotJudged):  # read again, they would fail again
                 unjudged += 1
-            elif isinstance(outcome, DataValidationError):
+            elif isinstance(outcome, InvalidInput):
                 over_cap += 1
-            elif isinstance(outcome, ApiError):
+            elif isinstance(outcome, ServiceError):
                 raise outcome
         extra = ""
         if over_cap:
