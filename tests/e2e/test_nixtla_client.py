@@ -264,8 +264,7 @@ def test_key_validation_model_params_and_a_bad_key(served: tuple[Server, str, di
 
 @pytest.mark.parametrize(("call", "feature"), [
     (lambda c, df: c.forecast(df, h=3, freq="MS", finetune_steps=5), "Fine-tuning"),
-    (lambda c, df: c.forecast(df.assign(x=1.0), h=3, freq="MS", hist_exog_list=["x"]), "Exogenous variables"),
-    (lambda c, df: c.forecast(df, h=3, freq="MS", date_features=True), "Exogenous variables"),
+    (lambda c, df: c.detect_anomalies(df.assign(x=1.0), freq="MS"), "Exogenous variables in anomaly detection"),
     (lambda c, df: c.forecast(df.assign(x=1.0), h=3, freq="MS", hist_exog_list=["x"], feature_contributions=True),
      "Feature contributions"),
     (lambda c, df: c.forecast(df, h=3, freq="MS", multivariate=True), "Multivariate"),

@@ -7,11 +7,13 @@ request's ``y``) to split them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from app.anomalies import service as detection
 from app.anomalies.schemas import check_series as check_anomaly_series
 from app.anomalies.schemas import load_request as load_anomaly_request
+from app.compat.nixtla.exogenous import Exogenous
 from app.compat.nixtla.schemas import (
     N_WINDOWS_RANGE,
     NixtlaError,
@@ -23,9 +25,16 @@ from app.compat.nixtla.schemas import (
     levels,
 )
 from app.compute.forecast.results import ForecastResult
-from app.compute.forecast.work import LevelsWork
+from app.compute.forecast.work import CovariateMatrix, LevelsWork
 from app.forecast import service as forecasting
-from app.forecast.schemas import DEFAULT_CONFIDENCE, MIN_POINTS, ForecastRequest, SeriesData, check_series
+from app.forecast.schemas import (
+    DEFAULT_CONFIDENCE,
+    MIN_POINTS,
+    ForecastRequest,
+    SeriesData,
+    check_series,
+    missing_rows,
+)
 from app.forecast.schemas import SubmittedSeries as ForecastSeries
 from app.forecast.service import cutoffs, points_needed
 from app.series.timestamps import TimestampError, future_timestamps
@@ -45,30 +54,44 @@ def _checked(series: SubmittedSeries, end: int, frequency: str, *, max_points: i
 
 
 class _Intervals:
-    """The answer's mean and intervals, filled series by series in the request's order."""
+    """The answer's mean and intervals, filled series by series in the request's order, and with exogenous
+    columns whether each fit used them."""
 
-    def __init__(self, wanted: list[float]) -> None:
+    def __init__(self, wanted: list[float], exogenous: Exogenous | None) -> None:
         self.wanted = [level for level in wanted if level]  # level 0 (quantile 0.5) is the mean itself
         self.asked = bool(wanted)
         self.mean: list[float] = []
         self.bounds: dict[str, list[float]] = {f"{side}-{level_name(level)}": [] for level in self.wanted
                                                for side in ("lo", "hi")}
+        self.exogenous = exogenous
+        self.used: list[bool] = []
+        self.notes: list[str | None] = []
 
     def confidences(self) -> tuple[float, ...]:
         return tuple(level / 100 for level in self.wanted) or (DEFAULT_CONFIDENCE,)
 
     def add(self, results: list[ForecastResult]) -> None:
         self.mean.extend(results[0].median)
+        if self.exogenous is not None:
+            self.used.append(bool(results[0].covariates_used))
+            self.notes.append(results[0].covariates_note)
         for level, answer in zip(self.wanted, results, strict=False):
             self.bounds[f"lo-{level_name(level)}"].extend(answer.lower)
             self.bounds[f"hi-{level_name(level)}"].extend(answer.upper)
 
     def body(self) -> dict[str, Any]:
-        return {"mean": self.mean, "intervals": self.bounds if self.asked else None}
+        """TimeGPT's fields; weights_x and feature_contributions stay null (no per-column weights are shared by
+        the series: each fit weighs its covariates on its own). ``exogenous``, this service's own field that the
+        client does not read, says per fit (series, or window) whether the covariates were used and why not."""
+        out: dict[str, Any] = {"mean": self.mean, "intervals": self.bounds if self.asked else None,
+                               "weights_x": None, "feature_contributions": None}
+        if self.exogenous is not None:
+            out["exogenous"] = {"columns": list(self.exogenous.names), "used": self.used, "notes": self.notes}
+        return out
 
 
 def _fit(checked: SeriesData, h: int, frequency: str, model_id: str, confidences: tuple[float, ...],
-         run: Runner) -> list[ForecastResult]:
+         run: Runner, covariates: CovariateMatrix | None = None) -> list[ForecastResult]:
     """POST /forecast's answer at every confidence, from one fit (its work, with the confidences asked of it)."""
     request = ForecastRequest(forecast_horizon=h, data_frequency=frequency, confidence=confidences[0],
                               model_id=model_id)
@@ -77,7 +100,10 @@ def _fit(checked: SeriesData, h: int, frequency: str, model_id: str, confidences
     except TimestampError as exc:
         raise NixtlaError(f"The forecast's timestamps cannot be written: {exc.issue}.", status=422,
                           code="DATA_VALIDATION_ERROR") from exc
-    results: list[ForecastResult] = run(LevelsWork(forecasting.work_for(request, checked), confidences))
+    work = forecasting.work_for(request, checked)
+    if covariates is not None:
+        work = replace(work, covariates=covariates)
+    results: list[ForecastResult] = run(LevelsWork(work, confidences))
     return results
 
 
@@ -92,16 +118,20 @@ def fits_of_cross_validation(body: Mapping[str, Any], series: int) -> int:
 
 def forecast(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[str, Any]:
     h = horizon(request.body)
-    answer = _Intervals(levels(request.body.get("level")))
-    for index, series in enumerate(request.series):
+    exogenous = request.exogenous
+    answer = _Intervals(levels(request.body.get("level")), exogenous)
+    for index, (series, offset) in enumerate(zip(request.series, request.offsets, strict=True)):
         try:
             checked = _checked(series, len(series.values), request.data_frequency, max_points=max_points)
-            answer.add(_fit(checked, h, request.data_frequency, request.model_id, answer.confidences(), run))
+            covariates = None if exogenous is None else \
+                exogenous.for_forecast(index, offset, len(series.values), h, missing_rows(series.values))
+            answer.add(_fit(checked, h, request.data_frequency, request.model_id, answer.confidences(), run,
+                            covariates))
         except NixtlaError:
             raise
         except ApiError as error:
             raise _in_series(index, error) from error
-    return {**answer.body(), "weights_x": None, "feature_contributions": None}
+    return answer.body()
 
 
 def _windows(index: int, length: int, h: int, n_windows: int, step: int, full_history: bool) -> tuple[int, int]:
@@ -130,25 +160,28 @@ def cross_validation(request: NixtlaRequest, *, max_points: int, run: Runner) ->
     step = integer(body, "step_size", 1, 10_000, default=h)
     if full_history and step != h:
         raise NixtlaError(f"step_size must equal h ({h}) with full_history: its windows tile each series' tail.")
-    answer = _Intervals(levels(body.get("level")))
+    exogenous = request.exogenous
+    answer = _Intervals(levels(body.get("level")), exogenous)
     idxs: list[int] = []
     sizes: list[int] = []
     for index, (series, offset) in enumerate(zip(request.series, request.offsets, strict=True)):
         length = len(series.values)
         h_here, windows = _windows(index, length, h, n_windows, step, full_history)
         step_here = h_here if full_history else step
+        missing = missing_rows(series.values) if exogenous is not None else []
         try:
             for cut in cutoffs(length, h_here, windows, step_here):
                 checked = _checked(series, cut, request.data_frequency, max_points=max_points)
+                covariates = None if exogenous is None else exogenous.for_window(offset, cut, h_here, missing)
                 answer.add(_fit(checked, h_here, request.data_frequency, request.model_id, answer.confidences(),
-                                run))
+                                run, covariates))
                 idxs.extend(range(offset + cut, offset + cut + h_here))
         except NixtlaError:
             raise
         except ApiError as error:
             raise _in_series(index, error) from error
         sizes.append(windows * h_here)
-    return {**answer.body(), "idxs": idxs, "sizes": sizes, "weights_x": None, "feature_contributions": None}
+    return {**answer.body(), "idxs": idxs, "sizes": sizes}
 
 
 def _detector_level(body: Any) -> float:

@@ -18,7 +18,8 @@ from flask import Blueprint, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from app.compat.nixtla import answers
-from app.compat.nixtla.schemas import MAX_FITS_PER_CALL, NixtlaError, read_series, unsupported
+from app.compat.nixtla.errors import NixtlaError, unsupported
+from app.compat.nixtla.schemas import MAX_FITS_PER_CALL, read_series
 from app.compute.detect.results import DETECTOR_IDS
 from app.compute.forecast.catalog import MODEL_IDS
 from app.services import current_services
@@ -114,7 +115,7 @@ def _spend(series: int) -> None:
     services.usage.record(key.id, status=200, count=series - 1)
 
 
-def _answer(compute: Callable[..., dict[str, Any]], *, detection: bool = False,
+def _answer(compute: Callable[..., dict[str, Any]], *, detection: bool = False, forecast: bool = False,
             fits: Callable[[Any, int], int] = answers.fits_of_forecast) -> Response:
     settings = current_services().settings
     body = _body()
@@ -129,14 +130,14 @@ def _answer(compute: Callable[..., dict[str, Any]], *, detection: bool = False,
         _spend(series)
 
     nixtla_request = read_series(body, request.headers, max_points=settings.max_points, detection=detection,
-                                 before_rebuild=admit)
+                                 forecast=forecast, before_rebuild=admit)
     return _json(compute(nixtla_request, max_points=settings.max_points, run=_run_on_pool))
 
 
 @bp.post("/v2/forecast")
 @requires("read")
 def forecast() -> Response:
-    return _answer(answers.forecast)
+    return _answer(answers.forecast, forecast=True)
 
 
 @bp.post("/v2/cross_validation")

@@ -14,10 +14,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.compat.nixtla.errors import NixtlaError, unsupported
+from app.compat.nixtla.exogenous import Exogenous
+from app.compat.nixtla.exogenous import read as read_exogenous
 from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.schemas import CONFIDENCE_RANGE, HORIZON_RANGE
-from app.web.errors import ApiError
 
 URL_PREFIX = "/v2"
 # What the client names TimeGPT's models: any of these (and no model at all) means this service's default.
@@ -48,23 +50,6 @@ _OFFSET_FREQUENCIES = {
 }
 
 
-class NixtlaError(ApiError):
-    """An answer in Nixtla's error shape, ``{"detail": message}``: the client raises it as an ApiError whose
-    body is this, so the message names what was wrong."""
-
-    code = "INVALID_REQUEST"
-
-    def __init__(self, message: str, *, status: int = 400, code: str = "INVALID_REQUEST") -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-
-
-def unsupported(feature: str, hint: str = "") -> NixtlaError:
-    return NixtlaError(f"{feature} is not supported by this service (a self-hosted forecasting service, not "
-                       f"TimeGPT).{(' ' + hint) if hint else ''}", code="UNSUPPORTED_FEATURE")
-
-
 @dataclass(frozen=True)
 class SubmittedSeries:
     timestamps: list[str]
@@ -78,6 +63,7 @@ class NixtlaRequest:
     data_frequency: str
     model_id: str
     body: Mapping[str, Any]
+    exogenous: Exogenous | None = None
 
 
 def model_of(body: Mapping[str, Any], headers: Mapping[str, str], *, detection: bool = False) -> str:
@@ -95,7 +81,7 @@ def model_of(body: Mapping[str, Any], headers: Mapping[str, str], *, detection: 
                       f"for the default ({default}).")
 
 
-def refuse_unsupported(body: Mapping[str, Any]) -> None:
+def refuse_unsupported(body: Mapping[str, Any], *, detection: bool = False) -> None:
     """Every option this service does not offer is refused by name, never ignored."""
     series = body.get("series") if isinstance(body.get("series"), dict) else {}
     steps = body.get("finetune_steps")
@@ -112,14 +98,16 @@ def refuse_unsupported(body: Mapping[str, Any]) -> None:
         raise NixtlaError("quantiles is not read by this route: send level (NixtlaClient turns quantiles=[0.1, 0.9] "
                           "into level=[80] itself and names the columns by quantile).")
     if body.get("feature_contributions") or body.get("feature_contributions_type"):
-        raise unsupported("Feature contributions (feature_contributions=True)")
+        raise unsupported("Feature contributions (feature_contributions=True)",
+                          "Forecasts with exogenous variables are answered without a per-column breakdown: "
+                          "leave feature_contributions=False.")
     if body.get("multivariate") or body.get("threshold_method") == "multivariate":
         raise unsupported("Multivariate forecasting and detection (multivariate=True, threshold_method="
                           "'multivariate')")
-    if any(series.get(name) not in (None, []) for name in ("X", "X_future", "categorical_exog")) or \
-            body.get("hist_exog") not in (None, []):
-        raise unsupported("Exogenous variables (X_df, hist_exog_list, categorical_exog_list, date_features)",
-                          "Send the target column only.")
+    if detection and (any(series.get(name) not in (None, []) for name in ("X", "X_future", "categorical_exog"))
+                      or body.get("hist_exog") not in (None, [])):
+        raise unsupported("Exogenous variables in anomaly detection (hist_exog_list, categorical_exog_list, "
+                          "date_features)", "Send the target column only; forecasts take exogenous variables.")
     if body.get("model_parameters"):
         raise unsupported("Model parameters (model_parameters)")
 
@@ -179,7 +167,7 @@ def frequency_of(freq: Any) -> tuple[str, Any]:
 
 
 def read_series(body: Any, headers: Mapping[str, str], *, max_points: int, detection: bool = False,
-                before_rebuild: Callable[[int], None] | None = None) -> NixtlaRequest:
+                forecast: bool = False, before_rebuild: Callable[[int], None] | None = None) -> NixtlaRequest:
     """The body's series rebuilt (timestamps from each start, the frequency and the size), its model and its
     frequency; 400 for a body that is not the client's shape or over MAX_SERIES_PER_CALL. ``before_rebuild``
     hears the number of series once the cheap checks passed and before any timestamp is built (the caller's
@@ -188,7 +176,7 @@ def read_series(body: Any, headers: Mapping[str, str], *, max_points: int, detec
 
     if not isinstance(body, dict):
         raise NixtlaError("The request body must be a JSON object.")
-    refuse_unsupported(body)
+    refuse_unsupported(body, detection=detection)
     model_id = model_of(body, headers, detection=detection)
     frequency, offset = frequency_of(body.get("freq"))
     series = body.get("series")
@@ -211,6 +199,7 @@ def read_series(body: Any, headers: Mapping[str, str], *, max_points: int, detec
     if max(sizes) > max_points:
         raise NixtlaError(f"A series holds {max(sizes)} points; at most {max_points} are accepted.", status=422,
                           code="DATA_VALIDATION_ERROR")
+    exogenous = None if detection else read_exogenous(body, sizes, h=horizon(body) if forecast else None)
     if before_rebuild is not None:
         before_rebuild(len(sizes))
     out: list[SubmittedSeries] = []
@@ -234,4 +223,5 @@ def read_series(body: Any, headers: Mapping[str, str], *, max_points: int, detec
         out.append(SubmittedSeries(timestamps=texts, values=y[position:position + size]))
         offsets.append(position)
         position += size
-    return NixtlaRequest(series=out, offsets=offsets, data_frequency=frequency, model_id=model_id, body=body)
+    return NixtlaRequest(series=out, offsets=offsets, data_frequency=frequency, model_id=model_id, body=body,
+                         exogenous=exogenous)
