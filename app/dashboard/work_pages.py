@@ -14,8 +14,9 @@ from flask import (
 
 from app.dashboard.sessions import DashboardSession
 from app.dashboard.views import base_context, bp, current_session, page, signed_in
+from app.errors import NotFound, ServiceError
 from app.services import current_services
-from app.web.errors import ApiError
+from app.web.errors import api_error_for
 
 MONITOR_CHART_POINTS = 500
 # A monitor of several series lists this many of them on its own page (a quarter in the list of monitors), each
@@ -43,8 +44,8 @@ def monitors(notice: str | None = None) -> Response:
         try:
             views = [monitor_service.get_monitor(database=database, account_id=account_id, monitor_id=only,
                                                  points=MONITOR_CHART_POINTS, series=0)]
-        except ApiError as error:
-            return page("dashboard/error.html", error.status, title="No such monitor", message=error.message,
+        except NotFound as error:  # the one refusal of a lookup by id (another account's monitor included)
+            return page("dashboard/error.html", 404, title="No such monitor", message=error.message,
                          **base_context())
     else:
         views, _ = monitor_service.list_monitors(database=database, account_id=account_id,
@@ -154,8 +155,9 @@ def monitor_feedback(monitor_id: str) -> Response:
             account_id=session.key.account_id, monitor_id=monitor_id, epoch=point_epoch(stamp),
             series_id=int(series_id) if series_id and series_id.isdigit() else series_id,
         )
-    except ApiError as error:
-        return page("dashboard/error.html", error.status, title="Not marked", message=error.message,
+    except ServiceError as error:
+        # The page answers with the status the API gives the same refusal.
+        return page("dashboard/error.html", api_error_for(error).status, title="Not marked", message=error.message,
                      **base_context())
     return monitors(notice=f"The point at {stamp} is marked as not an anomaly; the detector learns it as normal.")
 
