@@ -14,13 +14,13 @@ from flask import (
 
 from app.dashboard import sessions
 from app.dashboard.views import base_context, bp, counted, current_session, page, secure_cookies, signed_in
+from app.errors import Unavailable
 from app.keys import manage
 from app.keys.answers import display_form, key_body, rate_windows
 from app.keys.limits import TIERS
 from app.keys.records import OUTCOMES, PERMISSIONS, ApiKey
 from app.keys.usage import usage_history
 from app.services import current_services
-from app.web.errors import ApiError
 
 GRACE_CHOICES: tuple[tuple[int, str], ...] = (
     (0, "Now (the old key stops at once)"),
@@ -162,7 +162,7 @@ def _usage_series(key_id: str, hours: int) -> dict[str, Any]:
 def _key_page(key: ApiKey, status: int = 200, **extra: Any) -> Response:
     try:
         windows: list[dict[str, Any]] | None = rate_windows(key)
-    except ApiError:
+    except Unavailable:
         windows = None  # the page still shows history while the limiter store is away
     usage = {"day": _usage_series(key.id, 24), "week": _usage_series(key.id, 168)}
     context = {

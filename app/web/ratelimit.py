@@ -25,9 +25,10 @@ from limits.errors import StorageError as LimitsStorageError
 from limits.storage import Storage, storage_from_string
 from limits.util import WindowStats
 
+from app.errors import Unavailable
 from app.settings import Settings
 from app.web.counted_window import CountedMovingWindowRateLimiter
-from app.web.errors import RateLimitExceeded, ServiceUnavailable
+from app.web.errors import RateLimitExceeded
 
 if TYPE_CHECKING:
     from app.keys.records import ApiKey
@@ -145,7 +146,7 @@ def _fail_closed() -> Iterator[None]:
     try:
         yield
     except LimitsStorageError as exc:
-        raise ServiceUnavailable("The rate-limit store is unreachable; try again shortly.") from exc
+        raise Unavailable("The rate-limit store is unreachable; try again shortly.") from exc
 
 
 def too_many(status: WindowStatus, message: str) -> RateLimitExceeded:
