@@ -7,6 +7,8 @@
 - The web side reaches ``app.compute`` only through the pool and the light modules a job needs
   (``jobs``, ``results``, ``catalog``) or the plain-Python streaming detector, and those modules import
   nothing numeric, so the numeric stack never loads in the web process.
+- Domain code raises ``app.errors``' kinds: outside the web package and the route, schema and OpenAPI modules,
+  only the few modules named below import ``app.web.errors``.
 """
 
 from __future__ import annotations
@@ -226,3 +228,35 @@ def test_no_circle_between_packages() -> None:
                 path.append(step)
             circles.add(" -> ".join([package, *reversed(path[1:]), package]))
     assert not circles, "package circles:\n" + "\n".join(sorted(circles))
+
+
+# The HTTP edge besides the web package: the composition root registers the error handlers, and modules with these
+# names are a capability's routes, request schemas and OpenAPI document.
+HTTP_EDGE_NAMES = {"routes", "schemas", "openapi_doc"}
+# Dashboard pages that answer a domain error with the status the API gives it (api_error_for, the one mapping).
+PAGES_WITH_API_STATUS = {"app.dashboard.work_pages"}
+# Still raising or catching app.web.errors' classes; struck off as each moves onto app.errors (issue 80).
+HTTP_ERRORS_TO_MOVE = {
+    "app.batches.backtest", "app.batches.multipart", "app.batches.one_series", "app.batches.quota",
+    "app.batches.submit", "app.compat.nixtla.answers", "app.compat.nixtla.errors",
+}
+MOST_MODULES_IMPORTING_WEB_ERRORS = 5
+
+
+def modules_importing_web_errors() -> set[str]:
+    """App modules outside the HTTP edge that import app.web.errors (type-only imports included)."""
+    modules = app_modules()
+    return {
+        name for name, path in modules.items()
+        if name != "app" and not name.startswith("app.web") and name.rsplit(".", 1)[-1] not in HTTP_EDGE_NAMES
+        and any(target == "app.web.errors" for target, _ in imports_of(path, modules, type_only=True))
+    }
+
+
+def test_domain_code_raises_the_domains_errors() -> None:
+    importing = modules_importing_web_errors()
+    unlisted = importing - PAGES_WITH_API_STATUS - HTTP_ERRORS_TO_MOVE
+    assert not unlisted, "raise app.errors' kinds instead of app.web.errors' classes:\n" + "\n".join(sorted(unlisted))
+    moved = (PAGES_WITH_API_STATUS | HTTP_ERRORS_TO_MOVE) - importing
+    assert not moved, "no longer import app.web.errors; strike them off the lists:\n" + "\n".join(sorted(moved))
+    assert len(importing - HTTP_ERRORS_TO_MOVE) <= MOST_MODULES_IMPORTING_WEB_ERRORS
