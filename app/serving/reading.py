@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from gunicorn.http.unreader import SocketUnreader
 
+from app.errors import TimedOut
 from app.serving.answers import Answer, body_too_slow, head_too_slow
 from app.serving.config import ClientLimits
-from app.web.errors import InvalidRequest
 
 # How long, and how much, the thread that answered early keeps reading a body the app did not read (a lingering
 # close, as nginx does): a client still uploading keeps its connection, while one that pauses over a second or
@@ -23,11 +23,9 @@ LINGER_READ_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024 * 1024
 
 
-class RequestTimedOut(InvalidRequest):
-    """A client sent its request too slowly. Raised inside the app (which reads the body), it is the app's own
-    408 in the envelope; raised while gunicorn reads a head, the worker answers it the same way."""
-
-    status = 408
+class RequestTimedOut(TimedOut):
+    """A client sent its request too slowly. Raised inside the app (which reads the body), app.web.errors answers
+    it as the envelope's 408; raised while gunicorn reads a head, the worker sends ``answer``, the same 408."""
 
     def __init__(self, answer: Answer) -> None:
         super().__init__(answer.message, details=answer.details)

@@ -321,7 +321,7 @@ def test_a_head_not_sent_by_its_deadline_times_out(pair: tuple[socket.socket, so
     unreader.expect_head(time.monotonic() + 0.1)
     with pytest.raises(RequestTimedOut) as timed_out:
         unreader.chunk()
-    assert timed_out.value.status == 408 and timed_out.value.answer == answers.head_too_slow(unreader.limits)
+    assert timed_out.value.answer.status == 408 and timed_out.value.answer == answers.head_too_slow(unreader.limits)
     assert unreader.timed_out
     with pytest.raises(RequestTimedOut):  # past the deadline, no read waits at all
         unreader.chunk()
