@@ -23,6 +23,7 @@ import numpy as np
 
 from app.compat.nixtla.errors import NixtlaError, unsupported
 from app.compute.forecast.work import CovariateMatrix
+from app.web.fields import MAX_ABS_VALUE, all_in_range
 
 # As POST /forecast takes covariates (docs/covariates.md): each column the client sends is one covariate and
 # one design column, so the tighter of the two caps is the one that binds.
@@ -78,7 +79,7 @@ def _columns(value: Any, field: str) -> list[Any] | None:
 
 def _finite(item: Any) -> bool:
     try:
-        return type(item) in (int, float) and bool(np.isfinite(float(item)))
+        return type(item) in (int, float) and abs(float(item)) <= MAX_ABS_VALUE
     except OverflowError:
         return False
 
@@ -89,7 +90,7 @@ def _numbers(column: list[Any], field: str, sizes: Sequence[int], per_series: in
         values = np.array(column, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):  # a string, a list, or an integer too large for a float
         values = None
-    if values is not None and values.ndim == 1 and np.isfinite(values).all() and \
+    if values is not None and values.ndim == 1 and all_in_range(values) and \
             not any(type(item) is bool for item in column):
         return values
     bad = next(number for number, item in enumerate(column) if not _finite(item))
@@ -101,7 +102,8 @@ def _numbers(column: list[Any], field: str, sizes: Sequence[int], per_series: in
         series = int(np.searchsorted(starts, bad, side="right")) - 1
         where = f"series {series}, row {bad - int(starts[series])}"
     shown = "null (NaN)" if column[bad] is None else repr(column[bad])[:32]
-    raise NixtlaError(f"series.{field} holds {shown} for {where}: exogenous values must be finite numbers. "
+    raise NixtlaError(f"series.{field} holds {shown} for {where}: exogenous values must be finite numbers "
+                      f"(of magnitude at most {MAX_ABS_VALUE:g}). "
                       "Fill or drop missing values before sending (the client sends NaN as null); categorical "
                       "columns are not supported (one-hot encode them into numeric columns).")
 
