@@ -74,7 +74,7 @@ monitor_series_table = Table(
 
     Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
     Column("monitor_id", String(32), ForeignKey("monitors.id", ondelete="CASCADE"), nullable=False),
-    # "" for the empty label set, else a digest of the canonical labels (app.monitors.series.labels_key).
+    # "" for the empty label set, else a digest of the canonical labels (app.monitors.label_sets.labels_key).
     Column("labels_key", String(32), nullable=False),
     # The labels as canonical JSON. NULL: a stream stored before monitors had series, on a monitor fed by
     # Prometheus; the first label set that reaches the monitor takes it over (and its history).

@@ -7,7 +7,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.monitors import series, service, sources
+from app.monitors import label_sets, service, sources
 from app.monitors.alerts.webhooks import WebhookAddressError, check_url
 from app.monitors.answers import exposition, forecasting
 from app.monitors.intake import ingest, selectors
@@ -213,7 +213,7 @@ def add_points(monitor_id: str) -> Response:
     points = check_points(body["timestamps"], body["values"], max_points=services.settings.max_points)
     answer = ingest.append_points(
         database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
-        monitor_id=monitor_id, points=points, labels=series.checked_labels(body.get("labels")),
+        monitor_id=monitor_id, points=points, labels=label_sets.checked_labels(body.get("labels")),
     )
     if points.missing:  # null values: their points were left out, as points not sent are
         answer["missing_values"] = points.missing

@@ -18,6 +18,7 @@ from app.monitors.answers import reads
 from app.monitors.answers.views import alert_view, incident_view, monitor_view, point_view, series_view
 from app.monitors.intake.selectors import Selector
 from app.monitors.judge import relearn_last_append
+from app.monitors.label_sets import stored_labels
 from app.monitors.records import (
     delivery_attempts_table,
     monitor_events_table,
@@ -26,7 +27,6 @@ from app.monitors.records import (
     monitor_snapshots_table,
     monitors_table,
 )
-from app.monitors.series import stored_labels
 from app.monitors.state.cache import JudgeState
 from app.monitors.state.runtime import MonitorRuntime
 from app.monitors.store import (

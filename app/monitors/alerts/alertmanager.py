@@ -23,8 +23,8 @@ from sqlalchemy import select, update
 from app.db import Database
 from app.monitors.alerts import queue
 from app.monitors.alerts.webhooks import DeliveryOutcome, send_request
+from app.monitors.label_sets import public_labels, stored_labels
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
-from app.monitors.series import public_labels, stored_labels
 from app.monitors.types import EventSource, SeriesState
 
 log = logging.getLogger("app.monitors.alertmanager")

@@ -2,7 +2,7 @@
 panel draws the value inside its expected range with plain PromQL.
 
 One line per series per gauge, labelled ``monitor_id`` and ``monitor_name``, and for a labelled series its own
-labels (app.monitors.series.public_labels) with its ``series_id``; so the cardinality is the account's series count
+labels (app.monitors.label_sets.public_labels) with its ``series_id``; so the cardinality is the account's series count
 (at most MAX_SERIES_PER_MONITOR a monitor) times the gauges below. Gauges describe a series' latest stored point;
 per monitor, its series count and the points the series cap refused."""
 
@@ -18,8 +18,8 @@ from typing import Any
 from sqlalchemy import Row, and_, select
 
 from app.db import Database
+from app.monitors.label_sets import public_labels, stored_labels
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
-from app.monitors.series import public_labels, stored_labels
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -11,8 +11,8 @@ from sqlalchemy import Connection, Row, and_, func, select
 
 from app.errors import MalformedInput, NotFound
 from app.monitors.intake.selectors import Selector
+from app.monitors.label_sets import stored_labels
 from app.monitors.records import monitor_points_table, monitor_series_table
-from app.monitors.series import stored_labels
 from app.monitors.store import peak_first, standing_anomaly
 from app.web.validation import problem
 

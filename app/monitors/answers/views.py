@@ -11,7 +11,7 @@ from sqlalchemy import Row
 
 from app.compute.detect.results import DEFAULT_DETECTOR
 from app.monitors import sources
-from app.monitors.series import stored_labels
+from app.monitors.label_sets import stored_labels
 from app.series.instants import epoch_text, moment_text, utc_text
 
 if TYPE_CHECKING:

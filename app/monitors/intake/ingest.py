@@ -20,12 +20,12 @@ from app.compute.detect.streaming import StreamingDetector
 from app.compute.pool import WorkerPool
 from app.db import Database
 from app.errors import InvalidInput, ServiceError
-from app.monitors import series, sources, store
+from app.monitors import label_sets, sources, store
 from app.monitors.alerts import incidents
 from app.monitors.answers.views import points_answer
 from app.monitors.judge import JudgeSlot, judge_on_worker, judge_state, judge_streaming
+from app.monitors.label_sets import NO_LABELS, Labels
 from app.monitors.schemas import IncomingPoints
-from app.monitors.series import NO_LABELS, Labels
 from app.monitors.state import snapshots
 from app.monitors.state.cache import History, JudgeState
 from app.monitors.state.runtime import MonitorRuntime
@@ -144,7 +144,7 @@ def append_many(
     for entry in batch:
         wanted.setdefault(entry.monitor_id, []).append(entry.labels)
     for _ in range(APPEND_ATTEMPTS):
-        resolved = series.resolve(database, runtime.series_ids, account_id=account_id, wanted=wanted,
+        resolved = label_sets.resolve(database, runtime.series_ids, account_id=account_id, wanted=wanted,
                                   max_series=max_series, from_source=from_source, batch=batch, now=utc_now())
         pending: list[tuple[int, int, IncomingPoints]] = []  # (entry, series id, points)
         for index, entry in enumerate(batch):
@@ -154,7 +154,7 @@ def append_many(
             if entry.monitor_id in resolved.errors:
                 outcomes[index] = resolved.errors[entry.monitor_id]
             elif key in resolved.over_cap:
-                outcomes[index] = series.over_cap_error(max_series, entry.labels)
+                outcomes[index] = label_sets.over_cap_error(max_series, entry.labels)
             else:
                 pending.append((index, resolved.ids[key], entry.points))
         if not pending:
@@ -280,7 +280,7 @@ def _append_once(
                         gone.append(index)
                         continue
                     if state.account_id != account_id:
-                        done[index] = series.not_found(state.monitor_id)
+                        done[index] = label_sets.not_found(state.monitor_id)
                         continue
                     if state.prometheus_query is not None and not from_source:
                         done[index] = sources.pushed_to_reader(state.monitor_id)

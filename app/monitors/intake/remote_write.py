@@ -27,7 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.compute.pool import PoolError, WorkerPool
 from app.db import Database
 from app.errors import InputTooLarge, InvalidInput, MalformedInput, NotFound, ServiceError
-from app.monitors import series
+from app.monitors import label_sets
 from app.monitors.intake import ingest, selectors
 from app.monitors.intake.route_cache import ROUTE_OVERHEAD, RouteCache
 from app.monitors.records import monitors_table
@@ -164,7 +164,7 @@ class _Targets:
 
 # A label set as it came, and its route: its outcome when unusable, else its sorted labels and the monitors it feeds.
 Raw = tuple[tuple[str, str], ...]
-Route = tuple[str | None, series.Labels, list[str]]
+Route = tuple[str | None, label_sets.Labels, list[str]]
 # The routes of the label sets some monitor takes, per account and under its selectors as they were: a fleet sends
 # the same label sets every scrape, so each is checked and matched once per process while the account's selectors
 # stay as they are. A label set no monitor takes, or an unusable one, is never kept (it is checked again whenever it
@@ -228,7 +228,7 @@ def targets_of(database: Database, account_id: str) -> _Targets:
 
 def _label_outcome(labels: dict[str, str], sent: int) -> str | None:
     """The outcome of a series' samples when its labels are unusable (``sent`` labels came), else None."""
-    problem = series.label_problem(labels)
+    problem = label_sets.label_problem(labels)
     if problem == "too_large":
         return "labels_too_large"
     if problem is not None or len(labels) != sent or not labels.get("__name__"):
@@ -274,14 +274,14 @@ def receive(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, ac
     targets = targets_of(database, account_id)
     # The samples of each (monitor, label set): Prometheus sends one TimeSeries entry per sample or few (the labels
     # repeated), so entries with equal labels are one series.
-    routed: dict[tuple[str, series.Labels], list[Any]] = {}
+    routed: dict[tuple[str, label_sets.Labels], list[Any]] = {}
     for entry in request.timeseries:
         samples = len(entry.samples)
         if entry.histograms:
             counts["histogram"] += len(entry.histograms)
         if not samples:
             continue
-        if len(entry.labels) > series.MAX_LABELS:
+        if len(entry.labels) > label_sets.MAX_LABELS:
             counts["labels_too_large"] += samples
             continue
         problem, identity, matched = route(account_id, targets,

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 from app.monitors import sources
 from app.monitors.alerts.webhooks import send_request
-from app.monitors.series import Labels
+from app.monitors.label_sets import Labels
 from app.web.fields import MAX_ABS_VALUE
 
 SETTLE_SECONDS = 1.0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.db import Database
-from app.monitors.series import SeriesIds
+from app.monitors.label_sets import SeriesIds
 from app.monitors.state.cache import HistoryCache, MonitorLocks
 from app.settings import Settings
 

@@ -26,7 +26,7 @@ from app.monitors import sources
 from app.monitors.records import monitor_series_table, monitors_table
 from app.web.validation import problem
 
-log = logging.getLogger("app.monitors.series")
+log = logging.getLogger("app.monitors.label_sets")
 
 # Bounds on one series' labels. Prometheus sets none, but a receiver must: each series' labels are matched against
 # every selector of the account and stored with the series. The limits are far above what exporters produce
