@@ -9,8 +9,8 @@ from flask import Blueprint, Response, jsonify, request
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.monitors import label_sets, service, sources
 from app.monitors.alerts.webhooks import WebhookAddressError, check_url
-from app.monitors.answers import exposition, forecasting
 from app.monitors.intake import ingest, selectors
+from app.monitors.payloads import exposition, forecasting
 from app.monitors.prometheus import poller
 from app.monitors.schemas import (
     FeedbackRequestSchema,

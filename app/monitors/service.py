@@ -14,11 +14,11 @@ from app.errors import NotFound, QuotaExceeded
 from app.monitors import sources
 from app.monitors.alerts import incidents, queue
 from app.monitors.alerts.webhooks import new_secret
-from app.monitors.answers import reads
-from app.monitors.answers.views import alert_view, incident_view, monitor_view, point_view, series_view
 from app.monitors.intake.selectors import Selector
 from app.monitors.judge import relearn_last_append
 from app.monitors.label_sets import stored_labels
+from app.monitors.payloads import reads
+from app.monitors.payloads.views import alert_view, incident_view, monitor_view, point_view, series_view
 from app.monitors.records import (
     delivery_attempts_table,
     monitor_events_table,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from app.monitors.answers import exposition
+from app.monitors.payloads import exposition
 from tests.support import bearer, build_app, new_key, services_of, settings_for
 
 

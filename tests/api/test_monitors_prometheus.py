@@ -153,7 +153,7 @@ def test_metrics_need_admin_and_show_only_the_accounts_monitors(client: FlaskCli
 
 
 def prometheus_gauges() -> tuple[tuple[str, str, str], ...]:
-    from app.monitors.answers.exposition import GAUGES
+    from app.monitors.payloads.exposition import GAUGES
 
     return GAUGES
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from flask import Flask
 
-from app.monitors.answers import exposition
+from app.monitors.payloads import exposition
 from tests.support import bearer, build_app, new_key, services_of, settings_for
 
 

@@ -15,7 +15,7 @@ from app.monitors.label_sets import stored_labels
 from app.series.instants import epoch_text, moment_text, utc_text
 
 if TYPE_CHECKING:
-    from app.monitors.answers.reads import OpenIncident, Totals
+    from app.monitors.payloads.reads import OpenIncident, Totals
     from app.monitors.types import SeriesState, Verdict
 
 # Every instant an answer writes is in one form, UTC with "Z" (a stored point's text keeps its fraction): a
