@@ -2,6 +2,7 @@
 
 from forecast_client._batches import Batch, BatchFailed, BatchTimeout
 from forecast_client._client import API_KEY_ENV, BASE_URL_ENV, AsyncClient, Client, UnexpectedResponse, __version__
+from forecast_client._covariates import CovariateSummary
 from forecast_client._errors import (
     APIConnectionError,
     APIError,
@@ -62,6 +63,7 @@ __all__ = [
     "Delivery",
     "DeliveryAttempt",
     "ForecastClientError",
+    "CovariateSummary",
     "ForecastResult",
     "InvalidRequest",
     "KeyInfo",

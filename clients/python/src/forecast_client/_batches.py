@@ -120,10 +120,15 @@ class PreparedFrame:
     frequency: str
     tz: tzinfo | None
     ids: dict[str, Any]  # the id as sent (text) -> the id as given, so results keep the input's id type
+    # Covariate columns after the three (their future rows, value empty, already in the frame), and those whose
+    # values are categories even when numbers.
+    exog: tuple[str, ...] = ()
+    categorical: frozenset[str] = frozenset()
 
 
 def prepare_frame(
-    df: pd.DataFrame, frequency: str | None, id_col: str, time_col: str, value_col: str
+    df: pd.DataFrame, frequency: str | None, id_col: str, time_col: str, value_col: str,
+    exog: tuple[str, ...] = (), categorical: frozenset[str] = frozenset(),
 ) -> PreparedFrame:
     import pandas as pd
 
@@ -135,6 +140,7 @@ def prepare_frame(
                          "name the columns with id_col=, time_col=, value_col=")
     if df.empty:
         raise ValueError("the frame has no rows")
+    covariates = df[list(exog)].reset_index(drop=True)
     frame = df[[id_col, time_col, value_col]]
     frame.columns = pd.Index(["unique_id", "timestamp", "value"])
     if frame["unique_id"].isna().any():
@@ -149,13 +155,16 @@ def prepare_frame(
         raise ValueError(f"column {time_col!r} has missing timestamps (row {int(stamps.isna().to_numpy().argmax())})")
     frame = pd.DataFrame({"unique_id": frame["unique_id"].to_numpy(), "timestamp": stamps.reset_index(drop=True),
                           "value": pd.to_numeric(frame["value"], errors="coerce").reset_index(drop=True)})
+    for name in exog:
+        frame[name] = covariates[name]
     # The service wants each series' rows in time order; statsforecast-style frames usually are already.
     if not _in_time_order(frame):
         frame = frame.sort_values(["unique_id", "timestamp"], kind="stable", ignore_index=True)
     tz = stamps.dt.tz
     resolved = normalize_frequency(frequency) if frequency is not None else _frame_frequency(frame)
     ids = {str(value): value for value in pd.unique(frame["unique_id"])}
-    return PreparedFrame(frame=frame, frequency=resolved, tz=tz, ids=ids)
+    return PreparedFrame(frame=frame, frequency=resolved, tz=tz, ids=ids, exog=tuple(exog),
+                         categorical=frozenset(categorical))
 
 
 def _frame_frequency(frame: pd.DataFrame) -> str:
@@ -190,7 +199,7 @@ def csv_pieces(prepared: PreparedFrame, rows: int = UPLOAD_ROWS) -> Iterator[byt
     each distinct id and timestamp formatted once: to_csv formats every cell and took most of a submission."""
     import pandas as pd
 
-    yield b"unique_id,timestamp,value\n"
+    yield ",".join(["unique_id", "timestamp", "value", *map(_csv_field, prepared.exog)]).encode() + b"\n"
     frame = prepared.frame
     id_codes, ids = pd.factorize(frame["unique_id"])
     id_text = [_csv_field(str(value)) for value in ids]
@@ -202,8 +211,13 @@ def csv_pieces(prepared: PreparedFrame, rows: int = UPLOAD_ROWS) -> Iterator[byt
         value_text = list(map(repr, values.tolist()))
         for missing in (values != values).nonzero()[0].tolist():
             value_text[missing] = ""
-        lines = map(",".join, zip(map(id_text.__getitem__, id_codes[start:start + rows].tolist()),
-                                  map(time_text.__getitem__, time_codes.tolist()), value_text, strict=True))
+        columns = [map(id_text.__getitem__, id_codes[start:start + rows].tolist()),
+                   map(time_text.__getitem__, time_codes.tolist()), value_text]
+        if prepared.exog:
+            from forecast_client._covariates import cell_texts
+
+            columns += [cell_texts(part[name], name in prepared.categorical) for name in prepared.exog]
+        lines = map(",".join, zip(*columns, strict=True))
         yield ("\n".join(lines) + "\n").encode()
 
 

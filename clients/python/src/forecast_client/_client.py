@@ -31,6 +31,13 @@ from forecast_client._batches import (
     read_backtest_csv,
     read_forecast_csv,
 )
+from forecast_client._covariates import (
+    CovariateOptions,
+    CovariateSummary,
+    single_series_covariates,
+    split_target,
+    with_future_rows,
+)
 from forecast_client._errors import (
     APIConnectionError,
     APITimeoutError,
@@ -116,15 +123,23 @@ class _Common:
 
     @staticmethod
     def _forecast_body(
-        series: Any, horizon: int, frequency: str | None, confidence: float, model: str | None
+        series: Any, horizon: int, frequency: str | None, confidence: float, model: str | None,
+        covariates: CovariateOptions | None = None, target_col: str | None = None,
     ) -> tuple[bytes, dict[str, str], EncodedSeries]:
+        exog = None
+        if covariates is not None:
+            series, exog = split_target(series, target_col)
         encoded = encode_series(series, frequency)
+        one: dict[str, Any] = {"timestamps": encoded.timestamps, "values": encoded.values}
+        if covariates is not None and (exog is not None or covariates.X_df is not None):
+            one["covariates"] = single_series_covariates(exog, covariates, horizon)
         body = {
-            "series": [{"timestamps": encoded.timestamps, "values": encoded.values}],
+            "series": [one],
             "forecast_horizon": horizon,
             "data_frequency": encoded.frequency,
             "forecast_frequency": encoded.frequency,
             "confidence": confidence,
+            **(covariates.body_fields() if covariates is not None else {}),
         }
         headers = {"Content-Type": "application/json"}
         if model is not None:
@@ -164,6 +179,7 @@ class _Common:
             rate_limit=self._note_rate_limit(response),
             request_id=response.headers.get("X-Request-Id"),
             input_tz=encoded.tz,
+            covariates=CovariateSummary.from_json(body.get("covariates")),
         )
 
     def _read_verify(self, response: httpx.Response) -> VerifyResult:
@@ -293,9 +309,11 @@ class _Calls(_Common):
         return _Call("GET", "/models", self._read_models)
 
     def _forecast_call(
-        self, series: Any, horizon: int, frequency: str | None, confidence: float, model: str | None
+        self, series: Any, horizon: int, frequency: str | None, confidence: float, model: str | None,
+        covariates: CovariateOptions | None = None, target_col: str | None = None,
     ) -> _Call[ForecastResult]:
-        content, headers, encoded = self._forecast_body(series, horizon, frequency, confidence, model)
+        content, headers, encoded = self._forecast_body(series, horizon, frequency, confidence, model, covariates,
+                                                        target_col)
         return _Call(
             "POST", "/forecast", lambda r: self._read_forecast(r, encoded, confidence, model), content, headers
         )
@@ -588,10 +606,12 @@ class _BatchCalls(_Calls):
     """The batch endpoints as _Calls, and the parts of forecast_many that do no I/O."""
 
     def _submit_batch_call(
-        self, prepared: PreparedFrame, horizon: int, confidence: float, model: str | None
+        self, prepared: PreparedFrame, horizon: int, confidence: float, model: str | None,
+        covariates: CovariateOptions | None = None,
     ) -> _Call[Batch]:
         params = {"forecast_horizon": horizon, "data_frequency": prepared.frequency,
-                  "forecast_frequency": prepared.frequency, "confidence": confidence}
+                  "forecast_frequency": prepared.frequency, "confidence": confidence,
+                  **(covariates.query_fields() if covariates is not None else {})}
         headers = {"Content-Type": "text/csv"}
         if model is not None:
             headers["X-Model-Id"] = model
@@ -625,10 +645,12 @@ class _BatchCalls(_Calls):
         return _Call("DELETE", f"/batches/{_segment(batch_id)}", self._no_body)
 
     def _submit_backtest_call(self, prepared: PreparedFrame, horizon: int, n_windows: int, step_size: int | None,
-                              models: Iterable[str] | None, confidence: float) -> _Call[Batch]:
+                              models: Iterable[str] | None, confidence: float,
+                              covariates: CovariateOptions | None = None) -> _Call[Batch]:
         params: dict[str, Any] = {"kind": "backtest", "forecast_horizon": horizon, "n_windows": n_windows,
                                   "data_frequency": prepared.frequency, "forecast_frequency": prepared.frequency,
-                                  "confidence": confidence}
+                                  "confidence": confidence,
+                                  **(covariates.query_fields() if covariates is not None else {})}
         if step_size is not None:
             params["step_size"] = step_size
         if models is not None:
@@ -664,11 +686,19 @@ class _BatchCalls(_Calls):
 
     @staticmethod
     def _prepare(
-        df: Any, horizon: int | None, frequency: str | None, id_col: str, time_col: str, value_col: str
+        df: Any, horizon: int | None, frequency: str | None, id_col: str, time_col: str, value_col: str,
+        covariates: CovariateOptions | None = None,
     ) -> PreparedFrame:
+        """The frame to upload; ``horizon`` 0 for a backtest (covariates span the series, no future rows)."""
         if horizon is None:
             raise TypeError("forecast_many needs horizon= to submit a frame")
-        return prepare_frame(df, frequency, id_col, time_col, value_col)
+        exog: tuple[str, ...] = ()
+        if covariates is not None and hasattr(df, "columns"):
+            missing = [name for name in (id_col, time_col, value_col) if name not in df.columns]
+            if not missing:
+                df, exog = with_future_rows(df, covariates, horizon, id_col, time_col, value_col)
+        return prepare_frame(df, frequency, id_col, time_col, value_col, exog,
+                             frozenset(covariates.categorical_exog_list) if covariates is not None else frozenset())
 
     @staticmethod
     def _finished(batch: Batch, failed_series: int) -> None:
@@ -781,6 +811,12 @@ class Client(_BatchCalls):
         frequency: str | None = None,
         confidence: float = 0.95,
         model: str | None = None,
+        target_col: str | None = None,
+        X_df: Any = None,  # noqa: N803 -- statsforecast's and TimeGPT's name
+        hist_exog_list: Iterable[str] | None = None,
+        categorical_exog_list: Iterable[str] | None = None,
+        holidays: str | Mapping[str, Any] | None = None,
+        calendar_features: Iterable[str] | None = None,
     ) -> ForecastResult:
         """POST /forecast.
 
@@ -788,8 +824,17 @@ class Client(_BatchCalls):
         ``(timestamps, values)`` of datetimes or the service's text form and numbers. ``frequency`` is one of
         Seconds, Minutes, Hours, Daily, Weekly, Monthly, Quarterly, Yearly (or a pandas alias such as "5min");
         when None it is inferred from the index or the timestamps. ``model`` is a model id from ``models()``.
+
+        Covariates, as statsforecast and TimeGPT take them: ``series`` a DataFrame indexed by time whose
+        ``target_col`` (default ``y``, else ``value``) is the series and whose other columns are covariates;
+        ``X_df`` their values over the horizon (one row per step); ``hist_exog_list`` those known only over the
+        history; ``categorical_exog_list`` those whose numbers are categories. ``holidays`` a country code
+        ("US") or ``{"country", "subdivision", "window"}``; ``calendar_features`` any of "hour",
+        "day_of_week", "month". The result's ``covariates`` says whether the model used them.
         """
-        return self._send(self._forecast_call(series, horizon, frequency, confidence, model))
+        return self._send(self._forecast_call(series, horizon, frequency, confidence, model,
+                                              CovariateOptions.of(X_df, hist_exog_list, categorical_exog_list, holidays,
+                                                                  calendar_features), target_col))
 
     def detect_anomalies(
         self,
@@ -968,6 +1013,11 @@ class Client(_BatchCalls):
         batch_id: str | None = None,
         timeout: float | None = None,
         progress: bool | None = None,
+        X_df: Any = None,  # noqa: N803 -- statsforecast's and TimeGPT's name
+        hist_exog_list: Iterable[str] | None = None,
+        categorical_exog_list: Iterable[str] | None = None,
+        holidays: str | Mapping[str, Any] | None = None,
+        calendar_features: Iterable[str] | None = None,
     ) -> Any:
         """Forecasts every series of a long frame as one batch and waits for it: a DataFrame in (one row per
         point: ``unique_id``, ``timestamp``, ``value``, like statsforecast's), a DataFrame out (``unique_id``,
@@ -983,13 +1033,15 @@ class Client(_BatchCalls):
         resume with; the batch goes on. ``progress``: a progress bar on stderr (default: when it is a
         terminal). A batch that fails as a whole, or is cancelled, raises BatchFailed.
         """
+        covariates = CovariateOptions.of(X_df, hist_exog_list, categorical_exog_list, holidays, calendar_features)
         prepared = None
         if df is not None:
-            prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col)
+            prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col, covariates)
         if batch_id is None:
             if prepared is None:
                 raise TypeError("forecast_many needs a frame to submit, or batch_id= to resume")
-            submitted = self._send(self._submit_batch_call(prepared, horizon or 0, confidence, model))
+            submitted = self._send(self._submit_batch_call(prepared, horizon or 0, confidence, model,
+                                                                  covariates))
             log.info("submitted batch %s (%d series)", submitted.id, submitted.total)
             batch_id = submitted.id
         batch = self.wait_batch(batch_id, timeout=timeout, progress=progress)
@@ -1014,6 +1066,10 @@ class Client(_BatchCalls):
         value_col: str = "value",
         timeout: float | None = None,
         progress: bool | None = None,
+        hist_exog_list: Iterable[str] | None = None,
+        categorical_exog_list: Iterable[str] | None = None,
+        holidays: str | Mapping[str, Any] | None = None,
+        calendar_features: Iterable[str] | None = None,
     ) -> Any:
         """Backtests every series of a long frame as one batch (kind "backtest") and waits for it: each series is
         forecast from ``n_windows`` cut-offs ``step_size`` points apart (default: the horizon), the last window
@@ -1025,9 +1081,10 @@ class Client(_BatchCalls):
         coverage, MSIS), ``frame.attrs["errors"]`` the series that failed, both tuples of dicts
         (``pd.DataFrame(...)`` makes a frame of either), ``frame.attrs["batch_id"]`` the batch. A batch that
         fails as a whole, or is cancelled, raises BatchFailed."""
-        prepared = prepare_frame(df, frequency, id_col, time_col, value_col)
+        covariates = CovariateOptions.of(None, hist_exog_list, categorical_exog_list, holidays, calendar_features)
+        prepared = self._prepare(df, 0, frequency, id_col, time_col, value_col, covariates)
         submitted = self._send(self._submit_backtest_call(prepared, horizon, n_windows, step_size, models,
-                                                          confidence))
+                                                          confidence, covariates))
         log.info("submitted backtest %s (%d series)", submitted.id, submitted.total)
         batch = self.wait_batch(submitted.id, timeout=timeout, progress=progress)
         self._finished(batch, 0)
@@ -1055,10 +1112,16 @@ class Client(_BatchCalls):
         id_col: str = "unique_id",
         time_col: str = "timestamp",
         value_col: str = "value",
+        X_df: Any = None,  # noqa: N803 -- statsforecast's and TimeGPT's name
+        hist_exog_list: Iterable[str] | None = None,
+        categorical_exog_list: Iterable[str] | None = None,
+        holidays: str | Mapping[str, Any] | None = None,
+        calendar_features: Iterable[str] | None = None,
     ) -> Batch:
         """POST /batches (write): submits the frame (streamed as CSV) and returns at once."""
-        prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col)
-        return self._send(self._submit_batch_call(prepared, horizon, confidence, model))
+        covariates = CovariateOptions.of(X_df, hist_exog_list, categorical_exog_list, holidays, calendar_features)
+        prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col, covariates)
+        return self._send(self._submit_batch_call(prepared, horizon, confidence, model, covariates))
 
     def batch(self, batch_id: str) -> Batch:
         """GET /batches/{id} (read): status and progress."""
@@ -1198,8 +1261,16 @@ class AsyncClient(_BatchCalls):
         frequency: str | None = None,
         confidence: float = 0.95,
         model: str | None = None,
+        target_col: str | None = None,
+        X_df: Any = None,  # noqa: N803 -- statsforecast's and TimeGPT's name
+        hist_exog_list: Iterable[str] | None = None,
+        categorical_exog_list: Iterable[str] | None = None,
+        holidays: str | Mapping[str, Any] | None = None,
+        calendar_features: Iterable[str] | None = None,
     ) -> ForecastResult:
-        return await self._send(self._forecast_call(series, horizon, frequency, confidence, model))
+        covariates = CovariateOptions.of(X_df, hist_exog_list, categorical_exog_list, holidays, calendar_features)
+        return await self._send(self._forecast_call(series, horizon, frequency, confidence, model, covariates,
+                                                    target_col))
 
     async def detect_anomalies(
         self,
@@ -1345,15 +1416,22 @@ class AsyncClient(_BatchCalls):
         batch_id: str | None = None,
         timeout: float | None = None,
         progress: bool | None = None,
+        X_df: Any = None,  # noqa: N803 -- statsforecast's and TimeGPT's name
+        hist_exog_list: Iterable[str] | None = None,
+        categorical_exog_list: Iterable[str] | None = None,
+        holidays: str | Mapping[str, Any] | None = None,
+        calendar_features: Iterable[str] | None = None,
     ) -> Any:
         """See Client.forecast_many."""
+        covariates = CovariateOptions.of(X_df, hist_exog_list, categorical_exog_list, holidays, calendar_features)
         prepared = None
         if df is not None:
-            prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col)
+            prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col, covariates)
         if batch_id is None:
             if prepared is None:
                 raise TypeError("forecast_many needs a frame to submit, or batch_id= to resume")
-            submitted = await self._send(self._submit_batch_call(prepared, horizon or 0, confidence, model))
+            submitted = await self._send(self._submit_batch_call(prepared, horizon or 0, confidence, model,
+                                                                  covariates))
             log.info("submitted batch %s (%d series)", submitted.id, submitted.total)
             batch_id = submitted.id
         batch = await self.wait_batch(batch_id, timeout=timeout, progress=progress)
@@ -1378,11 +1456,16 @@ class AsyncClient(_BatchCalls):
         value_col: str = "value",
         timeout: float | None = None,
         progress: bool | None = None,
+        hist_exog_list: Iterable[str] | None = None,
+        categorical_exog_list: Iterable[str] | None = None,
+        holidays: str | Mapping[str, Any] | None = None,
+        calendar_features: Iterable[str] | None = None,
     ) -> Any:
         """See Client.backtest."""
-        prepared = prepare_frame(df, frequency, id_col, time_col, value_col)
+        covariates = CovariateOptions.of(None, hist_exog_list, categorical_exog_list, holidays, calendar_features)
+        prepared = self._prepare(df, 0, frequency, id_col, time_col, value_col, covariates)
         submitted = await self._send(self._submit_backtest_call(prepared, horizon, n_windows, step_size, models,
-                                                                confidence))
+                                                                confidence, covariates))
         log.info("submitted backtest %s (%d series)", submitted.id, submitted.total)
         batch = await self.wait_batch(submitted.id, timeout=timeout, progress=progress)
         self._finished(batch, 0)
@@ -1410,9 +1493,15 @@ class AsyncClient(_BatchCalls):
         id_col: str = "unique_id",
         time_col: str = "timestamp",
         value_col: str = "value",
+        X_df: Any = None,  # noqa: N803 -- statsforecast's and TimeGPT's name
+        hist_exog_list: Iterable[str] | None = None,
+        categorical_exog_list: Iterable[str] | None = None,
+        holidays: str | Mapping[str, Any] | None = None,
+        calendar_features: Iterable[str] | None = None,
     ) -> Batch:
-        prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col)
-        return await self._send(self._submit_batch_call(prepared, horizon, confidence, model))
+        covariates = CovariateOptions.of(X_df, hist_exog_list, categorical_exog_list, holidays, calendar_features)
+        prepared = self._prepare(df, horizon, frequency, id_col, time_col, value_col, covariates)
+        return await self._send(self._submit_batch_call(prepared, horizon, confidence, model, covariates))
 
     async def batch(self, batch_id: str) -> Batch:
         return (await self._send(self._batch_call(batch_id)))[0]

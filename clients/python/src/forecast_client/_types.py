@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from forecast_client._covariates import CovariateSummary
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -98,6 +100,8 @@ class ForecastResult:
     request_id: str | None = None
     # The time zone of the input (a pandas index or aware datetimes), so to_pandas() answers in it.
     input_tz: tzinfo | None = field(default=None, repr=False, compare=False)
+    # The answer's covariates object when the forecast was asked with covariates, holidays or calendar features.
+    covariates: CovariateSummary | None = None
 
     def __len__(self) -> int:
         return len(self.timestamps)
