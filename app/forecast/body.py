@@ -18,7 +18,9 @@ The typed pass only ever says "valid, and here is the request" or steps aside:
   ``-0`` value is 0.0 and a ``-0.0`` is -0.0, as with json). Its number parsing is correctly rounded,
   as json's is. ``tests/unit/test_fast_paths.py`` puts random and hand-picked bodies through both paths.
 - Unknown fields are refused rather than skipped: the standard library gives up on deep nesting that
-  a skipping parser would walk through, and only the general path answers that as json does.
+  a skipping parser would walk through, and only the general path answers that as json does. So a body
+  with covariates, holidays or calendar features (fields the typed shape does not have) always takes the
+  general path, and the typed pass costs a body without them nothing more.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from app.forecast.schemas import (
     MIN_POINTS,
     ForecastRequest,
     SeriesData,
+    asks_for_covariates,
+    check_covariates,
     check_series,
     load_request,
     model_id_from_headers,
@@ -70,7 +74,10 @@ def read_forecast_request(raw: bytes, headers: Mapping[str, str], *, max_points:
     if typed is not None:
         return typed
     forecast_request, submitted = load_request(parse_json_body(raw), headers)
-    return forecast_request, check_series(submitted, forecast_request.data_frequency, max_points=max_points)
+    series = check_series(submitted, forecast_request.data_frequency, max_points=max_points)
+    if asks_for_covariates(forecast_request, submitted):
+        series = check_covariates(forecast_request, submitted, series)
+    return forecast_request, series
 
 
 def _read_well_formed(raw: bytes, headers: Mapping[str, str], *, max_points: int) -> tuple[ForecastRequest,

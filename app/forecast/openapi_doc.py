@@ -8,12 +8,14 @@ from typing import Any
 from marshmallow import Schema, fields
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
-from app.forecast.schemas import ForecastRequestSchema, ForecastResponseSchema
+from app.forecast.schemas import ForecastRequestSchema, ForecastResponseSchema, ForecastSeriesSchema
 
 
 class ModelSchema(Schema):
     id = fields.String(required=True, metadata={"enum": list(MODEL_IDS)})
     description = fields.String(required=True)
+    covariates = fields.Boolean(required=True, metadata={
+        "description": "Whether the model takes covariates, holidays and calendar features (docs/covariates.md)."})
 
 
 class ModelsResponseSchema(Schema):
@@ -45,6 +47,8 @@ def header(description: str) -> dict[str, Any]:
 
 
 def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[str, Any]) -> None:
+    # The series of POST /forecast keeps the name it had before it could carry covariates.
+    spec.components.schema("Series", schema=ForecastSeriesSchema)
     spec.components.schema("ForecastRequest", schema=ForecastRequestSchema)
     spec.components.schema("ForecastResponse", schema=ForecastResponseSchema)
     spec.components.schema("ModelsResponse", schema=ModelsResponseSchema)

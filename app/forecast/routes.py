@@ -56,6 +56,7 @@ def forecast() -> Response:
             "median": answer.median,
             "upper_bound": answer.upper_bound,
             **({"missing_values": series.missing_values} if series.missing_values else {}),
+            **({"covariates": answer.covariates.as_json()} if answer.covariates is not None else {}),
         }
     )
     response.headers["X-Model-Id"] = answer.model_id

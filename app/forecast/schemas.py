@@ -7,14 +7,32 @@ Both list every problem found in details.errors and the first one in field/issue
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
+from app.compute.forecast.work import CovariateMatrix
+from app.forecast.calendar import CALENDAR_FEATURES, walls_from_texts
+from app.forecast.covariate_fields import CovariatesAnswerSchema, CovariateSchema, HolidaysSchema
+from app.forecast.covariates import (
+    MAX_COVARIATES,
+    MAX_DESIGN_COLUMNS,
+    CovariateInput,
+    HolidayInHorizon,
+    HolidaySpec,
+    design_matrix,
+)
 from app.series.regular import regular_axis
-from app.series.timestamps import FREQUENCIES, TIMESTAMP_FORM, TimeAxis, TimestampError, parse_axis
+from app.series.timestamps import (
+    FREQUENCIES,
+    TIMESTAMP_FORM,
+    TimeAxis,
+    TimestampError,
+    future_timestamps,
+    parse_axis,
+)
 from app.web.errors import DataValidationError, sentence
 from app.web.fields import JsonArray, StrictFloat, values_array
 from app.web.validation import envelope, load_object, problem
@@ -64,12 +82,21 @@ class SeriesSchema(Schema):
     )
 
 
+class ForecastSeriesSchema(SeriesSchema):
+    covariates = fields.List(
+        fields.Nested(CovariateSchema),
+        allow_none=True,
+        metadata={"description": f"At most {MAX_COVARIATES} covariates, at most {MAX_DESIGN_COLUMNS} design "
+                  "columns in all (docs/covariates.md)."},
+    )
+
+
 class ForecastRequestSchema(Schema):
     class Meta:
         unknown = "exclude"  # unknown fields are ignored (docs/contract.md)
 
     series = fields.List(
-        fields.Nested(SeriesSchema),
+        fields.Nested(ForecastSeriesSchema),
         required=True,
         validate=validate.Length(equal=1, error="Must contain exactly one series."),
     )
@@ -84,6 +111,11 @@ class ForecastRequestSchema(Schema):
         validate=validate.Range(*CONFIDENCE_RANGE, error="Must be between {min} and {max}"),
     )
 
+    holidays = fields.Nested(HolidaysSchema, allow_none=True,
+                             metadata={"description": "Holiday columns from the holidays package."})
+    calendar_features = fields.List(fields.String(metadata={"enum": list(CALENDAR_FEATURES)}), allow_none=True,
+                                    metadata={"description": "One-hot calendar columns of the timestamps."})
+
     @validates_schema
     def _frequencies_match(self, data: dict[str, Any], **kwargs: Any) -> None:
         data_frequency, forecast_frequency = data.get("data_frequency"), data.get("forecast_frequency")
@@ -97,6 +129,10 @@ class ForecastResponseSchema(Schema):
     median = fields.List(fields.Float(), required=True)
     upper_bound = fields.List(fields.Float(), required=True)
     missing_values = fields.Integer(metadata={"description": "Only when some values were null: how many."})
+    covariates = fields.Nested(
+        CovariatesAnswerSchema,
+        metadata={"description": "Only when covariates, holidays or calendar_features were sent."},
+    )
 
 
 _request_schema = ForecastRequestSchema()
@@ -108,6 +144,8 @@ class ForecastRequest:
     data_frequency: str
     confidence: float
     model_id: str
+    holidays: HolidaySpec | None = None
+    calendar_features: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,6 +154,7 @@ class SubmittedSeries:
 
     timestamps: list[Any]
     values: list[Any]
+    covariates: tuple[CovariateInput, ...] = ()
 
 
 def load_request(body: Any, headers: Mapping[str, str]) -> tuple[ForecastRequest, SubmittedSeries]:
@@ -124,12 +163,19 @@ def load_request(body: Any, headers: Mapping[str, str]) -> tuple[ForecastRequest
     model_id = model_id_from_headers(headers, problems)
     data = load_object(_request_schema, body, problems)
     series = data["series"][0]
+    holidays = data.get("holidays")
     return ForecastRequest(
         forecast_horizon=data["forecast_horizon"],
         data_frequency=data["data_frequency"],
         confidence=data["confidence"],
         model_id=model_id,
-    ), SubmittedSeries(timestamps=series["timestamps"], values=series["values"])
+        holidays=None if holidays is None else HolidaySpec(**holidays),
+        calendar_features=tuple(data.get("calendar_features") or ()),
+    ), SubmittedSeries(
+        timestamps=series["timestamps"],
+        values=series["values"],
+        covariates=tuple(CovariateInput(**covariate) for covariate in series.get("covariates") or ()),
+    )
 
 
 def model_id_from_headers(headers: Mapping[str, str], problems: list[dict[str, Any]]) -> str:
@@ -155,6 +201,9 @@ class SeriesData:
     # Values sent as null: those rows are missing, as a missing timestamp is where holes are taken (a monitor's
     # stored points); the axis is still the timestamps sent.
     missing_values: int = 0
+    # Design columns when covariates, holidays or calendar features were sent; rows align with ``values``.
+    covariates: CovariateMatrix | None = None
+    holidays_in_horizon: tuple[HolidayInHorizon, ...] = ()
 
 
 def missing_rows(values: list[Any]) -> list[int]:
@@ -222,6 +271,34 @@ def check_series(submitted: SubmittedSeries, frequency: str, *, max_points: int)
         first = problems[0]
         raise DataValidationError(sentence(f"Invalid series data: {first['issue']}"), details=envelope(problems))
     return SeriesData(axis=axis, values=floats, missing_values=missing)
+
+
+def asks_for_covariates(forecast_request: ForecastRequest, submitted: SubmittedSeries) -> bool:
+    """Whether the request sends any covariate, holiday or calendar feature (an empty list sends none)."""
+    return bool(submitted.covariates or forecast_request.holidays or forecast_request.calendar_features)
+
+
+def check_covariates(forecast_request: ForecastRequest, submitted: SubmittedSeries, series: SeriesData
+                     ) -> SeriesData:
+    """The series-data stage for covariates, holidays and calendar features, after the series itself: the
+    checked series with its design columns, or the 422 of the first problem (app.forecast.covariates)."""
+    horizon = forecast_request.forecast_horizon
+    try:
+        future = future_timestamps(series.axis, horizon)
+    except TimestampError as exc:
+        raise invalid_future_timestamps(exc) from exc
+    needs_walls = forecast_request.holidays is not None or bool(forecast_request.calendar_features)
+    matrix, in_horizon = design_matrix(
+        submitted.covariates,
+        holidays=forecast_request.holidays,
+        calendar=forecast_request.calendar_features,
+        history_timestamps=walls_from_texts(submitted.timestamps) if needs_walls else submitted.timestamps,
+        future_timestamps=walls_from_texts(future) if needs_walls else future,
+        horizon=horizon,
+        missing_rows=missing_rows(submitted.values) if series.missing_values else (),
+        covariates_field="series[0].covariates",
+    )
+    return replace(series, covariates=matrix, holidays_in_horizon=tuple(in_horizon))
 
 
 def _axis_item_by_item(timestamps: list[Any], frequency: str, problems: list[dict[str, Any]]) -> TimeAxis | None:

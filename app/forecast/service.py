@@ -8,15 +8,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from app.compute.forecast.results import ForecastResult
 from app.compute.forecast.work import ForecastWork
+from app.forecast.covariates import HolidayInHorizon
 from app.forecast.schemas import MIN_POINTS, RECOMMENDED_POINTS, ForecastRequest, SeriesData
 from app.series.frequencies import seasonal_periods
 from app.series.numbers import interval_without_float32_noise
 from app.series.timestamps import future_timestamps
 
 Runner = Callable[[ForecastWork], ForecastResult]
+
+
+@dataclass(frozen=True)
+class CovariatesOutcome:
+    """What became of the covariates, holidays and calendar features a request sent (docs/covariates.md)."""
+
+    used: bool  # False: the univariate forecast answered, ``note`` says why
+    names: list[str]  # the design columns
+    note: str | None
+    holidays_in_horizon: list[HolidayInHorizon]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"used": self.used, "names": self.names, "note": self.note,
+                "holidays_in_horizon": [holiday.as_json() for holiday in self.holidays_in_horizon]}
 
 
 @dataclass(frozen=True)
@@ -29,6 +45,7 @@ class Forecast:
     confidence: float
     fallback: str | None  # why a simpler model answered, if one did
     warning: str | None  # a history shorter than the frequency's recommended length
+    covariates: CovariatesOutcome | None = None  # only when the request sent covariates, holidays or calendar
 
 
 def work_for(forecast_request: ForecastRequest, series: SeriesData) -> ForecastWork:
@@ -38,6 +55,7 @@ def work_for(forecast_request: ForecastRequest, series: SeriesData) -> ForecastW
         horizon=forecast_request.forecast_horizon,
         confidence=forecast_request.confidence,
         periods=seasonal_periods(forecast_request.data_frequency, series.axis.step, len(series.values)),
+        covariates=series.covariates,
     )
 
 
@@ -56,6 +74,18 @@ def forecast(forecast_request: ForecastRequest, series: SeriesData, *, run: Runn
         confidence=forecast_request.confidence,
         fallback=result.fallback,
         warning=short_history_warning(forecast_request, len(series.values)),
+        covariates=covariates_outcome(series, result),
+    )
+
+
+def covariates_outcome(series: SeriesData, result: ForecastResult) -> CovariatesOutcome | None:
+    if series.covariates is None:
+        return None
+    return CovariatesOutcome(
+        used=bool(result.covariates_used),
+        names=list(series.covariates.names),
+        note=result.covariates_note,
+        holidays_in_horizon=list(series.holidays_in_horizon),
     )
 
 

@@ -281,7 +281,8 @@ def test_describe_models():
     assert [m["id"] for m in d] == list(MODEL_IDS)
     assert DEFAULT_MODEL_ID == MODEL_IDS[0]
     for m in d:
-        assert set(m) == {"id", "description"}
+        assert set(m) == {"id", "description", "covariates"}
+        assert m["covariates"] is True  # every model takes covariates through the one regression
         assert m["description"] and "\n" not in m["description"] and m["description"].isascii()
     assert len({m["description"] for m in d}) == 4
 

@@ -20,5 +20,10 @@ DESCRIPTIONS: dict[str, str] = {
     "never negative for non-negative data.",
 }
 
-def describe_models() -> list[dict[str, str]]:
-    return [{"id": mid, "description": DESCRIPTIONS[mid]} for mid in MODEL_IDS]
+# Whether a model takes covariates: all four do, through the one regression around them
+# (app.compute.forecast.regression, docs/covariates.md).
+TAKES_COVARIATES: dict[str, bool] = dict.fromkeys(MODEL_IDS, True)
+
+
+def describe_models() -> list[dict[str, str | bool]]:
+    return [{"id": mid, "description": DESCRIPTIONS[mid], "covariates": TAKES_COVARIATES[mid]} for mid in MODEL_IDS]
