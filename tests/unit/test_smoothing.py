@@ -12,6 +12,7 @@ import pytest
 from scipy.optimize import minimize
 
 from app.compute.forecast.candidates import CANDIDATES, _adjustment
+from app.compute.forecast.optimisers import bounded_minimum, nelder_mead
 from app.compute.forecast.smoothing import (
     DAMPED_BOUNDS,
     OTM_STEPS,
@@ -19,11 +20,9 @@ from app.compute.forecast.smoothing import (
     _otm_fit,
     _ses_sse,
     _theta_line,
-    bounded_minimum,
     damped_states,
     fit_optimised_theta,
     linear_filter,
-    nelder_mead,
     optimised_theta_forecast,
     ses_levels,
 )

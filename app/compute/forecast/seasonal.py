@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.compute.forecast.smoothing import bounded_minimum, linear_filter, ses_forecast, theta_forecast
+from app.compute.forecast.optimisers import bounded_minimum
+from app.compute.forecast.smoothing import linear_filter, ses_forecast, theta_forecast
 
 
 def naive(y: np.ndarray, h: int) -> np.ndarray:
