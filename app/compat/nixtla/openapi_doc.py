@@ -10,11 +10,14 @@ DESCRIPTION = (
     "of its API keys (Bearer). The body is the client's own (all series end to end in series.y, with sizes, "
     "start_datetime and a pandas freq; zstd-compressed above 1 MB); the answer is the shape the client reads. "
     "Forecasts, windows and verdicts are those of POST /forecast, backtest batches and POST /anomalies. "
-    "Fine-tuning, exogenous variables, feature contributions, multivariate and model_parameters are refused "
-    "with 400. Errors are {detail, code}. docs/nixtla.md maps every option."
+    "Forecasts and cross-validation take exogenous columns (series.X, series.X_future, hist_exog: the client's "
+    "X_df, hist_exog_list and date_features), as POST /forecast takes covariates. Fine-tuning, categorical "
+    "exogenous columns, exogenous columns in anomaly detection, feature contributions, multivariate and "
+    "model_parameters are refused with 400. Errors are {detail, code}. docs/nixtla.md maps every option."
 )
 _NIXTLA_ERRORS = {
-    "400": "A field the client sent is out of range, or a refused feature (the detail names it).",
+    "400": "A field the client sent is out of range, an exogenous column that does not fit the series or holds "
+           "a value that is not a finite number, or a refused feature (the detail names it).",
     "401": "Missing, unknown, revoked or expired key.",
     "403": "The key lacks the read permission.",
     "413": "Body (after decompression) larger than the configured maximum.",
@@ -23,10 +26,11 @@ _NIXTLA_ERRORS = {
     "429": "A rate limit of the key is spent; a call counts one request per series.",
 }
 _OPERATIONS = (
-    ("/v2/forecast", "post", "nixtlaForecast", "Nixtla-compatible: forecast (h, level, quantiles)"),
+    ("/v2/forecast", "post", "nixtlaForecast",
+     "Nixtla-compatible: forecast (h, level, quantiles; exogenous columns in series.X and series.X_future)"),
     ("/v2/cross_validation", "post", "nixtlaCrossValidation",
-     "Nixtla-compatible: cross-validation windows (n_windows, step_size, level), and add_history's in-sample "
-     "values"),
+     "Nixtla-compatible: cross-validation windows (n_windows, step_size, level; exogenous columns in series.X, "
+     "past-only ones named by hist_exog), and add_history's in-sample values"),
     ("/v2/anomaly_detection", "post", "nixtlaAnomalyDetection", "Nixtla-compatible: judge every row (level)"),
     ("/v2/online_anomaly_detection", "post", "nixtlaOnlineAnomalyDetection",
      "Nixtla-compatible: judge the last detection_size rows (level)"),
