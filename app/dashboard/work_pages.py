@@ -140,7 +140,7 @@ def _series_row(row: dict[str, Any]) -> dict[str, Any]:
 def monitor_feedback(monitor_id: str) -> Response:
     """The dashboard's "Not an anomaly" button: the same change as POST /monitors/{id}/feedback."""
     from app.monitors import service as monitor_service
-    from app.monitors.schemas import point_epoch
+    from app.monitors.intake.points import point_epoch
 
     session = current_session()
     assert session is not None

@@ -10,23 +10,16 @@ from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.monitors import label_sets, service, sources
 from app.monitors.alerts.webhooks import WebhookAddressError, check_url
 from app.monitors.intake import ingest, selectors
+from app.monitors.intake.points import check_points, point_epoch
 from app.monitors.payloads import exposition, forecasting
 from app.monitors.prometheus import poller
-from app.monitors.schemas import (
-    FeedbackRequestSchema,
-    MonitorCreateSchema,
-    MonitorPatchSchema,
-    PointsRequestSchema,
-    check_points,
-    load,
-    point_epoch,
-)
+from app.monitors.schemas import FeedbackRequestSchema, MonitorCreateSchema, MonitorPatchSchema, PointsRequestSchema
 from app.monitors.state.runtime import MonitorRuntime
 from app.services import current_services
 from app.web.body import read_json
 from app.web.errors import InvalidRequest
 from app.web.pipeline import current_key, requires, uncounted
-from app.web.validation import problem
+from app.web.validation import load_object, problem
 
 bp = Blueprint("monitors", __name__)
 
@@ -82,7 +75,7 @@ def _checked_webhook(fields: dict[str, Any]) -> None:
 @bp.post("/monitors")
 @requires("write")
 def create() -> tuple[Response, int]:
-    fields = load(_create_schema, _json_body())
+    fields = load_object(_create_schema, _json_body(), [])
     _checked_webhook(fields)
     sources.check_fields(fields, None, allow_private=current_services().settings.allow_private_webhooks)
     settings = current_services().settings
@@ -186,7 +179,7 @@ def get_series(monitor_id: str, series_id: str) -> Response:
 @bp.patch("/monitors/<monitor_id>")
 @requires("write")
 def patch(monitor_id: str) -> Response:
-    changes = load(_patch_schema, _json_body())
+    changes = load_object(_patch_schema, _json_body(), [])
     _checked_webhook(changes)
     view = service.update_monitor(
         database=current_services().database, account_id=current_key().account_id, monitor_id=monitor_id,
@@ -209,7 +202,7 @@ def remove(monitor_id: str) -> tuple[str, int]:
 @requires("write")
 def add_points(monitor_id: str) -> Response:
     services = current_services()
-    body = load(_points_schema, _json_body())
+    body = load_object(_points_schema, _json_body(), [])
     points = check_points(body["timestamps"], body["values"], max_points=services.settings.max_points)
     answer = ingest.append_points(
         database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
@@ -223,7 +216,7 @@ def add_points(monitor_id: str) -> Response:
 @bp.post("/monitors/<monitor_id>/feedback")
 @requires("write")
 def feedback(monitor_id: str) -> Response:
-    body = load(_feedback_schema, _json_body())
+    body = load_object(_feedback_schema, _json_body(), [])
     view = service.mark_not_anomaly(
         database=current_services().database, runtime=_runtime(), account_id=current_key().account_id,
         monitor_id=monitor_id, epoch=point_epoch(body["timestamp"]), series_id=body.get("series_id"),

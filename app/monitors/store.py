@@ -23,8 +23,8 @@ from app.compute.detect.streaming import lookback_rows
 from app.db import Prepared
 from app.errors import InvalidInput, NotFound
 from app.monitors.alerts import queue
+from app.monitors.intake.points import IncomingPoints
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
-from app.monitors.schemas import IncomingPoints
 from app.monitors.state import snapshots
 from app.monitors.state.cache import History, JudgeState
 from app.monitors.types import EventSource, IncidentPlan, SeriesState, Verdict

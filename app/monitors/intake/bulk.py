@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.errors import InvalidInput, MalformedInput
+from app.monitors.intake.points import IncomingPoints, check_points
 from app.monitors.label_sets import Labels, checked_labels
-from app.monitors.schemas import IncomingPoints, check_points
 from app.web.validation import problem
 
 # What new_monitor_id makes: anything else names no monitor, and is refused before it reaches a query (a NUL,

@@ -22,10 +22,10 @@ from app.db import Database
 from app.errors import InvalidInput, ServiceError
 from app.monitors import label_sets, sources, store
 from app.monitors.alerts import incidents
+from app.monitors.intake.points import IncomingPoints
 from app.monitors.judge import JudgeSlot, judge_on_worker, judge_state, judge_streaming
 from app.monitors.label_sets import NO_LABELS, Labels
 from app.monitors.payloads.views import points_answer
-from app.monitors.schemas import IncomingPoints
 from app.monitors.state import snapshots
 from app.monitors.state.cache import History, JudgeState
 from app.monitors.state.runtime import MonitorRuntime

@@ -29,9 +29,9 @@ from app.db import Database
 from app.errors import InputTooLarge, InvalidInput, MalformedInput, NotFound, ServiceError
 from app.monitors import label_sets
 from app.monitors.intake import ingest, selectors
+from app.monitors.intake.points import IncomingPoints
 from app.monitors.intake.route_cache import ROUTE_OVERHEAD, RouteCache
 from app.monitors.records import monitors_table
-from app.monitors.schemas import IncomingPoints
 from app.monitors.state.runtime import MonitorRuntime
 from app.monitors.store import epoch_text
 from app.web.fields import MAX_ABS_VALUE

@@ -29,6 +29,7 @@ from sqlalchemy import bindparam, func, select, update
 from app.db import Database
 from app.errors import InvalidInput, NotFound, ServiceError
 from app.monitors import sources
+from app.monitors.intake.points import IncomingPoints
 from app.monitors.label_sets import label_problem
 from app.monitors.prometheus.promql import (
     ERROR,
@@ -45,7 +46,6 @@ from app.monitors.prometheus.promql import (
     window,
 )
 from app.monitors.records import monitor_series_table, monitors_table
-from app.monitors.schemas import IncomingPoints
 from app.settings import Settings
 
 log = logging.getLogger("app.monitors.prometheus")
