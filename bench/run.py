@@ -2,7 +2,7 @@
 
     python bench/run.py [--quick] [--only footprint,import,web,verify,limiter,forecast,anomaly,synthetic,monitors,
                                           prometheus,remote-write,fleet,restart,load,accuracy,batches,batch-results,
-                                          backtest,tenant-isolation,kpi,hostile-remote-write,nixtla]
+                                          backtest,tenant-isolation,kpi,hostile-remote-write,nixtla,drivers]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -40,6 +40,8 @@ Suites (each writes bench/results/<suite>.md and prints it):
   hostile-remote-write bench/hostile_remote_write.py: memory and CPU under hostile remote-write and metrics load,
             beside the commit before the bounds
   nixtla    bench/nixtla.py: add_history beside the plain forecast, levels, the caps, beside the routes before them
+  drivers   bench/drivers.py: the default model with and without covariates (bike rentals with weather and holidays,
+            consumption with income, and noise covariates) beside AutoARIMA with regressors and Prophet
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, db test) and Redis at 127.0.0.1:6379 (db 14 is flushed);
 a suite whose service is missing fails on its own and the others still run. Exit status 1 if any failed.
@@ -65,7 +67,7 @@ import latency  # noqa: E402
 
 SUITES = ["footprint", "import", "web", "verify", "limiter", "forecast", "anomaly", "synthetic", "monitors",
           "prometheus", "remote-write", "fleet", "restart", "load", "accuracy", "batches", "batch-results", "backtest",
-          "tenant-isolation", "kpi", "hostile-remote-write", "nixtla"]
+          "tenant-isolation", "kpi", "hostile-remote-write", "nixtla", "drivers"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
@@ -214,6 +216,12 @@ def suite_nixtla(quick: bool) -> str:
     return _script("nixtla.py", *(["--quick"] if quick else []), timeout=2400)
 
 
+def suite_drivers(quick: bool) -> str:
+    """bench/drivers.py: forecasts with covariates beside AutoARIMA with the same regressors and Prophet with the
+    same regressors and holidays, and with noise covariates, in the same run."""
+    return _script("drivers.py", *(["--quick"] if quick else []), timeout=3600)
+
+
 def suite_load(quick: bool) -> str:
     """bench/load.py: 50 clients through nginx (TLS) and gunicorn, /verify and /forecast mixed."""
     cmd = [c.PYTHON, str(c.BENCH / "load.py"), "--seconds", "15" if quick else "60"]
@@ -241,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                "batches": suite_batches, "batch-results": suite_batch_results, "backtest": suite_backtest,
                "remote-write": suite_remote_write, "fleet": suite_fleet, "restart": suite_restart,
                "tenant-isolation": suite_tenant_isolation, "kpi": suite_kpi,
-               "hostile-remote-write": suite_hostile_remote_write, "nixtla": suite_nixtla}
+               "hostile-remote-write": suite_hostile_remote_write, "nixtla": suite_nixtla,
+               "drivers": suite_drivers}
     failed = []
     with c.code_snapshot() as code:
         c.CODE_LINE = code

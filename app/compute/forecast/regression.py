@@ -16,8 +16,9 @@ Method (docs/models.md, "Covariates"):
    plus (X_future - mean X)·beta. The intervals are the residual model's rolling-origin intervals: the future
    columns are taken as known.
 4. Holdout. The same steps refit on the history without its last ``horizon`` points forecast those points beside
-   the univariate forecast from the same origin; unless the covariate forecast has the strictly lower mean
-   absolute error there, the univariate forecast answers, with a note.
+   the univariate forecast from the same origin, and so on for the windows before (HOLDOUT_WINDOWS in all, fewer
+   on a short history); unless the covariate forecast has the strictly lower mean absolute error over them, the
+   univariate forecast answers, with a note.
 """
 
 from __future__ import annotations
@@ -43,9 +44,12 @@ RIDGE = 1.0
 MIN_RESIDUAL_DOF = 10
 # a column whose spread over the fitted rows is below this fraction of its magnitude is constant there
 CONSTANT_TOLERANCE = 1e-9
+# holdout windows the covariates must win on together: one short window decides by chance, each more costs two
+# refits (with and without the covariates)
+HOLDOUT_WINDOWS = 3
 
 
-class _Design:
+class Design:
     """The design columns aligned with a history and its horizon, past-only columns lagged by the horizon."""
 
     def __init__(self, covariates: CovariateMatrix, n: int, horizon: int) -> None:
@@ -96,7 +100,7 @@ def _huber_ridge(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
-def _coefficients(y: np.ndarray, design: _Design, periods: tuple[int, ...]) -> np.ndarray | None:
+def coefficients(y: np.ndarray, design: Design, periods: tuple[int, ...]) -> np.ndarray | None:
     """Coefficients on the design columns (zero for a dropped column), or None if the history cannot support a fit."""
     n, k = design.history.shape
     per = usable_periods(periods, n)
@@ -119,9 +123,9 @@ def _coefficients(y: np.ndarray, design: _Design, periods: tuple[int, ...]) -> n
 
 
 def _covariate_forecast(model_id: str, y: np.ndarray, horizon: int, confidences: Sequence[float],
-                        periods: tuple[int, ...], design: _Design,
+                        periods: tuple[int, ...], design: Design,
                         univariate: Univariate) -> list[ForecastResult] | None:
-    beta = _coefficients(y, design, periods)
+    beta = coefficients(y, design, periods)
     if beta is None:
         return None
     centre = design.history.mean(axis=0)
@@ -136,43 +140,59 @@ def _covariate_forecast(model_id: str, y: np.ndarray, horizon: int, confidences:
     return out
 
 
-def _mae(forecast: list[float], actual: np.ndarray) -> float:
-    return float(np.mean(np.abs(np.asarray(forecast) - actual)))
-
-
 def _unused(results: list[ForecastResult], note: str) -> list[ForecastResult]:
     return [ForecastResult(r.median, r.lower, r.upper, r.fallback, covariates_used=False, covariates_note=note)
             for r in results]
 
 
+def _holdout_errors(model_id: str, y: np.ndarray, horizon: int, periods: tuple[int, ...],
+                    covariates: CovariateMatrix, univariate: Univariate) -> tuple[float, float] | None:
+    """Mean absolute errors (with the covariates, without) over the last HOLDOUT_WINDOWS non-overlapping windows
+    of ``horizon`` points of the history, each forecast from the history before it (fewer windows when the history
+    is short); None when not even the last window can be checked."""
+    hist = np.asarray(covariates.history, dtype=float)
+    errors: list[tuple[float, float]] = []
+    for j in range(1, HOLDOUT_WINDOWS + 1):
+        cut = len(y) - j * horizon
+        if cut < 1:
+            break
+        train = CovariateMatrix(covariates.names, hist[:cut], hist[cut:cut + horizon], covariates.past_only)
+        try:
+            held = _covariate_forecast(model_id, y[:cut], horizon, [0.5], periods, Design(train, cut, horizon),
+                                       univariate)
+        except (ValueError, np.linalg.LinAlgError):
+            held = None
+        if held is None:
+            break
+        actual = y[cut:cut + horizon]
+        plain = univariate(model_id, y[:cut], horizon, [0.5], periods)[0]
+        errors.append((_mae(held[0].median, actual), _mae(plain.median, actual)))
+    if not errors:
+        return None
+    with_cov, without = np.mean(np.asarray(errors), axis=0)
+    return float(with_cov), float(without)
+
+
+def _mae(forecast: list[float], actual: np.ndarray) -> float:
+    return float(np.mean(np.abs(np.asarray(forecast) - actual)))
+
+
 def forecast_with_covariates(model_id: str, y: np.ndarray, horizon: int, confidences: Sequence[float],
                              periods: tuple[int, ...], covariates: CovariateMatrix,
                              univariate: Univariate) -> list[ForecastResult]:
-    """The covariate forecast if it beat the univariate one on a holdout at the end of the history, else the
+    """The covariate forecast if it beat the univariate one on holdout windows at the end of the history, else the
     univariate forecast with covariates_used=False and the reason."""
-    n = len(y)
-    design = _Design(covariates, n, horizon)
+    design = Design(covariates, len(y), horizon)
     plain = univariate(model_id, y, horizon, confidences, periods)
     if not covariates.names:
         return _unused(plain, "no covariate columns were given")
-    cut = n - horizon
-    if cut < 1:
-        return _unused(plain, "the history is too short to hold out the horizon and check the covariates")
-    train = CovariateMatrix(covariates.names, np.asarray(covariates.history, dtype=float)[:cut],
-                            np.asarray(covariates.history, dtype=float)[cut:], covariates.past_only)
-    try:
-        held = _covariate_forecast(model_id, y[:cut], horizon, confidences[:1], periods,
-                                   _Design(train, cut, horizon), univariate)
-    except (ValueError, np.linalg.LinAlgError):
-        held = None
-    if held is None:
+    checked = _holdout_errors(model_id, y, horizon, periods, covariates, univariate)
+    if checked is None:
         return _unused(plain, "the history is too short to fit the covariates and check them on a holdout")
-    actual = y[cut:]
-    with_cov = _mae(held[0].median, actual)
-    without = _mae(univariate(model_id, y[:cut], horizon, confidences[:1], periods)[0].median, actual)
+    with_cov, without = checked
     if not with_cov < without:
-        return _unused(plain, "on a holdout of the last horizon of the history the covariates did not improve "
-                              "the forecast")
+        return _unused(plain, "on holdout windows at the end of the history the covariates did not make the "
+                              "forecast more accurate")
     full = _covariate_forecast(model_id, y, horizon, confidences, periods, design, univariate)
     if full is None:
         return _unused(plain, "the covariates could not be fitted on the history")
