@@ -18,9 +18,9 @@ from flask.cli import AppGroup
 from sqlalchemy import Connection
 
 from app.keys import store
-from app.keys.answers import iso, shown_expiry
 from app.keys.limits import TIERS
 from app.keys.records import ApiKey
+from app.keys.safe_view import iso, shown_expiry
 from app.services import current_services
 
 keys_cli = AppGroup("keys", help="Create, list, show, revoke and rotate API keys.")

@@ -13,8 +13,8 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from app.keys import manage
-from app.keys.answers import bucket_body, key_body, rate_windows, verify_body
 from app.keys.records import OUTCOMES
+from app.keys.safe_view import bucket_body, key_body, rate_windows, verify_body
 from app.keys.schemas import CreateKeySchema, RotateKeySchema, UpdateKeySchema, UsageQuerySchema
 from app.keys.store import KeyInputError
 from app.services import current_services

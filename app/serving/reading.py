@@ -12,8 +12,8 @@ from collections.abc import Callable
 from gunicorn.http.unreader import SocketUnreader
 
 from app.errors import TimedOut
-from app.serving.answers import Answer, body_too_slow, head_too_slow
 from app.serving.config import ClientLimits
+from app.serving.refusals import Answer, body_too_slow, head_too_slow
 
 # How long, and how much, the thread that answered early keeps reading a body the app did not read (a lingering
 # close, as nginx does): a client still uploading keeps its connection, while one that pauses over a second or

@@ -5,7 +5,7 @@ A thread parses the request the loop read the head of, runs the app behind a pac
 gives its upload slot back as soon as the body is all in memory, discards a body the app left unread within the
 linger bounds (app.serving.reading), and hands a kept-alive connection whose next request has already begun back
 to the loop. gunicorn's refusals and a request's unexpected error are answered in the error envelope
-(app.serving.answers), never as gunicorn's HTML page.
+(app.serving.refusals), never as gunicorn's HTML page.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from gunicorn import http
 from gunicorn.workers.gthread import ThreadWorker
 
 from app.compute.pool import client_of_this_thread
-from app.serving import answers
+from app.serving import refusals
 from app.serving.config import ClientLimits
 from app.serving.connection import ServingConn
 from app.serving.framing import HeadLimits
@@ -176,13 +176,13 @@ class RequestThreadsWorker(ThreadWorker):
             answer = exc.answer
             self.log.info("Refused a request from ip=%s with %s: %s", addr[0], answer.status, answer.message)
         else:
-            found = answers.for_parse_error(exc, self.head_limits)
+            found = refusals.for_parse_error(exc, self.head_limits)
             if found is None:
                 if hasattr(req, "uri"):
                     self.log.exception("Error handling request %s", req.uri)
                 else:
                     self.log.exception("Error handling request (no URI read)")
-                found = answers.UNEXPECTED
+                found = refusals.UNEXPECTED
             else:
                 self.log.warning("Invalid request from ip=%s: %s", addr[0], exc)
             answer = found

@@ -42,7 +42,7 @@ from concurrent import futures
 from functools import partial
 from typing import Any, NoReturn
 
-from app.serving import answers
+from app.serving import refusals
 from app.serving.connection import ServingConn
 from app.serving.framing import oversized_head
 from app.serving.request_threads import RequestThreadsWorker
@@ -244,7 +244,7 @@ class ServingWorker(RequestThreadsWorker):
         if not conn.head_complete(time.monotonic()):
             status = oversized_head(conn.pending, self.head_limits)
             if status is not None:
-                too_large = answers.line_too_long if status == 400 else answers.headers_too_large
+                too_large = refusals.line_too_long if status == 400 else refusals.headers_too_large
                 self._refuse(conn, too_large(self.head_limits))
             return
         if conn.body_complete():
@@ -273,7 +273,7 @@ class ServingWorker(RequestThreadsWorker):
         future = self.tpool.submit(self.handle, conn)
         self._wrap_future(future, conn)
 
-    def _refuse(self, conn: ServingConn, answer: answers.Answer) -> None:
+    def _refuse(self, conn: ServingConn, answer: refusals.Answer) -> None:
         """Answer from the event loop and close: a best effort, never waiting on the client."""
         address = conn.client[0] if isinstance(conn.client, tuple) else conn.client
         # Not what it sent: a head may run to megabytes.
@@ -314,9 +314,9 @@ class ServingWorker(RequestThreadsWorker):
                 self.log.debug("Closing a connection that sent nothing within %gs.", self.limits.header_seconds)
                 self._drop(conn)
             elif conn.head_end is None:
-                self._refuse(conn, answers.head_too_slow(self.limits))
+                self._refuse(conn, refusals.head_too_slow(self.limits))
             else:
-                self._refuse(conn, answers.body_too_slow(self.limits))
+                self._refuse(conn, refusals.body_too_slow(self.limits))
 
     def _take_back(self, conn: ServingConn) -> None:
         """A kept-alive connection whose thread read past its request: the rest is the next request's start."""

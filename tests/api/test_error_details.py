@@ -11,7 +11,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.serving.answers import Answer
+from app.serving.refusals import Answer
 from tests.support import bearer, build_app, new_key, services_of, settings_for
 
 KEY = "ak_" + "0" * 64

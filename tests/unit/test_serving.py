@@ -23,7 +23,7 @@ import pytest
 from gunicorn.http import errors as http_errors
 
 from app.compute.detect import native
-from app.serving import answers, checks, framing, process
+from app.serving import checks, framing, process, refusals
 from app.serving.checks import startup_report
 from app.serving.config import (
     DEFAULT_BIND,
@@ -181,7 +181,7 @@ def test_a_chunked_body_is_complete_at_its_last_chunk_and_trailers() -> None:
     assert framing.chunked_body_end(b"zz\r\n", 0)[0] == 4
 
 
-# --- answers ---------------------------------------------------------------------------------------------------
+# --- refusals ---------------------------------------------------------------------------------------------------
 
 
 def _parsed(raw: bytes) -> tuple[str, dict[str, str], dict]:
@@ -193,19 +193,19 @@ def _parsed(raw: bytes) -> tuple[str, dict[str, str], dict]:
 
 
 def test_an_answer_is_the_error_envelope_and_closes() -> None:
-    status, headers, body = _parsed(answers.line_too_long(HEAD_LIMITS).encode())
+    status, headers, body = _parsed(refusals.line_too_long(HEAD_LIMITS).encode())
     assert status == "HTTP/1.1 400 Bad Request"
     assert headers["Content-Type"] == "application/json" and headers["Connection"] == "close"
     assert headers["X-Content-Type-Options"] == "nosniff"
     assert body == {"error": {"code": "INVALID_REQUEST", "message": "The request line is longer than the server "
                               "accepts.", "details": {"limit_bytes": 4094}}}
-    status, _, body = _parsed(answers.headers_too_large(HEAD_LIMITS).encode())
+    status, _, body = _parsed(refusals.headers_too_large(HEAD_LIMITS).encode())
     assert status == "HTTP/1.1 431 Request Header Fields Too Large" and body["error"]["code"] == "INVALID_REQUEST"
-    status, _, body = _parsed(answers.UNEXPECTED.encode())
+    status, _, body = _parsed(refusals.UNEXPECTED.encode())
     assert status == "HTTP/1.1 500 Internal Server Error" and set(body["error"]) == {"code", "message", "details"}
     assert body["error"]["code"] == "INTERNAL_ERROR"
     limits = ClientLimits()
-    for answer in (answers.head_too_slow(limits), answers.body_too_slow(limits)):
+    for answer in (refusals.head_too_slow(limits), refusals.body_too_slow(limits)):
         status, _, body = _parsed(answer.encode())
         assert status == "HTTP/1.1 408 Request Timeout" and body["error"]["code"] == "INVALID_REQUEST"
 
@@ -224,13 +224,13 @@ def test_an_answer_is_the_error_envelope_and_closes() -> None:
     (http_errors.ConfigurationProblem("x"), 500),
 ])
 def test_gunicorns_refusals_are_answered_without_quoting_the_request(exc: Exception, status: int) -> None:
-    answer = answers.for_parse_error(exc, HEAD_LIMITS)
+    answer = refusals.for_parse_error(exc, HEAD_LIMITS)
     assert answer is not None and answer.status == status
     assert not KEY_SHAPED.search(answer.encode().decode("latin-1"))
 
 
 def test_an_unexpected_error_is_left_to_the_worker() -> None:
-    assert answers.for_parse_error(ValueError("boom"), HEAD_LIMITS) is None
+    assert refusals.for_parse_error(ValueError("boom"), HEAD_LIMITS) is None
 
 
 # --- keys: one shape, redacted in any letter case ---------------------------------------------------------------
@@ -321,7 +321,7 @@ def test_a_head_not_sent_by_its_deadline_times_out(pair: tuple[socket.socket, so
     unreader.expect_head(time.monotonic() + 0.1)
     with pytest.raises(RequestTimedOut) as timed_out:
         unreader.chunk()
-    assert timed_out.value.answer.status == 408 and timed_out.value.answer == answers.head_too_slow(unreader.limits)
+    assert timed_out.value.answer.status == 408 and timed_out.value.answer == refusals.head_too_slow(unreader.limits)
     assert unreader.timed_out
     with pytest.raises(RequestTimedOut):  # past the deadline, no read waits at all
         unreader.chunk()
@@ -345,7 +345,7 @@ def test_a_body_deadline_grows_with_each_read_and_the_answer_gets_its_send_timeo
     unreader.expect_body(time.monotonic() + 0.05, on_time_out=lambda: closed.append(True))  # the loop's deadline
     with pytest.raises(RequestTimedOut) as timed_out:
         unreader.chunk()
-    assert timed_out.value.answer == answers.body_too_slow(limits) and closed == [True]
+    assert timed_out.value.answer == refusals.body_too_slow(limits) and closed == [True]
 
 
 def test_lingering_waits_a_bounded_time_per_read(pair: tuple[socket.socket, socket.socket],

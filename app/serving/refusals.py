@@ -1,5 +1,5 @@
-"""The answers gunicorn's worker gives itself (a request it cannot parse, one too large or too slow to arrive), in
-the error envelope every other answer uses: ``{"error": {"code", "message", "details"}}``.
+"""The refusals gunicorn's worker answers itself (a request it cannot parse, one too large or too slow to arrive),
+in the error envelope every other answer uses: ``{"error": {"code", "message", "details"}}``.
 
 No answer quotes what the client sent: a request line or header may hold an API key.
 """
