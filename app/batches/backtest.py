@@ -12,6 +12,7 @@ points); per model, the mean over the series that have a finite score."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -19,22 +20,26 @@ from typing import Any
 
 from marshmallow import ValidationError, fields, validate, validates_schema
 
-from app.batches.one_series import envelope_of, line_of, run_here
+from app import errors as domain
+from app.batches import covariates as batch_covariates
+from app.batches.one_series import envelope_of, line_of, run_here, submitted_series
 from app.batches.schemas import ForecastBatchRequestSchema
 from app.compute.forecast.catalog import MODEL_IDS
 from app.forecast import service as forecasting
 from app.forecast.schemas import (
     DEFAULT_CONFIDENCE,
-    ForecastRequest,
     SubmittedSeries,
+    asks_for_covariates,
+    check_covariates,
     check_series,
     invalid_future_timestamps,
     missing_rows,
 )
+from app.forecast.schemas import load_request as load_forecast_request
 from app.forecast.service import cutoffs, points_needed
 from app.series.numbers import without_float32_noise
 from app.series.timestamps import TimestampError
-from app.web.errors import ApiError, DataValidationError
+from app.web.errors import ApiError, DataValidationError, api_error_for
 from app.web.validation import problem
 
 log = logging.getLogger("app.batches")
@@ -97,19 +102,33 @@ class BacktestRunner:
         self.frequency = chosen["data_frequency"]
         self.confidence = chosen.get("confidence", DEFAULT_CONFIDENCE)
         self.models = chosen.get("models") or [parameters["headers"]["X-Model-Id"]]
+        # The fields every window's request carries (holidays, calendar features), read as POST /forecast reads
+        # them; each window's request differs only in its model.
+        self.request = load_forecast_request({**chosen, "series": [{"timestamps": [], "values": []}]},
+                                             parameters["headers"])[0]
+        self.covariate_fields = batch_covariates.CovariateFields.of(chosen)
 
     def run(self, series: dict[str, Any], *, index: int) -> tuple[bool, bytes]:
         try:
-            return True, line_of({"id": series["id"], **self.backtest(series["timestamps"], series["values"])})
+            if "columns" in series:  # a CSV series with covariate columns: they span the series
+                series = batch_covariates.csv_series(series, self.covariate_fields, horizon=None,
+                                                     frequency=self.frequency)
+            return True, line_of({"id": series["id"], **self.backtest(series["timestamps"], series["values"],
+                                                                      series.get("covariates") or ())})
         except ApiError as error:
             return False, line_of({"id": series["id"], "error": envelope_of(error, index)})
+        except domain.ServiceError as error:
+            return False, line_of({"id": series["id"], "error": envelope_of(api_error_for(error), index)})
         except Exception as exc:  # a model failure is this series' own 500, never the batch's
             log.warning("backtest series %s failed", index, exc_info=True)
             return False, line_of({"id": series["id"], "error": {
                 "code": "INTERNAL_ERROR", "message": f"The forecast failed: {type(exc).__name__}.", "details": {}}})
 
-    def backtest(self, timestamps: list[Any], values: list[Any]) -> dict[str, Any]:
-        """The windows and scores of one series, or the ApiError (422) that POST /forecast would give it."""
+    def backtest(self, timestamps: list[Any], values: list[Any],
+                 covariates: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """The windows and scores of one series, or the ApiError (422) that POST /forecast would give it.
+        ``covariates`` span the series (POST /forecast's form without ``future``): each window takes their values
+        up to its cut-off as history and, unless past-only, the values over its horizon as future."""
         import numpy as np
 
         from app.forecast.accuracy import MASE_PERIOD, coverage, mase, mase_scale, msis, smape
@@ -127,21 +146,33 @@ class BacktestRunner:
             issue = f"too short for the backtest's windows (at least {needed} points)"
             raise DataValidationError(f"Invalid series data: {issue}.", details=problem(
                 "series[0].values", issue, f"{len(whole.values)} points", minimum=needed))
+        covariates = list(covariates)
+        for position, covariate in enumerate(covariates):
+            if len(covariate["history"]) != len(timestamps):
+                raise domain.InvalidInput(
+                    "Invalid covariates: a backtest's covariate has one value per timestamp of the series.",
+                    details=problem(f"series[0].covariates[{position}].history", "must have one value per "
+                                    "timestamp of the series", f"{len(covariate['history'])} values",
+                                    expected=len(timestamps)))
         season = MASE_PERIOD[self.frequency]
         alpha = 1.0 - self.confidence
         windows: list[dict[str, Any]] = []
         per_model: dict[str, dict[str, list[float]]] = {m: {name: [] for name in SCORES} for m in self.models}
         for cut in cutoffs(len(whole.values), self.horizon, self.n_windows, self.step):
             # The history as POST /forecast would receive it: the same checks, the same axis.
-            history = check_series(SubmittedSeries(timestamps=timestamps[:cut], values=values[:cut]),
-                                   self.frequency, max_points=self.max_points)
+            submitted = submitted_series(
+                {"timestamps": timestamps[:cut], "values": values[:cut],
+                 "covariates": batch_covariates.window(covariates, cut, self.horizon, self.covariate_fields.past_only)},
+                self.covariate_fields)
+            history = check_series(submitted, self.frequency, max_points=self.max_points)
+            if asks_for_covariates(self.request, submitted):
+                history = check_covariates(self.request, submitted, history)
             actual = whole.values[cut:cut + self.horizon]
             scale = mase_scale(history.values, season)
             window: dict[str, Any] = {"cutoff": timestamps[cut - 1], "actual": without_float32_noise(actual.tolist()),
                                       "forecasts": {}}
             for model_id in self.models:
-                request = ForecastRequest(forecast_horizon=self.horizon, data_frequency=self.frequency,
-                                          confidence=self.confidence, model_id=model_id)
+                request = dataclasses.replace(self.request, model_id=model_id)
                 try:
                     answer = forecasting.forecast(request, history, run=run_here)
                 except TimestampError as exc:
@@ -149,6 +180,8 @@ class BacktestRunner:
                 window["timestamps"] = answer.forecast_timestamps
                 window["forecasts"][model_id] = {"lower": answer.lower_bound, "median": answer.median,
                                                  "upper": answer.upper_bound}
+                if answer.covariates is not None:
+                    window["forecasts"][model_id]["covariates"] = answer.covariates.as_json()
                 median, lower, upper = (np.asarray(x) for x in (answer.median, answer.lower_bound,
                                                                  answer.upper_bound))
                 scores = per_model[model_id]

@@ -1,6 +1,9 @@
 """The pandas CSV splitter of batch uploads: a long-format CSV (unique_id,timestamp,value, or Nixtla's
 unique_id,ds,y) into its series, either the whole file at once (any row order) or series by series as it is
-read (each series' rows contiguous). Pandas loads only when a split runs, in a job worker."""
+read (each series' rows contiguous). Pandas loads only when a split runs, in a job worker.
+
+Any further column is a covariate: a series carries its cells as text under ``columns`` (name -> one cell per
+row), judged with the series by app.batches.covariates, where a bad cell is that series' own error."""
 
 from __future__ import annotations
 
@@ -29,9 +32,11 @@ class SplitUpload:
     """The series found in an upload, handed out once each in order of first appearance: each is let go of
     as it is handed out, so the worker never holds the rows twice (as rows and as series)."""
 
-    def __init__(self, found: dict[str, tuple[list[list[str]], list[list[Any]]]]) -> None:
+    def __init__(self, found: dict[str, tuple[list[list[str]], list[list[Any]], list[list[list[str]]]]],
+                 covariates: list[str]) -> None:
         self._found = found
         self._count = len(found)
+        self._covariates = covariates
 
     def __len__(self) -> int:
         return self._count
@@ -39,9 +44,19 @@ class SplitUpload:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         while self._found:
             unique_id = next(iter(self._found))
-            stamps, values = self._found.pop(unique_id)
-            yield {"id": unique_id, "timestamps": [t for part in stamps for t in part],
-                   "values": [v for part in values for v in part]}
+            stamps, values, cells = self._found.pop(unique_id)
+            yield _series(unique_id, [t for part in stamps for t in part], [v for part in values for v in part],
+                          self._covariates, [[c for part in column for c in part] for column in cells])
+
+
+def _series(unique_id: str, stamps: list[Any], values: list[Any], covariates: list[str],
+            cells: list[list[str]]) -> dict[str, Any]:
+    """A series as the workers take it; ``columns`` only when the upload has covariate columns, so a series of a
+    three-column upload is stored exactly as before."""
+    one: dict[str, Any] = {"id": unique_id, "timestamps": stamps, "values": values}
+    if covariates:
+        one["columns"] = dict(zip(covariates, cells, strict=True))
+    return one
 
 
 # Rows per parser frame. The whole-file split keeps large frames (every series is held anyway); the streamed
@@ -90,6 +105,11 @@ def _checked(frame: Any) -> Any:
     return frame
 
 
+def covariate_columns(frame: Any) -> list[str]:
+    """The upload's covariate columns, in the file's order: every column but the three of the series."""
+    return [str(name) for name in frame.columns if name not in CSV_COLUMNS]
+
+
 def _values(frame: Any) -> list[Any]:
     import numpy as np
 
@@ -130,26 +150,31 @@ def split_whole(spool: IO[bytes], *, max_series: int) -> SplitUpload:
     it exactly as it names such a value in JSON."""
     import pandas as pd
 
-    found: dict[str, tuple[list[list[str]], list[list[Any]]]] = {}
+    found: dict[str, tuple[list[list[str]], list[list[Any]], list[list[list[str]]]]] = {}
+    covariates: list[str] = []
     with warnings.catch_warnings():
         try:
             warnings.simplefilter("error", pd.errors.ParserWarning)
             with _reader(spool, WHOLE_FRAME_ROWS) as reader:
                 for frame in reader:
                     frame = _checked(frame)
+                    covariates = covariate_columns(frame)
                     values = _values(frame)
                     stamps = frame["timestamp"].to_numpy(dtype=object)
+                    cells = [frame[name].to_numpy(dtype=object) for name in covariates]
                     for unique_id, rows in frame.groupby("unique_id", sort=False).indices.items():
                         entry = found.get(unique_id)
                         if entry is None:
                             if len(found) >= max_series:
                                 raise _too_many(max_series)
-                            entry = found[unique_id] = ([], [])
+                            entry = found[unique_id] = ([], [], [[] for _ in covariates])
                         entry[0].append(stamps[rows].tolist())
                         entry[1].append([values[row] for row in rows.tolist()])
+                        for column, texts in zip(entry[2], cells, strict=True):
+                            column.append(texts[rows].tolist())
         except _read_errors() as exc:
             raise _unreadable(exc) from exc
-    return SplitUpload(found)
+    return SplitUpload(found, covariates)
 
 
 def _frames(spool: IO[bytes]) -> Iterator[Any]:
@@ -190,8 +215,10 @@ def grouped_series(spool: IO[bytes], *, max_series: int) -> Iterator[dict[str, A
     current: str | None = None
     stamps: list[Any] = []
     values: list[Any] = []
+    cells: list[list[str]] = []
     count = 0
     for frame in _frames(spool):
+        covariates = covariate_columns(frame)
         ids = frame["unique_id"].to_numpy(dtype=object)
         if not len(ids):
             continue
@@ -202,20 +229,23 @@ def grouped_series(spool: IO[bytes], *, max_series: int) -> Iterator[dict[str, A
             raise NotGrouped
         frame_values = _values(frame)
         frame_stamps = frame["timestamp"].to_numpy(dtype=object)
+        frame_cells = [frame[name].to_numpy(dtype=object) for name in covariates]
         for index, run in enumerate(runs):
             if run != current:
                 if current is not None:
                     finished.add(current)
-                    yield {"id": current, "timestamps": stamps, "values": values}
+                    yield _series(current, stamps, values, covariates, cells)
                 if count >= max_series:
                     raise _too_many(max_series)
                 count += 1
-                current, stamps, values = run, [], []
+                current, stamps, values, cells = run, [], [], [[] for _ in covariates]
             start, end = bounds[index], bounds[index + 1]
             stamps.extend(frame_stamps[start:end].tolist())
             values.extend(frame_values[start:end])
+            for column, texts in zip(cells, frame_cells, strict=True):
+                column.extend(texts[start:end].tolist())
     if current is not None:
-        yield {"id": current, "timestamps": stamps, "values": values}
+        yield _series(current, stamps, values, covariates, cells)
 
 
 def _cell_value(text: str) -> Any:

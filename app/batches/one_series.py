@@ -12,16 +12,24 @@ from typing import Any
 
 import orjson
 
+from app import errors as domain
 from app.anomalies import service as detection
 from app.anomalies.schemas import AnomalyRequest
 from app.anomalies.schemas import check_series as check_anomaly_series
 from app.anomalies.schemas import load_request as load_anomaly_request
+from app.batches.covariates import CovariateFields, categorical_as_text, csv_series
 from app.forecast import service as forecasting
-from app.forecast.schemas import ForecastRequest, SubmittedSeries, invalid_future_timestamps
+from app.forecast.schemas import (
+    ForecastRequest,
+    SubmittedSeries,
+    asks_for_covariates,
+    check_covariates,
+    invalid_future_timestamps,
+)
 from app.forecast.schemas import check_series as check_forecast_series
 from app.forecast.schemas import load_request as load_forecast_request
 from app.series.timestamps import TimestampError
-from app.web.errors import ApiError
+from app.web.errors import ApiError, api_error_for
 
 log = logging.getLogger("app.batches")
 
@@ -43,6 +51,7 @@ class SeriesRunner:
         self.kind = kind
         self.max_points = max_points
         body = {**parameters["fields"], "series": [_PROBE_SERIES]}
+        self.covariate_fields = CovariateFields.of(parameters["fields"])
         self.request: ForecastRequest | AnomalyRequest
         if kind == FORECAST:
             self.request = load_forecast_request(body, parameters["headers"])[0]
@@ -59,6 +68,8 @@ class SeriesRunner:
             return True, line_of({"id": series["id"], **result})
         except ApiError as error:
             return False, line_of({"id": series["id"], "error": envelope_of(error, index)})
+        except domain.ServiceError as error:
+            return False, line_of({"id": series["id"], "error": envelope_of(api_error_for(error), index)})
         except Exception as exc:  # a model failure is this series' own 500, never the batch's
             log.warning("batch series %s failed", index, exc_info=True)
             failure = "Anomaly detection failed" if self.kind == ANOMALIES else "The forecast failed"
@@ -66,10 +77,13 @@ class SeriesRunner:
                 "code": "INTERNAL_ERROR", "message": f"{failure}: {type(exc).__name__}.", "details": {}}})
 
     def _forecast(self, forecast_request: ForecastRequest, submitted: dict[str, Any]) -> dict[str, Any]:
-        series = check_forecast_series(
-            SubmittedSeries(timestamps=submitted["timestamps"], values=submitted["values"]),
-            forecast_request.data_frequency, max_points=self.max_points,
-        )
+        if "columns" in submitted:  # a CSV series with covariate columns (and maybe future rows)
+            submitted = csv_series(submitted, self.covariate_fields, horizon=forecast_request.forecast_horizon,
+                                   frequency=forecast_request.data_frequency)
+        one = submitted_series(submitted, self.covariate_fields)
+        series = check_forecast_series(one, forecast_request.data_frequency, max_points=self.max_points)
+        if asks_for_covariates(forecast_request, one):
+            series = check_covariates(forecast_request, one, series)
         try:
             answer = forecasting.forecast(forecast_request, series, run=run_here)
         except TimestampError as exc:
@@ -87,6 +101,8 @@ class SeriesRunner:
             out["fallback"] = answer.fallback
         if answer.warning:
             out["warning"] = answer.warning
+        if answer.covariates is not None:
+            out["covariates"] = answer.covariates.as_json()
         return out
 
     def _anomalies(self, anomaly_request: AnomalyRequest, submitted: dict[str, Any]) -> dict[str, Any]:
@@ -100,6 +116,18 @@ class SeriesRunner:
         if result.fallback:
             answer["fallback"] = result.fallback
         return answer
+
+
+def submitted_series(submitted: dict[str, Any], spec: CovariateFields) -> SubmittedSeries:
+    """A stored series (JSON form) as POST /forecast's request holds it, with its covariates."""
+    from app.forecast.covariates import CovariateInput
+
+    covariates = categorical_as_text(submitted.get("covariates") or (), spec)
+    return SubmittedSeries(
+        timestamps=submitted["timestamps"], values=submitted["values"],
+        covariates=tuple(CovariateInput(name=c["name"], history=c["history"], future=c.get("future"))
+                         for c in covariates),
+    )
 
 
 def envelope_of(error: ApiError, index: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from flask import Blueprint, Response, jsonify, request
 from werkzeug.wsgi import LimitedStream
 
 from app.batches import backtest, multipart, quota, store
+from app.batches.covariates import LIST_FIELDS
 from app.batches.results import csv_rows
 from app.batches.schemas import batch_json
 from app.batches.submit import (
@@ -88,7 +89,9 @@ def _submit_csv(services: Services, *, form: bool = False) -> store.Batch:
         stream = multipart.FormFile(stream, boundary, max_bytes=limit)
     allowed = settings.batch_account_quota_bytes
     quota.check(services.database, key.account_id, size=request.content_length or 0, quota=allowed)
-    scan = UploadScan(max_series=settings.batch_max_series)
+    chosen = fields.parameters["fields"]
+    scan = UploadScan(max_series=settings.batch_max_series,
+                      declared={name: chosen[name] for name in LIST_FIELDS if chosen.get(name)})
     batch_id = store.start_upload(services.database, key_id=key.id, account_id=key.account_id, kind=fields.kind,
                                   parameters=fields.parameters)
     try:

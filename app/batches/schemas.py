@@ -9,8 +9,9 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from app.anomalies.schemas import AnomalyRequestSchema, AnomalySeriesSchema
+from app.batches.covariates import CATEGORICAL_EXOG_FIELD, HIST_EXOG_FIELD
 from app.batches.one_series import FORECAST, KINDS
-from app.forecast.schemas import ForecastRequestSchema, SeriesSchema
+from app.forecast.schemas import ForecastRequestSchema, ForecastSeriesSchema
 from app.series.instants import moment_text
 from app.web.fields import StoredText
 
@@ -29,7 +30,7 @@ ID_FIELD = StoredText(
 SERIES_LIST = {"required": True, "validate": validate.Length(min=1, error="Must contain at least one series.")}
 
 
-class ForecastBatchSeriesSchema(SeriesSchema):
+class ForecastBatchSeriesSchema(ForecastSeriesSchema):
     id = ID_FIELD
 
 
@@ -40,6 +41,8 @@ class AnomalyBatchSeriesSchema(AnomalySeriesSchema):
 class ForecastBatchRequestSchema(ForecastRequestSchema):
     kind = KIND_FIELD
     series = fields.List(fields.Nested(ForecastBatchSeriesSchema), **SERIES_LIST)
+    hist_exog_list = HIST_EXOG_FIELD
+    categorical_exog_list = CATEGORICAL_EXOG_FIELD
 
 
 class AnomalyBatchRequestSchema(AnomalyRequestSchema):

@@ -19,6 +19,7 @@ from werkzeug.datastructures import MultiDict
 
 from app.anomalies.schemas import load_request as load_anomaly_request
 from app.batches import backtest
+from app.batches import covariates as batch_covariates
 from app.batches.one_series import ANOMALIES, BACKTEST, FORECAST, KINDS
 from app.batches.schemas import ID_LENGTH, AnomalyBatchRequestSchema, ForecastBatchRequestSchema
 from app.forecast.schemas import load_request as load_forecast_request
@@ -44,9 +45,10 @@ _anomaly_schema = AnomalyBatchRequestSchema()
 _backtest_schema = backtest.BacktestBatchRequestSchema()
 _SCHEMAS = {FORECAST: _forecast_schema, ANOMALIES: _anomaly_schema, BACKTEST: _backtest_schema}
 _FIELDS = {
-    FORECAST: ("forecast_horizon", "data_frequency", "forecast_frequency", "confidence"),
+    FORECAST: ("forecast_horizon", "data_frequency", "forecast_frequency", "confidence",
+               *batch_covariates.BODY_FIELDS),
     ANOMALIES: ("data_frequency", "false_alarms_per_week", "confidence", "sensitivity"),
-    BACKTEST: backtest.FIELDS,
+    BACKTEST: (*backtest.FIELDS, *batch_covariates.BODY_FIELDS),
 }
 
 
@@ -84,11 +86,14 @@ def read_json_batch(body: Any, headers: Mapping[str, str], *, max_series: int,
     if not problems and data["kind"] == BACKTEST:
         # Known from the request alone, so refused before anything is stored.
         problems = backtest.short_series_problems(data["series"], data)
+    if not problems and data["kind"] != ANOMALIES:
+        problems = batch_covariates.json_series_problems(data["series"], data, backtest=data["kind"] == BACKTEST)
     if problems:
         raise InvalidRequest(f"Invalid request: {problems[0]['field']}: {problems[0]['issue']}.",
                              details=envelope(problems))
     fields = check_fields(data["kind"], body, headers)
-    series = [{"id": s["id"], "timestamps": s["timestamps"], "values": s["values"]} for s in data["series"]]
+    series = [{"id": s["id"], "timestamps": s["timestamps"], "values": s["values"],
+               **({"covariates": s["covariates"]} if s.get("covariates") else {})} for s in data["series"]]
     if escaped:
         refuse_unstorable(series)
     return fields, series
@@ -99,14 +104,17 @@ def refuse_unstorable(series: list[dict[str, Any]]) -> None:
     kept for the workers, and stored text is held to that everywhere (app.web.validation.unstorable). Only
     bodies with escapes need the walk: neither can be written in JSON otherwise."""
     for index, one in enumerate(series):
-        for name in ("timestamps", "values"):
-            for position, item in enumerate(one[name]):
+        arrays = [(f"series[{index}].{name}", one[name]) for name in ("timestamps", "values")]
+        for number, covariate in enumerate(one.get("covariates") or ()):
+            where = f"series[{index}].covariates[{number}]"
+            arrays += [(f"{where}.name", [covariate.get("name")]),
+                       *((f"{where}.{part}", covariate.get(part) or []) for part in ("history", "future"))]
+        for field, items in arrays:
+            for position, item in enumerate(items):
                 issue = unstorable(item) if isinstance(item, str) else None
                 if issue is not None:
-                    raise InvalidRequest(
-                        f"Invalid request: series[{index}].{name}: {issue}.",
-                        details=problem(f"series[{index}].{name}", issue, item, index=position),
-                    )
+                    raise InvalidRequest(f"Invalid request: {field}: {issue}.",
+                                         details=problem(field, issue, item, index=position))
 
 
 def check_fields(kind: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> BatchFields:
@@ -115,7 +123,11 @@ def check_fields(kind: str, body: Mapping[str, Any], headers: Mapping[str, str])
     fields = {name: body[name] for name in _FIELDS[kind] if name in body}
     probe = {**fields, "series": [{"timestamps": [], "values": []}]}
     if kind in (FORECAST, BACKTEST):
-        model_id = load_forecast_request(probe, headers)[0].model_id
+        forecast_request = load_forecast_request(probe, headers)[0]
+        # Batch-wide, so judged once here: a bad country or calendar feature refuses the batch as it would
+        # refuse POST /forecast (422, the same words), with nothing stored.
+        batch_covariates.check_batch_wide(forecast_request.holidays, forecast_request.calendar_features)
+        model_id = forecast_request.model_id
         if kind == BACKTEST and fields.get("models"):
             model_id = fields["models"][0]
     else:
@@ -142,6 +154,7 @@ def fields_from_query(args: MultiDict[str, str], headers: Mapping[str, str]) -> 
                 body[name] = value
         else:
             body[name] = value
+    batch_covariates.body_from_query(args, body)
     kind = body.get("kind", FORECAST)
     schema = _SCHEMAS.get(kind, _forecast_schema)
     # The series arrive in the body; the fields are checked with a stand-in for them.
@@ -165,8 +178,11 @@ class UploadScan:
     (app.batches.tasks). Each distinct id is kept as a 64-bit hash, never as its text, so the scan's memory
     is a few dozen bytes per series whatever the ids' length; the id limit of JSON batches holds here too."""
 
-    def __init__(self, *, max_series: int) -> None:
+    def __init__(self, *, max_series: int, declared: Mapping[str, list[str]] | None = None) -> None:
         self.max_series = max_series
+        # The batch's lists naming covariate columns (hist_exog_list, categorical_exog_list): checked against
+        # the header, so a list naming no column is refused before anything is stored.
+        self.declared = declared or {}
         # hash() of bytes is keyed per process (SipHash): a client cannot make two ids collide on purpose.
         self.ids: set[int] = set()
         self._rest = b""
@@ -234,8 +250,14 @@ class UploadScan:
 
     def _header(self, line: bytes) -> None:
         names = [name.strip().strip('"') for name in line.decode("utf-8", "replace").lstrip("\ufeff").split(",")]
-        if not any(sorted(names) == sorted(header) for header in CSV_HEADERS):
+        header = next((header for header in CSV_HEADERS if set(header) <= set(names)), None)
+        if header is None:
             raise _bad_csv("Must be the header unique_id,timestamp,value (or unique_id,ds,y)", ",".join(names))
+        # Every further column is a covariate (docs/batches.md, Covariates).
+        found = batch_covariates.header_problems([name for name in names if name not in header], self.declared)
+        if found:
+            raise InvalidRequest(f"Invalid CSV upload: {found[0]['field']}: {found[0]['issue']}.",
+                                 details=envelope(found))
         self._column = names.index("unique_id")
         self._pattern = re.compile(rb"^(?:[^,\r\n]*,){%d}([^,\r\n]*)" % self._column, re.MULTILINE)
 
