@@ -33,7 +33,9 @@ from markupsafe import Markup
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, describe_models
 from app.dashboard import sessions
+from app.dashboard.holiday_options import holiday_countries
 from app.dashboard.sessions import DashboardSession
+from app.forecast.calendar import CALENDAR_FEATURES
 from app.series.timestamps import FREQUENCIES
 from app.services import current_services
 from app.web.observability import KEY_FORMAT
@@ -322,6 +324,8 @@ def playground() -> Response:
         default_model=DEFAULT_MODEL_ID,
         frequencies=FREQUENCIES,
         samples=_samples(),
+        countries=holiday_countries(),
+        calendar_features=CALENDAR_FEATURES,
         **base_context(),
     )
 

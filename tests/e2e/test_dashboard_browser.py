@@ -852,3 +852,29 @@ def test_the_usage_page_says_the_limiter_started_afresh_after_a_restart(
         assert "since the server started" in page.find("label[for=window-hour]").text
     finally:
         after.stop()
+
+
+def test_the_playground_takes_covariate_columns_and_a_country_of_holidays(signed_in: tuple[Page, dict]) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    page, _ = signed_in
+    page.open("/dashboard/playground")
+    start = datetime(2025, 11, 1)
+    days = [(start + timedelta(days=i)).strftime("%Y-%m-%d") for i in range(57)]
+    price = [10 + (i * 7) % 5 for i in range(57)]
+    rows = [f"{day},{60 - 3 * p + i % 7},{p}" for i, (day, p) in enumerate(zip(days[:50], price, strict=False))]
+    rows += [f"{day},,{p}" for day, p in zip(days[50:], price[50:], strict=True)]
+    Select(page.find("#holiday-country")).select_by_value("US")
+    Select(page.find("#holiday-subdivision")).select_by_value("CA")
+    page.click('input[name="calendar_features"][value="day_of_week"]')
+    run_playground(page, "timestamp,value,price\n" + "\n".join(rows))
+    assert page.find("#result").is_displayed(), page.find("#api-error").text
+    assert page.find("#covariates-result").is_displayed()
+    assert "price" in page.find("#covariates-summary").text
+    holidays = [item.text for item in page.all("#holidays-in-horizon li")]
+    assert "2025-12-25: Christmas Day" in holidays, holidays
+    # A bad covariate is the API's 422, shown in its words.
+    page.fill("#csv", "timestamp,value,price\n" + "\n".join(rows[:-1]))
+    page.click("#run-forecast")
+    wait_for(lambda: page.find("#api-error").is_displayed(), timeout=90, message="the refusal")
+    assert "series[0].covariates[0].future" in page.find("#api-error").text

@@ -39,22 +39,100 @@
     if (message) csv.setAttribute("aria-invalid", "true"); else csv.removeAttribute("aria-invalid");
   }
 
-  // Only the CSV's shape is checked here; what the values and timestamps mean is the API's to judge.
+  // Only the CSV's shape is checked here; what the values and timestamps mean is the API's to judge. Columns past
+  // the value are covariates, named by a header line; rows after the history with an empty value carry their
+  // values over the horizon (a covariate whose cells there are all empty is known only in the past).
   function parseCsv(text) {
-    var timestamps = [], values = [];
+    var rows = [], names = null, width = null;
     var lines = text.split(/\r?\n/);
     for (var n = 0; n < lines.length; n++) {
       var line = lines[n].trim();
       if (!line) continue;
-      var cells = line.split(",");
-      if (cells.length !== 2) throw new Error("Line " + (n + 1) + ": expected timestamp,value, found " + cells.length + (cells.length === 1 ? " column." : " columns."));
-      var ts = cells[0].trim(), raw = cells[1].trim();
-      if (timestamps.length === 0 && values.length === 0 && isNaN(Number(raw)) && /[a-z]/i.test(ts) && !/\d/.test(ts)) continue;
-      timestamps.push(ts);
-      values.push(raw === "" ? null : (isNaN(Number(raw)) ? raw : Number(raw)));
+      var cells = line.split(",").map(function (cell) { return cell.trim(); });
+      if (width === null) width = cells.length;
+      if (cells.length < 2) throw new Error("Line " + (n + 1) + ": expected timestamp,value, found 1 column.");
+      if (cells.length !== width) throw new Error("Line " + (n + 1) + ": expected " + width + " columns, found " + cells.length + ".");
+      if (!rows.length && names === null && isNaN(Number(cells[1])) && /[a-z]/i.test(cells[0]) && !/\d/.test(cells[0])) {
+        names = cells.slice(2);
+        continue;
+      }
+      rows.push({ n: n + 1, cells: cells });
     }
-    if (!timestamps.length) throw new Error("Paste at least one timestamp,value line or pick a sample.");
-    return { timestamps: timestamps, values: values };
+    if (width > 2 && names === null) throw new Error("Name the covariate columns in a header line: timestamp,value,name,...");
+    var history = rows, future = [];
+    if (width > 2) {  // the future rows: the trailing run of rows with no value
+      var cut = rows.length;
+      while (cut > 0 && rows[cut - 1].cells[1] === "") cut--;
+      history = rows.slice(0, cut); future = rows.slice(cut);
+    }
+    if (!history.length) throw new Error("Paste at least one timestamp,value line or pick a sample.");
+    var series = {
+      timestamps: history.map(function (r) { return r.cells[0]; }),
+      values: history.map(function (r) { return cellValue(r.cells[1]); })
+    };
+    if (names && names.length) {
+      series.covariates = names.map(function (name, k) {
+        var past = history.map(function (r) { return r.cells[k + 2]; });
+        var ahead = future.map(function (r) { return r.cells[k + 2]; });
+        var numeric = past.every(function (cell) { return cell !== "" && !isNaN(Number(cell)); });
+        var convert = function (cell) { return cell === "" ? null : (numeric ? Number(cell) : cell); };
+        var covariate = { name: name, history: past.map(convert) };
+        if (ahead.some(function (cell) { return cell !== ""; })) covariate.future = ahead.map(convert);
+        return covariate;
+      });
+    }
+    return series;
+  }
+
+  function cellValue(raw) {
+    return raw === "" ? null : (isNaN(Number(raw)) ? raw : Number(raw));
+  }
+
+  var country = document.getElementById("holiday-country");
+  var subdivision = document.getElementById("holiday-subdivision");
+  country.addEventListener("change", function () {
+    var option = country.options[country.selectedIndex];
+    var codes = (option && option.getAttribute("data-subdivisions")) || "";
+    subdivision.innerHTML = "";
+    var whole = document.createElement("option");
+    whole.value = ""; whole.textContent = "— whole country —";
+    subdivision.appendChild(whole);
+    codes.split(",").filter(Boolean).forEach(function (code) {
+      var item = document.createElement("option");
+      item.value = code; item.textContent = code;
+      subdivision.appendChild(item);
+    });
+    subdivision.disabled = !codes;
+  });
+
+  // The request's holidays and calendar_features, as POST /forecast takes them (docs/covariates.md).
+  function covariateFields(request) {
+    if (country.value) {
+      var windowRaw = document.getElementById("holiday-window").value;
+      request.holidays = { country: country.value, window: /^\d+$/.test(windowRaw) ? Number(windowRaw) : windowRaw };
+      if (subdivision.value) request.holidays.subdivision = subdivision.value;
+    }
+    var features = Array.prototype.filter.call(document.querySelectorAll('input[name="calendar_features"]'),
+                                                function (box) { return box.checked; })
+      .map(function (box) { return box.value; });
+    if (features.length) request.calendar_features = features;
+  }
+
+  function showCovariates(answer) {
+    var box = document.getElementById("covariates-result");
+    box.hidden = !answer;
+    if (!answer) return;
+    var summary = answer.used ? "Used by the model: " : "Not used (the forecast without them answered): ";
+    summary += answer.names.join(", ") + ".";
+    if (answer.note) summary += " " + answer.note;
+    document.getElementById("covariates-summary").textContent = summary;
+    var list = document.getElementById("holidays-in-horizon");
+    list.innerHTML = "";
+    answer.holidays_in_horizon.forEach(function (holiday) {
+      var item = document.createElement("li");
+      item.textContent = holiday.date + ": " + holiday.name;
+      list.appendChild(item);
+    });
   }
 
   // A date alone is that day's midnight at any frequency (docs/contract.md, section 7): it is sent as typed, and
@@ -138,6 +216,7 @@
       forecast_frequency: frequency,
       confidence: Number(document.getElementById("confidence").value)
     };
+    covariateFields(request);
     runButton.disabled = true;
     runButton.textContent = "Running…";
     fetch("/forecast", {
@@ -157,6 +236,7 @@
           " from " + series.values.length + " points of history, with a " + Math.round(request.confidence * 100) +
           "% interval.";
         window.dashboardCharts.forecastChart(document.querySelector("#forecast-chart .chart-area"), history, forecast);
+        showCovariates(body.covariates);
         setDownloads(request, body);
       });
     }).catch(function (e) {
