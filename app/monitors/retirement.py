@@ -17,10 +17,11 @@ from sqlalchemy import Connection, Row, delete, func, select, update
 
 from app.db import Database
 from app.monitors.alerts import incidents
+from app.monitors.alerts.events import enqueue_events
 from app.monitors.label_sets import retire_after
 from app.monitors.payloads.views import alert_view
 from app.monitors.records import monitor_points_table, monitor_series_table, monitor_snapshots_table, monitors_table
-from app.monitors.store import enqueue_events, peak_first, standing_anomaly
+from app.monitors.store import peak_first, standing_anomaly
 from app.monitors.types import EventSource
 
 log = logging.getLogger("app.monitors.retirement")

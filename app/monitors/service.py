@@ -13,6 +13,7 @@ from app.db import Database
 from app.errors import NotFound, QuotaExceeded
 from app.monitors import sources
 from app.monitors.alerts import incidents, queue
+from app.monitors.alerts.events import enqueue_events
 from app.monitors.alerts.webhooks import new_secret
 from app.monitors.intake.selectors import Selector
 from app.monitors.judge import relearn_last_append
@@ -31,7 +32,6 @@ from app.monitors.state.cache import JudgeState
 from app.monitors.state.runtime import MonitorRuntime
 from app.monitors.store import (
     NOT_ANOMALY,
-    enqueue_events,
     epoch_text,
     iso,
     new_monitor_id,

@@ -22,12 +22,12 @@ from sqlalchemy import Connection, Integer, Row, bindparam, func, select
 from app.compute.detect.streaming import lookback_rows
 from app.db import Prepared
 from app.errors import InvalidInput, NotFound
-from app.monitors.alerts import queue
+from app.monitors.alerts.events import enqueue_events
 from app.monitors.intake.points import IncomingPoints
 from app.monitors.records import monitor_points_table, monitor_series_table, monitors_table
 from app.monitors.state import snapshots
 from app.monitors.state.cache import History, JudgeState
-from app.monitors.types import EventSource, IncidentPlan, SeriesState, Verdict
+from app.monitors.types import IncidentPlan, SeriesState, Verdict
 from app.series import instants
 from app.series.frequencies import MAX_PERIOD_ROWS
 
@@ -390,21 +390,3 @@ def alert_point(connection: Connection, series: SeriesState, epoch: int) -> dict
     timestamp, value, expected, lower, upper, score, direction, why = row
     return {"timestamp": timestamp, "value": value, "expected": expected, "lower_bound": lower,
             "upper_bound": upper, "anomaly_score": score, "direction": direction, "reason": why}
-
-
-def series_payload(series_id: int, labels: dict[str, str]) -> dict[str, Any]:
-    """What an event says of a labelled series (an unlabelled one's events carry nothing more than before)."""
-    return {"series": {"id": series_id, "labels": labels}} if labels else {}
-
-
-def enqueue_events(connection: Connection, series: SeriesState | EventSource, plan: IncidentPlan,
-                   now: datetime) -> None:
-    """The planned events into the delivery queue, in the caller's transaction."""
-    labels = series.label_map()
-    for event_seq, kind, extra, destination in plan.events:
-        event_id = queue.new_event_id()
-        payload = {"id": event_id, "type": kind, "monitor_id": series.monitor_id, "monitor_name": series.name,
-                   **series_payload(series.series_id, labels), "sequence": event_seq, "created_at": iso(now), **extra}
-        url = series.webhook_url if destination == "webhook" else series.alertmanager_url
-        queue.enqueue(connection, monitor_id=series.monitor_id, series_id=series.series_id, webhook_url=url or "",
-                      seq=event_seq, kind=kind, payload=payload, now=now, destination=destination)
