@@ -89,6 +89,17 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
             query("false_alarms_per_week", {"type": "number", "minimum": 0.001, "maximum": 1000},
                   "CSV anomaly uploads only."),
             query("sensitivity", {"type": "integer", "minimum": 0, "maximum": 99}, "CSV anomaly uploads only."),
+            query("hist_exog_list", {"type": "string"}, "CSV forecast and backtest uploads: covariate columns "
+                  "known only over the history, comma-separated (they need no future values)."),
+            query("categorical_exog_list", {"type": "string"}, "CSV forecast and backtest uploads: covariate "
+                  "columns whose values are categories even when numbers, comma-separated."),
+            query("holidays_country", {"type": "string"}, "CSV forecast and backtest uploads: the holidays "
+                  "object's country (docs/covariates.md)."),
+            query("holidays_subdivision", {"type": "string"}, "CSV uploads: the holidays object's subdivision."),
+            query("holidays_window", {"type": "integer", "minimum": 0, "maximum": 7}, "CSV uploads: the holidays "
+                  "object's window."),
+            query("calendar_features", {"type": "string"}, "CSV forecast and backtest uploads: hour, day_of_week, "
+                  "month, comma-separated."),
         ],
     )
     submit["requestBody"] = {"required": True, "content": {
@@ -98,7 +109,9 @@ def document(spec: Any, errors: Callable[..., dict[str, Any]], ok_headers: dict[
         "text/csv": {"schema": {"type": "string", "description": "Header " + ",".join(CSV_HEADER) + " (or "
                                 + ",".join(NIXTLA_CSV_HEADER) + "), one row "
                                 "per point (a row ends at LF, CRLF or a lone CR); unique_id of 1 to 200 characters, "
-                                "no field over 131,072 characters, no NUL; the fields go in the query string."}},
+                                "no field over 131,072 characters, no NUL; the fields go in the query string. "
+                                "Further columns are covariates; a forecast batch's future covariate values are "
+                                "each series' last forecast_horizon rows, value empty (docs/batches.md)."}},
         "multipart/form-data": {"schema": {
             "type": "object", "required": ["file"],
             "properties": {"file": {"type": "string", "format": "binary",
