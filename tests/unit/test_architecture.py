@@ -88,14 +88,6 @@ def graph() -> dict[str, set[str]]:
     return edges
 
 
-# Circles that close only through an ``if TYPE_CHECKING:`` import, still to be undone by whoever owns them (the
-# contract counts type-only imports: a type that sits above the modules using it is a circle in the design).
-TYPE_ONLY_CIRCLES_TO_UNDO = {
-    "app.compute.detect.work -> app.compute.detect.changepoint -> app.compute.detect.work",
-    "app.compute.detect.work -> app.compute.detect.detectors -> app.compute.detect.work",
-}
-
-
 def test_no_import_circle() -> None:
     edges = graph()
     state: dict[str, int] = {}
@@ -118,7 +110,6 @@ def test_no_import_circle() -> None:
             visit(node)
     # A package's __init__ importing its own modules is how packages work, not a circle.
     circles = [c for c in circles if not any(m.count(".") < 1 for m in c)]
-    circles = [c for c in circles if " -> ".join(c) not in TYPE_ONLY_CIRCLES_TO_UNDO]
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
 
 

@@ -20,12 +20,12 @@ from numpy.lib.stride_tricks import sliding_window_view
 from app.compute.detect.results import ChangePointResult
 
 if TYPE_CHECKING:
-    from app.compute.detect.work import ChangePointWork
+    from app.compute.detect.inputs import ChangePointInput
 
 NOISE_INFLATION = 1.2
 
 
-def detect_change_points(work: ChangePointWork) -> ChangePointResult:
+def detect_change_points(work: ChangePointInput) -> ChangePointResult:
     values = np.asarray(work.values, dtype=np.float64)
     n = len(values)
     window = max(3, int(work.stable_trend_window))

@@ -20,7 +20,7 @@ from app.compute.detect.streaming import WARMUP, StreamingDetector
 from app.series.frequencies import nominal_step
 
 if TYPE_CHECKING:
-    from app.compute.detect.work import DetectionWork
+    from app.compute.detect.inputs import DetectionInput
 
 log = logging.getLogger("app.compute.detect")
 
@@ -32,7 +32,7 @@ FALLBACK_MARGIN = 1.5
 class Detector(Protocol):
     """The one contract every detector keeps: configuration in the constructor, one method."""
 
-    def detect(self, work: DetectionWork) -> DetectionResult: ...
+    def detect(self, work: DetectionInput) -> DetectionResult: ...
 
 
 class RollingMedianDetector:
@@ -41,7 +41,7 @@ class RollingMedianDetector:
     def __init__(self, *, rows: int = FALLBACK_MEDIAN_ROWS, margin: float = FALLBACK_MARGIN) -> None:
         self.rows, self.margin = rows, margin
 
-    def detect(self, work: DetectionWork) -> DetectionResult:
+    def detect(self, work: DetectionInput) -> DetectionResult:
         times = np.asarray(work.epoch_seconds, dtype=np.float64)
         values = np.asarray(work.values, dtype=np.float64)
         confidence = work.confidence
@@ -57,7 +57,7 @@ class StreamingDetectorWithFallback:
     def __init__(self, *, fallback: Detector, fallback_id: str) -> None:
         self.fallback, self.fallback_id = fallback, fallback_id
 
-    def detect(self, work: DetectionWork) -> DetectionResult:
+    def detect(self, work: DetectionInput) -> DetectionResult:
         try:
             return streaming_detector(work)
         except Exception as exc:  # noqa: BLE001 - any failure of the default detector falls back
@@ -76,14 +76,14 @@ REGISTRY: dict[str, Detector] = {
 }
 
 
-def detect(work: DetectionWork) -> DetectionResult:
+def detect(work: DetectionInput) -> DetectionResult:
     detector = REGISTRY.get(work.detector or DEFAULT_DETECTOR)
     if detector is None:
         raise ValueError(f"unknown detector {work.detector!r}")
     return detector.detect(work)
 
 
-def streaming_detector(work: DetectionWork) -> DetectionResult:
+def streaming_detector(work: DetectionInput) -> DetectionResult:
     """Every row from row 0 (the state needs them), answered from ``work.start`` on."""
     detector = StreamingDetector(data_frequency=work.data_frequency, confidence=work.confidence,
                                  false_alarms_per_week=work.false_alarms_per_week, period=work.period)
