@@ -67,12 +67,17 @@ class CovariateError(InvalidInput):
 
 
 def _excerpt(value: Any) -> Any:
+    """A short stand-in for what was sent, as the contract's ``provided`` is (never more than an excerpt)."""
     if isinstance(value, list):
         return f"array of {len(value)} items"
-    if isinstance(value, str) and len(value) > 64:
-        return value[:61] + "..."
+    if isinstance(value, dict):
+        return f"object with {len(value)} keys"
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**18:
+        value = str(value)
+    if isinstance(value, str) and len(value) > 64:
+        return value[:61] + "..."
     return value
 
 
@@ -144,22 +149,26 @@ def _datetime(wall: np.datetime64) -> datetime:
 
 
 def check_holiday_spec(spec: HolidaySpec) -> None:
-    from holidays import list_supported_countries
-
     window = spec.window
     if isinstance(window, bool) or not isinstance(window, int) or not WINDOW_RANGE[0] <= window <= WINDOW_RANGE[1]:
         raise CovariateError("holidays.window", f"Must be an integer between {WINDOW_RANGE[0]} and "
                              f"{WINDOW_RANGE[1]}", window)
-    countries = list_supported_countries()
-    if spec.country not in countries:
+    # Asked of the package country by country: listing every country it knows would load all their modules.
+    try:
+        if not isinstance(spec.country, str):
+            raise NotImplementedError
+        country = _calendar_of(HolidaySpec(spec.country), [])
+    except NotImplementedError:
         raise CovariateError("holidays.country", "unknown country: must be a code of the holidays package "
-                             "(ISO 3166-1, upper case, e.g. US, GB, DE)", spec.country)
+                             "(ISO 3166-1, upper case, e.g. US, GB, DE)", spec.country) from None
     if spec.subdivision is not None:
         try:
-            _calendar_of(spec, [2000])
+            if not isinstance(spec.subdivision, str):
+                raise NotImplementedError
+            _calendar_of(spec, [])
         except NotImplementedError:
             raise CovariateError("holidays.subdivision", f"unknown subdivision of {spec.country}",
-                                 spec.subdivision, allowed=countries[spec.country]) from None
+                                 spec.subdivision, allowed=list(country.subdivisions)) from None
 
 
 def _calendar_of(spec: HolidaySpec, years: Sequence[int]) -> Any:
@@ -197,7 +206,7 @@ def holiday_columns(spec: HolidaySpec, history: np.ndarray, future: np.ndarray
     if spec.window:
         names.append("holiday_near")
         columns.append(count(near))
-    matrix = np.column_stack(columns)
+    matrix = np.stack(columns, axis=1)
     n = len(history)
     future_starts, future_ends = starts[n:], ends[n:]
     in_horizon = [
@@ -240,11 +249,10 @@ def calendar_columns(features: Sequence[str], history: np.ndarray, future: np.nd
         if len(levels) < 2:
             raise CovariateError(f"{field}[{index}]", "takes a single value over the history, so it tells no "
                                  "rows apart", feature, value=_level_name(feature, int(levels[0])))
-        for level in levels[1:]:
-            names.append(f"{feature}={_level_name(feature, int(level))}")
-            history_columns.append((past == level).astype(np.float64))
-            future_columns.append((ahead == level).astype(np.float64))
-    return Columns(names, np.column_stack(history_columns), np.column_stack(future_columns))
+        names += [f"{feature}={_level_name(feature, int(level))}" for level in levels[1:]]
+        history_columns.append((past[:, None] == levels[None, 1:]).astype(np.float64))
+        future_columns.append((ahead[:, None] == levels[None, 1:]).astype(np.float64))
+    return Columns(names, np.hstack(history_columns), np.hstack(future_columns))
 
 
 def _feature_values(feature: str, walls: np.ndarray) -> np.ndarray:

@@ -108,10 +108,10 @@ def design_matrix(covariates: Sequence[CovariateInput], *, holidays: HolidaySpec
     if duplicate is not None:
         raise CovariateError(covariates_field, "design column names must be distinct (a covariate is named like "
                              "a holiday or calendar column)", duplicate)
-    history = np.column_stack(history_columns) if history_columns else np.empty((rows, 0))
+    history = np.hstack(history_columns) if history_columns else np.empty((rows, 0))
     if len(missing_rows):
         history = np.delete(history, np.asarray(missing_rows, dtype=np.intp), axis=0)
-    future = np.column_stack(future_columns) if future_columns else np.empty((horizon, 0))
+    future = np.hstack(future_columns) if future_columns else np.empty((horizon, 0))
     matrix = CovariateMatrix(names=tuple(names), history=np.ascontiguousarray(history),
                              future=np.ascontiguousarray(future), past_only=tuple(past_only))
     return matrix, holidays_in_horizon
@@ -161,14 +161,21 @@ def _columns_of(covariate: CovariateInput, field: str, rows: int, horizon: int
         if unseen is not None:
             raise CovariateError(f"{field}.future", "value never seen in the history (its effect cannot be "
                                  "estimated)", future[unseen], index=unseen)
-    past_codes = np.array(history, dtype=object)
-    past = np.column_stack([(past_codes == level).astype(np.float64) for level in levels[1:]])
+    code_of = {level: code for code, level in enumerate(levels)}
+    past = _one_hot([code_of[value] for value in history], len(levels))
     if future is None:
         ahead = np.full((horizon, len(levels) - 1), np.nan)
     else:
-        future_codes = np.array(future, dtype=object)
-        ahead = np.column_stack([(future_codes == level).astype(np.float64) for level in levels[1:]])
+        ahead = _one_hot([code_of[value] for value in future], len(levels))
     return past, ahead, [f"{covariate.name}={level}" for level in levels[1:]]
+
+
+def _one_hot(codes: list[int], levels: int) -> np.ndarray:
+    """Columns of the levels but the first (the reference). Codes, not numpy strings: those drop trailing NULs,
+    which would merge two values the covariate keeps apart."""
+    import numpy as np
+
+    return (np.array(codes)[:, None] == np.arange(1, levels)[None, :]).astype(np.float64)
 
 
 def _numbers(values: Sequence[Any], field: str) -> np.ndarray:
@@ -196,8 +203,8 @@ def _numbers(values: Sequence[Any], field: str) -> np.ndarray:
         if not math.isfinite(number):
             raise CovariateError(field, "value must be a finite number", value, index=index)
         if abs(number) > MAX_ABS_VALUE:
-            raise CovariateError(field, f"value out of range (magnitude above {MAX_ABS_VALUE:g})", value,
-                                 index=index)
+            raise CovariateError(field, f"value out of range: magnitude must be at most {MAX_ABS_VALUE:g}", value,
+                                 index=index, maximum=MAX_ABS_VALUE)
     raise AssertionError("a defect was found in one pass but not item by item")  # pragma: no cover
 
 
