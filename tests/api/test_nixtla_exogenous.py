@@ -122,6 +122,34 @@ def test_null_values_of_y_take_their_covariate_rows_with_them() -> None:
     np.testing.assert_array_equal(first.covariates.history[:, 0], prices[0][:5] + prices[0][6:N])
 
 
+def test_a_categorical_column_is_one_hot_per_series() -> None:
+    """As POST /forecast encodes a categorical covariate: a column per value of the series' history but the
+    first (sorted), numbers written alike (1 and 1.0 are one value), the future read the same way."""
+    body, prices = two_series()
+    promo = [["none", "big", "small"][i % 3] for i in range(N)] + [[1, 2.0][i % 2] for i in range(N)]
+    body["series"].update(X=[prices[0][:N] + prices[1][:N], promo], categorical_exog=[1],
+                          X_future=[prices[0][N:] + prices[1][N:], ["big"] * H + [1.0, 2, 2, 1]])
+    seen, run = recorder()
+    out = answers.forecast(read_series(body, {}, max_points=10_000, forecast=True), max_points=10_000, run=run)
+    first, second = (work.forecast.covariates for work in seen)
+    assert first.names == ("X[0]", "X[1]=none", "X[1]=small") and first.past_only == (False, False, False)
+    np.testing.assert_array_equal(first.history[:4, 1:], [[1, 0], [0, 0], [0, 1], [1, 0]])
+    np.testing.assert_array_equal(first.future[:, 1:], [[0, 0]] * H)
+    assert second.names == ("X[0]", "X[1]=2")
+    np.testing.assert_array_equal(second.history[:4, 1], [0, 1, 0, 1])
+    np.testing.assert_array_equal(second.future[:, 1], [0, 1, 1, 0])
+    assert out["exogenous"]["columns"] == ["X[0]", "X[1]"]
+
+
+def test_a_categorical_column_with_one_value_in_a_series_gives_it_nothing_to_weigh() -> None:
+    body, _ = two_series()
+    body["series"].update(X=[["north"] * N + ["south"] * N], categorical_exog=[0], X_future=None)
+    seen, run = recorder()
+    out = answers.forecast(read_series(body, {}, max_points=10_000, forecast=True), max_points=10_000, run=run)
+    assert [work.forecast.covariates for work in seen] == [None, None]
+    assert out["exogenous"]["used"] == [False, False] and "categorical with one value" in out["exogenous"]["notes"][0]
+
+
 def refused(app: Flask, key: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     answer = app.test_client().post(path, headers=bearer(key), json=body)
     assert answer.status_code == 400, answer.get_data(as_text=True)
@@ -144,9 +172,20 @@ def changed(**series: Any) -> dict[str, Any]:
     (changed(X_future=[price(2 * H), price(2 * H), price(2 * H)]), "series.X_future has 3 columns but series.X"),
     (changed(X=[[1.0] * (2 * N)] * (MAX_COVARIATES + 1), X_future=None),
      f"at most {MAX_COVARIATES} exogenous columns; this one sends {MAX_COVARIATES + 1}"),
-    (changed(X=None), "series.X_future and hist_exog need series.X"),
+    (changed(X=None), "series.X_future, hist_exog and categorical_exog need series.X"),
     (changed(X="price"), "series.X must be a list of columns"),
-    (changed(categorical_exog=[0]), "Categorical exogenous variables (categorical_exog_list) is not supported"),
+    (changed(categorical_exog=[1], X_future=[price(2 * H), ["b"] * (2 * H)],
+             X=[price(2 * N), ["a", "b"] * (N // 2) + ["a", "c"] * (N // 2)]),
+     "series 1: categorical column series.X[1] holds 'b' in the horizon, a value never seen in the series' "
+     "history"),
+    (changed(categorical_exog=[1], X=[price(2 * N), [f"v{i % 21}" for i in range(2 * N)]]),
+     "series 0: categorical column series.X[1] holds 21 distinct values; a categorical column may hold at most 20"),
+    (changed(categorical_exog=[1], X=[price(2 * N), ["a"] * 7 + [None] + ["a"] * (2 * N - 8)]),
+     "series.X[1] holds null (NaN) for series 0, row 7: a categorical column's values must be strings"),
+    (changed(categorical_exog=list(range(1, 20)), X_future=None,
+             X=[price(2 * N)] + [[f"v{i % 4}" for i in range(2 * N)]] * 19),
+     "series 0: its exogenous columns make 58 design columns"),
+    (changed(categorical_exog=[2]), "categorical_exog must name distinct columns of series.X (0 to 1)"),
     ({**changed(), "hist_exog": [0]}, "hist_exog must name series.X's last 1 columns"),
     ({**changed(), "feature_contributions": True}, "Feature contributions (feature_contributions=True)"),
 ])

@@ -72,12 +72,14 @@ def frames(count: int = 2) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.concat(history, ignore_index=True), pd.concat(future[::-1], ignore_index=True)
 
 
-def own_forecast(server: Server, key: str, history: pd.DataFrame, future_price: list[float], confidence: float
-                 ) -> dict[str, Any]:
+def own_forecast(server: Server, key: str, history: pd.DataFrame, future_price: list[float], confidence: float,
+                 covariates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """POST /forecast's answer for the series with the price known ahead and the load past-only, or with
+    ``covariates`` as given."""
+    covariates = covariates or [{"name": "price", "history": history["price"].tolist(), "future": future_price},
+                                {"name": "load", "history": history["load"].tolist()}]
     body = {"series": [{"timestamps": history["ds"].dt.strftime(FORMAT).tolist(), "values": history["y"].tolist(),
-                        "covariates": [{"name": "price", "history": history["price"].tolist(),
-                                        "future": future_price},
-                                       {"name": "load", "history": history["load"].tolist()}]}],
+                        "covariates": covariates}],
             "forecast_horizon": len(future_price), "data_frequency": "Daily", "forecast_frequency": "Daily",
             "confidence": confidence}
     answer = requests.post(f"{server.url}/forecast", headers=bearer(key), json=body, timeout=120)
@@ -163,6 +165,42 @@ def test_add_history_with_exogenous_columns(served: tuple[Server, str], nixtla: 
     assert in_sample["ds"].tolist() == window["ds"].tolist()
     ours = own_forecast(server, key, history, window["price"].tolist(), 0.95)
     assert in_sample["TimeGPT"].tolist() == ours["median"]
+
+
+def promotions(df: pd.DataFrame, x_df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A categorical promotion (three kinds) lifting y, known ahead."""
+    kinds = np.array(["none", "radio", "tv"])
+    df = df.assign(promo=kinds[(df.index.to_numpy() * 5 // 7) % 3])
+    df = df.assign(y=(df["y"] + df["promo"].map({"none": 0.0, "radio": 6.0, "tv": 15.0})).round(2))
+    return df, x_df.assign(promo=kinds[np.arange(len(x_df)) % 3])
+
+
+def test_categorical_exog_list_is_one_hot_as_post_forecast_does(served: tuple[Server, str],
+                                                                  nixtla: NixtlaClient) -> None:
+    server, key = served
+    df, x_df = promotions(*frames())
+    out = nixtla.forecast(df, h=H, freq="D", X_df=x_df, hist_exog_list=["load"], categorical_exog_list=["promo"],
+                          level=[80])
+    assert list(out.columns) == ["unique_id", "ds", "TimeGPT", "TimeGPT-hi-80", "TimeGPT-lo-80"]
+    for uid, part in df.groupby("unique_id"):
+        future = x_df[x_df["unique_id"] == uid]
+        ours = own_forecast(server, key, part, future["price"].tolist(), 0.8, [
+            {"name": "price", "history": part["price"].tolist(), "future": future["price"].tolist()},
+            {"name": "promo", "history": part["promo"].tolist(), "future": future["promo"].tolist()},
+            {"name": "load", "history": part["load"].tolist()}])
+        assert ours["covariates"]["names"] == ["price", "promo=radio", "promo=tv", "load"]
+        assert out[out["unique_id"] == uid]["TimeGPT"].tolist() == ours["median"]
+    # cross-validation sends the categories as known ahead: each window reads the actual ones
+    windows = nixtla.cross_validation(df, h=H, freq="D", n_windows=1, hist_exog_list=["load"],
+                                      categorical_exog_list=["promo"])
+    for (uid, cutoff), window in windows.groupby(["unique_id", "cutoff"]):
+        part = df[df["unique_id"] == uid]
+        history, ahead = part[part["ds"] <= cutoff], part[part["ds"].isin(window["ds"])]
+        ours = own_forecast(server, key, history, ahead["price"].tolist(), 0.95, [
+            {"name": "price", "history": history["price"].tolist(), "future": ahead["price"].tolist()},
+            {"name": "load", "history": history["load"].tolist()},
+            {"name": "promo", "history": history["promo"].tolist(), "future": ahead["promo"].tolist()}])
+        assert window["TimeGPT"].tolist() == ours["median"]
 
 
 def test_bad_exogenous_input_is_a_clear_error(nixtla: NixtlaClient) -> None:

@@ -74,7 +74,9 @@ class _Intervals:
         self.mean.extend(results[0].median)
         if self.exogenous is not None:
             self.used.append(bool(results[0].covariates_used))
-            self.notes.append(results[0].covariates_note)
+            self.notes.append(results[0].covariates_note if results[0].covariates_used is not None else
+                              "Every exogenous column of this series is categorical with one value over its "
+                              "history: nothing to weigh, forecast without covariates.")
         for level, answer in zip(self.wanted, results, strict=False):
             self.bounds[f"lo-{level_name(level)}"].extend(answer.lower)
             self.bounds[f"hi-{level_name(level)}"].extend(answer.upper)
@@ -86,7 +88,7 @@ class _Intervals:
         out: dict[str, Any] = {"mean": self.mean, "intervals": self.bounds if self.asked else None,
                                "weights_x": None, "feature_contributions": None}
         if self.exogenous is not None:
-            out["exogenous"] = {"columns": list(self.exogenous.names), "used": self.used, "notes": self.notes}
+            out["exogenous"] = {"columns": list(self.exogenous.columns), "used": self.used, "notes": self.notes}
         return out
 
 
@@ -120,11 +122,10 @@ def forecast(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[st
     h = horizon(request.body)
     exogenous = request.exogenous
     answer = _Intervals(levels(request.body.get("level")), exogenous)
-    for index, (series, offset) in enumerate(zip(request.series, request.offsets, strict=True)):
+    for index, series in enumerate(request.series):
         try:
             checked = _checked(series, len(series.values), request.data_frequency, max_points=max_points)
-            covariates = None if exogenous is None else \
-                exogenous.for_forecast(index, offset, len(series.values), h, missing_rows(series.values))
+            covariates = None if exogenous is None else exogenous.for_forecast(index, missing_rows(series.values))
             answer.add(_fit(checked, h, request.data_frequency, request.model_id, answer.confidences(), run,
                             covariates))
         except NixtlaError:
@@ -172,7 +173,7 @@ def cross_validation(request: NixtlaRequest, *, max_points: int, run: Runner) ->
         try:
             for cut in cutoffs(length, h_here, windows, step_here):
                 checked = _checked(series, cut, request.data_frequency, max_points=max_points)
-                covariates = None if exogenous is None else exogenous.for_window(offset, cut, h_here, missing)
+                covariates = None if exogenous is None else exogenous.for_window(index, cut, h_here, missing)
                 answer.add(_fit(checked, h_here, request.data_frequency, request.model_id, answer.confidences(),
                                 run, covariates))
                 idxs.extend(range(offset + cut, offset + cut + h_here))

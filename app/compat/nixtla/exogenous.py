@@ -1,7 +1,7 @@
 """The exogenous columns ``nixtla.NixtlaClient`` 0.9 sends, read into the covariates the models take
-(app.compute.forecast.work.CovariateMatrix), with the refusals of docs/nixtla.md.
+(app.compute.forecast.work.CovariateMatrix) under POST /forecast's caps, with the refusals of docs/nixtla.md.
 
-What the client sends (it computes everything client-side, names included, and sends no names):
+What the client sends (it computes everything client-side and sends no column names):
 - ``series.X``: one list per exogenous column, each with one value per row of ``series.y``. Its columns are
   ``X_df``'s (known ahead) first, then ``hist_exog_list``'s (known only over the history). ``date_features``
   (``CountryHolidays``, ``SpecialDates``, "month", ...) are computed by the client into extra columns of both
@@ -10,6 +10,8 @@ What the client sends (it computes everything client-side, names included, and s
   after series. Its count says how many of X's first columns are known ahead; the rest are past-only.
 - ``hist_exog`` (cross-validation, and add_history's in-sample call): the indices of X's past-only columns;
   the others are known ahead, and a window reads their actual values over its horizon.
+- ``series.categorical_exog``: the indices of X's categorical columns, whose values come as sent (strings or
+  numbers). Each is one-hot encoded per series as POST /forecast encodes a categorical covariate.
 Columns of ``df`` in neither ``X_df`` nor ``hist_exog_list`` never reach the service: the forecast client warns
 that it ignores them. Its cross-validation sends every extra column of ``df``."""
 
@@ -21,52 +23,55 @@ from typing import Any
 
 import numpy as np
 
-from app.compat.nixtla.errors import NixtlaError, unsupported
+from app.compat.nixtla.errors import NixtlaError
 from app.compute.forecast.work import CovariateMatrix
+from app.forecast.covariates import MAX_CATEGORIES, MAX_COVARIATES, MAX_DESIGN_COLUMNS
 from app.web.fields import MAX_ABS_VALUE, all_in_range
 
-# As POST /forecast takes covariates (docs/covariates.md): each column the client sends is one covariate and
-# one design column, so the tighter of the two caps is the one that binds.
-MAX_COVARIATES = 20
 # Where a message may quote a position, the client's own names for what it comes from.
 _ORDER = "X_df's columns first, then hist_exog_list's, then date_features' (in X_df too when X_df is sent)"
 
 
 @dataclass(frozen=True)
-class Exogenous:
-    """A call's exogenous columns: ``history`` rows aligned with ``series.y``; ``future`` (forecast only) the
-    columns known ahead over each series' horizon, series after series; ``past_only`` per column."""
+class SeriesColumns:
+    """One series' design columns: ``history`` over all its rows; ``future`` over its horizon (forecast; no rows
+    on cross-validation), NaN in the past-only columns."""
 
-    history: np.ndarray  # float64, shape (rows of y, columns)
-    future: np.ndarray | None  # float64, shape (series x h, columns known ahead); None on cross-validation
+    names: tuple[str, ...]
+    history: np.ndarray
+    future: np.ndarray
     past_only: tuple[bool, ...]
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        # The client sends no names: a column is named by its place in series.X, as the client's weights_x
-        # and feature_contributions name them back in the same order.
-        return tuple(f"X[{column}]" for column in range(len(self.past_only)))
-
-    def for_forecast(self, index: int, offset: int, size: int, h: int, missing: Sequence[int]) -> CovariateMatrix:
-        """Series ``index``'s covariates over its whole history and the ``h`` steps after it."""
-        known = self.future[index * h:(index + 1) * h] if self.future is not None else np.empty((h, 0))
-        return self._matrix(offset, size, known, missing)
-
-    def for_window(self, offset: int, cut: int, h: int, missing: Sequence[int]) -> CovariateMatrix:
-        """The covariates of the window that forecasts rows ``cut``..``cut + h`` of a series from the rows
-        before them: the columns known ahead take their actual values over the window's horizon."""
-        rows = self.history[offset + cut:offset + cut + h]
-        known = rows[:, [column for column, past in enumerate(self.past_only) if not past]]
-        return self._matrix(offset, cut, known, missing)
-
-    def _matrix(self, offset: int, size: int, known: np.ndarray, missing: Sequence[int]) -> CovariateMatrix:
-        history = self.history[offset:offset + size]
+    def matrix(self, size: int, future: np.ndarray, missing: Sequence[int]) -> CovariateMatrix | None:
+        if not self.names:  # every categorical column holds one value over this series: nothing to weigh
+            return None
+        history = self.history[:size]
         if missing:  # the models see the series without its null values; the covariates' rows go with them
             history = np.delete(history, [row for row in missing if row < size], axis=0)
-        future = np.full((known.shape[0], len(self.past_only)), np.nan)
-        future[:, [column for column, past in enumerate(self.past_only) if not past]] = known
-        return CovariateMatrix(names=self.names, history=np.ascontiguousarray(history), future=future,
-                               past_only=self.past_only)
+        return CovariateMatrix(names=self.names, history=np.ascontiguousarray(history),
+                               future=np.ascontiguousarray(future), past_only=self.past_only)
+
+
+@dataclass(frozen=True)
+class Exogenous:
+    """A call's exogenous columns, series by series. The client sends no names: a column is named by its place
+    in series.X (``X[2]``, and ``X[2]=red`` for a value of a categorical one)."""
+
+    columns: tuple[str, ...]
+    series: tuple[SeriesColumns, ...]
+
+    def for_forecast(self, index: int, missing: Sequence[int]) -> CovariateMatrix | None:
+        """Series ``index``'s covariates over its whole history and its horizon."""
+        own = self.series[index]
+        return own.matrix(len(own.history), own.future, missing)
+
+    def for_window(self, index: int, cut: int, h: int, missing: Sequence[int]) -> CovariateMatrix | None:
+        """The covariates of the window that forecasts rows ``cut``..``cut + h`` of series ``index`` from the rows
+        before them: the columns known ahead take their actual values over the window's horizon."""
+        own = self.series[index]
+        future = own.history[cut:cut + h].copy()
+        future[:, list(own.past_only)] = np.nan
+        return own.matrix(cut, future, missing)
 
 
 def _columns(value: Any, field: str) -> list[Any] | None:
@@ -75,6 +80,19 @@ def _columns(value: Any, field: str) -> list[Any] | None:
     if not isinstance(value, list) or not all(isinstance(column, list) for column in value):
         raise NixtlaError(f"series.{field} must be a list of columns, each a list of numbers.")
     return value
+
+
+def _place(bad: int, sizes: Sequence[int], per_series: int | None) -> str:
+    if per_series is not None:
+        series, step = divmod(bad, per_series)
+        return f"series {series}, horizon step {step + 1}"
+    starts = np.cumsum([0, *sizes])
+    series = int(np.searchsorted(starts, bad, side="right")) - 1
+    return f"series {series}, row {bad - int(starts[series])}"
+
+
+def _shown(value: Any) -> str:
+    return "null (NaN)" if value is None else repr(value)[:32]
 
 
 def _finite(item: Any) -> bool:
@@ -94,46 +112,111 @@ def _numbers(column: list[Any], field: str, sizes: Sequence[int], per_series: in
             not any(type(item) is bool for item in column):
         return values
     bad = next(number for number, item in enumerate(column) if not _finite(item))
-    if per_series is not None:
-        series, step = divmod(bad, per_series)
-        where = f"series {series}, horizon step {step + 1}"
-    else:
-        starts = np.cumsum([0, *sizes])
-        series = int(np.searchsorted(starts, bad, side="right")) - 1
-        where = f"series {series}, row {bad - int(starts[series])}"
-    shown = "null (NaN)" if column[bad] is None else repr(column[bad])[:32]
-    raise NixtlaError(f"series.{field} holds {shown} for {where}: exogenous values must be finite numbers "
-                      f"(of magnitude at most {MAX_ABS_VALUE:g}). "
-                      "Fill or drop missing values before sending (the client sends NaN as null); categorical "
-                      "columns are not supported (one-hot encode them into numeric columns).")
+    raise NixtlaError(f"series.{field} holds {_shown(column[bad])} for {_place(bad, sizes, per_series)}: exogenous "
+                      f"values must be finite numbers (of magnitude at most {MAX_ABS_VALUE:g}). Fill or drop "
+                      "missing values before sending (the client sends NaN as null); name a column of categories "
+                      "in categorical_exog_list.")
 
 
-def _hist_indices(value: Any, count: int) -> list[int]:
+def _category(item: Any) -> str | None:
+    """A category as text, numbers written alike whatever their type (1 and 1.0 are one category)."""
+    if isinstance(item, str):
+        return item
+    if type(item) is bool:
+        return str(item)
+    if _finite(item):
+        number = float(item)
+        return str(int(number)) if number.is_integer() and abs(number) < 2**53 else repr(number)
+    return None
+
+
+def _categories(column: list[Any], field: str, sizes: Sequence[int], per_series: int | None) -> np.ndarray:
+    texts = [_category(item) for item in column]
+    if None in texts:
+        bad = texts.index(None)
+        raise NixtlaError(f"series.{field} holds {_shown(column[bad])} for {_place(bad, sizes, per_series)}: a "
+                          "categorical column's values must be strings or finite numbers, none missing.")
+    return np.array(texts, dtype=object)
+
+
+def _indices(value: Any, count: int, name: str) -> list[int]:
     if value is None or value == []:
         return []
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise NixtlaError("hist_exog must be a list of column indices of series.X.")
+        raise NixtlaError(f"{name} must be a list of column indices of series.X.")
     if len(set(value)) != len(value) or not all(0 <= i < count for i in value):
-        raise NixtlaError(f"hist_exog must name distinct columns of series.X (0 to {count - 1}); got "
+        raise NixtlaError(f"{name} must name distinct columns of series.X (0 to {count - 1}); got "
                           f"{str(value)[:64]}.")
     return value
 
 
+def _one_hot(index: int, column: int, history: np.ndarray, future: np.ndarray | None, horizon: int
+             ) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """A categorical column of one series as POST /forecast encodes one: a column per value of its history but
+    the first (sorted), at most MAX_CATEGORIES values, every future value one of the history's."""
+    levels = sorted(set(history))
+    if len(levels) > MAX_CATEGORIES:
+        raise NixtlaError(f"series {index}: categorical column series.X[{column}] holds {len(levels)} distinct "
+                          f"values; a categorical column may hold at most {MAX_CATEGORIES}.")
+    if future is not None:
+        unseen = next((value for value in future if value not in levels), None)
+        if unseen is not None:
+            raise NixtlaError(f"series {index}: categorical column series.X[{column}] holds {unseen[:32]!r} in the "
+                              "horizon, a value never seen in the series' history (its effect cannot be "
+                              "estimated).")
+    names = [f"X[{column}]={level}" for level in levels[1:]]
+    past = np.column_stack([history == level for level in levels[1:]]).astype(np.float64) if names else \
+        np.empty((len(history), 0))
+    if future is None:
+        ahead = np.full((horizon, len(names)), np.nan)
+    else:
+        ahead = np.column_stack([future == level for level in levels[1:]]).astype(np.float64) if names else \
+            np.empty((horizon, 0))
+    return names, past, ahead
+
+
+def _series_columns(index: int, rows: slice, ahead: slice, history: list[np.ndarray],
+                    future: dict[int, np.ndarray], categorical: set[int], past_only: tuple[bool, ...],
+                    horizon: int) -> SeriesColumns:
+    names: list[str] = []
+    pasts: list[np.ndarray] = []
+    aheads: list[np.ndarray] = []
+    flags: list[bool] = []
+    for column, values in enumerate(history):
+        known = None if past_only[column] else future.get(column)
+        if column in categorical:
+            added, past, later = _one_hot(index, column, values[rows], None if known is None else known[ahead],
+                                          horizon)
+        else:
+            added, past = [f"X[{column}]"], values[rows][:, None]
+            later = known[ahead][:, None] if known is not None else np.full((horizon, 1), np.nan)
+        names += added
+        pasts.append(past)
+        aheads.append(later)
+        flags += [past_only[column]] * len(added)
+    if len(names) > MAX_DESIGN_COLUMNS:
+        raise NixtlaError(f"series {index}: its exogenous columns make {len(names)} design columns (a categorical "
+                          f"column one per value but the first); at most {MAX_DESIGN_COLUMNS} are taken.",
+                          code="TOO_MANY_COVARIATES")
+    return SeriesColumns(names=tuple(names), history=np.column_stack(pasts), future=np.column_stack(aheads),
+                         past_only=tuple(flags))
+
+
 def read(body: Mapping[str, Any], sizes: Sequence[int], *, h: int | None) -> Exogenous | None:
     """The body's exogenous columns checked and read (``h`` on forecast, None on cross-validation), or None
-    when it sends none. Everything is checked before any model runs; nothing is dropped."""
+    when it sends none. Everything is checked here, before any model runs or the key's windows are spent;
+    nothing is dropped."""
     series = body["series"]
-    if series.get("categorical_exog") not in (None, []):
-        raise unsupported("Categorical exogenous variables (categorical_exog_list)",
-                          "One-hot encode them into numeric columns of df (and X_df) instead.")
     columns = _columns(series.get("X"), "X")
-    future_columns = _columns(series.get("X_future"), "X_future")
-    if h is None and future_columns is not None:
+    future_columns = _columns(series.get("X_future"), "X_future") or []
+    if h is None and future_columns:
         raise NixtlaError("series.X_future is not read by cross-validation: each window's exogenous values come "
                           "from series.X.")
     if columns is None:
-        if future_columns is not None or body.get("hist_exog") not in (None, []):
-            raise NixtlaError("series.X_future and hist_exog need series.X, the exogenous values over the history.")
+        if future_columns or body.get("hist_exog") not in (None, []) or \
+                series.get("categorical_exog") not in (None, []):
+            raise NixtlaError("series.X_future, hist_exog and categorical_exog need series.X, the exogenous values "
+                              "over the history.")
         return None
     if len(columns) > MAX_COVARIATES:
         raise NixtlaError(f"A call may send at most {MAX_COVARIATES} exogenous columns; this one sends "
@@ -144,27 +227,36 @@ def read(body: Mapping[str, Any], sizes: Sequence[int], *, h: int | None) -> Exo
         if len(column) != rows:
             raise NixtlaError(f"series.X[{number}] holds {len(column)} values but series.y holds {rows}: every "
                               "exogenous column of df needs a value on every row.")
+    hist = _indices(body.get("hist_exog"), len(columns), "hist_exog")
+    categorical = set(_indices(series.get("categorical_exog"), len(columns), "categorical_exog"))
     if h is None:
-        hist = _hist_indices(body.get("hist_exog"), len(columns))
         past_only = tuple(number in hist for number in range(len(columns)))
-        future = None
     else:
-        known = len(future_columns or [])
+        known = len(future_columns)
         if known > len(columns):
             raise NixtlaError(f"series.X_future has {known} columns but series.X only {len(columns)}: every "
                               "column of X_df must also be a column of df.")
-        hist = _hist_indices(body.get("hist_exog"), len(columns))
         if hist and hist != list(range(known, len(columns))):
             raise NixtlaError(f"hist_exog must name series.X's last {len(columns) - known} columns: the first "
                               f"{known}, those of series.X_future, are known ahead.")
         past_only = tuple(number >= known for number in range(len(columns)))
-        expected = len(sizes) * h
-        for number, column in enumerate(future_columns or []):
-            if len(column) != expected:
+        for number, column in enumerate(future_columns):
+            if len(column) != len(sizes) * h:
                 raise NixtlaError(f"series.X_future[{number}] holds {len(column)} values; {len(sizes)} series "
-                                  f"x h={h} need {expected}: X_df must hold one row per series and future "
+                                  f"x h={h} need {len(sizes) * h}: X_df must hold one row per series and future "
                                   "timestamp of the horizon.")
-        future = np.column_stack([_numbers(column, f"X_future[{number}]", sizes, h)
-                                  for number, column in enumerate(future_columns)]) if future_columns else None
-    history = np.column_stack([_numbers(column, f"X[{number}]", sizes, None) for number, column in enumerate(columns)])
-    return Exogenous(history=history, future=future, past_only=past_only)
+
+    def values(column: list[Any], field: str, per_series: int | None, number: int) -> np.ndarray:
+        read_as = _categories if number in categorical else _numbers
+        return read_as(column, field, sizes, per_series)
+
+    history = [values(column, f"X[{number}]", None, number) for number, column in enumerate(columns)]
+    future = {number: values(column, f"X_future[{number}]", h, number) for number, column in enumerate(future_columns)}
+    starts = np.cumsum([0, *sizes]).tolist()
+    horizon = h or 0
+    return Exogenous(
+        columns=tuple(f"X[{number}]" for number in range(len(columns))),
+        series=tuple(_series_columns(index, slice(starts[index], starts[index + 1]),
+                                     slice(index * horizon, (index + 1) * horizon), history, future, categorical,
+                                     past_only, horizon) for index in range(len(sizes))),
+    )

@@ -10,10 +10,11 @@ DESCRIPTION = (
     "of its API keys (Bearer). The body is the client's own (all series end to end in series.y, with sizes, "
     "start_datetime and a pandas freq; zstd-compressed above 1 MB); the answer is the shape the client reads. "
     "Forecasts, windows and verdicts are those of POST /forecast, backtest batches and POST /anomalies. "
-    "Forecasts and cross-validation take exogenous columns (series.X, series.X_future, hist_exog: the client's "
-    "X_df, hist_exog_list and date_features), as POST /forecast takes covariates. Fine-tuning, categorical "
-    "exogenous columns, exogenous columns in anomaly detection, feature contributions, multivariate and "
-    "model_parameters are refused with 400. Errors are {detail, code}. docs/nixtla.md maps every option."
+    "Forecasts and cross-validation take exogenous columns (series.X, series.X_future, hist_exog, "
+    "categorical_exog: the client's X_df, hist_exog_list, categorical_exog_list and date_features), as POST "
+    "/forecast takes covariates. Fine-tuning, exogenous columns in anomaly detection, feature contributions, "
+    "multivariate and model_parameters are refused with 400. Errors are {detail, code}. docs/nixtla.md maps "
+    "every option."
 )
 _NIXTLA_ERRORS = {
     "400": "A field the client sent is out of range, an exogenous column that does not fit the series or holds "
