@@ -91,7 +91,8 @@ def _submit_csv(services: Services, *, form: bool = False) -> store.Batch:
     quota.check(services.database, key.account_id, size=request.content_length or 0, quota=allowed)
     chosen = fields.parameters["fields"]
     scan = UploadScan(max_series=settings.batch_max_series,
-                      declared={name: chosen[name] for name in LIST_FIELDS if chosen.get(name)})
+                      declared={name: chosen[name] for name in LIST_FIELDS if chosen.get(name)},
+                      covariates=fields.kind != "anomalies")
     batch_id = store.start_upload(services.database, key_id=key.id, account_id=key.account_id, kind=fields.kind,
                                   parameters=fields.parameters)
     try:

@@ -178,8 +178,11 @@ class UploadScan:
     (app.batches.tasks). Each distinct id is kept as a 64-bit hash, never as its text, so the scan's memory
     is a few dozen bytes per series whatever the ids' length; the id limit of JSON batches holds here too."""
 
-    def __init__(self, *, max_series: int, declared: Mapping[str, list[str]] | None = None) -> None:
+    def __init__(self, *, max_series: int, declared: Mapping[str, list[str]] | None = None,
+                 covariates: bool = True) -> None:
         self.max_series = max_series
+        # An anomaly batch has no covariates: a further column would be read by no one.
+        self.covariates = covariates
         # The batch's lists naming covariate columns (hist_exog_list, categorical_exog_list): checked against
         # the header, so a list naming no column is refused before anything is stored.
         self.declared = declared or {}
@@ -254,7 +257,11 @@ class UploadScan:
         if header is None:
             raise _bad_csv("Must be the header unique_id,timestamp,value (or unique_id,ds,y)", ",".join(names))
         # Every further column is a covariate (docs/batches.md, Covariates).
-        found = batch_covariates.header_problems([name for name in names if name not in header], self.declared)
+        further = [name for name in names if name not in header]
+        if further and not self.covariates:
+            raise _bad_csv("Must be the header unique_id,timestamp,value (or unique_id,ds,y): an anomaly batch "
+                           "takes no covariate columns", ",".join(names)[:200])
+        found = batch_covariates.header_problems(further, self.declared)
         if found:
             raise InvalidRequest(f"Invalid CSV upload: {found[0]['field']}: {found[0]['issue']}.",
                                  details=envelope(found))

@@ -181,7 +181,7 @@ def test_json_backtest_covariate_with_future_is_refused(client: FlaskClient, key
 
 
 def post_csv(client: FlaskClient, key: str, text: str, **query: Any) -> Any:
-    params = {**FIELDS, **query}
+    params = {name: value for name, value in {**FIELDS, **query}.items() if value is not None}
     return client.post("/batches", query_string=params, data=text.encode(),
                        headers={**bearer(key), "Content-Type": "text/csv"})
 
@@ -278,3 +278,20 @@ def test_csv_backtest_windows_take_the_actual_covariates(client: FlaskClient, ke
     assert line["windows"][-1]["forecasts"]["forecast-model-1"]["median"] == alone["median"]
     summary = client.get(f"/batches/{response.get_json()['id']}/summary", headers=bearer(key)).get_json()
     assert summary["models"][0]["series"]["mase"] == 1
+
+
+def test_an_anomaly_csv_with_a_further_column_is_refused(app: Flask, client: FlaskClient, key: str) -> None:
+    before = batch_count(app)
+    response = post_csv(client, key, csv_text(csv_rows("a", 60, future=False), "unique_id,timestamp,value,price"),
+                        kind="anomalies", forecast_horizon=None, forecast_frequency=None)
+    assert response.status_code == 400
+    assert "anomaly batch takes no covariate columns" in response.get_json()["error"]["details"]["issue"]
+    assert batch_count(app) == before
+
+
+def test_interleaved_csv_rows_with_covariates_answer_as_grouped_ones(client: FlaskClient, key: str) -> None:
+    a, b = csv_rows("a", 60), csv_rows("b", 60, seed=2)
+    grouped = post_csv(client, key, csv_text(a + b, "unique_id,timestamp,value,price"))
+    mixed = [row for pair in zip(a, b, strict=True) for row in pair]
+    interleaved = post_csv(client, key, csv_text(mixed, "unique_id,timestamp,value,price"))
+    assert results(client, key, grouped.get_json()["id"]) == results(client, key, interleaved.get_json()["id"])
