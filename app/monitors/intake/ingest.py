@@ -1,7 +1,8 @@
 """New points in: judged, stored with their events, answered. One engine for every path a point takes (POST
 /monitors/{id}/points, bulk points, remote write, the Prometheus reader): the points of any number of series in one
 transaction, one statement for their states, one compare-and-set and one insert for them all; a series' events only
-when its verdicts open or close an incident."""
+when its verdicts open or close an incident. Bodies of many points are cut into such transactions by
+app.monitors.intake.transactions."""
 
 from __future__ import annotations
 
@@ -36,15 +37,6 @@ from app.series.frequencies import UNIT_SECONDS
 log = logging.getLogger("app.monitors.ingest")
 
 APPEND_ATTEMPTS = 5
-# Points one transaction stores at most when a caller brings more (a bulk or remote-write body, a Prometheus read).
-INGEST_POINTS = 5_000
-# The same on SQLite. There a transaction holds the database's one writer while it writes, and every other append
-# waits for it: a smaller transaction keeps a single append's wait behind a fleet's body short, while a larger one
-# shares each commit among more points; this size is where the wait was short and the commits still a small share
-# of the work (bench/results/remote-write.md).
-SQLITE_INGEST_POINTS = 250
-
-
 # A point dated further ahead of the server's clock than this (or than one unit of its monitor's data frequency, if
 # longer: a day's total may be stamped at the day's end) is refused: stored, it would make every later current point
 # of its series older than the newest one, and so dropped as out of order.
@@ -63,10 +55,6 @@ class PointsNotJudged(InvalidInput):
     body are stored), and its detector state forgotten, so its next points are judged by a state rebuilt from what
     is stored. The caller's to change, not the service's to retry: a sender that retried the same points would only
     fail again."""
-
-
-def transaction_points(database: Database) -> int:
-    return SQLITE_INGEST_POINTS if database.settings.sqlite_path is not None else INGEST_POINTS
 
 
 @dataclass
@@ -176,62 +164,6 @@ def append_many(
     if any(outcome is None for outcome in outcomes):
         raise ServiceError("The monitor kept changing under concurrent writes; retry the request.")
     return outcomes  # type: ignore[return-value]
-
-
-def append_chunked(
-    *,
-    database: Database,
-    pool: WorkerPool,
-    runtime: MonitorRuntime,
-    account_id: str,
-    batch: Sequence[SeriesPoints],
-    from_source: bool = False,
-    lenient: bool = False,
-    most_points: int | None = None,
-) -> list[Outcome]:
-    """append_many in transactions of at most ``most_points`` points (and at most the database's
-    transaction_points); per entry of ``batch``, its outcome. A series' points that are more than that are split in
-    time order into successive transactions when ``lenient`` (its parts' outcomes together, or the first error);
-    else its points stay in one (they succeed or fail together)."""
-    bound = transaction_points(database)
-    most_points = bound if most_points is None else min(most_points, bound)
-    chunks: list[list[tuple[int, SeriesPoints]]] = [[]]
-    room = most_points
-    for index, entry in enumerate(batch):
-        points, start = entry.points, 0
-        if len(points.epochs) <= room:  # the common case: the whole series fits, as it came
-            chunks[-1].append((index, entry))
-            room -= len(points.epochs)
-            continue
-        while start < len(points.epochs):
-            if room == 0 or (not lenient and chunks[-1] and len(points.epochs) > room):
-                chunks.append([])
-                room = most_points
-            end = len(points.epochs) if not lenient else start + min(room, len(points.epochs) - start)
-            chunks[-1].append((index, SeriesPoints(entry.monitor_id, entry.labels, IncomingPoints(
-                epochs=points.epochs[start:end], texts=points.texts[start:end], values=points.values[start:end]))))
-            room = max(0, room - (end - start))
-            start = end
-    merged: list[Outcome | None] = [None] * len(batch)
-    for chunk in chunks:
-        if not chunk:
-            continue
-        outcomes = append_many(database=database, pool=pool, runtime=runtime, account_id=account_id,
-                               batch=[entry for _, entry in chunk], from_source=from_source, lenient=lenient)
-        for (index, _), outcome in zip(chunk, outcomes, strict=True):
-            merged[index] = _merged(merged[index], outcome)
-    return [outcome if outcome is not None else ServiceError("no points") for outcome in merged]
-
-
-def _merged(before: Outcome | None, after: Outcome) -> Outcome:
-    if before is None or isinstance(before, ServiceError):
-        return before or after
-    if isinstance(after, ServiceError):
-        return after
-    dropped = {k: before.dropped.get(k, 0) + after.dropped.get(k, 0) for k in {*before.dropped, *after.dropped}}
-    return Appended(series=after.series, old_records=before.old_records + after.old_records,
-                    texts=before.texts + after.texts, values=before.values + after.values,
-                    verdicts=before.verdicts + after.verdicts, period=after.period or before.period, dropped=dropped)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from app.compute.pool import PoolError, WorkerPool
 from app.db import Database
 from app.errors import InputTooLarge, InvalidInput, MalformedInput, NotFound, ServiceError
 from app.monitors import label_sets
-from app.monitors.intake import ingest, selectors
+from app.monitors.intake import ingest, selectors, transactions
 from app.monitors.intake.points import IncomingPoints
 from app.monitors.intake.route_cache import ROUTE_OVERHEAD, RouteCache
 from app.monitors.records import monitors_table
@@ -312,8 +312,9 @@ def _store(*, database: Database, pool: WorkerPool, runtime: MonitorRuntime, acc
            batch: list[ingest.SeriesPoints], received: Received, most_points: int) -> None:
     counts = received.counts
     try:
-        outcomes = ingest.append_chunked(database=database, pool=pool, runtime=runtime, account_id=account_id,
-                                         batch=batch, lenient=True, most_points=most_points)
+        outcomes = transactions.append_chunked(database=database, pool=pool, runtime=runtime,
+                                               account_id=account_id, batch=batch, lenient=True,
+                                               most_points=most_points)
     except (SQLAlchemyError, PoolError, ServiceError) as exc:
         if isinstance(exc, ServiceError) and exc.caller_at_fault:
             raise

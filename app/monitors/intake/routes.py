@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from app.errors import MalformedInput, ServiceError
-from app.monitors.intake import bulk, ingest, remote_write
+from app.monitors.intake import bulk, ingest, remote_write, transactions
 from app.monitors.state.runtime import MonitorRuntime
 from app.services import current_services
 from app.web.body import read_body, require_json_content_type
@@ -49,7 +49,7 @@ def bulk_points() -> tuple[Response, int]:
     if not checked.monitors:
         raise _no_usable_row(rejected)
     keys = list(checked.monitors)
-    results = ingest.append_chunked(
+    results = transactions.append_chunked(
         database=services.database, pool=services.pool, runtime=_runtime(), account_id=current_key().account_id,
         batch=[ingest.SeriesPoints(monitor_id, labels, checked.monitors[(monitor_id, labels)].points())
                for monitor_id, labels in keys],

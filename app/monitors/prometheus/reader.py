@@ -243,7 +243,7 @@ class Reader:
     def _store(self, monitor: Claimed, result: ReadResult) -> str:
         """Judges and stores every series read, in batches of at most INGEST_POINTS points; what the outcome's
         message adds (series the cap or their labels refused)."""
-        from app.monitors.intake import ingest
+        from app.monitors.intake import ingest, transactions
 
         batch: list[ingest.SeriesPoints] = []
         unusable = 0
@@ -254,9 +254,9 @@ class Reader:
             batch.append(ingest.SeriesPoints(monitor.id, read.labels, IncomingPoints(
                 epochs=read.epochs, texts=[step_text(e) for e in read.epochs], values=read.values)))
         over_cap = unjudged = 0
-        for outcome in ingest.append_chunked(database=self.database, pool=self.pool, runtime=self.runtime,
-                                             account_id=monitor.account_id, batch=batch, from_source=True,
-                                             lenient=True):
+        for outcome in transactions.append_chunked(database=self.database, pool=self.pool, runtime=self.runtime,
+                                                   account_id=monitor.account_id, batch=batch, from_source=True,
+                                                   lenient=True):
             if isinstance(outcome, ingest.PointsNotJudged):  # read again, they would fail again
                 unjudged += 1
             elif isinstance(outcome, InvalidInput):
