@@ -20,7 +20,7 @@ from typing import Any
 from marshmallow import fields, validate
 from werkzeug.datastructures import MultiDict
 
-from app.errors import InvalidInput, MalformedInput
+from app.errors import InvalidInput
 from app.forecast.calendar import CALENDAR_FEATURES, CovariateError, HolidaySpec, check_holiday_spec
 from app.forecast.covariates import MAX_COVARIATES, MAX_NAME_LENGTH
 from app.series.timestamps import TimestampError, parse_axis
@@ -108,23 +108,16 @@ def header_problems(names: Sequence[str], declared: Mapping[str, Iterable[str]])
 
 @dataclass(frozen=True)
 class CovariateFields:
-    """A batch's covariate fields, as stored with it."""
+    """A batch's lists naming covariates, as stored with it (its holidays and calendar features are read into
+    each series' request as POST /forecast reads them)."""
 
     past_only: frozenset[str] = frozenset()
     categorical: frozenset[str] = frozenset()
-    holidays: Mapping[str, Any] | None = None
-    calendar: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, chosen: Mapping[str, Any]) -> CovariateFields:
         return cls(past_only=frozenset(chosen.get("hist_exog_list") or ()),
-                   categorical=frozenset(chosen.get("categorical_exog_list") or ()),
-                   holidays=chosen.get("holidays"), calendar=tuple(chosen.get("calendar_features") or ()))
-
-    @property
-    def requested(self) -> bool:
-        """Whether any covariate input is asked for batch-wide (a series may still carry its own)."""
-        return bool(self.holidays or self.calendar)
+                   categorical=frozenset(chosen.get("categorical_exog_list") or ()))
 
 
 def json_series_problems(series: Sequence[Mapping[str, Any]], chosen: Mapping[str, Any], *,
@@ -265,22 +258,22 @@ def categorical_as_text(covariates: Sequence[Mapping[str, Any]], spec: Covariate
     one category, as they are one number."""
     if not spec.categorical:
         return [dict(c) for c in covariates]
-
-    def text(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return value
-        return repr(value) if isinstance(value, float) and not value.is_integer() else str(int(value)) \
-            if math.isfinite(value) else repr(value)
-
-    return [
-        {**c, "history": [text(v) for v in c["history"]],
-         **({"future": [text(v) for v in c["future"]]} if c.get("future") is not None else {})}
-        if c["name"] in spec.categorical else dict(c)
-        for c in covariates
-    ]
+    out = []
+    for covariate in covariates:
+        one = dict(covariate)
+        if one["name"] in spec.categorical:
+            for part in ("history", "future"):
+                if one.get(part) is not None:
+                    one[part] = [_category(value) for value in one[part]]
+        out.append(one)
+    return out
 
 
-def malformed(found: list[dict[str, Any]]) -> MalformedInput:
-    from app.web.validation import envelope
-
-    return MalformedInput(f"Invalid request: {found[0]['field']}: {found[0]['issue']}.", details=envelope(found))
+def _category(value: Any) -> Any:
+    """A number as the text of its category (integers without a fraction); anything else as sent, for the
+    covariate check to judge."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

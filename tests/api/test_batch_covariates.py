@@ -295,3 +295,13 @@ def test_interleaved_csv_rows_with_covariates_answer_as_grouped_ones(client: Fla
     mixed = [row for pair in zip(a, b, strict=True) for row in pair]
     interleaved = post_csv(client, key, csv_text(mixed, "unique_id,timestamp,value,price"))
     assert results(client, key, grouped.get_json()["id"]) == results(client, key, interleaved.get_json()["id"])
+
+
+def test_json_categorical_exog_list_takes_numbers_as_categories(client: FlaskClient, key: str) -> None:
+    one = json_series("a")
+    store = [i % 3 for i in range(60 + HORIZON)]
+    one["covariates"].append({"name": "store", "history": store[:60], "future": [float(s) for s in store[60:]]})
+    response = client.post("/batches", json={**FIELDS, "categorical_exog_list": ["store"], "series": [one]},
+                           headers=bearer(key))
+    line = results(client, key, response.get_json()["id"])[0]
+    assert line["covariates"]["names"] == ["price", "store=1", "store=2"], line
