@@ -103,13 +103,17 @@ def walls_from_texts(timestamps: Sequence[str]) -> np.ndarray:
     return np.array([wall(text) for text in timestamps], dtype="datetime64[us]")
 
 
-def as_walls(timestamps: Sequence[datetime] | np.ndarray) -> np.ndarray:
-    """datetime64[us] wall clocks of datetimes (an aware one keeps its own wall clock) or of a datetime64 array."""
+def as_walls(timestamps: Sequence[datetime] | Sequence[str] | np.ndarray) -> np.ndarray:
+    """datetime64[us] wall clocks of datetimes (an aware one keeps its own wall clock), of checked timestamp
+    texts, or of a datetime64 array."""
     import numpy as np
 
     if isinstance(timestamps, np.ndarray) and np.issubdtype(timestamps.dtype, np.datetime64):
         return timestamps.astype("datetime64[us]")
-    return np.array([t.replace(tzinfo=None).isoformat() for t in timestamps], dtype="datetime64[us]")
+    if all(isinstance(t, str) for t in timestamps[:1]):
+        return walls_from_texts([str(t) for t in timestamps])
+    return np.array([t.replace(tzinfo=None).isoformat() for t in timestamps if isinstance(t, datetime)],
+                    dtype="datetime64[us]")
 
 
 def period_days(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -130,6 +134,8 @@ def _next_wall(walls: np.ndarray) -> np.datetime64:
     unequal whole months, else the usual step."""
     import numpy as np
 
+    if len(walls) < 2:  # nothing to continue from: the period is the row's own day
+        return walls[-1]
     steps = np.diff(walls)
     shortest = steps.min()
     if shortest >= np.timedelta64(28, "D") and steps.max() != shortest:

@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from app.compute.forecast.work import CovariateMatrix
 from app.forecast.calendar import (
@@ -35,6 +35,9 @@ from app.web.fields import MAX_ABS_VALUE, all_in_range
 
 if TYPE_CHECKING:
     import numpy as np
+
+# Wall clocks as datetimes, checked timestamp texts or a datetime64 array (app.forecast.calendar.as_walls).
+Timestamps: TypeAlias = "Sequence[datetime] | Sequence[str] | np.ndarray"
 
 MAX_COVARIATES = 20
 MAX_CATEGORIES = 20
@@ -53,8 +56,7 @@ class CovariateInput:
 
 
 def design_matrix(covariates: Sequence[CovariateInput], *, holidays: HolidaySpec | None, calendar: Sequence[str],
-                  history_timestamps: Sequence[datetime] | np.ndarray,
-                  future_timestamps: Sequence[datetime] | np.ndarray, horizon: int,
+                  history_timestamps: Timestamps, future_timestamps: Timestamps, horizon: int,
                   missing_rows: Sequence[int] = (), covariates_field: str = "covariates",
                   ) -> tuple[CovariateMatrix, list[HolidayInHorizon]]:
     """The design columns of a series, in the order: covariates as sent, holiday columns, calendar columns.
@@ -130,7 +132,7 @@ def _columns_of(covariate: CovariateInput, field: str, rows: int, horizon: int
     """(history columns, future columns, their names) of one covariate, checked."""
     import numpy as np
 
-    history, future = covariate.history, covariate.future
+    history, future = _plain(covariate.history), _plain(covariate.future)
     if len(history) != rows:
         raise CovariateError(f"{field}.history", "must have one value per timestamp of the series",
                              f"{len(history)} values", expected=rows)
@@ -148,7 +150,8 @@ def _columns_of(covariate: CovariateInput, field: str, rows: int, horizon: int
     _strings(history, f"{field}.history")
     if future is not None:
         _strings(future, f"{field}.future")
-    levels = sorted(set(history))
+    texts, future_texts = cast(list[str], history), cast("list[str] | None", future)
+    levels = sorted(set(texts))
     if len(levels) > MAX_CATEGORIES:
         raise CovariateError(f"{field}.history", f"a categorical covariate takes at most {MAX_CATEGORIES} distinct "
                              "values", f"{len(levels)} distinct values", maximum=MAX_CATEGORIES)
@@ -162,11 +165,11 @@ def _columns_of(covariate: CovariateInput, field: str, rows: int, horizon: int
             raise CovariateError(f"{field}.future", "value never seen in the history (its effect cannot be "
                                  "estimated)", future[unseen], index=unseen)
     code_of = {level: code for code, level in enumerate(levels)}
-    past = _one_hot([code_of[value] for value in history], len(levels))
-    if future is None:
+    past = _one_hot([code_of[value] for value in texts], len(levels))
+    if future_texts is None:
         ahead = np.full((horizon, len(levels) - 1), np.nan)
     else:
-        ahead = _one_hot([code_of[value] for value in future], len(levels))
+        ahead = _one_hot([code_of[value] for value in future_texts], len(levels))
     return past, ahead, [f"{covariate.name}={level}" for level in levels[1:]]
 
 
@@ -176,6 +179,13 @@ def _one_hot(codes: list[int], levels: int) -> np.ndarray:
     import numpy as np
 
     return (np.array(codes)[:, None] == np.arange(1, levels)[None, :]).astype(np.float64)
+
+
+def _plain(values: Any) -> Any:
+    """Python lists as JSON gives them, also from a numpy array or a tuple a door may hold."""
+    if values is None or isinstance(values, list):
+        return values
+    return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
 def _numbers(values: Sequence[Any], field: str) -> np.ndarray:

@@ -62,6 +62,17 @@ def test_a_numeric_covariate_is_one_column_known_ahead() -> None:
     assert in_horizon == []
 
 
+def test_a_door_may_hold_values_as_numpy_arrays_and_timestamps_as_texts() -> None:
+    texts = [f"2026-01-{day:02d}T00:00:00Z" for day in range(1, 31)]
+    matrix, in_horizon = design_matrix(
+        [CovariateInput("price", np.arange(30.0), np.ones(1)), CovariateInput("k", ("a", "b") * 15, None)],
+        holidays=HolidaySpec("US", window=0), calendar=(), history_timestamps=texts,
+        future_timestamps=["2026-01-31T00:00:00Z"], horizon=1)
+    assert matrix.names == ("price", "k=b", "holiday")
+    assert matrix.history[0].tolist() == [0.0, 0.0, 1.0]  # New Year's Day
+    assert in_horizon == []
+
+
 def test_a_past_only_covariate_has_nan_future_rows() -> None:
     matrix, _ = build([CovariateInput("footfall", [1.0] * 15 + [2.0] * 15, None)])
     assert matrix.past_only == (True,)
