@@ -167,6 +167,28 @@ def test_holidays_in_the_horizon_and_calendar_columns(client: FlaskClient, key: 
     assert response.get_json()["forecast_timestamps"][0] == "2025-12-30T00:00:00"
 
 
+def test_holidays_that_drive_the_series_show_in_the_forecast(client: FlaskClient, key: str) -> None:
+    """A daily series that drops by 50 on US holidays: the forecast drops on Christmas and New Year's Day."""
+    import holidays
+
+    start, points = datetime(2024, 1, 1), 719  # to 2025-12-19
+    calendar = holidays.country_holidays("US", years=[2024, 2025])
+    rng = random.Random(1)
+    values = [100 + 8 * math.sin(2 * math.pi * i / 7) - 50 * ((start + timedelta(days=i)).date() in calendar)
+              + rng.gauss(0, 2) for i in range(points)]
+    body = {"series": [{"timestamps": days(points, start), "values": values}], "forecast_horizon": HORIZON,
+            "data_frequency": "Daily", "forecast_frequency": "Daily", "holidays": {"country": "US", "window": 0}}
+    response = post(client, key, body)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    answer = response.get_json()
+    assert answer["covariates"] == {"used": True, "names": ["holiday"], "note": None, "holidays_in_horizon": [
+        {"date": "2025-12-25", "name": "Christmas Day"}, {"date": "2026-01-01", "name": "New Year's Day"}]}
+    median = dict(zip((t[:10] for t in answer["forecast_timestamps"]), answer["median"], strict=True))
+    for holiday in ("2025-12-25", "2026-01-01"):
+        others = [value for day, value in median.items() if day not in ("2025-12-25", "2026-01-01")]
+        assert median[holiday] < min(others) - 25
+
+
 def test_missing_values_leave_their_covariate_rows_out(client: FlaskClient, key: str) -> None:
     body = promotion_body()
     body["series"][0]["values"][5] = None
