@@ -19,11 +19,10 @@ numpy and holidays load on the first request that asks for these columns, not wi
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from app.errors import InvalidInput
 from app.series.forms import add_months, is_month_end
@@ -112,7 +111,7 @@ def as_walls(timestamps: Sequence[datetime] | Sequence[str] | np.ndarray) -> np.
         return timestamps.astype("datetime64[us]")
     if all(isinstance(t, str) for t in timestamps[:1]):
         return walls_from_texts([str(t) for t in timestamps])
-    return np.array([t.replace(tzinfo=None).isoformat() for t in timestamps if isinstance(t, datetime)],
+    return np.array([cast(datetime, t).replace(tzinfo=None).isoformat() for t in timestamps],
                     dtype="datetime64[us]")
 
 
@@ -178,13 +177,11 @@ def check_holiday_spec(spec: HolidaySpec) -> None:
 
 
 def _calendar_of(spec: HolidaySpec, years: Sequence[int]) -> Any:
+    # A year outside a country's tables has no holidays there (the package warns, through the process's
+    # warning filters: changing them here would race with the web process's other threads).
     from holidays import country_holidays
 
-    with warnings.catch_warnings():  # a year outside a country's tables warns; it then has no holidays
-        warnings.simplefilter("ignore")
-        calendar = country_holidays(spec.country, subdiv=spec.subdivision, years=years)
-        len(calendar)  # the years are computed here, inside the warning filter
-    return calendar
+    return country_holidays(spec.country, subdiv=spec.subdivision, years=years)
 
 
 def holiday_columns(spec: HolidaySpec, history: np.ndarray, future: np.ndarray
