@@ -12,12 +12,13 @@ from flask import (
     url_for,
 )
 
+from app.api_key import PERMISSIONS, ApiKey
 from app.dashboard import sessions
 from app.dashboard.views import base_context, bp, counted, current_session, page, secure_cookies, signed_in
 from app.errors import Unavailable
 from app.keys import manage
 from app.keys.limits import TIERS
-from app.keys.records import OUTCOMES, PERMISSIONS, ApiKey
+from app.keys.records import OUTCOMES
 from app.keys.safe_view import display_form, key_body, rate_windows
 from app.keys.usage import usage_history
 from app.services import current_services

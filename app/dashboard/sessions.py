@@ -12,13 +12,17 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from flask import Flask, Request, Response, request
 from sqlalchemy import delete, insert, select, update
 
+from app.api_key import ApiKey
 from app.db import Database
-from app.keys.records import ApiKey, dashboard_sessions_table
-from app.keys.store import KeyStore
+from app.keys.records import dashboard_sessions_table
+
+if TYPE_CHECKING:
+    from app.services import KeyLookup
 
 log = logging.getLogger("app.dashboard")
 
@@ -67,7 +71,7 @@ def start(database: Database, key: ApiKey, *, now: datetime | None = None) -> tu
 
 
 def load(
-    database: Database, keys: KeyStore, token: str | None, *, now: datetime | None = None
+    database: Database, keys: KeyLookup, token: str | None, *, now: datetime | None = None
 ) -> DashboardSession | None:
     """The live session for a cookie token, or None (unknown, signed out, expired, or its key no longer usable)."""
     if not token or len(token) > 128:
@@ -127,7 +131,7 @@ def set_seed_cookie(response: Response, seed: str, *, secure: bool) -> None:
 # --- the API's identity source ------------------------------------------------------------------
 
 
-def register_identity_source(app: Flask, database: Database, keys: KeyStore) -> None:
+def register_identity_source(app: Flask, database: Database, keys: KeyLookup) -> None:
     """Lets a signed-in dashboard page call the API as its session's key.
 
     Both the session cookie and the session's CSRF token in the X-CSRF-Token header are needed, so a

@@ -17,9 +17,9 @@ import click
 from flask.cli import AppGroup
 from sqlalchemy import Connection
 
+from app.api_key import ApiKey
 from app.keys import store
 from app.keys.limits import TIERS
-from app.keys.records import ApiKey
 from app.keys.safe_view import iso, shown_expiry
 from app.services import current_services
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 
+from app.api_key import PERMISSIONS, ApiKey
 from app.db import Database
 from app.keys import store
 from app.keys.limits import TIERS, KeyLimits, resolve_limits
-from app.keys.records import PERMISSIONS, ApiKey
 from app.keys.usage import UsageBucket, usage_history
 
 log = logging.getLogger("app.keys.audit")

@@ -1,17 +1,10 @@
-"""The api_keys table, its hourly usage buckets, dashboard sessions, and the snapshot requests work with."""
+"""The api_keys table, its hourly usage buckets and dashboard sessions (a key's snapshot, ApiKey, is app.api_key's)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
-
-from sqlalchemy import BigInteger, Column, ForeignKey, Integer, Row, String, Table
+from sqlalchemy import BigInteger, Column, ForeignKey, Integer, String, Table
 
 from app.db import UTCDateTime, metadata
-
-PERMISSIONS: tuple[str, ...] = ("read", "write", "admin", "delete")
-
 
 api_keys_table = Table(
     "api_keys", metadata,
@@ -82,60 +75,3 @@ dashboard_sessions_table = Table(
     Column("expires_at", UTCDateTime(), index=True, nullable=False),
     Column("revoked_at", UTCDateTime(), nullable=True),
 )
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    """What a request knows about its caller's key; never holds the plain key or its hash."""
-
-    id: str
-    account_id: str
-    name: str
-    prefix: str
-    permissions: tuple[str, ...]
-    tier: str | None
-    per_minute: int
-    per_hour: int
-    per_day: int
-    created_at: datetime
-    expires_at: datetime | None
-    revoked_at: datetime | None
-    usage_count: int
-    last_used_at: datetime | None
-    rotated_to: str | None
-    last4: str | None = None
-    created_by: str | None = None
-
-    @classmethod
-    def from_record(cls, record: Row[Any]) -> ApiKey:
-        return cls(
-            id=record.id,
-            account_id=record.account_id,
-            name=record.name,
-            prefix=record.prefix,
-            permissions=tuple(p for p in PERMISSIONS if p in record.permissions.split(",")),
-            tier=record.tier,
-            per_minute=record.per_minute,
-            per_hour=record.per_hour,
-            per_day=record.per_day,
-            created_at=record.created_at,
-            expires_at=record.expires_at,
-            revoked_at=record.revoked_at,
-            usage_count=record.usage_count,
-            last_used_at=record.last_used_at,
-            rotated_to=record.rotated_to,
-            last4=record.last4,
-            created_by=record.created_by,
-        )
-
-    def is_active(self, now: datetime) -> bool:
-        if self.revoked_at is not None and now >= self.revoked_at:
-            return False
-        return self.expires_at is None or now < self.expires_at
-
-    def status(self, now: datetime) -> str:
-        if self.revoked_at is not None and now >= self.revoked_at:
-            return "revoked"
-        if self.expires_at is not None and now >= self.expires_at:
-            return "expired"
-        return "active"

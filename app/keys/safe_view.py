@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from app.keys.records import ApiKey
+from app.api_key import ApiKey
 from app.keys.usage import UsageBucket
 from app.services import current_services
 
 if TYPE_CHECKING:
-    from app.web.ratelimit import WindowStatus
+    from app.rate_windows import WindowStatus
 
 
 def iso(value: datetime | None) -> str | None:

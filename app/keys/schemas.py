@@ -9,9 +9,10 @@ from typing import Any
 
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from app.api_key import PERMISSIONS
 from app.keys.limits import TIERS
 from app.keys.manage import DEFAULT_GRACE, MAX_GRACE
-from app.keys.records import OUTCOMES, PERMISSIONS
+from app.keys.records import OUTCOMES
 from app.web.fields import StoredText
 
 MAX_HISTORY_HOURS = 90 * 24

@@ -15,9 +15,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, func, insert, select, update
 
+from app.api_key import PERMISSIONS, ApiKey
 from app.db import Database
 from app.keys.limits import TIERS, KeyLimits, resolve_limits
-from app.keys.records import PERMISSIONS, ApiKey, api_keys_table
+from app.keys.records import api_keys_table
 
 KEY_PREFIX = "ak_"
 KEY_HEX_LENGTH = 64

@@ -11,8 +11,8 @@ from app.web.errors import Forbidden, Unauthorized
 from app.web.observability import KEY_FORMAT as _KEY_FORMAT
 
 if TYPE_CHECKING:
-    from app.keys.records import ApiKey
-    from app.keys.store import KeyStore
+    from app.api_key import ApiKey
+    from app.services import KeyLookup
 
 _ACCEPTED_FORM = "Send the key as 'Authorization: Bearer <API_KEY>'."
 
@@ -71,7 +71,7 @@ def usable_key(key: ApiKey | None) -> ApiKey:
     return key
 
 
-def authenticate(keys: KeyStore, key_header: str | None) -> ApiKey:
+def authenticate(keys: KeyLookup, key_header: str | None) -> ApiKey:
     return usable_key(keys.lookup(presented_key(key_header)))
 
 

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 
+from app.rate_windows import WindowStatus
 from app.web import auth
 from app.web.cors import is_allowed_preflight
 from app.web.errors import Unauthorized
-from app.web.ratelimit import WindowStatus, set_headers, too_many
+from app.web.ratelimit import set_headers, too_many
 
 if TYPE_CHECKING:
-    from app.keys.records import ApiKey
+    from app.api_key import ApiKey
     from app.services import Services
 
 F = TypeVar("F", bound=Callable[..., object])

@@ -10,11 +10,9 @@ come from the key store, yet they ran on every request in the web process.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, cast
@@ -23,42 +21,21 @@ from flask import Flask, Response
 from limits import RateLimitItem, RateLimitItemPerDay, RateLimitItemPerHour, RateLimitItemPerMinute, parse
 from limits.errors import StorageError as LimitsStorageError
 from limits.storage import Storage, storage_from_string
-from limits.util import WindowStats
 
 from app.errors import Unavailable
+from app.rate_windows import Count, WindowStatus
 from app.settings import Settings
 from app.web.counted_window import CountedMovingWindowRateLimiter
 from app.web.errors import RateLimitExceeded
 
 if TYPE_CHECKING:
-    from app.keys.records import ApiKey
+    from app.api_key import ApiKey
 
 # Namespaces our counters in a shared Redis; every stored window's identifier starts with it.
 KEY_PREFIX = "forecast"
 # A key's three windows are shared by every endpoint.
 KEY_SCOPE = "global"
 AUTH_FAILURE_SCOPE = "auth-failures"
-WINDOW_NAMES = {60: "minute", 3600: "hour", 86400: "day"}
-
-
-@dataclass(frozen=True)
-class WindowStatus:
-    limit: int
-    remaining: int
-    reset_epoch: float
-    seconds: int
-
-    @property
-    def window(self) -> str:
-        return WINDOW_NAMES.get(self.seconds, f"{self.seconds}s")
-
-    @property
-    def reset_seconds(self) -> int:
-        return max(0, math.ceil(self.reset_epoch))
-
-    @classmethod
-    def of(cls, item: RateLimitItem, stats: WindowStats) -> WindowStatus:
-        return cls(item.amount, max(0, stats.remaining), stats.reset_time, item.get_expiry())
 
 
 def key_windows(key: ApiKey) -> list[RateLimitItem]:
@@ -75,14 +52,6 @@ def _windows(per_minute: int, per_hour: int, per_day: int) -> tuple[RateLimitIte
 def most_constraining(statuses: list[WindowStatus]) -> WindowStatus:
     """The window with the fewest requests remaining, the shortest on a tie: what the headers describe."""
     return min(statuses, key=lambda s: (s.remaining, s.seconds))
-
-
-@dataclass(frozen=True)
-class Count:
-    """What counting one request did: the window the headers show, and the full window if it was refused."""
-
-    status: WindowStatus
-    breached: WindowStatus | None
 
 
 class RateLimits:

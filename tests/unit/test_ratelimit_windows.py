@@ -15,7 +15,7 @@ from typing import cast
 import pytest
 from limits.storage import Storage, storage_from_string
 
-from app.keys.records import ApiKey
+from app.api_key import ApiKey
 from app.web.ratelimit import RateLimits
 from tests.support import REDIS_URL, flush_redis, missing_service, redis_available
 
