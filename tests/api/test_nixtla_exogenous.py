@@ -241,3 +241,23 @@ def test_the_route_answers_in_timegpts_shape(app: Flask, key: str) -> None:
     without = app.test_client().post("/v2/forecast", headers=bearer(key), json={
         **body, "series": {key_: body["series"][key_] for key_ in ("y", "sizes", "start_datetime")}}).get_json()
     assert "exogenous" not in without and without["mean"] != out["mean"]
+
+
+ODD_VALUES = [None, [], {}, "x", 1.5, True, [None], [[]], [[None]], [["a"]], [[{"a": 1}]], [-1], [0, 0], [10**40],
+              [[10**400] * 8], [["a"] * 8], [[1e308] * 8]]
+
+
+@pytest.mark.parametrize("field", ["X", "X_future", "hist_exog", "categorical_exog"])
+@pytest.mark.parametrize("path", ["/v2/forecast", "/v2/cross_validation"])
+def test_odd_exogenous_fields_are_answered_never_a_500(app: Flask, key: str, field: str, path: str) -> None:
+    for value in ODD_VALUES:
+        body, _ = two_series()
+        if path.endswith("cross_validation"):
+            del body["series"]["X_future"]
+            body.update(h=3, n_windows=2)
+        if field == "hist_exog":
+            body["hist_exog"] = value
+        else:
+            body["series"][field] = value
+        answer = app.test_client().post(path, headers=bearer(key), json=body)
+        assert answer.status_code in (200, 400), (value, answer.get_data(as_text=True)[:300])

@@ -22,7 +22,7 @@ try:
     import holidays
     from nixtla import NixtlaClient
     from nixtla._http import ApiError
-    from nixtla.date_features import CountryHolidays
+    from nixtla.date_features import CountryHolidays, SpecialDates
 except ImportError:  # a dev dependency; with REQUIRE_SERVICES=1 (CI) its absence fails the run
     reason = "nixtla is not installed (pip install nixtla==0.9.0)"
     if REQUIRE_SERVICES:
@@ -131,6 +131,20 @@ def test_date_features_with_country_holidays(nixtla: NixtlaClient) -> None:
     # Without the holidays, nothing marks the 4th of July.
     plain = nixtla.forecast(df, h=10, freq="D").set_index("ds")["TimeGPT"]
     assert plain[pd.Timestamp("2024-07-04")] > plain.drop(pd.Timestamp("2024-07-04")).min() - 15
+
+
+def test_date_features_with_special_dates(nixtla: NixtlaClient) -> None:
+    """SpecialDates: a column per named list of dates, known ahead; sales days lift the series by 25."""
+    ds = pd.date_range("2023-01-02", periods=300, freq="D")
+    sales = [str(day.date()) for day in pd.date_range("2023-01-10", "2023-12-31", freq="19D")]
+    y = [round(60 + 4 * (stamp.dayofweek >= 5) + 25 * (str(stamp.date()) in sales) + (i * 7 % 5) * 0.5, 2)
+         for i, stamp in enumerate(ds)]
+    df = pd.DataFrame({"unique_id": "store", "ds": ds, "y": y})
+    out = nixtla.forecast(df, h=14, freq="D", date_features=[SpecialDates({"sale": sales})])
+    by_day = out.set_index("ds")["TimeGPT"]
+    sale_days = [day for day in by_day.index if str(day.date()) in sales]
+    assert len(sale_days) == 1, sale_days  # 2023-11-10, in the horizon of 2023-10-29 to 2023-11-11
+    assert by_day[sale_days[0]] > by_day.drop(sale_days).max() + 10, by_day
 
 
 def test_cross_validation_with_exogenous_columns_equals_post_forecast_per_window(
