@@ -122,6 +122,14 @@ class ForecastRequestSchema(Schema):
         if data_frequency and forecast_frequency and data_frequency != forecast_frequency:
             raise ValidationError("Must equal data_frequency", field_name="forecast_frequency")
 
+    @validates_schema(pass_original=True)
+    def _covariates_in_the_series(self, data: dict[str, Any], original: Any, **kwargs: Any) -> None:
+        # Unknown fields are ignored, but covariates sent beside the series instead of in it would be a forecast
+        # without them that looks like one with them.
+        if isinstance(original, dict) and "covariates" in original:
+            raise ValidationError("Covariates belong to the series: send them as series[0].covariates",
+                                  field_name="covariates")
+
 
 class ForecastResponseSchema(Schema):
     forecast_timestamps = fields.List(fields.String(), required=True)

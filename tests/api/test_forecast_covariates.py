@@ -319,6 +319,8 @@ def test_bad_holidays_and_calendar_features_are_422(client: FlaskClient, key: st
                      id="features not a list"),
         pytest.param(lambda b: b["series"].append(dict(b["series"][0])), "series", "exactly one series",
                      id="covariates on two series"),
+        pytest.param(lambda b: b.update(covariates=b["series"][0].pop("covariates")), "covariates",
+                     "belong to the series", id="covariates beside the series"),
     ],
 )
 def test_badly_shaped_covariate_fields_are_400(client: FlaskClient, key: str, change: Any, field: str,
