@@ -104,13 +104,13 @@ def _finite(item: Any) -> bool:
 
 def _numbers(column: list[Any], field: str, sizes: Sequence[int], per_series: int | None) -> np.ndarray:
     """The column as float64; 400 naming the first value that is not a finite number, by series and row."""
-    try:
-        values = np.array(column, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):  # a string, a list, or an integer too large for a float
-        values = None
-    if values is not None and values.ndim == 1 and all_in_range(values) and \
-            not any(type(item) is bool for item in column):
-        return values
+    if set(map(type, column)) <= {float, int}:  # bool is not a number here, nor in JSON
+        try:
+            values = np.array(column, dtype=np.float64)
+        except OverflowError:  # an integer too large for a float
+            values = None
+        if values is not None and all_in_range(values):
+            return values
     bad = next(number for number, item in enumerate(column) if not _finite(item))
     raise NixtlaError(f"series.{field} holds {_shown(column[bad])} for {_place(bad, sizes, per_series)}: exogenous "
                       f"values must be finite numbers (of magnitude at most {MAX_ABS_VALUE:g}). Fill or drop "
@@ -175,25 +175,29 @@ def _one_hot(index: int, column: int, history: np.ndarray, future: np.ndarray | 
     return names, past, ahead
 
 
-def _series_columns(index: int, rows: slice, ahead: slice, history: list[np.ndarray],
-                    future: dict[int, np.ndarray], categorical: set[int], past_only: tuple[bool, ...],
+def _series_columns(index: int, rows: slice, ahead: slice, numeric: tuple[np.ndarray, np.ndarray],
+                    categories: dict[int, tuple[np.ndarray, np.ndarray | None]], past_only: tuple[bool, ...],
                     horizon: int) -> SeriesColumns:
+    """One series' design columns in series.X's order: ``numeric`` holds the call's numeric columns (history,
+    future with NaN where not known ahead), ``categories`` each categorical column's values."""
     names: list[str] = []
     pasts: list[np.ndarray] = []
     aheads: list[np.ndarray] = []
     flags: list[bool] = []
-    for column, values in enumerate(history):
-        known = None if past_only[column] else future.get(column)
-        if column in categorical:
-            added, past, later = _one_hot(index, column, values[rows], None if known is None else known[ahead],
-                                          horizon)
+    position = 0
+    for column, past in enumerate(past_only):
+        if column in categories:
+            history, future = categories[column]
+            added, before, later = _one_hot(index, column, history[rows],
+                                            None if future is None else future[ahead], horizon)
         else:
-            added, past = [f"X[{column}]"], values[rows][:, None]
-            later = known[ahead][:, None] if known is not None else np.full((horizon, 1), np.nan)
+            added = [f"X[{column}]"]
+            before, later = numeric[0][rows, position:position + 1], numeric[1][ahead, position:position + 1]
+            position += 1
         names += added
-        pasts.append(past)
+        pasts.append(before)
         aheads.append(later)
-        flags += [past_only[column]] * len(added)
+        flags += [past] * len(added)
     if len(names) > MAX_DESIGN_COLUMNS:
         raise NixtlaError(f"series {index}: its exogenous columns make {len(names)} design columns (a categorical "
                           f"column one per value but the first); at most {MAX_DESIGN_COLUMNS} are taken.",
@@ -252,11 +256,23 @@ def read(body: Mapping[str, Any], sizes: Sequence[int], *, h: int | None) -> Exo
 
     history = [values(column, f"X[{number}]", None, number) for number, column in enumerate(columns)]
     future = {number: values(column, f"X_future[{number}]", h, number) for number, column in enumerate(future_columns)}
-    starts = np.cumsum([0, *sizes]).tolist()
     horizon = h or 0
-    return Exogenous(
-        columns=tuple(f"X[{number}]" for number in range(len(columns))),
-        series=tuple(_series_columns(index, slice(starts[index], starts[index + 1]),
-                                     slice(index * horizon, (index + 1) * horizon), history, future, categorical,
-                                     past_only, horizon) for index in range(len(sizes))),
-    )
+    numbers = [number for number in range(len(columns)) if number not in categorical]
+    numeric_history = np.column_stack([history[number] for number in numbers]) if numbers else np.empty((rows, 0))
+    numeric_future = np.full((len(sizes) * horizon, len(numbers)), np.nan)
+    for position, number in enumerate(numbers):
+        if number in future:
+            numeric_future[:, position] = future[number]
+    starts = np.cumsum([0, *sizes]).tolist()
+    if not categorical:  # each series' columns are views of the call's: no copy per series
+        names, flags = tuple(f"X[{number}]" for number in numbers), past_only
+        every = tuple(SeriesColumns(names=names, history=numeric_history[starts[index]:starts[index + 1]],
+                                    future=numeric_future[index * horizon:(index + 1) * horizon], past_only=flags)
+                      for index in range(len(sizes)))
+    else:
+        categories = {number: (history[number], future.get(number)) for number in categorical}
+        every = tuple(_series_columns(index, slice(starts[index], starts[index + 1]),
+                                      slice(index * horizon, (index + 1) * horizon),
+                                      (numeric_history, numeric_future), categories, past_only, horizon)
+                      for index in range(len(sizes)))
+    return Exogenous(columns=tuple(f"X[{number}]" for number in range(len(columns))), series=every)
