@@ -56,9 +56,9 @@ def test_the_coefficients_are_recovered_despite_gross_outliers() -> None:
     y = _weekly(n + H, rng) + 3 * x[:, 0] - 2 * x[:, 1]
     y[rng.choice(n, 12, replace=False)] += 200  # a few gross errors in the history
     design = Design(_matrix({"a": x[:, 0], "b": x[:, 1]}, n), n, H)
-    beta = coefficients(y[:n], design, PERIODS)
-    assert beta is not None
-    np.testing.assert_allclose(beta, [3.0, -2.0], atol=0.3)
+    fit = coefficients(y[:n], design, PERIODS)
+    assert fit is not None
+    np.testing.assert_allclose(fit.beta, [3.0, -2.0], atol=0.3)
 
 
 def test_a_covariate_that_only_repeats_the_trend_and_season_does_not_take_them_over() -> None:
@@ -69,9 +69,8 @@ def test_a_covariate_that_only_repeats_the_trend_and_season_does_not_take_them_o
     # the trend itself and a column with the series' weekly shape: nothing beyond them to explain
     cm = _matrix({"trend": t, "weekday_shape": np.sin(2 * np.pi * t / 7)}, n)
     design = Design(cm, n, H)
-    beta = coefficients(y[:n], design, PERIODS)
     # differenced at the season, both columns are constant: dropped, they explain nothing
-    assert beta is None
+    assert coefficients(y[:n], design, PERIODS) is None
     res = run_forecast("forecast-model-2", y[:n], H, 0.9, PERIODS, covariates=cm)
     plain = run_forecast("forecast-model-2", y[:n], H, 0.9, PERIODS)
     assert res.covariates_used is False and res.covariates_note
@@ -113,8 +112,8 @@ def test_constant_columns_are_dropped_and_the_driver_still_counts() -> None:
     promo = (rng.random(n + H) < 0.2).astype(float)
     y = _weekly(n + H, rng) + 15 * promo
     cm = _matrix({"promo": promo, "always_one": np.ones(n + H)}, n)
-    beta = coefficients(y[:n], Design(cm, n, H), PERIODS)
-    assert beta is not None and beta[1] == 0.0 and abs(beta[0] - 15) < 1.0
+    fit = coefficients(y[:n], Design(cm, n, H), PERIODS)
+    assert fit is not None and fit.beta[1] == 0.0 and abs(fit.beta[0] - 15) < 1.0
     assert run_forecast("forecast-model-3", y[:n], H, 0.9, PERIODS, covariates=cm).covariates_used is True
 
 

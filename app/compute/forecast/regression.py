@@ -10,11 +10,13 @@ Method (docs/models.md, "Covariates"):
 2. Coefficients. Estimated on the series and the columns differenced at the shortest usable season (else at
    lag 1), with an unpenalised intercept (the drift): a covariate that shares the series' trend or season then
    does not take it over, only its movements beyond them count. The fit is a Huber M-estimate (iteratively
-   reweighted least squares) with a light ridge penalty on standardised columns.
+   reweighted least squares) with a light ridge penalty on standardised columns; a column whose coefficient is
+   not significant (two-sided 5%) is dropped and the rest refitted.
 3. Forecast. The model forecasts the residual series y - (X - mean X)·beta (centred, so the residual series
    keeps the series' level and sign); the covariate forecast is the residual forecast, its median and bounds,
-   plus (X_future - mean X)·beta. The intervals are the residual model's rolling-origin intervals: the future
-   columns are taken as known.
+   plus (X_future - mean X)·beta. The intervals are the residual model's rolling-origin intervals (the future
+   columns taken as known), widened by the coefficients' uncertainty over the future columns' move from their
+   recent values.
 4. Holdout. The same steps refit on the history without its last ``horizon`` points forecast those points beside
    the univariate forecast from the same origin, and so on for the windows before (HOLDOUT_WINDOWS in all, fewer
    on a short history); unless the covariate forecast has the strictly lower mean absolute error over them, the
@@ -24,8 +26,10 @@ Method (docs/models.md, "Covariates"):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
 from app.compute.forecast.base import never_negative, usable_periods
 from app.compute.forecast.results import ForecastResult
@@ -44,6 +48,8 @@ RIDGE = 1.0
 MIN_RESIDUAL_DOF = 10
 # a column whose spread over the fitted rows is below this fraction of its magnitude is constant there
 CONSTANT_TOLERANCE = 1e-9
+# two-sided 5% test on each coefficient: the usual level at which an effect counts as told from zero
+SIGNIFICANCE_Z = 1.96
 # holdout windows the covariates must win on together: one short window decides by chance, each more costs two
 # refits (with and without the covariates)
 HOLDOUT_WINDOWS = 3
@@ -76,13 +82,24 @@ class Design:
         self.valid = valid  # rows with every column defined: the rows the coefficients are fitted on
 
 
-def _huber_ridge(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Intercept and coefficients of y on x: Huber M-estimate with a ridge penalty on the (standardised) slopes."""
+@dataclass(frozen=True)
+class Coefficients:
+    """The fitted effects of the design columns (zero for a column dropped or not significant) and their
+    covariance."""
+
+    beta: np.ndarray  # (k,)
+    covariance: np.ndarray  # (k, k)
+
+
+def _huber_ridge(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Slopes of y on x (with an unpenalised intercept, not returned) and their covariance: Huber M-estimate with a
+    ridge penalty on the (standardised) slopes."""
     m, k = x.shape
     design = np.column_stack([np.ones(m), x])
     penalty = np.diag(np.r_[0.0, np.full(k, RIDGE)])
     weights = np.ones(m)
     coef = np.zeros(k + 1)
+    scale = 0.0
     for _ in range(HUBER_ITERATIONS):
         wd = design * weights[:, None]
         new = np.linalg.solve(design.T @ wd + penalty, wd.T @ y)
@@ -90,18 +107,20 @@ def _huber_ridge(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         # MAD scale of the residuals, Gaussian-consistent
         scale = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
         if scale <= 0:
-            return new
+            coef = new
+            break
         u = np.abs(resid) / (HUBER_C * scale)
         weights = np.where(u <= 1.0, 1.0, 1.0 / np.maximum(u, 1.0))
         converged = np.allclose(new, coef, rtol=1e-8, atol=1e-10)
         coef = new
         if converged:
             break
-    return coef
+    covariance = scale ** 2 * np.linalg.inv(design.T @ (design * weights[:, None]) + penalty)
+    return coef[1:], covariance[1:, 1:]
 
 
-def coefficients(y: np.ndarray, design: Design, periods: tuple[int, ...]) -> np.ndarray | None:
-    """Coefficients on the design columns (zero for a dropped column), or None if the history cannot support a fit."""
+def coefficients(y: np.ndarray, design: Design, periods: tuple[int, ...]) -> Coefficients | None:
+    """The effects of the design columns, or None if the history cannot support a fit."""
     n, k = design.history.shape
     per = usable_periods(periods, n)
     lag = per[0] if per else 1
@@ -115,26 +134,45 @@ def coefficients(y: np.ndarray, design: Design, periods: tuple[int, ...]) -> np.
     kept = spread > CONSTANT_TOLERANCE * np.maximum(magnitude, 1.0)
     if not kept.any() or len(rows) < int(kept.sum()) + 1 + MIN_RESIDUAL_DOF:
         return None
-    z = (dx[:, kept] - dx[:, kept].mean(axis=0)) / spread[kept]
-    slopes = _huber_ridge(z, dy)[1:]
-    beta = np.zeros(k)
-    beta[kept] = slopes / spread[kept]
-    return beta
+    z = (dx - dx.mean(axis=0)) / np.where(kept, spread, 1.0)
+    slopes, cov = _huber_ridge(z[:, kept], dy)
+    # a column whose effect cannot be told from zero would only add its noise to the forecast: refit without it
+    significant = np.abs(slopes) >= SIGNIFICANCE_Z * np.sqrt(np.diag(cov))
+    if not significant.all():
+        kept[np.flatnonzero(kept)[~significant]] = False
+        if kept.any():
+            slopes, cov = _huber_ridge(z[:, kept], dy)
+    beta, covariance = np.zeros(k), np.zeros((k, k))
+    if kept.any():
+        beta[kept] = slopes / spread[kept]
+        covariance[np.ix_(kept, kept)] = cov / np.outer(spread[kept], spread[kept])
+    return Coefficients(beta, covariance)
 
 
 def _covariate_forecast(model_id: str, y: np.ndarray, horizon: int, confidences: Sequence[float],
                         periods: tuple[int, ...], design: Design,
                         univariate: Univariate) -> list[ForecastResult] | None:
-    beta = coefficients(y, design, periods)
-    if beta is None:
+    fit = coefficients(y, design, periods)
+    if fit is None:
         return None
     centre = design.history.mean(axis=0)
-    residual = y - (design.history - centre) @ beta
-    effect = (design.future - centre) @ beta
+    residual = y - (design.history - centre) @ fit.beta
+    effect = (design.future - centre) @ fit.beta
+    # the residual model follows the residual series' recent level, so an error in beta shows in the forecast
+    # as far as the future columns move from their recent values (those of the last cycle, or the last row)
+    per = usable_periods(periods, len(y))
+    recent = design.history[-(per[0] if per else 1):].mean(axis=0)
+    moved = design.future - recent
+    effect_sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", moved, fit.covariance, moved), 0.0))
     floor = 0.0 if never_negative(y) else -np.inf
     out = []
-    for res in univariate(model_id, residual, horizon, confidences, periods):
-        med, lo, hi = (np.maximum(np.asarray(a) + effect, floor) for a in (res.median, res.lower, res.upper))
+    for c, res in zip(confidences, univariate(model_id, residual, horizon, confidences, periods), strict=True):
+        med = np.asarray(res.median) + effect
+        # the coefficients' uncertainty added to the residual model's, as independent errors
+        extra = (float(norm.ppf(0.5 + c / 2)) * effect_sd) ** 2
+        down = np.sqrt((np.asarray(res.median) - np.asarray(res.lower)) ** 2 + extra)
+        up = np.sqrt((np.asarray(res.upper) - np.asarray(res.median)) ** 2 + extra)
+        med, lo, hi = (np.maximum(a, floor) for a in (med, med - down, med + up))
         out.append(ForecastResult([float(v) for v in med], [float(v) for v in lo], [float(v) for v in hi],
                                   res.fallback, covariates_used=True))
     return out
