@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.anomalies import service as detection
 from app.anomalies.schemas import check_series as check_anomaly_series
 from app.anomalies.schemas import load_request as load_anomaly_request
-from app.compat.nixtla.exogenous import Exogenous
 from app.compat.nixtla.schemas import (
     N_WINDOWS_RANGE,
     NixtlaError,
@@ -39,6 +38,9 @@ from app.forecast.schemas import SubmittedSeries as ForecastSeries
 from app.forecast.service import cutoffs, points_needed
 from app.series.timestamps import TimestampError, future_timestamps
 from app.web.errors import ApiError
+
+if TYPE_CHECKING:
+    from app.compat.nixtla.exogenous import Exogenous
 
 Runner = Callable[[Any], Any]
 

@@ -12,14 +12,15 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.compat.nixtla.errors import NixtlaError, unsupported
-from app.compat.nixtla.exogenous import Exogenous
-from app.compat.nixtla.exogenous import read as read_exogenous
 from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.schemas import CONFIDENCE_RANGE, HORIZON_RANGE
+
+if TYPE_CHECKING:
+    from app.compat.nixtla.exogenous import Exogenous
 
 URL_PREFIX = "/v2"
 # What the client names TimeGPT's models: any of these (and no model at all) means this service's default.
@@ -199,6 +200,9 @@ def read_series(body: Any, headers: Mapping[str, str], *, max_points: int, detec
     if max(sizes) > max_points:
         raise NixtlaError(f"A series holds {max(sizes)} points; at most {max_points} are accepted.", status=422,
                           code="DATA_VALIDATION_ERROR")
+    # numpy loads with the first call that carries a body, not with the app (the web process stays slim)
+    from app.compat.nixtla.exogenous import read as read_exogenous
+
     exogenous = None if detection else read_exogenous(body, sizes, h=horizon(body) if forecast else None)
     if before_rebuild is not None:
         before_rebuild(len(sizes))
