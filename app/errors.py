@@ -37,6 +37,21 @@ class MalformedInput(ServiceError):
 class InputTooLarge(MalformedInput):
     """The input is over a documented size limit."""
 
+    @classmethod
+    def over(cls, limit: int | None) -> InputTooLarge:
+        """The body over ``limit`` bytes (MAX_BODY_BYTES or a route's own), named so a client knows how far to cut."""
+        if limit is None:
+            return cls("The request body is larger than the service accepts.")
+        return cls(f"The request body is larger than the {size_text(limit)} the service accepts.")
+
+
+def size_text(limit: int) -> str:
+    """A byte count as a limit is written: whole KiB, MiB or GiB where it is one, else bytes."""
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if limit >= unit and limit % unit == 0:
+            return f"{limit // unit} {name}"
+    return f"{limit:,} bytes"
+
 
 class UnsupportedFormat(MalformedInput):
     """The input comes in an encoding or format the service does not take."""

@@ -22,7 +22,7 @@ from marshmallow import ValidationError, fields, validate, validates_schema
 
 from app import errors as domain
 from app.batches import covariates as batch_covariates
-from app.batches.one_series import envelope_of, line_of, run_here, submitted_series
+from app.batches.one_series import ANSWERED, envelope_of, line_of, run_here, submitted_series
 from app.batches.schemas import ForecastBatchRequestSchema
 from app.compute.forecast.catalog import MODEL_IDS
 from app.forecast import service as forecasting
@@ -39,7 +39,6 @@ from app.forecast.schemas import load_request as load_forecast_request
 from app.forecast.service import cutoffs, points_needed
 from app.series.numbers import without_float32_noise
 from app.series.timestamps import TimestampError
-from app.web.errors import ApiError, DataValidationError, api_error_for
 from app.web.validation import problem
 
 log = logging.getLogger("app.batches")
@@ -115,10 +114,8 @@ class BacktestRunner:
                                                      frequency=self.frequency)
             return True, line_of({"id": series["id"], **self.backtest(series["timestamps"], series["values"],
                                                                       series.get("covariates") or ())})
-        except ApiError as error:
+        except ANSWERED as error:
             return False, line_of({"id": series["id"], "error": envelope_of(error, index)})
-        except domain.ServiceError as error:
-            return False, line_of({"id": series["id"], "error": envelope_of(api_error_for(error), index)})
         except Exception as exc:  # a model failure is this series' own 500, never the batch's
             log.warning("backtest series %s failed", index, exc_info=True)
             return False, line_of({"id": series["id"], "error": {
@@ -126,7 +123,7 @@ class BacktestRunner:
 
     def backtest(self, timestamps: list[Any], values: list[Any],
                  covariates: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
-        """The windows and scores of one series, or the ApiError (422) that POST /forecast would give it.
+        """The windows and scores of one series, or the error (422) that POST /forecast would give it.
         ``covariates`` span the series (POST /forecast's form without ``future``): each window takes their values
         up to its cut-off as history and, unless past-only, the values over its horizon as future."""
         import numpy as np
@@ -139,12 +136,12 @@ class BacktestRunner:
             # Windows are cut and scored by position: a missing value would leave a window without its actuals.
             index = missing_rows(values)[0]
             issue = "missing value (null): a backtest scores every point, so each needs a value"
-            raise DataValidationError(f"Invalid series data: {issue}.", details=problem(
+            raise domain.InvalidInput(f"Invalid series data: {issue}.", details=problem(
                 "series[0].values", issue, None, index=index))
         needed = points_needed(self.horizon, self.n_windows, self.step)
         if len(whole.values) < needed:
             issue = f"too short for the backtest's windows (at least {needed} points)"
-            raise DataValidationError(f"Invalid series data: {issue}.", details=problem(
+            raise domain.InvalidInput(f"Invalid series data: {issue}.", details=problem(
                 "series[0].values", issue, f"{len(whole.values)} points", minimum=needed))
         covariates = list(covariates)
         for position, covariate in enumerate(covariates):

@@ -10,7 +10,7 @@ from typing import Any
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.sansio.multipart import Data, Epilogue, Field, File, MultipartDecoder, NeedData
 
-from app.web.errors import InvalidRequest, PayloadTooLarge
+from app.errors import InputTooLarge, MalformedInput
 from app.web.validation import problem
 
 READ_BYTES = 1024 * 1024
@@ -22,8 +22,8 @@ OVERHEAD_BYTES = 64 * 1024
 _FORM = "one file part, as curl -F file=@data.csv sends it"
 
 
-def refused(issue: str, provided: str = "") -> InvalidRequest:
-    return InvalidRequest(f"Invalid form upload: {issue}; send {_FORM}.", details=problem("body", issue, provided))
+def refused(issue: str, provided: str = "") -> MalformedInput:
+    return MalformedInput(f"Invalid form upload: {issue}; send {_FORM}.", details=problem("body", issue, provided))
 
 
 def boundary_of(params: dict[str, str]) -> str:
@@ -82,5 +82,5 @@ class FormFile:
         data = self._stream.read(READ_BYTES)
         self._raw += len(data)
         if self._raw > self._max_raw:
-            raise PayloadTooLarge.over(self._max_raw - OVERHEAD_BYTES)
+            raise InputTooLarge.over(self._max_raw - OVERHEAD_BYTES)
         self._decoder.receive_data(data or None)

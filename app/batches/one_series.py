@@ -33,6 +33,10 @@ from app.web.errors import ApiError, api_error_for
 
 log = logging.getLogger("app.batches")
 
+# What a series' failure is answered with, as its single-series request would be: the front doors' checks are their
+# schemas' (the HTTP edge's errors), the work after them the domain's.
+ANSWERED = (ApiError, domain.ServiceError)
+
 FORECAST, ANOMALIES, BACKTEST = "forecast", "anomalies", "backtest"
 KINDS = (FORECAST, ANOMALIES, BACKTEST)
 
@@ -66,10 +70,8 @@ class SeriesRunner:
             else:
                 result = self._anomalies(self.request, series)
             return True, line_of({"id": series["id"], **result})
-        except ApiError as error:
+        except ANSWERED as error:
             return False, line_of({"id": series["id"], "error": envelope_of(error, index)})
-        except domain.ServiceError as error:
-            return False, line_of({"id": series["id"], "error": envelope_of(api_error_for(error), index)})
         except Exception as exc:  # a model failure is this series' own 500, never the batch's
             log.warning("batch series %s failed", index, exc_info=True)
             failure = "Anomaly detection failed" if self.kind == ANOMALIES else "The forecast failed"
@@ -130,11 +132,12 @@ def submitted_series(submitted: dict[str, Any], spec: CovariateFields) -> Submit
     )
 
 
-def envelope_of(error: ApiError, index: int) -> dict[str, Any]:
+def envelope_of(error: ApiError | domain.ServiceError, index: int) -> dict[str, Any]:
     """The error as POST /forecast would answer it, its field paths naming this series' place in the batch
     (``series[0]`` of the single-series request is ``series[index]`` of the batch)."""
-    details = _renamed(error.details or {}, index)
-    return {"code": error.code, "message": error.message, "details": details}
+    answer = api_error_for(error) if isinstance(error, domain.ServiceError) else error
+    details = _renamed(answer.details or {}, index)
+    return {"code": answer.code, "message": answer.message, "details": details}
 
 
 def _renamed(details: dict[str, Any], index: int) -> dict[str, Any]:

@@ -10,31 +10,31 @@ from datetime import UTC, datetime
 
 from app.batches import store
 from app.db import Database
+from app.errors import InputTooLarge, QuotaExceeded
 from app.series.instants import moment_text
-from app.web.errors import PayloadTooLarge, RateLimitExceeded
 
 # Asked again after this long when none of the account's batches has an expiry yet (all still running).
 RETRY_SECONDS = 60
 
 
-def larger_than_quota(size: int, quota: int) -> PayloadTooLarge:
-    return PayloadTooLarge(
+def larger_than_quota(size: int, quota: int) -> InputTooLarge:
+    return InputTooLarge(
         f"The batch's {size:,} bytes are more than the account's quota of {quota:,} bytes of stored batch data.",
         details={"field": "body", "issue": "larger than the account's batch data quota", "provided": f"{size} bytes",
                  "maximum": quota},
     )
 
 
-def over_quota(database: Database, account_id: str, *, stored: int, size: int, quota: int) -> RateLimitExceeded:
+def over_quota(database: Database, account_id: str, *, stored: int, size: int, quota: int) -> QuotaExceeded:
     expiry = store.first_expiry(database, account_id)
     now = datetime.now(UTC)
     wait = max(1, int((expiry - now).total_seconds())) if expiry is not None and expiry > now else RETRY_SECONDS
-    return RateLimitExceeded(
+    return QuotaExceeded(
         f"The account keeps {stored:,} bytes of batch data; {size:,} more would pass its quota of {quota:,} "
         f"bytes. Delete finished batches (DELETE /batches/{{id}}) or wait for them to expire.",
         details={"limit": quota, "window": "stored batch data", "stored": stored, "provided": f"{size} bytes",
                  **({"reset_time": moment_text(expiry)} if expiry is not None else {})},
-        headers={"Retry-After": str(wait)},
+        retry_after=wait,
     )
 
 

@@ -22,8 +22,8 @@ from app.batches import backtest
 from app.batches import covariates as batch_covariates
 from app.batches.one_series import ANOMALIES, BACKTEST, FORECAST, KINDS
 from app.batches.schemas import ID_LENGTH, AnomalyBatchRequestSchema, ForecastBatchRequestSchema
+from app.errors import InputTooLarge, MalformedInput
 from app.forecast.schemas import load_request as load_forecast_request
-from app.web.errors import InvalidRequest, PayloadTooLarge
 from app.web.validation import envelope, load_object, problem, unstorable
 
 CSV_HEADER = ("unique_id", "timestamp", "value")
@@ -60,8 +60,8 @@ class BatchFields:
     parameters: dict[str, Any]
 
 
-def too_many_series(count: int, maximum: int) -> PayloadTooLarge:
-    return PayloadTooLarge(
+def too_many_series(count: int, maximum: int) -> InputTooLarge:
+    return InputTooLarge(
         f"The batch holds {count:,} series; at most {maximum:,} are accepted in one batch.",
         details={"field": "series", "issue": "too many series", "provided": f"{count} series", "maximum": maximum},
     )
@@ -89,7 +89,7 @@ def read_json_batch(body: Any, headers: Mapping[str, str], *, max_series: int,
     if not problems and data["kind"] != ANOMALIES:
         problems = batch_covariates.json_series_problems(data["series"], data, backtest=data["kind"] == BACKTEST)
     if problems:
-        raise InvalidRequest(f"Invalid request: {problems[0]['field']}: {problems[0]['issue']}.",
+        raise MalformedInput(f"Invalid request: {problems[0]['field']}: {problems[0]['issue']}.",
                              details=envelope(problems))
     fields = check_fields(data["kind"], body, headers)
     series = [{"id": s["id"], "timestamps": s["timestamps"], "values": s["values"],
@@ -113,7 +113,7 @@ def refuse_unstorable(series: list[dict[str, Any]]) -> None:
             for position, item in enumerate(items):
                 issue = unstorable(item) if isinstance(item, str) else None
                 if issue is not None:
-                    raise InvalidRequest(f"Invalid request: {field}: {issue}.",
+                    raise MalformedInput(f"Invalid request: {field}: {issue}.",
                                          details=problem(field, issue, item, index=position))
 
 
@@ -195,7 +195,7 @@ class UploadScan:
 
     def feed(self, data: bytes) -> None:
         if b"\0" in data:
-            raise InvalidRequest("Invalid CSV upload: it holds a NUL character, which no field may contain.",
+            raise MalformedInput("Invalid CSV upload: it holds a NUL character, which no field may contain.",
                                  details=problem("body", "NUL character", "\\x00"))
         text = self._rest + data
         cut = _row_end(text)
@@ -244,7 +244,7 @@ class UploadScan:
             return [row[self._column].encode() for row in rows if len(row) > self._column]
         except csv.Error as error:
             if "field larger than field limit" in str(error):
-                raise InvalidRequest(
+                raise MalformedInput(
                     f"Invalid CSV upload: a field is longer than {MAX_FIELD_CHARS:,} characters.",
                     details=problem("body", "field too long", f"more than {MAX_FIELD_CHARS} characters",
                                     maximum=MAX_FIELD_CHARS),
@@ -263,7 +263,7 @@ class UploadScan:
                            "takes no covariate columns", ",".join(names)[:200])
         found = batch_covariates.header_problems(further, self.declared)
         if found:
-            raise InvalidRequest(f"Invalid CSV upload: {found[0]['field']}: {found[0]['issue']}.",
+            raise MalformedInput(f"Invalid CSV upload: {found[0]['field']}: {found[0]['issue']}.",
                                  details=envelope(found))
         self._column = names.index("unique_id")
         self._pattern = re.compile(rb"^(?:[^,\r\n]*,){%d}([^,\r\n]*)" % self._column, re.MULTILINE)
@@ -283,17 +283,17 @@ def _row_end(text: bytes) -> int:
     return cut + 1 if cut >= 0 else -1
 
 
-def _long_id(unique_id: bytes) -> InvalidRequest:
+def _long_id(unique_id: bytes) -> MalformedInput:
     text = unique_id.decode("utf-8", "replace")
-    return InvalidRequest(
+    return MalformedInput(
         f"Invalid CSV upload: unique_id: Must be between 1 and {MAX_ID_CHARS} characters, as a JSON batch's ids.",
         details=problem("unique_id", f"Must be between 1 and {MAX_ID_CHARS} characters",
                         f"{text[:32]}... ({len(text):,} characters)", maximum=MAX_ID_CHARS),
     )
 
 
-def _bad_csv(issue: str, provided: str) -> InvalidRequest:
-    return InvalidRequest(f"Invalid CSV upload: {issue}.", details=problem("body", issue, provided))
+def _bad_csv(issue: str, provided: str) -> MalformedInput:
+    return MalformedInput(f"Invalid CSV upload: {issue}.", details=problem("body", issue, provided))
 
 
 def pieces(stream: Any, *, max_bytes: int, scan: UploadScan) -> Iterator[bytes]:
@@ -307,7 +307,7 @@ def pieces(stream: Any, *, max_bytes: int, scan: UploadScan) -> Iterator[bytes]:
             break
         received += len(data)
         if received > max_bytes:
-            raise PayloadTooLarge.over(max_bytes)
+            raise InputTooLarge.over(max_bytes)
         scan.feed(data)
         parts.append(data)
         size += len(data)

@@ -41,17 +41,8 @@ class PayloadTooLarge(InvalidRequest):
 
     @classmethod
     def over(cls, limit: int | None) -> PayloadTooLarge:
-        """The 413 that names the limit (MAX_BODY_BYTES), so a client knows how far to cut its body."""
-        if limit is None:
-            return cls("The request body is larger than the service accepts.")
-        return cls(f"The request body is larger than the {_size(limit)} the service accepts.")
-
-
-def _size(limit: int) -> str:
-    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if limit >= unit and limit % unit == 0:
-            return f"{limit // unit} {name}"
-    return f"{limit:,} bytes"
+        """The 413 that names the limit (MAX_BODY_BYTES), worded as the domain's InputTooLarge.over words it."""
+        return cls(domain.InputTooLarge.over(limit).message)
 
 
 class UnsupportedMediaType(InvalidRequest):

@@ -9,7 +9,8 @@ import pytest
 
 from app.batches.csv_split import UploadError, series_from_csv
 from app.batches.submit import PIECE_BYTES, UploadScan, pieces
-from app.web.errors import ApiError
+from app.errors import InputTooLarge, MalformedInput
+from app.web.errors import api_error_for
 
 UPLOAD = (
     b"value,unique_id,timestamp\r\n"
@@ -56,18 +57,18 @@ def test_the_upload_is_stored_in_pieces_of_at_least_piece_bytes_in_order(most: i
     stored = list(pieces(ShortReads(body, most), max_bytes=len(body), scan=scanner))
     assert b"".join(stored) == body and scanner.finish() == 1
     assert len(stored) == 3 and all(len(piece) >= PIECE_BYTES for piece in stored[:-1])
-    with pytest.raises(ApiError) as too_large:
+    with pytest.raises(InputTooLarge) as too_large:
         list(pieces(ShortReads(body, most), max_bytes=len(body) - 1, scan=UploadScan(max_series=10)))
-    assert too_large.value.status == 413
+    assert api_error_for(too_large.value).status == 413
 
 
 def test_the_scan_refuses_a_wrong_header_and_too_many_series() -> None:
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(MalformedInput) as refused:
         scan(b"id,timestamp,value\nx,2026-01-01T00:00:00,1\n", 100)
-    assert refused.value.status == 400
-    with pytest.raises(ApiError) as too_many:
+    assert api_error_for(refused.value).status == 400
+    with pytest.raises(InputTooLarge) as too_many:
         scan(b"unique_id,timestamp,value\n" + b"".join(b"s%d,t,1\n" % i for i in range(5)), 8, max_series=4)
-    assert too_many.value.status == 413 and too_many.value.details["maximum"] == 4
+    assert api_error_for(too_many.value).status == 413 and too_many.value.details["maximum"] == 4
 
 
 def test_series_in_order_of_first_appearance_with_values_as_json_would_hold_them() -> None:
