@@ -174,7 +174,7 @@ def test_a_forecast_past_its_timeout_frees_the_worker() -> None:
 
 def test_an_idle_worker_that_died_is_replaced_and_the_job_runs() -> None:
     """A job sent to a worker that died while idle never started: it runs on a fresh worker, no 500.
-    (A worker that dies during a job answers 500: tests/api/test_pool_readiness.py.)"""
+    (A worker that dies during a job answers 500: tests/api/compute/test_pool.py.)"""
     pool = WorkerPool(workers=1, timeout_seconds=30, queue_limit=4)
     pool.start(wait=True)
     try:

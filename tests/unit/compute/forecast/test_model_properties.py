@@ -195,7 +195,7 @@ def test_steps_seen_from_fewer_origins_get_wider_quantiles():
     prof = np.arange(1, 9, dtype=float)  # 8 steps: two beyond the evaluated window
     em_whole = fit_errors(whole, 1.0)
     # the step factor of the pooled model alone: these flat errors get the random-walk floor, beside which
-    # the model under their own growth is kept (tests/unit/test_models.py covers how the two combine)
+    # the model under their own growth is kept (tests/unit/compute/forecast/test_models.py covers how the two combine)
     em_cut = dataclasses.replace(fit_errors(cut, 1.0), unfloored=None)
     per_unit_whole = em_whole.half_widths(8, 0.95)[1] / prof ** em_whole.b
     assert np.allclose(per_unit_whole, per_unit_whole[0])
