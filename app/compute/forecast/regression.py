@@ -91,14 +91,17 @@ class Coefficients:
     covariance: np.ndarray  # (k, k)
 
 
-def _huber_ridge(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _huber_ridge(x: np.ndarray, y: np.ndarray, overlap: int) -> tuple[np.ndarray, np.ndarray]:
     """Slopes of y on x (with an unpenalised intercept, not returned) and their covariance: Huber M-estimate with a
-    ridge penalty on the (standardised) slopes."""
+    ridge penalty on the (standardised) slopes. The covariance is the sandwich with Newey-West (Bartlett) weights
+    over ``overlap`` lags: differences over a lag of L points overlap, so their errors are correlated up to L
+    apart and the plain formula would count every row as independent (see the end)."""
     m, k = x.shape
     design = np.column_stack([np.ones(m), x])
     penalty = np.diag(np.r_[0.0, np.full(k, RIDGE)])
     weights = np.ones(m)
     coef = np.zeros(k + 1)
+    resid = y.copy()
     scale = 0.0
     for _ in range(HUBER_ITERATIONS):
         wd = design * weights[:, None]
@@ -106,21 +109,30 @@ def _huber_ridge(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         resid = y - design @ new
         # MAD scale of the residuals, Gaussian-consistent
         scale = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+        converged = np.allclose(new, coef, rtol=1e-8, atol=1e-10)
+        coef = new
         if scale <= 0:
-            coef = new
             break
         u = np.abs(resid) / (HUBER_C * scale)
         weights = np.where(u <= 1.0, 1.0, 1.0 / np.maximum(u, 1.0))
-        converged = np.allclose(new, coef, rtol=1e-8, atol=1e-10)
-        coef = new
         if converged:
             break
-    covariance = scale ** 2 * np.linalg.inv(design.T @ (design * weights[:, None]) + penalty)
-    return coef[1:], covariance[1:, 1:]
+    bread = np.linalg.inv(design.T @ (design * weights[:, None]) + penalty)
+    scores = design * (weights * resid)[:, None]  # Huber's psi of each residual times its row
+    meat = scores.T @ scores
+    for lag in range(1, min(overlap, m - 1) + 1):
+        cross = scores[lag:].T @ scores[:-lag]
+        meat += (1.0 - lag / (overlap + 1.0)) * (cross + cross.T)
+    sandwich = (bread @ meat @ bread)[1:, 1:]
+    plain = (scale ** 2 * bread)[1:, 1:]
+    # the sandwich allows for the overlap but is itself biased low on short samples, the plain formula ignores
+    # the overlap: the larger of the two is the cautious choice
+    return coef[1:], sandwich if np.trace(sandwich) >= np.trace(plain) else plain
 
 
 def coefficients(y: np.ndarray, design: Design, periods: tuple[int, ...]) -> Coefficients | None:
-    """The effects of the design columns, or None if the history cannot support a fit."""
+    """The effects of the design columns (all zero when none varies beyond the series' season or none is
+    significant), or None if the history has too few rows for a fit."""
     n, k = design.history.shape
     per = usable_periods(periods, n)
     lag = per[0] if per else 1
@@ -132,17 +144,19 @@ def coefficients(y: np.ndarray, design: Design, periods: tuple[int, ...]) -> Coe
     spread = dx.std(axis=0) if len(rows) else np.zeros(k)
     magnitude = np.max(np.abs(design.history), axis=0) if n else np.zeros(k)
     kept = spread > CONSTANT_TOLERANCE * np.maximum(magnitude, 1.0)
-    if not kept.any() or len(rows) < int(kept.sum()) + 1 + MIN_RESIDUAL_DOF:
+    if len(rows) < int(kept.sum()) + 1 + MIN_RESIDUAL_DOF:
         return None
+    beta, covariance = np.zeros(k), np.zeros((k, k))
+    if not kept.any():
+        return Coefficients(beta, covariance)
     z = (dx - dx.mean(axis=0)) / np.where(kept, spread, 1.0)
-    slopes, cov = _huber_ridge(z[:, kept], dy)
+    slopes, cov = _huber_ridge(z[:, kept], dy, lag)
     # a column whose effect cannot be told from zero would only add its noise to the forecast: refit without it
     significant = np.abs(slopes) >= SIGNIFICANCE_Z * np.sqrt(np.diag(cov))
     if not significant.all():
         kept[np.flatnonzero(kept)[~significant]] = False
         if kept.any():
-            slopes, cov = _huber_ridge(z[:, kept], dy)
-    beta, covariance = np.zeros(k), np.zeros((k, k))
+            slopes, cov = _huber_ridge(z[:, kept], dy, lag)
     if kept.any():
         beta[kept] = slopes / spread[kept]
         covariance[np.ix_(kept, kept)] = cov / np.outer(spread[kept], spread[kept])
@@ -153,8 +167,13 @@ def _covariate_forecast(model_id: str, y: np.ndarray, horizon: int, confidences:
                         periods: tuple[int, ...], design: Design,
                         univariate: Univariate) -> list[ForecastResult] | None:
     fit = coefficients(y, design, periods)
-    if fit is None:
-        return None
+    return None if fit is None else _forecast(model_id, y, horizon, confidences, periods, design, fit, univariate)
+
+
+def _forecast(model_id: str, y: np.ndarray, horizon: int, confidences: Sequence[float], periods: tuple[int, ...],
+              design: Design, fit: Coefficients, univariate: Univariate) -> list[ForecastResult]:
+    """The residual series' forecast plus the covariates' effect, its interval widened by the effect's
+    uncertainty."""
     centre = design.history.mean(axis=0)
     residual = y - (design.history - centre) @ fit.beta
     effect = (design.future - centre) @ fit.beta
@@ -221,17 +240,17 @@ def forecast_with_covariates(model_id: str, y: np.ndarray, horizon: int, confide
     """The covariate forecast if it beat the univariate one on holdout windows at the end of the history, else the
     univariate forecast with covariates_used=False and the reason."""
     design = Design(covariates, len(y), horizon)
-    plain = univariate(model_id, y, horizon, confidences, periods)
-    if not covariates.names:
-        return _unused(plain, "no covariate columns were given")
-    checked = _holdout_errors(model_id, y, horizon, periods, covariates, univariate)
-    if checked is None:
-        return _unused(plain, "the history is too short to fit the covariates and check them on a holdout")
-    with_cov, without = checked
-    if not with_cov < without:
-        return _unused(plain, "on holdout windows at the end of the history the covariates did not make the "
-                              "forecast more accurate")
-    full = _covariate_forecast(model_id, y, horizon, confidences, periods, design, univariate)
-    if full is None:
-        return _unused(plain, "the covariates could not be fitted on the history")
-    return full
+    fit = coefficients(y, design, periods) if covariates.names else None
+    if fit is None:
+        note = "the history is too short to fit the covariates" if covariates.names else "no covariate was given"
+    elif not fit.beta.any():
+        note = "no covariate had an effect beyond the series' own trend and season that could be told from zero"
+    else:
+        checked = _holdout_errors(model_id, y, horizon, periods, covariates, univariate)
+        if checked is None:
+            note = "the history is too short to check the covariates on a holdout"
+        elif not checked[0] < checked[1]:
+            note = "on holdout windows at the end of the history the covariates did not make the forecast more accurate"
+        else:
+            return _forecast(model_id, y, horizon, confidences, periods, design, fit, univariate)
+    return _unused(univariate(model_id, y, horizon, confidences, periods), note)
