@@ -54,7 +54,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/batches.md", 'curl -sS -X POST "$BASE/batches" -H "Authorization: Bearer $API_KEY" -H '
                         '"Content-Type: application/json" \\'): "its series is abbreviated with \"...\"",
     ("docs/monitors.md", "printf '%s\\n' '{\"monitor_id\":\"mon_a...\",\"timestamp\":\"2026-01-01T00:00:00Z\","
-                         "\"value\":5}' \\"): "its monitor ids are abbreviated (tests/api/test_monitors_bulk.py "
+                         "\"value\":5}' \\"): "its monitor ids are abbreviated (tests/api/monitors/intake/test_bulk.py "
     "sends such bodies)",
 }
 

@@ -5,13 +5,12 @@ enables it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import ROOT, bearer, build_app, new_key, services_of, settings_for
 
 
 @pytest.fixture(scope="module")
@@ -48,5 +47,5 @@ def test_the_refusal_names_its_field_and_hides_the_address(app: Flask, client: F
 
 
 def test_readme_says_how_a_local_trial_allows_private_addresses() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     assert "ALLOW_PRIVATE_WEBHOOKS=1 make run" in readme
