@@ -17,6 +17,7 @@ from flask.testing import FlaskClient
 
 from app.compat.nixtla import answers
 from app.compat.nixtla.schemas import MAX_FITS_PER_CALL, MAX_SERIES_PER_CALL, read_series
+from app.forecast.covariates import MAX_COVARIATES
 from tests.support import ROOMY_LIMITS, bearer, new_key, services_of, serving_app
 
 
@@ -168,3 +169,33 @@ def test_add_history_costs_one_fit_per_series_window(app: Flask) -> None:
     assert len(fits) == 3 and out["sizes"] == [100] * 3
     # each series' last 100 hours, each forecast from the 236 hours before them
     assert out["idxs"] == [i for start in (0, 336, 672) for i in range(start + 236, start + 336)]
+
+
+def with_columns(values: list[float], count: int) -> dict[str, Any]:
+    """A forecast body with ``count`` past-only exogenous columns."""
+    sent = body(values)
+    sent["series"]["X"] = [[float(i % 7 + number) for i in range(len(values))] for number in range(count)]
+    return sent
+
+
+@pytest.mark.parametrize(("path", "sent", "status", "code", "start"), [
+    # A front door's refusal of one series, named by its place in the call.
+    ("/v2/forecast", body(hourly(60) + hourly(3), sizes=[60, 3]), 422, "DATA_VALIDATION_ERROR",
+     "series 1: Invalid series data: "),
+    ("/v2/cross_validation", body(hourly(20), h=6, n_windows=5), 422, "DATA_VALIDATION_ERROR",
+     "series 0 holds 20 points, too few for 5 windows"),
+    ("/v2/cross_validation", body(hourly(60), full_history=True, step_size=2), 400, "INVALID_REQUEST",
+     "step_size must equal h (4) with full_history"),
+    ("/v2/anomaly_detection", body(hourly(60), level=20), 400, "INVALID_REQUEST",
+     "level must be a number between 50 and 99.99"),
+    ("/v2/online_anomaly_detection", body(hourly(60), level=99, detection_size=60), 422, "DATA_VALIDATION_ERROR",
+     "series 0 holds 60 points; detection_size=60 leaves no history"),
+    ("/v2/forecast", with_columns(hourly(60), MAX_COVARIATES + 1), 400, "TOO_MANY_COVARIATES",
+     f"A call may send at most {MAX_COVARIATES} exogenous columns"),
+])
+def test_refusals_keep_their_status_and_code_in_nixtlas_shape(app: Flask, key: str, path: str, sent: dict[str, Any],
+                                                              status: int, code: str, start: str) -> None:
+    answer = app.test_client().post(path, headers=bearer(key), json=sent)
+    refusal = answer.get_json()
+    assert answer.status_code == status and set(refusal) == {"detail", "code"}, refusal
+    assert refusal["code"] == code and refusal["detail"].startswith(start), refusal

@@ -231,8 +231,6 @@ PAGES_WITH_API_STATUS = {"app.dashboard.work_pages"}
 # A batch series' result carries its error in the envelope its own request would be answered with: the front doors'
 # checks raise the HTTP edge's errors (they are schemas), the work after them the domain's.
 BATCH_RESULTS_IN_API_ENVELOPE = {"app.batches.one_series"}
-# Still raising or catching app.web.errors' classes; struck off as each moves onto app.errors (issue 80).
-HTTP_ERRORS_TO_MOVE = {"app.compat.nixtla.answers", "app.compat.nixtla.errors"}
 MOST_MODULES_IMPORTING_WEB_ERRORS = 5
 
 
@@ -249,8 +247,8 @@ def modules_importing_web_errors() -> set[str]:
 def test_domain_code_raises_the_domains_errors() -> None:
     importing = modules_importing_web_errors()
     allowed = PAGES_WITH_API_STATUS | BATCH_RESULTS_IN_API_ENVELOPE
-    unlisted = importing - allowed - HTTP_ERRORS_TO_MOVE
+    unlisted = importing - allowed
     assert not unlisted, "raise app.errors' kinds instead of app.web.errors' classes:\n" + "\n".join(sorted(unlisted))
-    moved = (allowed | HTTP_ERRORS_TO_MOVE) - importing
+    moved = allowed - importing
     assert not moved, "no longer import app.web.errors; strike them off the lists:\n" + "\n".join(sorted(moved))
-    assert len(importing - HTTP_ERRORS_TO_MOVE) <= MOST_MODULES_IMPORTING_WEB_ERRORS
+    assert len(importing) <= MOST_MODULES_IMPORTING_WEB_ERRORS

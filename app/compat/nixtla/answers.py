@@ -15,16 +15,17 @@ from app.anomalies.schemas import check_series as check_anomaly_series
 from app.anomalies.schemas import load_request as load_anomaly_request
 from app.compat.nixtla.schemas import (
     N_WINDOWS_RANGE,
-    NixtlaError,
     NixtlaRequest,
     SubmittedSeries,
     horizon,
+    in_series,
     integer,
     level_name,
     levels,
 )
 from app.compute.forecast.results import ForecastResult
 from app.compute.forecast.work import CovariateMatrix, LevelsWork
+from app.errors import InvalidInput, MalformedInput
 from app.forecast import service as forecasting
 from app.forecast.schemas import (
     DEFAULT_CONFIDENCE,
@@ -37,17 +38,11 @@ from app.forecast.schemas import (
 from app.forecast.schemas import SubmittedSeries as ForecastSeries
 from app.forecast.service import cutoffs, points_needed
 from app.series.timestamps import TimestampError, future_timestamps
-from app.web.errors import ApiError
 
 if TYPE_CHECKING:
     from app.compat.nixtla.exogenous import Exogenous
 
 Runner = Callable[[Any], Any]
-
-
-def _in_series(index: int, error: ApiError) -> NixtlaError:
-    """The front door's error, naming the series by its place in the request (the client sorts by unique_id)."""
-    return NixtlaError(f"series {index}: {error.message}", status=error.status, code=error.code)
 
 
 def _checked(series: SubmittedSeries, end: int, frequency: str, *, max_points: int) -> SeriesData:
@@ -102,8 +97,7 @@ def _fit(checked: SeriesData, h: int, frequency: str, model_id: str, confidences
     try:
         future_timestamps(checked.axis, h)  # as POST /forecast: unwritable timestamps are refused before any work
     except TimestampError as exc:
-        raise NixtlaError(f"The forecast's timestamps cannot be written: {exc.issue}.", status=422,
-                          code="DATA_VALIDATION_ERROR") from exc
+        raise InvalidInput(f"The forecast's timestamps cannot be written: {exc.issue}.") from exc
     work = forecasting.work_for(request, checked)
     if covariates is not None:
         work = replace(work, covariates=covariates)
@@ -125,15 +119,11 @@ def forecast(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[st
     exogenous = request.exogenous
     answer = _Intervals(levels(request.body.get("level")), exogenous)
     for index, series in enumerate(request.series):
-        try:
+        with in_series(index):
             checked = _checked(series, len(series.values), request.data_frequency, max_points=max_points)
             covariates = None if exogenous is None else exogenous.for_forecast(index, missing_rows(series.values))
             answer.add(_fit(checked, h, request.data_frequency, request.model_id, answer.confidences(), run,
                             covariates))
-        except NixtlaError:
-            raise
-        except ApiError as error:
-            raise _in_series(index, error) from error
     return answer.body()
 
 
@@ -145,11 +135,9 @@ def _windows(index: int, length: int, h: int, n_windows: int, step: int, full_hi
     if full_history and length > MIN_POINTS:
         return min(h, length - MIN_POINTS), 1
     if full_history:
-        raise NixtlaError(f"series {index} holds {length} points; add_history needs more than {MIN_POINTS}.",
-                          status=422, code="DATA_VALIDATION_ERROR")
-    raise NixtlaError(f"series {index} holds {length} points, too few for {n_windows} windows of h={h} every "
-                      f"{step} (at least {points_needed(h, n_windows, step)}).", status=422,
-                      code="DATA_VALIDATION_ERROR")
+        raise InvalidInput(f"series {index} holds {length} points; add_history needs more than {MIN_POINTS}.")
+    raise InvalidInput(f"series {index} holds {length} points, too few for {n_windows} windows of h={h} every "
+                       f"{step} (at least {points_needed(h, n_windows, step)}).")
 
 
 def cross_validation(request: NixtlaRequest, *, max_points: int, run: Runner) -> dict[str, Any]:
@@ -162,7 +150,7 @@ def cross_validation(request: NixtlaRequest, *, max_points: int, run: Runner) ->
     n_windows = integer(body, "n_windows", *N_WINDOWS_RANGE, default=1)
     step = integer(body, "step_size", 1, 10_000, default=h)
     if full_history and step != h:
-        raise NixtlaError(f"step_size must equal h ({h}) with full_history: its windows tile each series' tail.")
+        raise MalformedInput(f"step_size must equal h ({h}) with full_history: its windows tile each series' tail.")
     exogenous = request.exogenous
     answer = _Intervals(levels(body.get("level")), exogenous)
     idxs: list[int] = []
@@ -172,17 +160,13 @@ def cross_validation(request: NixtlaRequest, *, max_points: int, run: Runner) ->
         h_here, windows = _windows(index, length, h, n_windows, step, full_history)
         step_here = h_here if full_history else step
         missing = missing_rows(series.values) if exogenous is not None else []
-        try:
+        with in_series(index):
             for cut in cutoffs(length, h_here, windows, step_here):
                 checked = _checked(series, cut, request.data_frequency, max_points=max_points)
                 covariates = None if exogenous is None else exogenous.for_window(index, cut, h_here, missing)
                 answer.add(_fit(checked, h_here, request.data_frequency, request.model_id, answer.confidences(),
                                 run, covariates))
                 idxs.extend(range(offset + cut, offset + cut + h_here))
-        except NixtlaError:
-            raise
-        except ApiError as error:
-            raise _in_series(index, error) from error
         sizes.append(windows * h_here)
     return {**answer.body(), "idxs": idxs, "sizes": sizes}
 
@@ -190,20 +174,18 @@ def cross_validation(request: NixtlaRequest, *, max_points: int, run: Runner) ->
 def _detector_level(body: Any) -> float:
     level = body.get("level", 99)
     if not isinstance(level, int | float) or isinstance(level, bool) or not 50 <= level <= 99.99:
-        raise NixtlaError(f"level must be a number between 50 and 99.99 for anomaly detection; got "
-                          f"{str(level)[:32]}.")
+        raise MalformedInput(f"level must be a number between 50 and 99.99 for anomaly detection; got "
+                             f"{str(level)[:32]}.")
     return float(level)
 
 
 def _detect(request: NixtlaRequest, index: int, series: SubmittedSeries, level: float, *, max_points: int,
             run: Runner, start: int = 0) -> Any:
-    try:
+    with in_series(index):
         one = load_anomaly_request({"series": [{"timestamps": series.timestamps, "values": series.values}],
                                     "data_frequency": request.data_frequency, "confidence": level / 100},
                                    {"X-Model-Id": request.model_id})
         checked = check_anomaly_series(one, max_points=max_points)
-    except ApiError as error:
-        raise _in_series(index, error) from error
     return detection.detect(checked.epoch_seconds, checked.values, data_frequency=one.data_frequency,
                             confidence=one.confidence, detector=one.detector, start=start, run=run)
 
@@ -238,8 +220,8 @@ def online_anomaly_detection(request: NixtlaRequest, *, max_points: int, run: Ru
     for index, (series, offset) in enumerate(zip(request.series, request.offsets, strict=True)):
         length = len(series.values)
         if size >= length:
-            raise NixtlaError(f"series {index} holds {length} points; detection_size={size} leaves no history to "
-                              f"judge them from.", status=422, code="DATA_VALIDATION_ERROR")
+            raise InvalidInput(f"series {index} holds {length} points; detection_size={size} leaves no history to "
+                               f"judge them from.")
         start = length - size
         result = _detect(request, index, series, level, max_points=max_points, run=run, start=start)
         out["mean"] += result.expected

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from app.compat.nixtla.errors import NixtlaError
+from app.compat.nixtla.errors import TooManyCovariates
 from app.compute.forecast.work import CovariateMatrix
+from app.errors import MalformedInput
 from app.forecast.covariates import MAX_CATEGORIES, MAX_COVARIATES, MAX_DESIGN_COLUMNS
 from app.web.fields import MAX_ABS_VALUE, all_in_range
 
@@ -78,7 +79,7 @@ def _columns(value: Any, field: str) -> list[Any] | None:
     if value is None or value == []:
         return None
     if not isinstance(value, list) or not all(isinstance(column, list) for column in value):
-        raise NixtlaError(f"series.{field} must be a list of columns, each a list of numbers.")
+        raise MalformedInput(f"series.{field} must be a list of columns, each a list of numbers.")
     return value
 
 
@@ -112,10 +113,10 @@ def _numbers(column: list[Any], field: str, sizes: Sequence[int], per_series: in
         if values is not None and all_in_range(values):
             return values
     bad = next(number for number, item in enumerate(column) if not _finite(item))
-    raise NixtlaError(f"series.{field} holds {_shown(column[bad])} for {_place(bad, sizes, per_series)}: exogenous "
-                      f"values must be finite numbers (of magnitude at most {MAX_ABS_VALUE:g}). Fill or drop "
-                      "missing values before sending (the client sends NaN as null); name a column of categories "
-                      "in categorical_exog_list.")
+    raise MalformedInput(f"series.{field} holds {_shown(column[bad])} for {_place(bad, sizes, per_series)}: exogenous "
+                          f"values must be finite numbers (of magnitude at most {MAX_ABS_VALUE:g}). Fill or drop "
+                          "missing values before sending (the client sends NaN as null); name a column of categories "
+                          "in categorical_exog_list.")
 
 
 def _category(item: Any) -> str | None:
@@ -134,8 +135,8 @@ def _categories(column: list[Any], field: str, sizes: Sequence[int], per_series:
     texts = [_category(item) for item in column]
     if None in texts:
         bad = texts.index(None)
-        raise NixtlaError(f"series.{field} holds {_shown(column[bad])} for {_place(bad, sizes, per_series)}: a "
-                          "categorical column's values must be strings or finite numbers, none missing.")
+        raise MalformedInput(f"series.{field} holds {_shown(column[bad])} for {_place(bad, sizes, per_series)}: a "
+                              "categorical column's values must be strings or finite numbers, none missing.")
     return np.array(texts, dtype=object)
 
 
@@ -143,10 +144,10 @@ def _indices(value: Any, count: int, name: str) -> list[int]:
     if value is None or value == []:
         return []
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise NixtlaError(f"{name} must be a list of column indices of series.X.")
+        raise MalformedInput(f"{name} must be a list of column indices of series.X.")
     if len(set(value)) != len(value) or not all(0 <= i < count for i in value):
-        raise NixtlaError(f"{name} must name distinct columns of series.X (0 to {count - 1}); got "
-                          f"{str(value)[:64]}.")
+        raise MalformedInput(f"{name} must name distinct columns of series.X (0 to {count - 1}); got "
+                              f"{str(value)[:64]}.")
     return value
 
 
@@ -156,14 +157,14 @@ def _one_hot(index: int, column: int, history: np.ndarray, future: np.ndarray | 
     the first (sorted), at most MAX_CATEGORIES values, every future value one of the history's."""
     levels = sorted(set(history))
     if len(levels) > MAX_CATEGORIES:
-        raise NixtlaError(f"series {index}: categorical column series.X[{column}] holds {len(levels)} distinct "
-                          f"values; a categorical column may hold at most {MAX_CATEGORIES}.")
+        raise MalformedInput(f"series {index}: categorical column series.X[{column}] holds {len(levels)} distinct "
+                              f"values; a categorical column may hold at most {MAX_CATEGORIES}.")
     if future is not None:
         unseen = next((value for value in future if value not in levels), None)
         if unseen is not None:
-            raise NixtlaError(f"series {index}: categorical column series.X[{column}] holds {unseen[:32]!r} in the "
-                              "horizon, a value never seen in the series' history (its effect cannot be "
-                              "estimated).")
+            raise MalformedInput(f"series {index}: categorical column series.X[{column}] holds {unseen[:32]!r} in the "
+                                  "horizon, a value never seen in the series' history (its effect cannot be "
+                                  "estimated).")
     names = [f"X[{column}]={level}" for level in levels[1:]]
     past = np.column_stack([history == level for level in levels[1:]]).astype(np.float64) if names else \
         np.empty((len(history), 0))
@@ -199,9 +200,9 @@ def _series_columns(index: int, rows: slice, ahead: slice, numeric: tuple[np.nda
         aheads.append(later)
         flags += [past] * len(added)
     if len(names) > MAX_DESIGN_COLUMNS:
-        raise NixtlaError(f"series {index}: its exogenous columns make {len(names)} design columns (a categorical "
-                          f"column one per value but the first); at most {MAX_DESIGN_COLUMNS} are taken.",
-                          code="TOO_MANY_COVARIATES")
+        raise TooManyCovariates(f"series {index}: its exogenous columns make {len(names)} design columns (a "
+                                f"categorical column one per value but the first); at most {MAX_DESIGN_COLUMNS} "
+                                "are taken.")
     return SeriesColumns(names=tuple(names), history=np.column_stack(pasts), future=np.column_stack(aheads),
                          past_only=tuple(flags))
 
@@ -214,23 +215,23 @@ def read(body: Mapping[str, Any], sizes: Sequence[int], *, h: int | None) -> Exo
     columns = _columns(series.get("X"), "X")
     future_columns = _columns(series.get("X_future"), "X_future") or []
     if h is None and future_columns:
-        raise NixtlaError("series.X_future is not read by cross-validation: each window's exogenous values come "
-                          "from series.X.")
+        raise MalformedInput("series.X_future is not read by cross-validation: each window's exogenous values come "
+                              "from series.X.")
     if columns is None:
         if future_columns or body.get("hist_exog") not in (None, []) or \
                 series.get("categorical_exog") not in (None, []):
-            raise NixtlaError("series.X_future, hist_exog and categorical_exog need series.X, the exogenous values "
-                              "over the history.")
+            raise MalformedInput("series.X_future, hist_exog and categorical_exog need series.X, the exogenous values "
+                                  "over the history.")
         return None
     if len(columns) > MAX_COVARIATES:
-        raise NixtlaError(f"A call may send at most {MAX_COVARIATES} exogenous columns; this one sends "
-                          f"{len(columns)} ({_ORDER}). A country's holidays are one column each: drop some "
-                          "columns or countries.", code="TOO_MANY_COVARIATES")
+        raise TooManyCovariates(f"A call may send at most {MAX_COVARIATES} exogenous columns; this one sends "
+                                f"{len(columns)} ({_ORDER}). A country's holidays are one column each: drop some "
+                                "columns or countries.")
     rows = sum(sizes)
     for number, column in enumerate(columns):
         if len(column) != rows:
-            raise NixtlaError(f"series.X[{number}] holds {len(column)} values but series.y holds {rows}: every "
-                              "exogenous column of df needs a value on every row.")
+            raise MalformedInput(f"series.X[{number}] holds {len(column)} values but series.y holds {rows}: every "
+                                  "exogenous column of df needs a value on every row.")
     hist = _indices(body.get("hist_exog"), len(columns), "hist_exog")
     categorical = set(_indices(series.get("categorical_exog"), len(columns), "categorical_exog"))
     if h is None:
@@ -238,17 +239,17 @@ def read(body: Mapping[str, Any], sizes: Sequence[int], *, h: int | None) -> Exo
     else:
         known = len(future_columns)
         if known > len(columns):
-            raise NixtlaError(f"series.X_future has {known} columns but series.X only {len(columns)}: every "
-                              "column of X_df must also be a column of df.")
+            raise MalformedInput(f"series.X_future has {known} columns but series.X only {len(columns)}: every "
+                                  "column of X_df must also be a column of df.")
         if hist and hist != list(range(known, len(columns))):
-            raise NixtlaError(f"hist_exog must name series.X's last {len(columns) - known} columns: the first "
-                              f"{known}, those of series.X_future, are known ahead.")
+            raise MalformedInput(f"hist_exog must name series.X's last {len(columns) - known} columns: the first "
+                                  f"{known}, those of series.X_future, are known ahead.")
         past_only = tuple(number >= known for number in range(len(columns)))
         for number, column in enumerate(future_columns):
             if len(column) != len(sizes) * h:
-                raise NixtlaError(f"series.X_future[{number}] holds {len(column)} values; {len(sizes)} series "
-                                  f"x h={h} need {len(sizes) * h}: X_df must hold one row per series and future "
-                                  "timestamp of the horizon.")
+                raise MalformedInput(f"series.X_future[{number}] holds {len(column)} values; {len(sizes)} series "
+                                      f"x h={h} need {len(sizes) * h}: X_df must hold one row per series and future "
+                                      "timestamp of the horizon.")
 
     def values(column: list[Any], field: str, per_series: int | None, number: int) -> np.ndarray:
         read_as = _categories if number in categorical else _numbers

@@ -18,8 +18,8 @@ from flask import Blueprint, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from app.compat.nixtla import answers
-from app.compat.nixtla.errors import NixtlaError, unsupported
-from app.compat.nixtla.schemas import MAX_FITS_PER_CALL, read_series
+from app.compat.nixtla.errors import TooManyCovariates
+from app.compat.nixtla.schemas import MAX_FITS_PER_CALL, NixtlaError, read_series, unsupported
 from app.compute.detect.results import DETECTOR_IDS
 from app.compute.forecast.catalog import MODEL_IDS
 from app.services import current_services
@@ -48,6 +48,11 @@ def _api_error(error: ApiError) -> Response:
         return _detail(error.status, f"{error.message} Quote request id {g.get('request_id')} when reporting it.",
                        error.code, error.headers)
     return _detail(error.status, error.message, error.code, error.headers)
+
+
+@bp.errorhandler(TooManyCovariates)
+def _too_many_covariates(error: TooManyCovariates) -> Response:
+    return _api_error(NixtlaError(error.message, code="TOO_MANY_COVARIATES"))
 
 
 @bp.errorhandler(HTTPException)

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.compat.nixtla.errors import NixtlaError, unsupported
 from app.compute.detect.results import DEFAULT_DETECTOR, DETECTOR_IDS
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID, MODEL_IDS
 from app.forecast.schemas import CONFIDENCE_RANGE, HORIZON_RANGE
+from app.web.errors import ApiError
 
 if TYPE_CHECKING:
     from app.compat.nixtla.exogenous import Exogenous
@@ -34,6 +35,38 @@ N_WINDOWS_RANGE = (1, 50)
 # minutes: its series, and its model fits (series x windows; every level of a fit comes from that one fit).
 MAX_SERIES_PER_CALL = 1_000
 MAX_FITS_PER_CALL = 1_000
+
+
+class NixtlaError(ApiError):
+    """An answer in Nixtla's error shape, ``{"detail": message}``: the client raises it as an ApiError whose
+    body is this, so the message names what was wrong. The domain's errors reach the same shape through the
+    routes' handler (app.web.errors maps them)."""
+
+    code = "INVALID_REQUEST"
+
+    def __init__(self, message: str, *, status: int = 400, code: str = "INVALID_REQUEST") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def unsupported(feature: str, hint: str = "") -> NixtlaError:
+    return NixtlaError(f"{feature} is not supported by this service (a self-hosted forecasting service, not "
+                       f"TimeGPT).{(' ' + hint) if hint else ''}", code="UNSUPPORTED_FEATURE")
+
+
+@contextmanager
+def in_series(index: int) -> Iterator[None]:
+    """A front door's error for one series of the call, naming the series by its place in the request (the client
+    sorts series by unique_id). The front doors' checks are schemas and the pool's runner is the web package's, so
+    what they raise is the HTTP edge's; the domain's own errors pass as they are."""
+    try:
+        yield
+    except NixtlaError:
+        raise
+    except ApiError as error:
+        raise NixtlaError(f"series {index}: {error.message}", status=error.status, code=error.code) from error
+
 
 # pandas offset names -> this service's data frequency; a multiple (2h, 15min) is a step of several units.
 _OFFSET_FREQUENCIES = {
