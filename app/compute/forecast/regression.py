@@ -38,6 +38,8 @@ from app.compute.forecast.work import CovariateMatrix
 # the univariate path of app.compute.forecast.models: (model_id, values, horizon, confidences, periods)
 Univariate = Callable[[str, np.ndarray, int, Sequence[float], tuple[int, ...]], list[ForecastResult]]
 
+# the newest rows the coefficients rest on: the largest history a model reads, so a long request costs no more
+FIT_ROWS = 3000
 # Huber's tuning constant: 95% efficiency when the errors are Gaussian, bounded influence when they are not
 HUBER_C = 1.345
 HUBER_ITERATIONS = 30  # IRLS converges in a handful of steps; this only bounds a non-converging case
@@ -119,10 +121,13 @@ def _huber_ridge(x: np.ndarray, y: np.ndarray, overlap: int) -> tuple[np.ndarray
             break
     bread = np.linalg.inv(design.T @ (design * weights[:, None]) + penalty)
     scores = design * (weights * resid)[:, None]  # Huber's psi of each residual times its row
-    meat = scores.T @ scores
-    for lag in range(1, min(overlap, m - 1) + 1):
-        cross = scores[lag:].T @ scores[:-lag]
-        meat += (1.0 - lag / (overlap + 1.0)) * (cross + cross.T)
+    # Bartlett-weighted sum of the scores' cross-products up to ``overlap`` lags, computed as the cross-products of
+    # the sums over every run of overlap + 1 consecutive rows (zero-padded at both ends), which it equals exactly
+    span = overlap + 1
+    padded = np.vstack([np.zeros((span, k + 1)), scores, np.zeros((span, k + 1))])
+    cumulative = np.cumsum(padded, axis=0)
+    runs = cumulative[span:] - cumulative[:-span]
+    meat = runs.T @ runs / span
     sandwich = (bread @ meat @ bread)[1:, 1:]
     plain = (scale ** 2 * bread)[1:, 1:]
     # the sandwich allows for the overlap but is itself biased low on short samples, the plain formula ignores
@@ -138,7 +143,7 @@ def coefficients(y: np.ndarray, design: Design, periods: tuple[int, ...]) -> Coe
     lag = per[0] if per else 1
     rows = np.flatnonzero(design.valid)
     rows = rows[rows >= lag]
-    rows = rows[design.valid[rows - lag]]
+    rows = rows[design.valid[rows - lag]][-FIT_ROWS:]
     dy = y[rows] - y[rows - lag]
     dx = design.history[rows] - design.history[rows - lag]
     spread = dx.std(axis=0) if len(rows) else np.zeros(k)
