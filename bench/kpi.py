@@ -1,6 +1,6 @@
 """Anomaly detection on the KPI development set, as an operator meets it: incidents caught at the alarm budget.
 
-    python bench/kpi.py [--quick] [--settings JSON] [--base COMMIT[,COMMIT]]
+    python bench/kpi.py [--quick] [--settings JSON] [--base COMMIT[,COMMIT]] [--budgets 3,10]
 
 Every KPI of the sibling ../shared/data/kpi-dev (14 labelled web-service KPIs, its README) is streamed through
 anomaly-model-1 (app.compute.detect.streaming.StreamingDetector, in-process, the compiled build where it is current)
@@ -21,7 +21,10 @@ per KPI-week, point-adjusted F1 (delay 7), best-threshold F1 and the share caugh
 path to a JSON file), e.g. '{"top_rank": 12, "joint": false}', for a point of the leave-one-category-out grid
 (bench/anomaly.py scores the KPIs as its sixth category with ``detector_figures``). --base: the detector of
 each commit at its defaults (a git worktree, compiled where it has a build step) in the same run, scored the same
-way, so a detector change is read beside the code before it on the same machine and load.
+way, so a detector change is read beside the code before it on the same machine and load. --budgets: the detector
+also at those false_alarms_per_week (at its own threshold only), so what a larger budget buys is read in the same
+run. The report also says which signal (app.compute.detect.state's codes) caught each segment and started each
+false-alarm run, and every alarm a KPI-week (caught segments and false runs together: what the budget spends).
 Writes bench/results/kpi.md (with --settings or --quick: prints only, unless --out is given) and prints it.
 """
 
@@ -61,6 +64,8 @@ DATA_FREQUENCY = "Minutes"  # one- and five-minute KPIs alike: what a client sen
 METHODS = {"detector": "anomaly-model-1 at its defaults (is_anomaly; anomaly_score for the ranking columns)",
            "zscore": "reference: causal seasonal-naive residual z-score"}
 RATES = (1, 5)  # false alarms a week at which the ranking is read (the scorer's caught_at_N_per_week)
+# app.compute.detect.state's signal codes (Verdicts.signal), as the report names them; "other" for any code not here.
+SIGNALS = {1: "point", 2: "shift", 3: "spread", 4: "density", 5: "level", 6: "frozen", 0: "other"}
 POOL = 2  # two cores, shared with other engineers
 
 Figures = dict[str, float]
@@ -133,12 +138,15 @@ def _stream(task: tuple[str, str, dict, str]) -> tuple[str, str, float, bool, in
     kid, method, settings, out_dir = task
     times, values, history = load_kpi(kid)
     started = time.process_time()
+    columns: dict[str, np.ndarray] = {}
     if method == "detector":
         assert _STREAMING is not None
         detector = _STREAMING.StreamingDetector(data_frequency=DATA_FREQUENCY, **settings)
         verdicts = detector.update(detector.initial_state(), times.tolist(), values.tolist())
         flags = np.asarray(verdicts.is_anomaly, dtype=bool)
         scores = np.asarray(verdicts.score, dtype=np.float64)
+        if hasattr(verdicts, "signal"):  # which signal flagged a row (a --base detector may predate it)
+            columns["signal"] = np.asarray(verdicts.signal, dtype=np.int8)[history:]
     else:
         step = float(pd.Series(np.diff(times)).mode()[0])
         scores, flags = zscore_scores(times, values, step)
@@ -146,7 +154,7 @@ def _stream(task: tuple[str, str, dict, str]) -> tuple[str, str, float, bool, in
     target = Path(out_dir) / method / f"{kid}.csv"
     target.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"timestamp": times[history:].astype(np.int64), "is_anomaly": flags[history:].astype(np.int8),
-                  "anomaly_score": scores[history:]}).to_csv(target, index=False, float_format="%.17g")
+                  "anomaly_score": scores[history:], **columns}).to_csv(target, index=False, float_format="%.17g")
     return kid, method, seconds, _COMPILED, len(times)
 
 
@@ -265,6 +273,33 @@ def score_method(kids: list[str], pred_dir: Path, with_ranking: bool = True) -> 
     return per, total
 
 
+def by_signal(kids: list[str], pred_dir: Path) -> dict[str, tuple[int, int]]:
+    """Which signal raised the detector's alarms, pooled over ``kids``: {signal: (segments it caught, false-alarm
+    runs it started)}. A caught segment goes to the signal of its first flagged point within the scorer's delay, a
+    false-alarm run (the scorer's: flagged points outside every segment) to the signal of its first point."""
+    s = scorer()
+    counts = {name: [0, 0] for name in SIGNALS.values()}
+    for kid in kids:
+        data = pd.read_csv(KPI_ROOT / "test" / f"{kid}.csv.gz")
+        merged = data.merge(pd.read_csv(pred_dir / f"{kid}.csv"), on="timestamp", how="left")
+        if "signal" not in merged:
+            return {}
+        ts = data["timestamp"].to_numpy(np.int64)
+        interval = int(pd.Series(np.diff(ts)).mode()[0])
+        label, flag, signal = s.grid(ts, interval, data["label"].to_numpy(np.int8),
+                                     merged["is_anomaly"].fillna(False).astype(bool).to_numpy(),
+                                     merged["signal"].fillna(0).astype(np.int8).to_numpy(), fill=0)
+        flag = flag.astype(bool)
+        for start, end in zip(*s.segments(label), strict=True):
+            hits = np.flatnonzero(flag[start:min(start + s.DELAY + 1, end)])
+            if len(hits):
+                counts[SIGNALS.get(int(signal[start + hits[0]]), "other")][0] += 1
+        outside = flag & (label == 0)
+        for start in np.flatnonzero(outside & ~np.r_[False, outside[:-1]]):
+            counts[SIGNALS.get(int(signal[start]), "other")][1] += 1
+    return {name: (caught, runs) for name, (caught, runs) in counts.items() if caught or runs}
+
+
 def detector_figures(app_root: Path, settings: dict) -> tuple[Figures, float]:
     """The detector with ``settings`` on every KPI, scored at its own threshold (is_anomaly) only: pooled segments,
     caught, false-alarm runs and weeks (with caught_share and alarms_per_week), and the wall seconds. For the
@@ -291,8 +326,14 @@ def _table(header: list[str], rows: list[list[object]]) -> list[str]:
     return lines + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
 
 
+def alarms_per_week(f: Figures) -> float:
+    """Every alarm a KPI-week: the segments caught and the false-alarm runs (what a budget spends)."""
+    return (f["caught"] + f["runs"]) / f["weeks"]
+
+
 def report(kids: list[str], results: dict[str, tuple[dict[str, Figures], Figures, dict]], settings: dict,
-           timing: list[str], quick: bool, load_start: tuple[float, ...], bases: dict[str, Figures]) -> str:
+           timing: list[str], quick: bool, load_start: tuple[float, ...], bases: dict[str, Figures],
+           signals: dict[str, tuple[int, int]] | None = None, budgets: dict[float, Figures] | None = None) -> str:
     det_per, det, det_official = results["detector"]
     ref_per, ref, ref_official = results["zscore"]
     what = "at its defaults" if not settings else f"with {json.dumps(settings, sort_keys=True)}"
@@ -300,7 +341,12 @@ def report(kids: list[str], results: dict[str, tuple[dict[str, Figures], Figures
         f"anomaly-model-1 {what}, at its own threshold: **{det['caught_share']:.1%}** of {int(det['segments'])} "
         f"labelled segments caught within 8 points at **{det['alarms_per_week']:.2f}** false alarms per KPI-week "
         f"(PA-F1 {det['pa_f1']:.3f}); ranking by anomaly_score: best-threshold F1 {det['best_f1']:.3f}, "
-        f"caught {det['caught_at_1']:.1%} at 1 false alarm a week, {det['caught_at_5']:.1%} at 5",
+        f"caught {det['caught_at_1']:.1%} at 1 false alarm a week, {det['caught_at_5']:.1%} at 5; every alarm "
+        f"(segments caught and false-alarm runs): {alarms_per_week(det):.2f} per KPI-week, against "
+        f"{det['segments'] / det['weeks']:.2f} labelled segments a KPI-week",
+        *(f"anomaly-model-1 at false_alarms_per_week={budget:g}, same run: {f['caught_share']:.1%} caught at "
+          f"{f['alarms_per_week']:.2f} false alarms per KPI-week (PA-F1 {f['pa_f1']:.3f}; every alarm "
+          f"{alarms_per_week(f):.2f} a KPI-week)" for budget, f in (budgets or {}).items()),
         f"reference (seasonal-naive residual z-score), same run: {ref['caught_share']:.1%} caught at "
         f"{ref['alarms_per_week']:.2f} false alarms per KPI-week (PA-F1 {ref['pa_f1']:.3f}); ranking: best-threshold "
         f"F1 {ref['best_f1']:.3f}, caught {ref['caught_at_1']:.1%} at 1 a week, {ref['caught_at_5']:.1%} at 5",
@@ -344,6 +390,23 @@ def report(kids: list[str], results: dict[str, tuple[dict[str, Figures], Figures
     lines += _table(["", *COLUMNS], [[label, *_cells(det)], [METHODS["zscore"], *_cells(ref)],
                                      *([f"anomaly-model-1 of {commit} at its defaults", *_cells(f)]
                                        for commit, f in bases.items())])
+    if signals:
+        weeks = det["weeks"]
+        lines += ["", "## Which signal raised the alarms (anomaly-model-1, at its own threshold)", "",
+                  "- a caught segment counts for the signal of its first flagged point within the scorer's 8 points, "
+                  "a false-alarm run for the signal of its first point (app.compute.detect.state's signals: the "
+                  "row's own error, the window signals, a value that stopped moving)", ""]
+        lines += _table(["signal", "segments caught", "false-alarm runs", "false alarms/wk"],
+                        [[name, caught, runs, f"{runs / weeks:.2f}"] for name, (caught, runs) in signals.items()])
+    if budgets:
+        lines += ["", "## Other alarm budgets (anomaly-model-1, at its own threshold)", "",
+                  "- the detector with false_alarms_per_week set, same run, same scoring; every alarm = segments "
+                  "caught + false-alarm runs, per KPI-week", ""]
+        lines += _table(["false_alarms_per_week", "caught (8 pts)", "false alarms/wk", "PA-F1", "every alarm/wk"],
+                        [[budget, f"{f['caught_share']:.1%} ({int(f['caught'])}/{int(f['segments'])})",
+                          f"{f['alarms_per_week']:.2f}", f"{f['pa_f1']:.3f}", f"{alarms_per_week(f):.2f}"]
+                         for budget, f in [("default (1)" if not settings else "as set", det),
+                                           *((f"{b:g}", f) for b, f in budgets.items())]])
     for title, per in (("anomaly-model-1", det_per), ("Reference: seasonal-naive residual z-score", ref_per)):
         lines += ["", f"## Per KPI: {title}", ""]
         lines += _table(["kpi", "step", "weeks", *COLUMNS],
@@ -382,6 +445,8 @@ def main() -> int:
     parser.add_argument("--out", help="where to write the report (default: bench/results/kpi.md for a full run "
                                       "at the defaults; otherwise printed only)")
     parser.add_argument("--base", default="", help="commits whose detector runs beside, at its defaults")
+    parser.add_argument("--budgets", default="", help="false_alarms_per_week values the detector also runs at, "
+                                                      "e.g. 3,10 (scored at its own threshold)")
     args = parser.parse_args()
     settings = parse_settings(args.settings)
     if not available():
@@ -406,6 +471,14 @@ def main() -> int:
             per, total = score_method(kids, tmp / method)
             results[method] = (per, total, score_dir(tmp / method))
         scoring = time.perf_counter() - scoring
+        signals = by_signal(kids, tmp / "detector")
+        budgets: dict[float, Figures] = {}
+        for budget in (float(b) for b in filter(None, args.budgets.split(","))):
+            where = tmp / f"budget-{budget:g}"
+            _, _, budget_wall, _ = stream_all(c.APP_ROOT, kids, ["detector"],
+                                              {**settings, "false_alarms_per_week": budget}, where)
+            budgets[budget] = score_method(kids, where / "detector", with_ranking=False)[1]
+            timing_bases.append(f"false_alarms_per_week={budget:g}: streaming {budget_wall:.1f} s wall")
         bases: dict[str, Figures] = {}
         for commit in base_commits:
             with c.git_worktree(commit, prefix="bench-kpi-base-") as tree:
@@ -419,7 +492,7 @@ def main() -> int:
     timing = [f"time: streaming {wall:.1f} s wall ({POOL} processes; the detector {how}: {detector_cpu:.1f} s CPU "
               f"for {rows:,} rows, {detector_cpu / max(rows, 1) * 1e6:.0f} us a row; the reference "
               f"{reference_cpu:.1f} s CPU), scoring {scoring:.1f} s" + "".join(f"; {t}" for t in timing_bases)]
-    text = report(kids, results, settings, timing, args.quick, load_start, bases)
+    text = report(kids, results, settings, timing, args.quick, load_start, bases, signals, budgets)
     out = Path(args.out) if args.out else (c.RESULTS / "kpi.md" if not (args.quick or settings) else None)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -81,3 +81,36 @@ def test_figures_are_kpi_scores_own_on_the_five_minute_kpis(tmp_path: Path) -> N
     assert round(mine["best_f1"], 4) == official["best_threshold_f1"]
     for rate in kpi.RATES:
         assert round(mine[f"caught_at_{rate}"], 4) == official[f"caught_at_{rate}_per_week"]
+
+
+def test_signal_names_are_the_detectors_codes() -> None:
+    from app.compute.detect import state
+
+    kpi = bench_kpi()
+    codes = {name.lower(): getattr(state, name) for name in ("POINT", "SHIFT", "SPREAD", "DENSITY", "LEVEL", "FROZEN")}
+    assert {code: name for name, code in codes.items()} == {k: v for k, v in kpi.SIGNALS.items() if k}
+
+
+def test_alarms_are_credited_to_the_signal_that_raised_them(tmp_path: Path) -> None:
+    """A segment caught goes to its first flagged point within the delay, a false run to its first point, and the
+    counts add up to the scorer's caught segments and false-alarm runs."""
+    needs_data()
+    kpi = bench_kpi()
+    kid = "e0747cad"
+    data = pd.read_csv(KPI_DEV / "test" / f"{kid}.csv.gz")
+    label = data["label"].to_numpy(np.int8)
+    starts = np.flatnonzero(np.diff(np.r_[0, label]) == 1)
+    flags = np.zeros(len(data), dtype=np.int8)
+    signal = np.zeros(len(data), dtype=np.int8)
+    flags[starts[0] + 1 : starts[0] + 3] = 1  # caught one point late: the first flagged point's signal counts
+    signal[starts[0] + 1], signal[starts[0] + 2] = 5, 1
+    quiet = int(np.flatnonzero(label == 0)[500])
+    assert not label[quiet : quiet + 3].any()
+    flags[quiet : quiet + 3] = 1  # one false-alarm run of three points
+    signal[quiet : quiet + 3] = (2, 1, 1)
+    (tmp_path / "p").mkdir()
+    pd.DataFrame({"timestamp": data["timestamp"], "is_anomaly": flags, "anomaly_score": flags.astype(float),
+                  "signal": signal}).to_csv(tmp_path / "p" / f"{kid}.csv", index=False)
+    assert kpi.by_signal([kid], tmp_path / "p") == {"level": (1, 0), "shift": (0, 1)}
+    _, total = kpi.score_method([kid], tmp_path / "p", with_ranking=False)
+    assert (total["caught"], total["runs"]) == (1, 1)
