@@ -171,3 +171,24 @@ def test_non_finite_future_values_of_a_known_ahead_column_are_refused() -> None:
     cm = CovariateMatrix(("x",), np.zeros((100, 1)), future, (False,))
     with pytest.raises(ValueError, match="finite"):
         run_forecast("forecast-model-2", np.arange(100.0), H, 0.9, (), covariates=cm)
+
+
+def test_a_failing_forecast_of_the_residual_series_answers_the_univariate_forecast() -> None:
+    from app.compute.forecast import models
+    from app.compute.forecast.regression import forecast_with_covariates
+
+    rng = np.random.default_rng(10)
+    n = 250
+    price = rng.normal(size=n + H)
+    y = _weekly(n + H, rng)[:n] - 6 * price[:n]
+
+    def univariate(model_id: str, values: np.ndarray, horizon: int, confidences: list[float],
+                   periods: tuple[int, ...]) -> list:
+        if len(values) == n and not np.array_equal(values, y):  # the full history's residual series
+            raise models.ForecastError("the model and its fallback failed")
+        return models._univariate(model_id, values, horizon, confidences, periods)
+
+    (res,) = forecast_with_covariates("forecast-model-2", y, H, [0.9], PERIODS, _matrix({"price": price}, n),
+                                      univariate)
+    assert res.covariates_used is False and "failed" in (res.covariates_note or "")
+    assert res.median == run_forecast("forecast-model-2", y, H, 0.9, PERIODS).median

@@ -34,10 +34,13 @@ from scipy.stats import norm
 from app.compute.forecast.base import never_negative, usable_periods
 from app.compute.forecast.results import ForecastResult
 from app.compute.forecast.work import CovariateMatrix
+from app.compute.pool import WorkFailed
 
 # the univariate path of app.compute.forecast.models: (model_id, values, horizon, confidences, periods)
 Univariate = Callable[[str, np.ndarray, int, Sequence[float], tuple[int, ...]], list[ForecastResult]]
 
+# a fit, or the model and its fallback on the residual series, failing: the univariate forecast answers instead
+_FIT_FAILURES = (ValueError, ArithmeticError, np.linalg.LinAlgError, WorkFailed)
 # the newest rows the coefficients rest on: the largest history a model reads, so a long request costs no more
 FIT_ROWS = 3000
 # Huber's tuning constant: 95% efficiency when the errors are Gaussian, bounded influence when they are not
@@ -222,12 +225,12 @@ def _holdout_errors(model_id: str, y: np.ndarray, horizon: int, periods: tuple[i
         try:
             held = _covariate_forecast(model_id, y[:cut], horizon, [0.5], periods, Design(train, cut, horizon),
                                        univariate)
-        except (ValueError, np.linalg.LinAlgError):
-            held = None
-        if held is None:
+            plain = univariate(model_id, y[:cut], horizon, [0.5], periods)[0] if held is not None else None
+        except _FIT_FAILURES:
+            held = plain = None
+        if held is None or plain is None:
             break
         actual = y[cut:cut + horizon]
-        plain = univariate(model_id, y[:cut], horizon, [0.5], periods)[0]
         errors.append((_mae(held[0].median, actual), _mae(plain.median, actual)))
     if not errors:
         return None
@@ -257,5 +260,8 @@ def forecast_with_covariates(model_id: str, y: np.ndarray, horizon: int, confide
         elif not checked[0] < checked[1]:
             note = "on holdout windows at the end of the history the covariates did not make the forecast more accurate"
         else:
-            return _forecast(model_id, y, horizon, confidences, periods, design, fit, univariate)
+            try:
+                return _forecast(model_id, y, horizon, confidences, periods, design, fit, univariate)
+            except _FIT_FAILURES as exc:
+                note = f"the forecast of the series less the covariates' effect failed ({type(exc).__name__})"
     return _unused(univariate(model_id, y, horizon, confidences, periods), note)
