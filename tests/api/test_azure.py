@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
@@ -13,7 +14,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.support import ROOMY_LIMITS, bearer, new_key, serving_app
+from tests.support import ROOMY_LIMITS, bearer, new_key, services_of, serving_app
 
 BASE = "/anomalydetector/v1.1/timeseries"
 
@@ -204,6 +205,15 @@ def _no_value() -> dict[str, Any]:
 def test_bad_requests_answer_azures_codes(client: FlaskClient, key: str, route: str, body: Any, code: str) -> None:
     response = client.post(f"{BASE}/{route}/detect", headers=subscription(key), json=body)
     assert _error(response) == (400, code)
+
+
+def test_a_chunked_body_over_the_limit_is_413_not_a_json_error(app: Flask, client: FlaskClient, key: str) -> None:
+    # No length declared, so the body is read up to the limit before it is known to be too large.
+    over = services_of(app).settings.max_body_bytes + 1
+    response = client.post(f"{BASE}/entire/detect", input_stream=io.BytesIO(b" " * over),
+                           headers={**subscription(key), "Content-Type": "application/json",
+                                    "Transfer-Encoding": "chunked"})
+    assert _error(response) == (413, "BadArgument")
 
 
 def test_broken_json_and_bad_timestamp(client: FlaskClient, key: str) -> None:

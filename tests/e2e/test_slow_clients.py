@@ -264,6 +264,23 @@ def test_a_body_that_stops_arriving_is_answered_408_and_closed(tight: tuple[Paas
     assert headers["connection"] == "close" and "x-request-id" in headers  # the app's own answer
 
 
+def test_an_azure_body_that_stops_arriving_is_answered_408_in_azures_shape(tight: tuple[PaasServer, str]) -> None:
+    # The 408 of every route (docs/operating.md), not Azure's InvalidJsonFormat: the body never came, it is no
+    # JSON that failed to parse.
+    server, key = tight
+    head = (f"POST /anomalydetector/v1.1/timeseries/entire/detect HTTP/1.1\r\nHost: x\r\n"
+            f"Ocp-Apim-Subscription-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+    answer = raw_exchange(server.port, head.encode() + b'{"series": ')
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split()[1] == b"408", answer[:300]
+    headers_text, _, body = rest.partition(b"\r\n\r\n")
+    headers = {name.lower(): value for name, _, value in
+               (line.partition(": ") for line in headers_text.decode("latin-1").split("\r\n"))}
+    error = json.loads(body[: int(headers["content-length"])])
+    assert set(error) == {"code", "message"} and headers["x-ms-error-code"] == error["code"] != "InvalidJsonFormat"
+    assert headers["connection"] == "close"
+
+
 def test_stalled_bodies_beyond_the_upload_slots_are_answered_408_too(tight: tuple[PaasServer, str]) -> None:
     # 4 threads, so 2 upload slots: two stalled bodies hold them, two more wait in the event loop; all four are
     # cut off, and meanwhile the other two threads answer.

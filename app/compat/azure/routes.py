@@ -110,20 +110,25 @@ def _with_fallback(response: Response, result: DetectionResult) -> Response:
 def _read_azure_json() -> object:
     """Azure's series is one object per point, thousands of brackets that make the shared parser take the
     slow path to stay safe on nesting depth; orjson refuses anything nested past 1,024 levels itself, and
-    whatever it refuses (NaN, huge integers, bad UTF-8, depth) goes through the shared parser."""
+    whatever it refuses (NaN, huge integers, bad UTF-8, depth) goes through the shared parser.
+
+    Only what the parser refuses is Azure's InvalidJsonFormat: a body over the limit (413) or one that stopped
+    arriving (408, the domain's TimedOut) is answered as on every route, in Azure's shape (docs/anomalies.md,
+    docs/operating.md)."""
     raw = read_body(current_services().settings.max_body_bytes)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
+        pass
+    try:
         return parse_json_body(raw)
+    except ApiError as exc:
+        raise AzureError("InvalidJsonFormat", f"Invalid Json Format: {exc.message}") from exc
 
 
 def _parse(schema: DetectLoadSchema | ChangePointLoadSchema) -> tuple[dict, AzureSeries]:
     require_json_content_type()
-    try:
-        body = _read_azure_json()
-    except ApiError as exc:
-        raise AzureError("InvalidJsonFormat", f"Invalid Json Format: {exc.message}") from exc
+    body = _read_azure_json()
     data = load(schema, body)
     return data, check_series(data, max_points=current_services().settings.max_points)
 
