@@ -29,9 +29,8 @@ from app.compute.forecast.model_2_theta import ThetaCombination
 from app.compute.forecast.model_3_mstl import MSTLForecaster
 from app.compute.forecast.model_4_spike_robust import SpikeRobustCombination
 from app.compute.forecast.regression import forecast_with_covariates
-from app.compute.forecast.results import ForecastResult
+from app.compute.forecast.results import CovariateMatrix, ForecastResult
 from app.compute.forecast.template import ForecastModel
-from app.compute.forecast.work import CovariateMatrix
 from app.compute.pool import WorkFailed
 from app.series.frequencies import seasonal_periods
 

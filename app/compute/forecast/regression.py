@@ -32,8 +32,7 @@ import numpy as np
 from scipy.stats import norm
 
 from app.compute.forecast.base import never_negative, usable_periods
-from app.compute.forecast.results import ForecastResult
-from app.compute.forecast.work import CovariateMatrix
+from app.compute.forecast.results import CovariateMatrix, ForecastResult
 from app.compute.pool import WorkFailed
 
 # the univariate path of app.compute.forecast.models: (model_id, values, horizon, confidences, periods)

@@ -10,17 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.compute.forecast.results import ForecastResult
+from app.compute.forecast.results import CovariateMatrix, ForecastResult
 
-
-@dataclass(frozen=True)
-class CovariateMatrix:
-    """The covariates as the models take them: numeric design columns over the history and the horizon."""
-
-    names: tuple[str, ...]  # one per design column (after one-hot expansion), e.g. "price", "weather=rain"
-    history: Any  # float64 array, shape (n, k), row i aligned with values[i]; finite
-    future: Any  # float64 array, shape (horizon, k); rows of a past-only column are NaN
-    past_only: tuple[bool, ...]  # True: known only over the history (the model uses it lagged by the horizon)
+__all__ = ["CovariateMatrix", "ForecastWork", "LevelsWork", "warm_up"]
 
 
 @dataclass(frozen=True)
