@@ -1,7 +1,7 @@
 """A CSV batch sent as a form upload (curl -F file=@stores.csv) to a real gunicorn and a real `jobs worker`: the
 same batch as the CSV sent as the body, under either header; a clear 400 for a form without a file, with two, or
-with a plain field; the upload limit holds for a form as for a body. tests/api/test_input_forms.py holds the form
-reader's memory bound."""
+with a plain field; the upload limit holds for a form as for a body. tests/api/web/test_input_forms.py holds the
+form reader's memory bound."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fuzz of tests/api/test_fuzz_4xx.py for the one input that needs a real server: a malformed chunked body
+"""The fuzz of tests/api/web/test_fuzz_4xx.py for the one input that needs a real server: a malformed chunked body
 (Transfer-Encoding: chunked with the chunk size "zz"), sent as raw bytes to gunicorn on every POST and PATCH
 route, with the database on SQLite and on the real PostgreSQL.
 
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.api.test_fuzz_4xx import AZURE_PREFIX, CODES, NIXTLA_PREFIX, ROUTES, url_of
+from tests.api.web.test_fuzz_4xx import AZURE_PREFIX, CODES, NIXTLA_PREFIX, ROUTES, url_of
 from tests.support import Server, bearer, cli_in_process, postgres_database
 
 pytestmark = pytest.mark.slow

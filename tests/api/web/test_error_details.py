@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
 from app.serving.refusals import Answer
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import ROOT, bearer, build_app, new_key, services_of, settings_for
 
 KEY = "ak_" + "0" * 64
 
@@ -71,8 +70,7 @@ def test_errors_without_more_to_say_still_carry_details(app: Flask, client: Flas
 
 
 def test_the_contract_and_readme_say_every_error_has_details() -> None:
-    root = Path(__file__).resolve().parents[2]
-    contract = (root / "docs" / "contract.md").read_text()
+    contract = (ROOT / "docs" / "contract.md").read_text()
     row = next(line for line in contract.splitlines() if line.startswith("| 401 | `UNAUTHORIZED`"))
     assert "none" not in row.split("|")[4]
-    assert '{"error": {"code", "message", "details"}}' in (root / "README.md").read_text()
+    assert '{"error": {"code", "message", "details"}}' in (ROOT / "README.md").read_text()
