@@ -1,7 +1,7 @@
 """CSV batches at their edges through a real gunicorn and a real `jobs worker`: what the web process counts is
 what the worker computes (CR-only line endings), one id limit for both doors, a field past the csv module's
 limit, NUL, the per-account quota on stored batch data, formula-shaped ids and long ids in CSV results,
-date-only timestamps, and a batch whose every series failed. tests/api/test_batch_uploads.py holds the same
+date-only timestamps, and a batch whose every series failed. tests/api/batches/test_uploads.py holds the same
 rules in-process; bench/batch_results_memory.py measures the web process's memory on results downloads."""
 
 from __future__ import annotations

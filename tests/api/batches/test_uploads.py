@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 
 from app.batches.results import csv_rows
 from app.batches.submit import UploadScan
-from tests.api.test_batches import FIELDS, days, error_of, lines
+from tests.api.batches.test_routes import FIELDS, days, error_of, lines
 from tests.support import bearer, build_app, new_key, services_of, settings_for
 
 QUOTA = 64 * 1024
