@@ -17,7 +17,7 @@ from app.compat.nixtla import answers
 from app.compat.nixtla.exogenous import MAX_COVARIATES
 from app.compat.nixtla.schemas import read_series
 from app.compute.forecast.work import LevelsWork
-from tests.api.test_nixtla_limits import hour_left
+from tests.api.compat.nixtla.test_limits import hour_left
 from tests.support import ROOMY_LIMITS, bearer, new_key, serving_app
 
 N = 120
