@@ -42,7 +42,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", ".venv/bin/pip install './clients/python[pandas]'"): "installs a package (make install-dev has)",
     ("docs/operating.md", ".venv/bin/python -m app.compute.detect.native_build   # about 15 s; needs a C compiler and "
                           "Python's headers"): "rebuilds the compiled detector that make test built before the suite, "
-    "under the suite's running servers (tests/unit/test_native_detector.py checks what it builds)",
+    "under the suite's running servers (tests/unit/compute/detect/test_native.py checks what it builds)",
     ("docs/python-client.md", "pip install './clients/python[pandas]'     # pandas for Series in / to_pandas() "
                               "out; [plot] adds matplotlib"): "installs a package (make install-dev has)",
     ("docs/batches.md", 'curl -sS -X POST "$BASE/batches" \\'): "its series are abbreviated with \"...\"",

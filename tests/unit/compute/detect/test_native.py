@@ -77,7 +77,7 @@ def _verdicts(state_hex: dict[str, str] | None = None) -> dict[str, object]:
 
 
 def _in_plain_python(state_hex: dict[str, str] | None = None) -> dict:
-    code = ("import json, sys\nfrom tests.unit.test_native_detector import _verdicts\n"
+    code = ("import json, sys\nfrom tests.unit.compute.detect.test_native import _verdicts\n"
             "print(json.dumps(_verdicts(json.loads(sys.stdin.read()))))")
     env = {**os.environ, PURE_VARIABLE: "1"}
     done = subprocess.run([sys.executable, "-c", code], input=json.dumps(state_hex), capture_output=True, text=True,
