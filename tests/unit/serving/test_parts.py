@@ -39,6 +39,7 @@ from app.serving.logs import RedactKeys
 from app.serving.reading import DeadlineUnreader, RequestTimedOut
 from app.settings import Settings
 from app.web.observability import KEY_FORMAT, KEY_SHAPED, redact_keys
+from tests.support import ROOT
 
 KEY = "ak_" + "0123456789abcdef" * 4
 HEAD_LIMITS = HeadLimits.of(4094, 100, 16384)
@@ -297,7 +298,7 @@ def test_a_worker_settles_its_collector_and_shares_the_gil_once_ready() -> None:
               "post_worker_init(types.SimpleNamespace())\n"
               "print(json.dumps([before, gc.get_threshold(), gc.get_freeze_count(), sys.getswitchinterval()]))")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                            cwd=Path(__file__).resolve().parents[2], check=True)
+                            cwd=ROOT, check=True)
     before, after, frozen, switch = json.loads(result.stdout.strip().splitlines()[-1])
     assert after == [process.YOUNG_COLLECTION_CONTAINERS, before[1], before[2]]
     assert frozen > 1000  # the modules and what they built are out of the collector's reach
