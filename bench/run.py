@@ -146,7 +146,7 @@ def suite_accuracy(quick: bool) -> str:
     """Every development set (M4 Hourly/Weekly, M1 and Tourism Yearly/Quarterly/Monthly), a fixed sample of
     30 series each, four models and five confidences in-process, beside statsforecast's AutoETS and AutoTheta
     computed in the same run. AutoARIMA (and so the anchors' combination) costs minutes a series on two
-    cores: run bench/accuracy.py without --anchors for it. tests/api/test_forecast_api.py asserts that
+    cores: run bench/accuracy.py without --anchors for it. tests/api/forecast/test_routes.py asserts that
     POST /forecast returns exactly the in-process numbers.
     """
     cmd = [c.PYTHON, str(c.BENCH / "accuracy.py"), "--mode", "inprocess", "--jobs", "2", "--seed", "0",

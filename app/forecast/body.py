@@ -16,7 +16,7 @@ The typed pass only ever says "valid, and here is the request" or steps aside:
 - What it takes, it reads as :mod:`json` reads it: msgspec reads the same JSON grammar, takes the last
   of duplicate keys as json does, and gives int for integer literals and float for the others (so a
   ``-0`` value is 0.0 and a ``-0.0`` is -0.0, as with json). Its number parsing is correctly rounded,
-  as json's is. ``tests/unit/test_fast_paths.py`` puts random and hand-picked bodies through both paths.
+  as json's is. ``tests/unit/web/test_fast_paths.py`` puts random and hand-picked bodies through both paths.
 - Unknown fields are refused rather than skipped: the standard library gives up on deep nesting that
   a skipping parser would walk through, and only the general path answers that as json does. So a body
   with covariates, holidays or calendar features (fields the typed shape does not have) always takes the
@@ -129,7 +129,7 @@ def _read_well_formed(raw: bytes, headers: Mapping[str, str], *, max_points: int
 def _fields_valid(body: _Body, confidence: int | float) -> bool:
     """The request-shape stage's rules for the scalar fields (ForecastRequestSchema), on values msgspec has
     already typed: an int horizon (never a bool), frequencies of the list and equal, a float confidence
-    (an int is never within the range). tests/unit/test_fast_paths.py holds the two to the same answers."""
+    (an int is never within the range). tests/unit/web/test_fast_paths.py holds the two to the same answers."""
     return (
         HORIZON_RANGE[0] <= body.forecast_horizon <= HORIZON_RANGE[1]
         and body.data_frequency in FREQUENCIES

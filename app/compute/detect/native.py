@@ -3,7 +3,7 @@
 The detector judges a row in plain Python, row after row, so it is most of what POST /anomalies and a
 monitor's point cost. mypyc compiles the same source files, unchanged, into extension modules that judge a
 row without the interpreter's dispatch of every operation and give the same numbers bit for bit (tests/unit/
-test_native_detector.py compares them). ``make install`` builds them (app.compute.detect.native_build) into
+compute/detect/test_native.py compares them). ``make install`` builds them (app.compute.detect.native_build) into
 BUILD_DIR, outside the sources, with a stamp of the sources they were built from.
 
 The package puts BUILD_DIR first on its path only while every stamped source is unchanged, so an edited

@@ -1,9 +1,9 @@
 """The parameter searches the smoothing fits run, as scipy runs them, on plain floats.
 
 bounded_minimum is scipy.optimize.minimize_scalar's bounded Brent search and nelder_mead is scipy.optimize.minimize's
-Nelder-Mead with bounds, each step for step (tests/unit/test_smoothing.py holds them equal to scipy's), because
-scipy's per-step array handling costs more than the small losses they search. numpy is used only to order ties
-as scipy does.
+Nelder-Mead with bounds, each step for step (tests/unit/compute/forecast/test_smoothing.py holds them equal to
+scipy's), because scipy's per-step array handling costs more than the small losses they search. numpy is used only to
+order ties as scipy does.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def bounded_minimum(f: Callable[[float], float], low: float, high: float, xatol:
                     maxiter: int = 500) -> tuple[float, float]:
     """(x, f(x)) as scipy.optimize.minimize_scalar(f, bounds=(low, high), method="bounded", options={"xatol":
     xatol, "maxiter": maxiter}) returns them (res.x, res.fun), step for step (Brent's method: the same golden and
-    parabolic steps, tests and stops; tests/unit/test_smoothing.py holds the two equal), on plain floats.
+    parabolic steps, tests and stops; tests/unit/compute/forecast/test_smoothing.py holds the two equal), on plain
+    floats.
 
     Why not scipy's: its per-step numpy calls on scalars cost more than the one-parameter losses it searches
     (SES's, the optimised Theta method's, seasonal-position SES's), and model-1 runs some 60 such searches a
@@ -108,8 +109,8 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], bounds: 
                 maxfev: int, xatol: float, fatol: float) -> list[float]:
     """The point scipy.optimize.minimize(f, x0, method="Nelder-Mead", bounds=bounds, options={"maxfev": maxfev,
     "xatol": xatol, "fatol": fatol}) returns, step for step (same simplex, moves, clipping, ordering and stops;
-    tests/unit/test_smoothing.py holds the two equal), on plain floats. Every vertex is clipped to the bounds, so the
-    point is always inside them.
+    tests/unit/compute/forecast/test_smoothing.py holds the two equal), on plain floats. Every vertex is clipped to
+    the bounds, so the point is always inside them.
 
     Why not scipy's: on the three parameters of a damped-trend fit its per-iteration array handling and
     result objects cost almost as much as the likelihood, and model-1 fits damped trend up to 24 times a forecast

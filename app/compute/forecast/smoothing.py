@@ -20,8 +20,8 @@ try:
     # lfilter's own kernel, to which lfilter hands its arguments, converted to arrays, whenever the denominator has
     # two or more terms (every filter here): lfilter's array-API dispatch and checks around it cost more than the
     # filtering of a few hundred points, and model-1 filters some 3,500 times a forecast. The kernel converts
-    # lists itself, to the same float64 arrays, so the numbers are lfilter's (tests/unit/test_smoothing.py holds
-    # the two equal).
+    # lists itself, to the same float64 arrays, so the numbers are lfilter's
+    # (tests/unit/compute/forecast/test_smoothing.py holds the two equal).
     from scipy.signal._sigtools import _linear_filter as _lfilter_kernel
 except ImportError:  # a SciPy that moved it: lfilter itself, the same numbers at its own cost
     _lfilter_kernel = None
