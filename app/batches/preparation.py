@@ -11,8 +11,9 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, delete, insert, literal, select, update
 
+from app.batches.leases import free
 from app.batches.records import batch_chunks_table, batch_uploads_table, batches_table
-from app.batches.store import RUNNABLE, add_chunks, all_failed, free, new_chunk, now_utc
+from app.batches.store import RUNNABLE, add_chunks, all_failed, new_chunk, now_utc
 from app.db import Database, UTCDateTime
 
 _batches = batches_table.c

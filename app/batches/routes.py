@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.wsgi import LimitedStream
 
-from app.batches import backtest, multipart, quota, store
+from app.batches import backtest, multipart, quota, store, stored_results
 from app.batches.covariates import LIST_FIELDS
 from app.batches.results import csv_rows
 from app.batches.schemas import batch_json
@@ -185,7 +185,7 @@ def results(batch_id: str) -> Response:
     wants_csv = request.args.get("format") == "csv" or (
         request.accept_mimetypes.best_match([NDJSON, "application/json", "text/csv"], default=NDJSON) == "text/csv"
     )
-    outputs = store.done_lines(services.database, batch.id)
+    outputs = stored_results.done_lines(services.database, batch.id)
     if wants_csv:
         body, mimetype = csv_rows(outputs, batch.kind), "text/csv"
     else:
@@ -205,7 +205,7 @@ def summary(batch_id: str) -> Response:
         issue = "not a backtest" if batch.kind != "backtest" else "cancelled"
         raise NotFound(f"This batch has no summary: {issue}.",
                        details={"field": "batch_id", "issue": issue, "provided": batch_id})
-    body = backtest.summarize(store.done_outputs(services.database, batch.id))
+    body = backtest.summarize(stored_results.done_outputs(services.database, batch.id))
     response = jsonify({"batch_id": batch.id, "status": batch.status,
                         "confidence": batch.parameters["fields"].get("confidence", DEFAULT_CONFIDENCE), **body})
     response.headers["X-Batch-Status"] = batch.status

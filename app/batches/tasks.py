@@ -7,7 +7,7 @@
   empty, and deletes expired batches. Idempotent: any number of consumers may run it at once.
 
 The engine does not acknowledge tasks, so a task is only a nudge: the database says what is left to do, and a
-task for work that is done, gone or held by another worker does nothing (app.batches.store).
+task for work that is done, gone or held by another worker does nothing (app.batches.leases).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import IO, TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
-from app.batches import preparation, store, sweep
+from app.batches import leases, preparation, store, sweep
 from app.batches.backtest import BacktestRunner
 from app.batches.csv_split import NotGrouped, UploadError, grouped_series, split_whole
 from app.batches.one_series import BACKTEST, SeriesRunner
@@ -96,11 +96,11 @@ def _ttl(settings: Settings) -> timedelta:
 
 
 def process_chunk(resources: WorkerResources, tasks: BatchTasks, batch_id: str, seq: int) -> None:
-    """Computes one chunk: the fairest waiting now (store.claim_fairest_chunk), which is this task's own
+    """Computes one chunk: the fairest waiting now (leases.claim_fairest_chunk), which is this task's own
     (``batch_id``, ``seq``) only when no other account waits for less."""
     settings, database = resources.settings, resources.database
     lease = settings.batch_lease_seconds
-    chunk = store.claim_fairest_chunk(database, lease_seconds=lease)
+    chunk = leases.claim_fairest_chunk(database, lease_seconds=lease)
     if chunk is None:
         return
     lines: list[bytes] = []
@@ -113,13 +113,13 @@ def process_chunk(resources: WorkerResources, tasks: BatchTasks, batch_id: str, 
         runner = SeriesRunner(chunk.kind, chunk.parameters, max_points=settings.max_points)
     for offset, series in enumerate(chunk.series):
         if time.monotonic() - renewed > lease / 3:
-            if not store.renew(database, chunk, lease_seconds=lease):
+            if not leases.renew(database, chunk, lease_seconds=lease):
                 return  # cancelled, or another worker took over after this one stalled
             renewed = time.monotonic()
         ok, line = runner.run(series, index=chunk.first_index + offset)
         lines.append(line)
         succeeded, failed = succeeded + ok, failed + (not ok)
-    store.complete_chunk(database, chunk, lines, succeeded=succeeded, failed=failed, ttl=_ttl(settings))
+    leases.complete_chunk(database, chunk, lines, succeeded=succeeded, failed=failed, ttl=_ttl(settings))
     # A worker that died left its lease; whoever finishes next puts it back in the queue without waiting for
     # the minute's sweep. (Only leases held: work never taken is the sweep's, once a minute, not every chunk's.)
     tasks.enqueue_stalled(sweep.requeue_stalled(database, held_only=True, lease_seconds=lease))

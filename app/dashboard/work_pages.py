@@ -231,7 +231,7 @@ def batches_json() -> Response:
 @signed_in
 def batch_results(batch_id: str) -> Response:
     """The batch's results as GET /batches/{id}/results?format=csv gives them, streamed, as a download."""
-    from app.batches import store
+    from app.batches import store, stored_results
     from app.batches.results import csv_rows
 
     session = _reader()
@@ -243,7 +243,7 @@ def batch_results(batch_id: str) -> Response:
         return page("dashboard/error.html", 404, title="No such batch",
                      message="There is no batch with that id in this account, or it was cancelled.",
                      **base_context())
-    response = Response(csv_rows(store.done_outputs(database, batch.id), batch.kind), mimetype="text/csv")
+    response = Response(csv_rows(stored_results.done_outputs(database, batch.id), batch.kind), mimetype="text/csv")
     response.headers["Content-Disposition"] = f'attachment; filename="{batch.id}.csv"'
     response.headers["Cache-Control"] = "no-store"
     response.headers["X-Batch-Status"] = batch.status
@@ -255,7 +255,7 @@ def batch_results(batch_id: str) -> Response:
 def backtest(batch_id: str) -> Response:
     """A backtest's scores per model, and one series' windows (``?series=``, default the first) as a chart."""
     from app.batches import backtest as backtests
-    from app.batches import store
+    from app.batches import store, stored_results
     from app.batches.schemas import batch_json
     from app.dashboard import backtests as shown
 
@@ -268,10 +268,10 @@ def backtest(batch_id: str) -> Response:
         return page("dashboard/error.html", 404, title="No such backtest",
                      message="There is no backtest with that id in this account, or it was cancelled.",
                      **base_context())
-    summary = backtests.summarize(store.done_outputs(database, batch.id))
-    ids = shown.series_ids(store.done_outputs(database, batch.id))
+    summary = backtests.summarize(stored_results.done_outputs(database, batch.id))
+    ids = shown.series_ids(stored_results.done_outputs(database, batch.id))
     chosen = request.args.get("series") or (ids[0] if ids else None)
-    result = shown.series_result(store.done_outputs(database, batch.id), chosen) if chosen in ids else None
+    result = shown.series_result(stored_results.done_outputs(database, batch.id), chosen) if chosen in ids else None
     return page("dashboard/backtest.html", batch=batch_json(batch), summary=summary, series_ids=ids,
                  chosen=chosen if result else None, error=result.get("error") if result else None,
                  scores=[row for row in summary["series"] if row["unique_id"] == chosen],

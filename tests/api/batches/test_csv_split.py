@@ -21,7 +21,7 @@ from huey import Huey
 from huey.signals import SIGNAL_ENQUEUED
 from sqlalchemy import select
 
-from app.batches import csv_split, store
+from app.batches import csv_split, stored_results
 from app.batches.csv_split import NotGrouped, UploadError, grouped_series, series_from_csv, split_whole
 from app.batches.records import batches_table
 from app.batches.tasks import batch_tasks, sweep_batches
@@ -170,7 +170,7 @@ def test_an_unreadable_row_after_the_first_chunks_fails_the_batch_as_a_whole_fil
     assert failed["status"] == "failed" and failed["error"] == whole.value.envelope
     assert failed["progress"] == {"total": 4, "done": 0, "failed": 0}
     assert "line 92" in failed["error"]["details"]["issue"]
-    assert list(store.done_outputs(services_of(app).database, batch_id)) == []
+    assert list(stored_results.done_outputs(services_of(app).database, batch_id)) == []
 
 
 def spool(text: str) -> IO[bytes]:

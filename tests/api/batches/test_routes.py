@@ -16,7 +16,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.batches import store
+from app.batches import stored_results
 from app.batches.tasks import batch_tasks, sweep_batches
 from app.jobs.resources import WorkerResources
 from tests.support import bearer, build_app, new_key, services_of, settings_for
@@ -334,7 +334,7 @@ def test_cancel_deletes_the_data_and_a_worker_then_does_nothing(app: Flask, clie
     for seq in range(2):
         process_chunk(resources, tasks, batch_id, seq)
     assert client.get(f"/batches/{batch_id}", headers=bearer(key)).get_json()["progress"]["done"] == 0
-    assert list(store.done_outputs(services.database, batch_id)) == []
+    assert list(stored_results.done_outputs(services.database, batch_id)) == []
 
 
 def test_expired_batches_are_purged_by_the_sweep(tmp_path: Path) -> None:
