@@ -57,6 +57,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
 
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID  # noqa: E402
 from app.compute.forecast.models import run_forecast  # noqa: E402
@@ -240,12 +243,23 @@ def _quiet() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _revision() -> str:
+    """The commit measured, and whether the forecast code differed from it."""
+    root = Path(__file__).resolve().parents[1]
+    git = ["git", "-C", str(root)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", "app/compute/forecast"], capture_output=True,
+                           text=True).stdout.strip()
+    return f"commit {head}" + (" with uncommitted changes under app/compute/forecast" if dirty else "")
+
+
 def render(results: dict[str, dict[str, dict[str, float]]], cases: list[Case], seconds: float, quick: bool) -> str:
     lines = ["# Forecasts with drivers (bench/drivers.py)", "",
              f"`python bench/drivers.py{' --quick' if quick else ''}`: the default model ({DEFAULT_MODEL_ID}) "
              "without and with covariates, statsforecast AutoARIMA with the same regressors, Prophet with the "
              "same regressors (and the US holidays on the bike data), on the same rolling windows in one run "
-             f"({seconds:.0f} s wall). Data, windows and scores: the docstring of bench/drivers.py.", ""]
+             f"({seconds:.0f} s wall). Data, windows and scores: the docstring of bench/drivers.py.", "",
+             f"code: {_revision()}; {common.machine_line()}", ""]
     lines += ["| series | windows x horizon | method | MASE | sMAPE | 95% coverage | covariates used | CPU s/window |",
               "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for case in cases:
@@ -262,11 +276,23 @@ def render(results: dict[str, dict[str, dict[str, float]]], cases: list[Case], s
         lines.append(f"| {name} | {m[0]:.3f} | {m[1]:.2f} | {m[2]:.3f} |")
     lines += ["", "Noise covariates: MASE with the random columns over MASE without covariates (1.000: the same):",
               ""]
+    ratios = []
     for case in cases:
         if "+noise" in case.name:
             r = results[case.name]
-            lines.append(f"- {case.name}: {r['ours+cov']['mase'] / r['ours']['mase']:.4f} "
-                         f"(covariates kept in {r['ours+cov']['used']:.0%} of the windows)")
+            ratios.append(r["ours+cov"]["mase"] / r["ours"]["mase"])
+            lines.append(f"- {case.name}: {ratios[-1]:.4f} (covariates kept in {r['ours+cov']['used']:.0%} of the "
+                         "windows)")
+    lines += ["", "Issue 81's targets, per series with drivers (computed from the table above):", ""]
+    for rival in ("ours", "arima+X", "prophet+X"):
+        wins = [c.name for c in driver_cases if results[c.name]["ours+cov"]["mase"] < results[c.name][rival]["mase"]]
+        lines.append(f"- ours+cov has a lower MASE than {rival}: {len(wins)} of {len(driver_cases)} series "
+                     f"({', '.join(wins) or 'none'})")
+    inside = [c.name for c in driver_cases if 0.93 <= results[c.name]["ours+cov"]["coverage"] <= 0.97]
+    lines.append(f"- ours+cov's 95% coverage within 0.93-0.97: {len(inside)} of {len(driver_cases)} series "
+                 f"({', '.join(inside) or 'none'})")
+    lines.append(f"- noise covariates no worse than without by more than 1%: "
+                 f"{sum(r <= 1.01 for r in ratios)} of {len(ratios)} series")
     return "\n".join(lines) + "\n"
 
 
