@@ -164,21 +164,27 @@ def _columns_of(covariate: CovariateInput, field: str, rows: int, horizon: int
         if unseen is not None:
             raise CovariateError(f"{field}.future", "value never seen in the history (its effect cannot be "
                                  "estimated)", future[unseen], index=unseen)
-    code_of = {level: code for code, level in enumerate(levels)}
-    past = _one_hot([code_of[value] for value in texts], len(levels))
-    if future_texts is None:
-        ahead = np.full((horizon, len(levels) - 1), np.nan)
-    else:
-        ahead = _one_hot([code_of[value] for value in future_texts], len(levels))
+    past, ahead = one_hot(levels, texts, future_texts, horizon)
     return past, ahead, [f"{covariate.name}={level}" for level in levels[1:]]
 
 
-def _one_hot(codes: list[int], levels: int) -> np.ndarray:
-    """Columns of the levels but the first (the reference). Codes, not numpy strings: those drop trailing NULs,
-    which would merge two values the covariate keeps apart."""
+def one_hot(levels: Sequence[str], history: Sequence[str], future: Sequence[str] | None, horizon: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """A categorical covariate's design columns over the history and the horizon: one per level but the first
+    (the reference), every value one of ``levels`` (the callers refuse others in their own words); a covariate
+    known only in the past has NaN over the horizon. Codes, not numpy strings: those drop trailing NULs, which
+    would merge two values the covariate keeps apart."""
     import numpy as np
 
-    return (np.array(codes)[:, None] == np.arange(1, levels)[None, :]).astype(np.float64)
+    code_of = {level: code for code, level in enumerate(levels)}
+    references = np.arange(1, len(levels))[None, :]
+
+    def columns(values: Sequence[str]) -> np.ndarray:
+        return (np.array([code_of[value] for value in values], dtype=np.intp)[:, None] == references).astype(
+            np.float64)
+
+    ahead = np.full((horizon, len(levels) - 1), np.nan) if future is None else columns(future)
+    return columns(history), ahead
 
 
 def _plain(values: Any) -> Any:

@@ -26,7 +26,7 @@ import numpy as np
 from app.compat.nixtla.errors import TooManyCovariates
 from app.compute.forecast.work import CovariateMatrix
 from app.errors import MalformedInput
-from app.forecast.covariates import MAX_CATEGORIES, MAX_COVARIATES, MAX_DESIGN_COLUMNS
+from app.forecast.covariates import MAX_CATEGORIES, MAX_COVARIATES, MAX_DESIGN_COLUMNS, one_hot
 from app.web.fields import MAX_ABS_VALUE, all_in_range
 
 # Where a message may quote a position, the client's own names for what it comes from.
@@ -165,15 +165,8 @@ def _one_hot(index: int, column: int, history: np.ndarray, future: np.ndarray | 
             raise MalformedInput(f"series {index}: categorical column series.X[{column}] holds {unseen[:32]!r} in the "
                                   "horizon, a value never seen in the series' history (its effect cannot be "
                                   "estimated).")
-    names = [f"X[{column}]={level}" for level in levels[1:]]
-    past = np.column_stack([history == level for level in levels[1:]]).astype(np.float64) if names else \
-        np.empty((len(history), 0))
-    if future is None:
-        ahead = np.full((horizon, len(names)), np.nan)
-    else:
-        ahead = np.column_stack([future == level for level in levels[1:]]).astype(np.float64) if names else \
-            np.empty((horizon, 0))
-    return names, past, ahead
+    past, ahead = one_hot(levels, history, future, horizon)
+    return [f"X[{column}]={level}" for level in levels[1:]], past, ahead
 
 
 def _series_columns(index: int, rows: slice, ahead: slice, numeric: tuple[np.ndarray, np.ndarray],
