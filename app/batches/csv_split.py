@@ -61,7 +61,7 @@ def _series(unique_id: str, stamps: list[Any], values: list[Any], covariates: li
 
 # Rows per parser frame. The whole-file split keeps large frames (every series is held anyway); the streamed
 # one reads a small first frame, so the first series reach a worker at once, then frames that bound what it
-# holds (about 150 bytes of Python objects a row).
+# holds (a parsed row is several Python objects, so rows per frame, not bytes read, set its memory).
 WHOLE_FRAME_ROWS = 500_000
 FIRST_FRAME_ROWS = 10_000
 FRAME_ROWS = 100_000

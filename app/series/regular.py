@@ -130,8 +130,8 @@ def _axis_from_rows(text: bytes | memoryview, start: int, end: int, first: str, 
     if rest or rows < 2 or (count is not None and rows != count):
         return None
     count = rows
-    # Translated and compared a block of rows at a time: the copies stay small (no 2 MB translation of a
-    # 100,000-point text, whose pages would be faulted in fresh under gunicorn's mmap threshold).
+    # Translated and compared a block of rows at a time: the copies stay small (no translation of the whole
+    # text of a long series, whose pages would be faulted in fresh under gunicorn's mmap threshold).
     block_rows = max(1, _TEMPLATE_BLOCK_BYTES // len(row))
     expected = row * min(count, block_rows)
     end_of_rows = start + count * len(row) - len(separator)

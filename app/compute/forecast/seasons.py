@@ -87,7 +87,8 @@ MODEL_2_SEASONS: dict[Season, SeasonRules] = {
 }
 
 # Model-4 (SpikeRobustCombination); the figures: bench/results/forecast-rules.md, "Model-4".
-# keep: the best 2, every member on monthly data as in model-1; no 3-cycle members: more fits, no gain on Hourly.
+# keep: the best 2, every member on monthly data as in model-1; no 3-cycle members: they double the fits, and what
+# they bought on each development set is weighed in that file's "No 3-cycle members".
 MODEL_4_SEASONS: dict[Season, SeasonRules] = {
     Season.NONE: SeasonRules(keep=2, trend_floor_up_to=TREND_FLOOR_UP_TO),
     Season.QUARTERLY: SeasonRules(keep=2, trend_floor_up_to=TREND_FLOOR_UP_TO),
