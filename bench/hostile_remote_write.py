@@ -28,9 +28,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common as c  # noqa: E402
+
+from tests.support import remote_write_body as write_body  # noqa: E402
 
 T0_MS = 1_767_225_600_000
 # The checkout the fixes this suite measures started from: its app/monitors and app/web are those of their parent
@@ -75,23 +78,6 @@ def copy_sqlite(source: Path, dest: Path) -> None:
         target.unlink(missing_ok=True)
         if source.with_name(source.name + suffix).exists():
             shutil.copyfile(source.with_name(source.name + suffix), target)
-
-
-def write_body(series: list[tuple[dict[str, str], list[tuple[int, float]]]]) -> bytes:
-    import cramjam
-
-    from app.monitors.intake.prompb.remote_pb2 import WriteRequest
-
-    request = WriteRequest()
-    for labels, samples in series:
-        entry = request.timeseries.add()
-        for name, value in sorted(labels.items()):
-            label = entry.labels.add()
-            label.name, label.value = name, value
-        for timestamp, value in samples:
-            sample = entry.samples.add()
-            sample.timestamp, sample.value = timestamp, value
-    return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
 
 
 def post(svc: Service, key: str, body: bytes, timeout: float = 600) -> tuple[int, float]:
