@@ -32,6 +32,9 @@ Methods:
 - arima+X: statsforecast AutoARIMA(season_length) with the covariates as exogenous columns (X_df).
 - prophet+X: Prophet with each covariate as an extra regressor and, for the bike data, the US holidays
   (add_country_holidays); its default seasonalities.
+
+Rules of the covariate model, each removed in turn (ours+cov only, the same windows): every series' MASE and
+coverage with the rule and without it, so a rule that helps one set and costs the others shows as such.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
+from app.compute.forecast import regression  # noqa: E402
 from app.compute.forecast.catalog import DEFAULT_MODEL_ID  # noqa: E402
 from app.compute.forecast.models import run_forecast  # noqa: E402
 from app.compute.forecast.work import CovariateMatrix  # noqa: E402
@@ -253,6 +257,39 @@ def _revision() -> str:
     return f"commit {head}" + (" with uncommitted changes under app/compute/forecast" if dirty else "")
 
 
+# each rule of app.compute.forecast.regression removed in turn: the module constant that switches it off
+RULE_ABLATIONS: dict[str, tuple[str, float | int]] = {
+    "no significance test (every column kept)": ("SIGNIFICANCE_Z", 0.0),
+    "one holdout window instead of three": ("HOLDOUT_WINDOWS", 1),
+}
+
+
+def ablations(cases: list[Case]) -> dict[str, dict[str, dict[str, float]]]:
+    """ours+cov on every case with each rule of RULE_ABLATIONS removed (the module's constant set for the run)."""
+    out = {}
+    for label, (constant, value) in RULE_ABLATIONS.items():
+        shipped = getattr(regression, constant)
+        setattr(regression, constant, value)
+        try:
+            out[label] = {case.name: evaluate(case, ("ours+cov",))["ours+cov"] for case in cases}
+        finally:
+            setattr(regression, constant, shipped)
+    return out
+
+
+def render_ablations(results: dict[str, dict[str, dict[str, float]]],
+                     removed: dict[str, dict[str, dict[str, float]]], cases: list[Case]) -> list[str]:
+    names = [case.name for case in cases]
+    lines = ["", "Rules of the covariate model, each removed in turn (ours+cov, MASE / 95% coverage, same windows):",
+             "", "| rule | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names),
+             "| shipped | " + " | ".join(f"{results[n]['ours+cov']['mase']:.3f} / "
+                                         f"{results[n]['ours+cov']['coverage']:.3f}" for n in names) + " |"]
+    for label, by_case in removed.items():
+        lines.append(f"| {label} | " + " | ".join(f"{by_case[n]['mase']:.3f} / {by_case[n]['coverage']:.3f}"
+                                                  for n in names) + " |")
+    return lines
+
+
 def render(results: dict[str, dict[str, dict[str, float]]], cases: list[Case], seconds: float, quick: bool) -> str:
     lines = ["# Forecasts with drivers (bench/drivers.py)", "",
              f"`python bench/drivers.py{' --quick' if quick else ''}`: the default model ({DEFAULT_MODEL_ID}) "
@@ -311,7 +348,9 @@ def main() -> None:
         methods = tuple(METHODS) if "+noise" not in case.name else ("ours", "ours+cov")
         results[case.name] = evaluate(case, methods)
         print(case.name, {k: round(v["mase"], 3) for k, v in results[case.name].items()}, flush=True)
+    removed = ablations(cases)
     text = render(results, cases, time.time() - t0, args.quick)
+    text += "\n".join(render_ablations(results, removed, cases)) + "\n"
     args.output.write_text(text)
     print(text)
 
