@@ -2,7 +2,8 @@
 
     python bench/run.py [--quick] [--only footprint,import,web,verify,limiter,forecast,anomaly,synthetic,monitors,
                                           prometheus,remote-write,fleet,restart,load,accuracy,batches,batch-results,
-                                          backtest,tenant-isolation,kpi,hostile-remote-write,nixtla,drivers]
+                                          backtest,tenant-isolation,kpi,alarm-frontier,hostile-remote-write,nixtla,
+                                          drivers]
 
 Suites (each writes bench/results/<suite>.md and prints it):
   verify    GET /verify p50/p99 (1 client) and req/s (16 connections) via gunicorn, SQLite and PostgreSQL
@@ -37,6 +38,8 @@ Suites (each writes bench/results/<suite>.md and prints it):
             monitor) while 150 monitors hang and a 3,000-series batch is queued; SQLite and PostgreSQL + Redis
   kpi       bench/kpi.py: the 14 labelled web-service KPIs, segments caught at the default alarm budget and the
             score's ranking, beside the previous detector and a seasonal-naive z-score
+  alarm-frontier bench/alarm_frontier.py: the detector's calibration moved step by step away from the stream's own
+            record, each step on the KPIs, NAB's categories and the synthetic anomaly-free streams
   hostile-remote-write bench/hostile_remote_write.py: memory and CPU under hostile remote-write and metrics load,
             beside the commit before the bounds
   nixtla    bench/nixtla.py: add_history beside the plain forecast, levels, the caps, beside the routes before them
@@ -67,7 +70,7 @@ import latency  # noqa: E402
 
 SUITES = ["footprint", "import", "web", "verify", "limiter", "forecast", "anomaly", "synthetic", "monitors",
           "prometheus", "remote-write", "fleet", "restart", "load", "accuracy", "batches", "batch-results", "backtest",
-          "tenant-isolation", "kpi", "hostile-remote-write", "nixtla", "drivers"]
+          "tenant-isolation", "kpi", "alarm-frontier", "hostile-remote-write", "nixtla", "drivers"]
 
 # The commit before this service's request pipeline and fast paths: footprint and web compare against it
 # in the same run (git worktree), so every figure stands beside its reference on the same machine.
@@ -203,6 +206,12 @@ def suite_kpi(quick: bool) -> str:
     return _script("kpi.py", *(["--quick"] if quick else ["--base", KPI_BASE]), timeout=1800)
 
 
+def suite_alarm_frontier(quick: bool) -> str:
+    """bench/alarm_frontier.py: what catching more of the KPIs' incidents costs on NAB and on anomaly-free streams,
+    the calibration moved one step at a time, in one run."""
+    return _script("alarm_frontier.py", *(["--quick"] if quick else []), timeout=3600)
+
+
 def suite_hostile_remote_write(quick: bool) -> str:
     """bench/hostile_remote_write.py: the web process's memory under unmatched hostile label sets, a million samples
     in one body, and a /monitors/metrics loop over 100,000 series, beside the commit before those bounds."""
@@ -248,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                "forecast": latency.suite_forecast, "load": suite_load, "accuracy": suite_accuracy,
                "batches": suite_batches, "batch-results": suite_batch_results, "backtest": suite_backtest,
                "remote-write": suite_remote_write, "fleet": suite_fleet, "restart": suite_restart,
-               "tenant-isolation": suite_tenant_isolation, "kpi": suite_kpi,
+               "tenant-isolation": suite_tenant_isolation, "kpi": suite_kpi, "alarm-frontier": suite_alarm_frontier,
                "hostile-remote-write": suite_hostile_remote_write, "nixtla": suite_nixtla,
                "drivers": suite_drivers}
     failed = []
