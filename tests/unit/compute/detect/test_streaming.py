@@ -517,3 +517,33 @@ def test_a_gauge_that_rarely_moves_learns_its_moves() -> None:
     assert flagged[0] == moves[0]
     assert not [row for row in flagged if moves[6] <= row < 5555]
     assert 5555 in flagged
+
+
+@pytest.mark.parametrize("step", [60, 300])
+@pytest.mark.parametrize("noise", ["gaussian", "student_t3", "poisson"])
+@pytest.mark.parametrize("factor", [0.1, 0.5, 2.0])
+def test_a_gauge_that_drops_to_a_tenth_halves_or_doubles_is_flagged_within_eight_rows(
+        step: int, noise: str, factor: float) -> None:
+    # Three days and a third of a daily wave (a gauge with Gaussian or Student-t noise, or a count), then the level
+    # times ``factor`` for good: an operator needs the first flag within the scorer's 8 rows, not when the long
+    # window has seen it.
+    rng = np.random.default_rng(11)
+    day = 86400 // step
+    n = 4 * day
+    level = 100 * (1 + 0.3 * np.sin(2 * np.pi * np.arange(n) / day))
+    change = 3 * day + day // 3
+    if noise == "poisson":
+        values = np.where(np.arange(n) < change, rng.poisson(level), rng.poisson(level * factor)).astype(float)
+    else:
+        jitter = rng.normal(0, 5, n) if noise == "gaussian" else 5 * rng.standard_t(3, n)
+        values = np.where(np.arange(n) < change, level, level * factor) + jitter * min(1.0, factor)
+    times = 1.7e9 - 1.7e9 % 86400 + step * np.arange(n)
+    detector = StreamingDetector(data_frequency="Minutes")
+    verdicts = detector.update(detector.initial_state(), times.tolist(), values.tolist())
+    flags = np.flatnonzero(verdicts.is_anomaly)
+    after = flags[flags >= change]
+    assert len(after) and after[0] - change < 8
+    assert verdicts.signal[after[0]] and verdicts.direction[after[0]] == ("down" if factor < 1 else "up")
+    # Not a detector that flags everything: before the change, at most the couple of alarms a young stream with
+    # heavy-tailed noise raises in its first days, while its record is short.
+    assert len(flags[(flags >= day) & (flags < change)]) <= 2
