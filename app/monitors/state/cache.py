@@ -98,9 +98,10 @@ class HistoryCache:
     """LRU of History or JudgeState by series id, bounded by the numbers they hold. Callers read and change
     an entry only while holding the series' lock (MonitorLocks), so entries need no lock of their own."""
 
-    # 8 bytes a number (typed arrays; a record's one-byte codes count as an eighth): 160 MB per process. A full
-    # state holds about 24,700 numbers with a 60-row season (one-second data: 810 such monitors fit), 28,300
-    # with a 288-row one (five-minute data) and 39,000 with a 1,440-row one (minute data, daily season).
+    # Bounded in numbers, not entries: a state's size grows with its season, so a count of entries would let
+    # minute-data monitors take several times the memory of others. 8 bytes a number (typed arrays; a record's
+    # one-byte codes count as an eighth): the default is 160 MB per process. What a state holds by season:
+    # bench/results/design-notes.md.
     def __init__(self, *, max_points: int = 20_000_000) -> None:
         self._entries: OrderedDict[int, History | JudgeState] = OrderedDict()
         # Each entry's size when last put, and their sum: entries grow in place between get and put.
