@@ -442,6 +442,18 @@ def services_of(app: Flask) -> Services:
     return app.extensions["forecast_service"]
 
 
+@contextmanager
+def immediate_app(directory: Path, **overrides: Any) -> Iterator[Flask]:
+    """An app on a fresh SQLite store in ``directory`` (settings_for's, with ``overrides``) whose jobs run in the
+    calling thread, closed on the way out."""
+    application = build_app(settings_for(f"sqlite:///{directory / 'keys.sqlite3'}", **overrides))
+    services_of(application).jobs.immediate = True
+    try:
+        yield application
+    finally:
+        services_of(application).close()
+
+
 def new_key(app: Flask, permissions: tuple[str, ...] = ("read",), **kwargs: Any) -> tuple[str, str]:
     """Creates a key through the same CRUD the CLI uses; returns (plain key, key id)."""
     with services_of(app).database.transaction() as connection:

@@ -18,7 +18,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.batches import store
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import bearer, immediate_app, new_key, services_of
 
 FIELDS = {"forecast_horizon": 3, "data_frequency": "Monthly", "forecast_frequency": "Monthly"}
 MODELS = ["forecast-model-1", "forecast-model-2"]
@@ -26,11 +26,9 @@ MODELS = ["forecast-model-1", "forecast-model-2"]
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
-    application = build_app(settings_for(f"sqlite:///{tmp_path_factory.mktemp('backtest') / 'keys.sqlite3'}",
-                                         batch_max_series=20, batch_chunk_series=2, max_body_bytes=256 * 1024))
-    services_of(application).jobs.immediate = True
-    yield application
-    services_of(application).close()
+    with immediate_app(tmp_path_factory.mktemp("backtest"), batch_max_series=20, batch_chunk_series=2,
+                       max_body_bytes=256 * 1024) as application:
+        yield application
 
 
 @pytest.fixture

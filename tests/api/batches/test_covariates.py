@@ -15,7 +15,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import bearer, immediate_app, new_key, services_of
 
 HORIZON = 7
 FIELDS = {"forecast_horizon": HORIZON, "data_frequency": "Daily", "forecast_frequency": "Daily"}
@@ -24,11 +24,8 @@ START = datetime(2025, 11, 1)
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
-    application = build_app(settings_for(f"sqlite:///{tmp_path_factory.mktemp('bcov') / 'keys.sqlite3'}",
-                                         batch_max_series=20, batch_chunk_series=2))
-    services_of(application).jobs.immediate = True
-    yield application
-    services_of(application).close()
+    with immediate_app(tmp_path_factory.mktemp("bcov"), batch_max_series=20, batch_chunk_series=2) as application:
+        yield application
 
 
 @pytest.fixture

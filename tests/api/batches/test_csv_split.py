@@ -26,7 +26,7 @@ from app.batches.csv_split import NotGrouped, UploadError, grouped_series, serie
 from app.batches.records import batches_table
 from app.batches.tasks import batch_tasks, sweep_batches
 from app.jobs.resources import WorkerResources
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import bearer, build_app, immediate_app, new_key, services_of, settings_for
 
 FIELDS = {"forecast_horizon": 3, "data_frequency": "Daily", "forecast_frequency": "Daily"}
 QUERY = "&".join(f"{name}={value}" for name, value in FIELDS.items())
@@ -34,11 +34,8 @@ QUERY = "&".join(f"{name}={value}" for name, value in FIELDS.items())
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
-    application = build_app(settings_for(f"sqlite:///{tmp_path_factory.mktemp('split') / 'keys.sqlite3'}",
-                                         batch_chunk_series=2))
-    services_of(application).jobs.immediate = True
-    yield application
-    services_of(application).close()
+    with immediate_app(tmp_path_factory.mktemp("split"), batch_chunk_series=2) as application:
+        yield application
 
 
 @pytest.fixture

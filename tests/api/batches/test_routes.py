@@ -19,19 +19,16 @@ from flask.testing import FlaskClient
 from app.batches import stored_results
 from app.batches.tasks import batch_tasks, sweep_batches
 from app.jobs.resources import WorkerResources
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import bearer, build_app, immediate_app, new_key, services_of, settings_for
 
 FIELDS = {"forecast_horizon": 3, "data_frequency": "Daily", "forecast_frequency": "Daily"}
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
-    application = build_app(settings_for(f"sqlite:///{tmp_path_factory.mktemp('batches') / 'keys.sqlite3'}",
-                                         batch_max_series=20, batch_max_upload_bytes=64 * 1024,
-                                         batch_chunk_series=2, max_body_bytes=256 * 1024))
-    services_of(application).jobs.immediate = True
-    yield application
-    services_of(application).close()
+    with immediate_app(tmp_path_factory.mktemp("batches"), batch_max_series=20, batch_max_upload_bytes=64 * 1024,
+                       batch_chunk_series=2, max_body_bytes=256 * 1024) as application:
+        yield application
 
 
 @pytest.fixture

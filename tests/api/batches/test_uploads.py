@@ -21,20 +21,17 @@ from flask.testing import FlaskClient
 from app.batches.results import csv_rows
 from app.batches.submit import UploadScan
 from tests.api.batches.test_routes import FIELDS, days, error_of, lines
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import bearer, immediate_app, new_key, services_of
 
 QUOTA = 64 * 1024
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
-    application = build_app(settings_for(f"sqlite:///{tmp_path_factory.mktemp('uploads') / 'keys.sqlite3'}",
-                                         batch_max_series=500, batch_max_upload_bytes=40 * 1024,
-                                         batch_chunk_series=50, batch_account_quota_bytes=QUOTA))
-    services_of(application).jobs.immediate = True
-    yield application
-    application.extensions["monitors"].sender.stop()
-    services_of(application).close()
+    with immediate_app(tmp_path_factory.mktemp("uploads"), batch_max_series=500, batch_max_upload_bytes=40 * 1024,
+                       batch_chunk_series=50, batch_account_quota_bytes=QUOTA) as application:
+        yield application
+        application.extensions["monitors"].sender.stop()
 
 
 @pytest.fixture
@@ -114,15 +111,11 @@ def test_the_worker_computes_no_more_series_than_were_counted(app: Flask, client
 
 
 def test_a_field_over_128_kib_is_refused_by_a_large_upload_limit(tmp_path: Any) -> None:
-    app = build_app(settings_for(f"sqlite:///{tmp_path / 'keys.sqlite3'}"))
-    services_of(app).jobs.immediate = True
-    try:
+    with immediate_app(tmp_path) as app:
         key = account_key(app)
         text = 'unique_id,timestamp,value\na,2026-01-01T00:00:00,"' + "9" * (130 * 1024) + '"\n'
         error = error_of(upload(app.test_client(), key, text), 400, "INVALID_REQUEST")
         assert "131,072" in error["message"] and error["details"]["maximum"] == 131072
-    finally:
-        services_of(app).close()
 
 
 def test_nul_in_a_csv_id_is_a_400(client: FlaskClient, key: str) -> None:
@@ -226,15 +219,11 @@ def test_stored_batch_data_is_held_to_the_account_quota(app: Flask, client: Flas
 
 
 def test_an_upload_larger_than_the_quota_itself_is_a_413(tmp_path: Any) -> None:
-    app = build_app(settings_for(f"sqlite:///{tmp_path / 'keys.sqlite3'}", batch_account_quota_bytes=4096))
-    services_of(app).jobs.immediate = True
-    try:
+    with immediate_app(tmp_path, batch_account_quota_bytes=4096) as app:
         key = account_key(app)
         text = rows_of([(f"s{i}", days(12)) for i in range(20)])
         error = error_of(upload(app.test_client(), key, text), 413, "INVALID_REQUEST")
         assert error["details"]["maximum"] == 4096 and "quota" in error["message"]
-    finally:
-        services_of(app).close()
 
 
 def test_the_upload_scan_keeps_no_copy_of_the_ids() -> None:

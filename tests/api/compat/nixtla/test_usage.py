@@ -13,15 +13,13 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.support import bearer, build_app, new_key, services_of, settings_for
+from tests.support import bearer, immediate_app, new_key, services_of
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
-    application = build_app(settings_for(f"sqlite:///{tmp_path_factory.mktemp('nixtla-usage') / 'keys.sqlite3'}"))
-    services_of(application).jobs.immediate = True
-    yield application
-    services_of(application).close()
+    with immediate_app(tmp_path_factory.mktemp("nixtla-usage")) as application:
+        yield application
 
 
 def monthly(count: int) -> tuple[list[str], list[float]]:
